@@ -1,0 +1,47 @@
+"""flowdsl's multi-rank CPU simulator.
+
+Runs flowdsl programs (host code and unchanged ``@flowdsl.kernel`` functions)
+on simulated ranks on the CPU: every simulated GPU thread is a greenlet,
+scheduled cooperatively in a seeded random order; window memory is numpy.
+Importing this package installs the simulator's dispatch and launch hooks
+into ``flowdsl._stubs``.
+
+Contents: :func:`spawn`, :func:`kernel` (simulator-only stand-in for
+``@flowdsl.kernel``), :data:`SEMANTICS` / :func:`implements` (the primitive
+table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
+:class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`,
+:class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
+:class:`UsageError`, and :func:`last_stats`.
+"""
+
+from __future__ import annotations
+
+from .. import _stubs
+from . import host as _host
+from .errors import (BarrierIndexError, CollectiveMismatchError, DeadlockError, LivelockError,
+                     SimulationError, UnsupportedFeatureError, UsageError, WindowAccessError)
+from .host import SimKernel, kernel, launch, spawn
+from .semantics import SEMANTICS, dispatch, implements
+
+__all__ = [
+    "spawn", "kernel", "SimKernel", "SEMANTICS", "implements", "last_stats",
+    "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
+    "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
+]
+
+
+def last_stats() -> dict:
+    """Counters of the last finished :func:`spawn`: ``steps`` (scheduler steps), ``threads``."""
+    s = _host.last_run
+    if s is None:
+        return {}
+    from .scheduler import KernelThread
+    return {"steps": s.steps, "threads": sum(1 for t in s.tasks if isinstance(t, KernelThread)),
+            "seed": s.seed}
+
+
+_stubs.set_simulator_dispatch(dispatch)
+if hasattr(_stubs, "set_simulator_launch"):
+    _stubs.set_simulator_launch(launch)
+else:  # until flowdsl._stubs grows the setter
+    _stubs._simulator_launch = launch

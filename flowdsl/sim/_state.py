@@ -1,0 +1,8 @@
+"""Process-global state of the running simulation (one simulation at a time).
+
+Contents: ``cur`` (the simulated task now running: a kernel thread or a host
+rank), ``sched`` (the running :class:`~flowdsl.sim.scheduler.Scheduler`).
+"""
+
+cur = None
+sched = None

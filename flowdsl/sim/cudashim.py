@@ -1,0 +1,349 @@
+"""A simulated ``numba.cuda`` for running unchanged kernels on the CPU.
+
+Kernels are rebuilt with globals in which ``numba.cuda`` (and the names
+imported from it) are replaced by :data:`cuda`, whose ``threadIdx`` etc. read
+the running simulated thread.
+
+Modelled: ``threadIdx``, ``blockIdx``, ``blockDim``, ``gridDim``, ``grid``,
+``gridsize``, ``laneid``, ``warpsize``, ``syncthreads`` (and ``_count``,
+``_and``, ``_or``), ``syncwarp``, ``shfl_sync`` / ``shfl_up_sync`` /
+``shfl_down_sync`` / ``shfl_xor_sync``, ``ballot_sync``, ``all_sync``,
+``any_sync``, ``activemask``, ``threadfence*``, ``shared.array``,
+``local.array``, ``const.array_like``, ``atomic.*``, the scalar types. Any
+other ``numba.cuda`` device function raises
+:class:`~flowdsl.sim.errors.UnsupportedFeatureError` when called.
+
+Contents: :data:`cuda`, :class:`SimCuda`, :func:`simulate_function`.
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+from numba import cuda as _nb_cuda
+from numba.core import types as _nb_types
+
+from . import _state
+from .errors import UnsupportedFeatureError, UsageError
+from .memory import as_dtype, poisoned, raw
+from .scheduler import block_sync, sim_error
+
+__all__ = ["cuda", "SimCuda", "simulate_function"]
+
+
+class _ThreadIdx:
+    __slots__ = ()
+    x = property(lambda self: _state.cur.tx)
+    y = property(lambda self: _state.cur.ty)
+    z = property(lambda self: _state.cur.tz)
+
+
+class _BlockIdx:
+    __slots__ = ()
+    x = property(lambda self: _state.cur.blk.idx[0])
+    y = property(lambda self: _idx3(_state.cur.blk)[1])
+    z = property(lambda self: _idx3(_state.cur.blk)[2])
+
+
+def _idx3(blk):
+    i = blk.idx
+    return i if len(i) == 3 else (i[0], 0, 0)
+
+
+class _BlockDim:
+    __slots__ = ()
+    x = property(lambda self: _state.cur.launch.block[0])
+    y = property(lambda self: _state.cur.launch.block[1])
+    z = property(lambda self: _state.cur.launch.block[2])
+
+
+class _GridDim:
+    __slots__ = ()
+    x = property(lambda self: _state.cur.launch.grid[0])
+    y = property(lambda self: _state.cur.launch.grid[1])
+    z = property(lambda self: _state.cur.launch.grid[2])
+
+
+def _thread():
+    t = _state.cur
+    if t is None or not hasattr(t, "blk"):
+        raise UsageError("Cannot use numba.cuda device functions outside a simulated kernel thread: none is "
+                         "running. Call them inside a kernel launched under flowdsl.sim.spawn")
+    return t
+
+
+class _Shared:
+    @staticmethod
+    def array(shape, dtype):
+        """Block-shared array: the k-th call in a block returns the block's k-th array."""
+        t = _thread()
+        blk = t.blk
+        k = t.nshared
+        t.nshared = k + 1
+        if k < len(blk.shared):
+            return blk.shared[k]
+        a = poisoned(shape, as_dtype(dtype))
+        blk.shared.append(a)
+        _state.sched.world.add_region(a, f"shared array #{k} of rank {t.rank} {blk.name()}")
+        return a
+
+
+class _Local:
+    @staticmethod
+    def array(shape, dtype):
+        """Thread-private array (poisoned)."""
+        return poisoned(shape, as_dtype(dtype))
+
+
+class _Const:
+    @staticmethod
+    def array_like(ary):
+        return np.asarray(ary)
+
+
+def _spin(arr, idx, value):
+    from .memory import describe_address
+    t = _state.cur
+    addr, desc = describe_address(arr, idx)
+    _state.sched.yield_spin(t, (addr, desc, _plain(value)))
+
+
+def _plain(v):
+    try:
+        return v.item()
+    except AttributeError:
+        return v
+
+
+def _rmw(op):
+    def f(ary, idx, val):
+        a = raw(ary)
+        old = a[idx]
+        a[idx] = op(old, val)
+        _state.sched.stale = 0
+        return old
+    return f
+
+
+class _Atomic:
+    """``cuda.atomic``: read-modify-write; returns the old value (sequentially consistent)."""
+
+    add = staticmethod(_rmw(lambda o, v: o + v))
+    sub = staticmethod(_rmw(lambda o, v: o - v))
+    max = staticmethod(_rmw(lambda o, v: max(o, v)))
+    min = staticmethod(_rmw(lambda o, v: min(o, v)))
+    nanmax = max
+    nanmin = min
+    exch = staticmethod(_rmw(lambda o, v: v))
+    and_ = staticmethod(_rmw(lambda o, v: o & v))
+    or_ = staticmethod(_rmw(lambda o, v: o | v))
+    xor = staticmethod(_rmw(lambda o, v: o ^ v))
+    inc = staticmethod(_rmw(lambda o, v: 0 if o >= v else o + 1))
+    dec = staticmethod(_rmw(lambda o, v: v if (o == 0 or o > v) else o - 1))
+
+    @staticmethod
+    def cas(ary, idx, old, val):
+        a = raw(ary)
+        cur = a[idx]
+        if cur == old:
+            a[idx] = val
+            _state.sched.stale = 0
+        else:
+            _spin(ary, idx, cur)
+        return cur
+
+    @staticmethod
+    def compare_and_swap(ary, old, val):
+        return _Atomic.cas(ary, 0, old, val)
+
+
+def _warp_members(t, mask):
+    n = t.blk.nthreads
+    base = t.warp * 32
+    lanes = [i for i in range(32) if (mask >> i) & 1 and base + i < n]
+    return lanes
+
+
+def _warp_exchange(t, mask, value, label):
+    lanes = _warp_members(t, mask)
+    if t.lane not in lanes:
+        raise sim_error(UsageError, f"Cannot {label}: lane {t.lane} is not in mask {mask:#x}. "
+                        "Include the calling lane in the mask")
+    vals = block_sync(t, ("warp", t.warp, mask), len(lanes), label, (t.lane, value),
+                      shape=("warp", mask), members=[t.warp * 32 + i for i in lanes])
+    return dict(vals)
+
+
+class SimCuda(types.ModuleType):
+    """The simulated ``numba.cuda`` module."""
+
+    threadIdx = _ThreadIdx()
+    blockIdx = _BlockIdx()
+    blockDim = _BlockDim()
+    gridDim = _GridDim()
+    shared = _Shared()
+    local = _Local()
+    const = _Const()
+    atomic = _Atomic()
+    warpsize = 32
+
+    @property
+    def laneid(self):
+        return _thread().lane
+
+    @staticmethod
+    def grid(ndim):
+        t = _thread()
+        lau = t.launch
+        b = _idx3(t.blk)
+        g = [b[k] * lau.block[k] + (t.tx, t.ty, t.tz)[k] for k in range(3)]
+        return g[0] if ndim == 1 else tuple(g[:ndim])
+
+    @staticmethod
+    def gridsize(ndim):
+        lau = _thread().launch
+        g = [lau.grid[k] * lau.block[k] for k in range(3)]
+        return g[0] if ndim == 1 else tuple(g[:ndim])
+
+    @staticmethod
+    def syncthreads():
+        t = _thread()
+        block_sync(t, ("cta",), t.blk.nthreads, "cuda.syncthreads()", shape="cta")
+
+    @staticmethod
+    def syncthreads_count(pred):
+        t = _thread()
+        return sum(1 for v in block_sync(t, ("cta",), t.blk.nthreads, "cuda.syncthreads_count()",
+                                         bool(pred), shape="cta") if v)
+
+    @staticmethod
+    def syncthreads_and(pred):
+        t = _thread()
+        return int(all(block_sync(t, ("cta",), t.blk.nthreads, "cuda.syncthreads_and()", bool(pred),
+                                  shape="cta")))
+
+    @staticmethod
+    def syncthreads_or(pred):
+        t = _thread()
+        return int(any(block_sync(t, ("cta",), t.blk.nthreads, "cuda.syncthreads_or()", bool(pred),
+                                  shape="cta")))
+
+    @staticmethod
+    def syncwarp(mask=0xFFFFFFFF):
+        t = _thread()
+        _warp_exchange(t, mask, None, "cuda.syncwarp()")
+
+    @staticmethod
+    def shfl_sync(mask, value, src_lane):
+        t = _thread()
+        vals = _warp_exchange(t, mask, value, "cuda.shfl_sync()")
+        return vals.get(src_lane % 32, value)
+
+    @staticmethod
+    def shfl_up_sync(mask, value, delta):
+        t = _thread()
+        vals = _warp_exchange(t, mask, value, "cuda.shfl_up_sync()")
+        src = t.lane - delta
+        return vals.get(src, value) if src >= 0 else value
+
+    @staticmethod
+    def shfl_down_sync(mask, value, delta):
+        t = _thread()
+        vals = _warp_exchange(t, mask, value, "cuda.shfl_down_sync()")
+        return vals.get(t.lane + delta, value)
+
+    @staticmethod
+    def shfl_xor_sync(mask, value, lane_mask):
+        t = _thread()
+        vals = _warp_exchange(t, mask, value, "cuda.shfl_xor_sync()")
+        return vals.get(t.lane ^ lane_mask, value)
+
+    @staticmethod
+    def ballot_sync(mask, pred):
+        t = _thread()
+        vals = _warp_exchange(t, mask, bool(pred), "cuda.ballot_sync()")
+        return sum(1 << lane for lane, v in vals.items() if v)
+
+    @staticmethod
+    def all_sync(mask, pred):
+        return int(all(_warp_exchange(_thread(), mask, bool(pred), "cuda.all_sync()").values()))
+
+    @staticmethod
+    def any_sync(mask, pred):
+        return int(any(_warp_exchange(_thread(), mask, bool(pred), "cuda.any_sync()").values()))
+
+    @staticmethod
+    def activemask():
+        t = _thread()
+        return sum(1 << i for i in _warp_members(t, 0xFFFFFFFF))
+
+    @staticmethod
+    def threadfence():
+        """Sequentially consistent memory: a no-op."""
+
+    threadfence_block = threadfence
+    threadfence_system = threadfence
+
+    def __getattr__(self, name):
+        v = getattr(_nb_cuda, name)
+        if isinstance(v, (_nb_types.Type, types.ModuleType, type)) or not callable(v):
+            return v
+
+        def unsupported(*a, **k):
+            raise sim_error(UnsupportedFeatureError, (
+                f"Cannot run numba.cuda.{name}: it is not modelled by the simulator yet. "
+                "Avoid it in simulated kernels, or add it to flowdsl/sim/cudashim.py"))
+        return unsupported
+
+
+cuda = SimCuda("numba.cuda (flowdsl.sim)")
+
+_REPLACE = {}
+for _n in ("threadIdx", "blockIdx", "blockDim", "gridDim", "shared", "local", "const", "atomic", "grid",
+           "gridsize", "syncthreads", "syncthreads_count", "syncthreads_and", "syncthreads_or", "syncwarp",
+           "shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync", "ballot_sync", "all_sync",
+           "any_sync", "activemask", "threadfence", "threadfence_block", "threadfence_system"):
+    _REPLACE[id(getattr(_nb_cuda, _n))] = getattr(cuda, _n)
+_REPLACE[id(_nb_cuda)] = cuda
+
+
+def _is_device_function(v):
+    pf = getattr(v, "py_func", None)
+    return pf is not None and isinstance(pf, types.FunctionType)
+
+
+def simulate_function(fn, cache):
+    """``fn`` rebuilt with simulated globals (device functions it calls are rebuilt too).
+
+    Args:
+        fn: The user's Python function (a kernel's or device function's ``py_func``).
+        cache: Dict reused across calls of one simulation.
+    """
+    key = id(fn.__code__), id(fn.__globals__)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    g = dict(fn.__globals__)
+    new = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    cache[key] = new
+    names = _all_names(fn.__code__)
+    for k in names:
+        if k not in g:
+            continue
+        v = g[k]
+        r = _REPLACE.get(id(v))
+        if r is not None:
+            g[k] = r
+        elif _is_device_function(v) and not getattr(v, "__flowdsl_primitive__", None):
+            g[k] = simulate_function(v.py_func, cache)
+    return new
+
+
+def _all_names(code):
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _all_names(c)
+    return names

@@ -1,0 +1,57 @@
+"""Errors raised by the CPU simulator.
+
+Contents: :class:`SimulationError` (base), :class:`UnsupportedFeatureError`,
+:class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`,
+:class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
+:class:`UsageError`.
+
+Every message reads "Cannot {operation}: {reason}. {fix}" and, when raised
+inside a simulation, names the rank (block, thread) and the seed that replays it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
+    "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
+]
+
+
+class SimulationError(RuntimeError):
+    """Base class of every problem the simulator detects in a simulated program.
+
+    Attributes:
+        seed: The scheduler seed of the run (``None`` outside a run).
+        rank: The simulated rank that hit the problem, when there is one.
+    """
+
+    seed: int | None = None
+    rank: int | None = None
+
+
+class UnsupportedFeatureError(SimulationError, NotImplementedError):
+    """A primitive or ``numba.cuda`` feature the simulator does not model."""
+
+
+class DeadlockError(SimulationError):
+    """Every remaining simulated thread (and host rank) waits; nothing can release them."""
+
+
+class LivelockError(DeadlockError):
+    """Threads keep spinning (``flowdsl.mem`` loads/atomics) without any progress."""
+
+
+class WindowAccessError(SimulationError, IndexError):
+    """A view or an element access past the end (or before the start) of a window or view."""
+
+
+class BarrierIndexError(SimulationError, IndexError):
+    """An LSA barrier index outside ``0 .. lsa_barrier_count-1``, or a barrier misuse."""
+
+
+class CollectiveMismatchError(SimulationError):
+    """Ranks called different host collectives at the same position (e.g. register vs barrier)."""
+
+
+class UsageError(SimulationError, TypeError):
+    """A simulated object was used in a way the real runtime rejects."""

@@ -1,0 +1,274 @@
+"""Simulated memory: symmetric buffers, windows, checked window views, poison.
+
+Contents: :func:`as_dtype` (numpy/numba dtype → numpy dtype), :func:`poisoned`
+(a poison-filled array), :class:`SymBuffer` (numpy array with CuPy's
+``set``/``get``), :class:`WindowGroup` (one registration, every rank's memory),
+:class:`Window` (one rank's handle), :class:`WindowView` (a bounds-checked
+1-D view of a window), :func:`raw` (the numpy array behind a view),
+:func:`describe_address` (a deterministic name for an element, for reports).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _state
+from .errors import UsageError, WindowAccessError
+from .scheduler import sim_error
+
+__all__ = [
+    "as_dtype", "poisoned", "SymBuffer", "WindowGroup", "Window", "WindowView", "raw",
+    "describe_address",
+]
+
+
+def as_dtype(dtype) -> np.dtype:
+    """A numpy dtype from a numpy dtype, a Python/numpy type or a numba scalar type."""
+    if isinstance(dtype, np.dtype):
+        return dtype
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        from numba.np.numpy_support import as_dtype as nb_as_dtype
+        return nb_as_dtype(dtype)
+
+
+def poison_value(dtype: np.dtype):
+    """NaN for floating types, all-``0xA5`` bytes otherwise."""
+    if dtype.kind in "fc":
+        return np.nan
+    return np.frombuffer(b"\xa5" * dtype.itemsize, dtype=dtype)[0] if dtype.kind in "iub" else 0
+
+
+def poisoned(shape, dtype, cls=np.ndarray):
+    """A new C-contiguous array filled with :func:`poison_value`."""
+    dt = as_dtype(dtype)
+    a = np.empty(shape, dt)
+    if dt.kind in "fc":
+        a.fill(np.nan)
+    else:
+        a.view(np.uint8).fill(0xA5)
+    return a if cls is np.ndarray else a.view(cls)
+
+
+class SymBuffer(np.ndarray):
+    """A rank's symmetric buffer: a numpy array plus CuPy's ``set``/``get``.
+
+    ``set`` and ``get`` first wait for the rank's queued kernels, as CuPy's do
+    on the current stream.
+    """
+
+    __flowdsl_sim__ = True
+
+    def __array_finalize__(self, obj):
+        self._sim_comm = getattr(obj, "_sim_comm", None)
+
+    def _sync(self):
+        comm = self._sim_comm
+        if comm is not None and _state.sched is not None:
+            comm.synchronize()
+
+    def set(self, arr, stream=None):
+        """Copy host array ``arr`` (same number of elements) into the buffer."""
+        arr = np.asarray(arr)
+        if arr.size != self.size:
+            raise UsageError(
+                f"Cannot set buffer of shape {self.shape}: the source has shape {arr.shape}. "
+                "Pass an array with the same number of elements.")
+        self._sync()
+        np.copyto(self.view(np.ndarray), arr.reshape(self.shape), casting="unsafe")
+
+    def get(self, stream=None, out=None):
+        """A numpy copy of the buffer (after the rank's queued kernels finished)."""
+        self._sync()
+        if out is not None:
+            np.copyto(out, self.view(np.ndarray))
+            return out
+        return np.array(self.view(np.ndarray), copy=True)
+
+    def copy_to_host(self):
+        """Alias of :meth:`get` (numba device-array spelling)."""
+        return self.get()
+
+
+class WindowGroup:
+    """One collective registration: every rank's buffer, as flat bytes."""
+
+    def __init__(self, wid, bufs, dtype):
+        self.wid = wid
+        self.bytes = [np.ascontiguousarray(b).view(np.ndarray).reshape(-1).view(np.uint8) for b in bufs]
+        for b, flat in zip(bufs, self.bytes):
+            if not np.shares_memory(b, flat):
+                raise UsageError(
+                    "Cannot register a buffer: it is not contiguous. Register a buffer from comm.alloc().")
+        self.nbytes = self.bytes[0].size
+        self.dtype = dtype
+        self.closed = False
+
+    def name(self) -> str:
+        return f"window #{self.wid}"
+
+
+class Window:
+    """A rank's handle on a registered window (what kernels receive)."""
+
+    __flowdsl_sim__ = True
+
+    def __init__(self, group: WindowGroup, rank: int, comm):
+        self.group, self.rank, self.comm = group, rank, comm
+        self.closed = False
+
+    @property
+    def dtype(self):
+        return self.group.dtype
+
+    @property
+    def nbytes(self):
+        return self.group.nbytes
+
+    def close(self):
+        """Deregister (idempotent)."""
+        self.closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return f"<sim Window #{self.group.wid} rank {self.rank} {self.group.nbytes} bytes>"
+
+    def view(self, world_rank, start, count, dtype, op):
+        """A :class:`WindowView` of ``world_rank``'s memory; bounds-checked."""
+        if self.closed:
+            raise sim_error(UsageError, f"Cannot {op} {self.group.name()}: it was closed. "
+                            "Keep the window open (inside its `with`) while kernels use it")
+        dt = self.group.dtype if dtype is None else as_dtype(dtype)
+        isz = dt.itemsize
+        total = self.group.nbytes // isz
+        start = int(start)
+        count = total - start if count is None or count == -1 else int(count)
+        if start < 0 or count < 0 or start + count > total:
+            raise sim_error(WindowAccessError, (
+                f"Cannot {op} of {self.group.name()} on rank {world_rank}: elements "
+                f"{start}..{start + count - 1} ({dt.name}, byte offset {start * isz}, {count * isz} bytes) "
+                f"lie outside the window of {total} elements ({self.group.nbytes} bytes). "
+                "Check the start/count arithmetic"))
+        arr = self.group.bytes[world_rank][start * isz:(start + count) * isz].view(dt)
+        return WindowView(arr, self.group, world_rank, start)
+
+
+class WindowView:
+    """A bounds-checked 1-D view of one rank's window memory.
+
+    Indexing with an integer outside ``0 .. len-1`` raises
+    :class:`WindowAccessError` naming the rank, block, thread, window, offset
+    and size. Slices give smaller views; ``np.asarray(view)`` gives the
+    underlying numpy array.
+    """
+
+    __slots__ = ("_a", "_n", "group", "wrank", "start")
+    __flowdsl_sim__ = True
+
+    def __init__(self, arr, group, wrank, start):
+        self._a = arr
+        self._n = arr.shape[0]
+        self.group = group
+        self.wrank = wrank
+        self.start = start
+
+    def __len__(self):
+        return self._n
+
+    @property
+    def shape(self):
+        return (self._n,)
+
+    @property
+    def size(self):
+        return self._n
+
+    @property
+    def dtype(self):
+        return self._a.dtype
+
+    def __array__(self, dtype=None, copy=None):
+        return self._a if dtype is None else self._a.astype(dtype)
+
+    def __iter__(self):
+        return iter(self._a)
+
+    def __repr__(self):
+        return (f"<sim WindowView {self.group.name()} rank {self.wrank} elements "
+                f"{self.start}..{self.start + self._n - 1} {self._a.dtype}>")
+
+    def _oob(self, i, op):
+        dt = self._a.dtype
+        total = self.group.nbytes // dt.itemsize
+        off = self.start + int(i)
+        raise sim_error(WindowAccessError, (
+            f"Cannot {op} element {int(i)} of a view of {self.group.name()} on rank {self.wrank}: "
+            f"the view has {self._n} elements (window elements {self.start}..{self.start + self._n - 1}), "
+            f"so the access is at window element {off} (byte offset {off * dt.itemsize}) of a window of "
+            f"{total} {dt.name} elements ({self.group.nbytes} bytes). "
+            "Check the index and the loop bound against the view's length"))
+
+    def _index(self, i, op):
+        if type(i) is int or isinstance(i, (np.integer,)):
+            if 0 <= i < self._n:
+                return i
+            self._oob(i, op)
+        if isinstance(i, tuple) and len(i) == 1:
+            return self._index(i[0], op)
+        raise sim_error(UsageError, f"Cannot {op} a window view with index {i!r}: views are 1-D. "
+                        "Index with one integer")
+
+    def __getitem__(self, i):
+        if type(i) is int and 0 <= i < self._n:
+            return self._a[i]
+        if isinstance(i, slice):
+            s, e, st = i.indices(self._n)
+            if st != 1:
+                return self._a[i]
+            return WindowView(self._a[s:e], self.group, self.wrank, self.start + s)
+        return self._a[self._index(i, "read")]
+
+    def __setitem__(self, i, v):
+        if type(i) is int and 0 <= i < self._n:
+            self._a[i] = v
+            return
+        if isinstance(i, slice):
+            self._a[i] = v
+            return
+        self._a[self._index(i, "write")] = v
+
+
+def raw(arr):
+    """``(numpy array, checked index function)`` behind ``arr`` (a view or an ndarray)."""
+    if isinstance(arr, WindowView):
+        return arr._a
+    if isinstance(arr, np.ndarray):
+        return arr
+    raise sim_error(UsageError, f"Cannot access {type(arr).__name__} as device memory: it is not an array. "
+                    "Pass a window view, a shared/local array or a buffer")
+
+
+def describe_address(arr, index) -> tuple:
+    """``(address key, description)`` of element ``index`` of ``arr`` (deterministic text)."""
+    if isinstance(arr, WindowView):
+        a = arr._a
+        i = index if not isinstance(index, tuple) else index[0]
+        off = arr.start + int(i)
+        return ((a.__array_interface__["data"][0] + int(i) * a.itemsize),
+                f"{arr.group.name()} of rank {arr.wrank}, element {off} ({a.dtype.name})")
+    a = arr
+    try:
+        flat = int(np.ravel_multi_index(index if isinstance(index, tuple) else (index,), a.shape))
+    except Exception:
+        flat = 0
+    addr = a.__array_interface__["data"][0] + flat * a.itemsize
+    sched = _state.sched
+    name = sched.world.name_of(addr) if sched is not None and sched.world is not None else None
+    return addr, f"{name or 'array'} element {index}"

@@ -1,0 +1,459 @@
+"""Seeded cooperative scheduler: simulated threads and host ranks as greenlets.
+
+Every simulated GPU thread and every rank's host ``main`` is a greenlet. A task
+runs until it reaches a synchronisation point (block barrier, LSA barrier wait,
+host collective) or a spin point (``flowdsl.mem`` loads and atomics), then
+hands control back to the scheduler, which picks the next runnable task with a
+``random.Random(seed)``. The same seed therefore replays the same interleaving.
+
+When no task is runnable but some wait, the scheduler raises a
+:class:`~flowdsl.sim.errors.DeadlockError` that says who waits on what and who
+was expected to release it; spinning without progress for a bounded number of
+rounds raises a :class:`~flowdsl.sim.errors.LivelockError`.
+
+Contents: :class:`Scheduler`, :class:`Task`, :class:`HostTask`,
+:class:`KernelThread`, :class:`Block`, :class:`Launch`, :class:`GroupBarrier`,
+:class:`Cond`, :class:`Wait`, :func:`where`, :func:`fmt_ids`, :func:`sim_error`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import greenlet
+
+from . import _state
+from .errors import DeadlockError, LivelockError, SimulationError
+
+__all__ = [
+    "Scheduler", "Task", "HostTask", "KernelThread", "Block", "Launch",
+    "GroupBarrier", "Cond", "Wait", "where", "fmt_ids", "sim_error",
+]
+
+_SIM_DIR = os.path.dirname(os.path.abspath(__file__))
+_STUBS_FILE = os.path.join(os.path.dirname(_SIM_DIR), "_stubs.py")
+
+
+def where(task) -> str:
+    """``file:line (function)`` of the user code where ``task`` is suspended."""
+    gl = task.gl
+    f = gl.gr_frame if gl is not None else None
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_SIM_DIR) and fn != _STUBS_FILE and "greenlet" not in fn:
+            return f"{os.path.basename(fn)}:{f.f_lineno} ({f.f_code.co_name})"
+        f = f.f_back
+    return "?"
+
+
+def fmt_ids(ids) -> str:
+    """Compact sorted ranges: ``[0,1,2,5]`` -> ``"0-2, 5"``."""
+    ids = sorted(ids)
+    out, i = [], 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+class Task:
+    """A schedulable greenlet. ``waiting`` is the wait record while blocked."""
+
+    __slots__ = ("gl", "waiting", "done", "last_spin", "rank", "box")
+
+    def __init__(self, rank):
+        self.gl = None
+        self.box = None
+        self.waiting = None
+        self.done = False
+        self.last_spin = None
+        self.rank = rank
+
+
+class HostTask(Task):
+    """A simulated rank's host program, ``main(comm)``."""
+
+    __slots__ = ("result", "comm", "state")
+
+    def name(self) -> str:
+        return f"rank {self.rank} (host)"
+
+
+class Launch:
+    """One kernel launch on one rank: grid, block shape, blocks, bookkeeping."""
+
+    def __init__(self, rank, fn, name, grid, block, args, seq):
+        self.rank, self.fn, self.name = rank, fn, name
+        self.grid, self.block, self.args, self.seq = grid, block, args, seq
+        self.blocks = []
+        self.remaining = 0
+        self.started = False
+        self.finished = False
+        self.one_d = grid[1] == grid[2] == block[1] == block[2] == 1
+
+
+class Block:
+    """A CTA: its threads, shared arrays and block-level barriers."""
+
+    __slots__ = ("launch", "idx", "lin", "threads", "shared", "barriers", "nthreads")
+
+    def __init__(self, launch, idx, lin, nthreads):
+        self.launch, self.idx, self.lin, self.nthreads = launch, idx, lin, nthreads
+        self.threads = []
+        self.shared = []
+        self.barriers = {}
+
+    def name(self) -> str:
+        return f"block {self.idx[0]}" if self.launch.one_d else f"block {self.idx}"
+
+
+class KernelThread(Task):
+    """One simulated CUDA thread."""
+
+    __slots__ = ("blk", "tx", "ty", "tz", "lin", "nshared", "launch")
+
+    def name(self) -> str:
+        t = self.lin if self.launch.one_d else (self.tx, self.ty, self.tz)
+        return f"rank {self.rank} {self.blk.name()} thread {t}"
+
+    @property
+    def warp(self) -> int:
+        return self.lin >> 5
+
+    @property
+    def lane(self) -> int:
+        return self.lin & 31
+
+
+class Cond:
+    """Something tasks wait on with a predicate; :meth:`notify` re-checks them."""
+
+    __slots__ = ("waiters",)
+
+    def __init__(self):
+        self.waiters = []
+
+    def notify(self, sched):
+        if self.waiters:
+            ws, self.waiters = self.waiters, []
+            for w in ws:
+                sched.wake(w)
+
+
+class GroupBarrier:
+    """``n`` tasks meet; each gets the list of values the generation collected.
+
+    Attributes:
+        expected: Number of tasks that complete a generation.
+        shape: What the barrier was opened with (to detect mismatched users).
+    """
+
+    __slots__ = ("expected", "arrived", "values", "shape", "label")
+
+    def __init__(self, expected, shape=None, label=""):
+        self.expected = expected
+        self.arrived = []
+        self.values = []
+        self.shape = shape
+        self.label = label
+
+    def arrive(self, sched, task, wait, value=None):
+        """Arrive with ``value``; block until ``expected`` tasks arrived; return all values."""
+        self.arrived.append(task)
+        vals = self.values
+        vals.append(value)
+        if len(self.arrived) == self.expected:
+            others = self.arrived
+            self.arrived, self.values = [], []
+            for o in others:
+                if o is not task:
+                    o.box = vals
+                    sched.wake(o)
+            return vals
+        sched.block(task, wait)
+        return task.box
+
+
+class Scheduler:
+    """Runs tasks cooperatively in a seeded random order.
+
+    Args:
+        seed: Seed of the interleaving.
+        livelock_rounds: Spin steps without progress, per live task, before a livelock report.
+        max_steps: Hard cap on scheduler steps (``None``: unlimited).
+    """
+
+    def __init__(self, seed=0, livelock_rounds=200, max_steps=None):
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.runnable = []
+        self.tasks = []
+        self.live = 0
+        self.steps = 0
+        self.stale = 0
+        self.livelock_rounds = livelock_rounds
+        self.max_steps = max_steps
+        self.failure = None
+        self.gl = None
+        self.world = None
+        self.last_writer = {}
+
+    # ---- task life cycle -------------------------------------------------
+    def add(self, task, run):
+        task.gl = greenlet.greenlet(run, self.gl) if self.gl is not None else greenlet.greenlet(run)
+        self.tasks.append(task)
+        self.live += 1
+        self.runnable.append(task)
+
+    def finish(self, task):
+        task.done = True
+        self.live -= 1
+        self.stale = 0
+
+    def wake(self, task):
+        task.waiting = None
+        self.stale = 0
+        self.runnable.append(task)
+
+    def block(self, task, wait):
+        """Suspend ``task`` (which must be running) until someone wakes it."""
+        task.waiting = wait
+        self.gl.switch()
+
+    def yield_spin(self, task, key):
+        """A spin point: stay runnable, let others run; ``key`` identifies what was read."""
+        if key == task.last_spin:
+            self.stale += 1
+            if self.stale > self.livelock_rounds * max(self.live, 1):
+                raise self._livelock_error(task)
+        else:
+            self.stale = 0
+        task.last_spin = key
+        self.runnable.append(task)
+        self.gl.switch()
+
+    def fail(self, task, exc):
+        if self.failure is None:
+            self.failure = (task, exc)
+
+    # ---- main loop -------------------------------------------------------
+    def run(self):
+        self.gl = greenlet.getcurrent()
+        for t in self.tasks:
+            t.gl.parent = self.gl
+        rn = self.runnable
+        rr = self.rng.random
+        max_steps = self.max_steps
+        while True:
+            n = len(rn)
+            if n == 0:
+                if self.live == 0:
+                    return
+                raise self._deadlock_error()
+            i = int(rr() * n)
+            t = rn[i]
+            rn[i] = rn[-1]
+            rn.pop()
+            _state.cur = t
+            self.steps += 1
+            t.gl.switch()
+            _state.cur = None
+            if self.failure is not None:
+                task, exc = self.failure
+                raise exc
+            if max_steps is not None and self.steps > max_steps:
+                raise LivelockError(
+                    f"Cannot finish the simulation: it ran past max_steps={max_steps} scheduler steps "
+                    f"(seed={self.seed}). Look for a loop that never ends, or raise max_steps.")
+
+    # ---- reports ---------------------------------------------------------
+    def seed_line(self) -> str:
+        return (f"seed={self.seed}: rerun with the same seed "
+                f"(flowdsl.sim.spawn(..., seed={self.seed})) to replay this interleaving")
+
+    def rank_summary(self, rank) -> str:
+        """Where rank ``rank`` is: host state and its kernels' threads."""
+        parts = []
+        for t in self.tasks:
+            if isinstance(t, HostTask) and t.rank == rank:
+                if t.done:
+                    parts.append("host returned from main")
+                elif t.waiting is not None:
+                    parts.append(f"host waits in {t.waiting.short()} at {where(t)}")
+                else:
+                    parts.append("host is runnable")
+        w = self.world
+        if w is not None:
+            for lau in w.launches[rank]:
+                if lau.finished:
+                    parts.append(f"kernel {lau.name!r} (launch #{lau.seq}) finished")
+                elif not lau.started:
+                    parts.append(f"kernel {lau.name!r} (launch #{lau.seq}) queued, not started")
+                else:
+                    groups = {}
+                    ndone = 0
+                    for b in lau.blocks:
+                        for th in b.threads:
+                            if th.done:
+                                ndone += 1
+                            elif th.waiting is not None:
+                                k = (th.waiting.short(), where(th))
+                                groups.setdefault(k, []).append((b.lin, th.lin))
+                    desc = [f"{ndone} threads finished"]
+                    for (s, loc), members in sorted(groups.items()):
+                        blocks = sorted({m[0] for m in members})
+                        desc.append(f"{len(members)} threads of blocks {fmt_ids(blocks)} wait in {s} at {loc}")
+                    parts.append(f"kernel {lau.name!r} (launch #{lau.seq}): " + "; ".join(desc))
+        return "; ".join(parts) if parts else "nothing running"
+
+    def _waiting_report(self):
+        groups = {}
+        order = []
+        for t in self.tasks:
+            if t.done or t.waiting is None:
+                continue
+            if isinstance(t, HostTask):
+                key = ("host", t.rank, t.waiting.short(), where(t))
+                label = f"rank {t.rank} host"
+                ident = None
+            else:
+                key = ("kern", t.rank, t.launch.seq, t.blk.lin, t.waiting.short(), where(t))
+                label = f"rank {t.rank} kernel {t.launch.name!r} {t.blk.name()}"
+                ident = t.lin
+            if key not in groups:
+                groups[key] = (label, t, [])
+                order.append(key)
+            if ident is not None:
+                groups[key][2].append(ident)
+        lines = []
+        for key in order:
+            label, t, ids = groups[key]
+            who = f"{label} threads {fmt_ids(ids)}" if ids else label
+            lines.append(f"  - {who} wait in {t.waiting.short()} at {key[-1]}")
+            detail = t.waiting.detail(self)
+            if detail:
+                lines.extend("      " + d for d in detail.splitlines())
+        return "\n".join(lines)
+
+    def _deadlock_error(self):
+        msg = (f"Cannot finish the simulation: deadlock: every remaining task waits and nothing can "
+               f"release them ({self.seed_line()}).\nWaiting:\n{self._waiting_report()}\n"
+               "Fix the synchronisation so that every wait is matched by an arrival "
+               "(same barrier index, same coop, on every LSA rank).")
+        e = DeadlockError(msg)
+        e.seed = self.seed
+        return e
+
+    def _livelock_error(self, task):
+        spinners = []
+        for t in self.tasks:
+            if not t.done and t.waiting is None and isinstance(t.last_spin, tuple):
+                spinners.append(t)
+        lines = []
+        seen = set()
+        for t in spinners[:16]:
+            addr_desc, value, addr = t.last_spin[1], t.last_spin[2], t.last_spin[0]
+            k = (addr_desc, value)
+            if k in seen:
+                continue
+            seen.add(k)
+            lw = self.last_writer.get(addr)
+            wr = (f"last written by {lw[0]} (value {lw[1]!r})" if lw else
+                  "never written by a flowdsl.mem store/atomic in this run")
+            lines.append(f"  - {t.name()} spins at {where(t)} reading {addr_desc} == {value!r}; {wr}")
+        waiting = self._waiting_report()
+        msg = (f"Cannot finish the simulation: livelock: threads spin for "
+               f"{self.livelock_rounds} rounds without any progress ({self.seed_line()}).\n"
+               f"Spinning:\n" + "\n".join(lines) +
+               (f"\nWaiting:\n{waiting}" if waiting else "") +
+               "\nMake sure some thread stores the value the spin loop waits for "
+               "(with flowdsl.mem.store_release or an atomic).")
+        e = LivelockError(msg)
+        e.seed = self.seed
+        e.rank = task.rank
+        return e
+
+
+class Wait:
+    """Why a task is blocked: a short label and a detail callback for reports.
+
+    Args:
+        short: E.g. ``"coop.sync(cta)"``.
+        detail: ``detail(sched) -> str`` explaining who should release the wait.
+    """
+
+    __slots__ = ("_short", "_detail")
+
+    def __init__(self, short, detail=None):
+        self._short = short
+        self._detail = detail
+
+    def short(self) -> str:
+        return self._short
+
+    def detail(self, sched) -> str:
+        return self._detail(sched) if self._detail is not None else ""
+
+
+class SimError:
+    """Namespace helper: build a :class:`SimulationError` subclass naming the current task."""
+
+    @staticmethod
+    def make(cls, text):
+        t = _state.cur
+        s = _state.sched
+        who = f" [{t.name()}]" if t is not None else ""
+        seed = f" (seed={s.seed})" if s is not None else ""
+        e = cls(text + who + seed)
+        e.seed = s.seed if s is not None else None
+        e.rank = t.rank if t is not None else None
+        return e
+
+
+def sim_error(cls, text) -> SimulationError:
+    """An exception of class ``cls`` whose message names the running task and the seed."""
+    return SimError.make(cls, text)
+
+
+def block_sync(t, key, expected, label, value=None, shape=None, members=None):
+    """Barrier of ``expected`` threads of ``t``'s block named ``key``; returns all values.
+
+    Args:
+        t: The calling :class:`KernelThread`.
+        key: Names the hardware barrier (e.g. ``("cta",)``, ``("warp", 3, mask)``).
+        expected: Threads that complete it.
+        label: For reports, e.g. ``"coop.sync(cta)"``.
+        value: This thread's contribution (for reductions/shuffles).
+        shape: What the caller expects the barrier to be; a different shape
+            while threads wait is reported as a misuse.
+        members: Linear thread ids expected (for the report of who is missing).
+    """
+    blk = t.blk
+    b = blk.barriers.get(key)
+    if b is None:
+        b = blk.barriers[key] = GroupBarrier(expected, shape, label)
+    elif b.arrived and (b.shape != shape or b.expected != expected):
+        raise sim_error(DeadlockError, (
+            f"Cannot {label}: the block's barrier {key!r} is in use by {b.label} with "
+            f"{b.expected} threads ({b.shape}) while this thread arrives with {expected} threads ({shape}). "
+            "Use distinct barrier ids, or the same coop shape on all threads"))
+    else:
+        b.expected, b.shape, b.label = expected, shape, label
+
+    def detail(s, b=b, blk=blk, members=members):
+        arrived = {x.lin for x in b.arrived}
+        ids = members if members is not None else range(blk.nthreads)
+        missing = [i for i in ids if i not in arrived]
+        groups = {}
+        for i in missing:
+            th = blk.threads[i]
+            st = "finished (exited the kernel)" if th.done else (
+                f"waits in {th.waiting.short()} at {where(th)}" if th.waiting is not None else "is runnable")
+            groups.setdefault(st, []).append(i)
+        return "\n".join(f"threads {fmt_ids(v)} of the block have not arrived: {k}"
+                         for k, v in sorted(groups.items()))
+    return b.arrive(_state.sched, t, Wait(label, detail), value)
