@@ -63,10 +63,11 @@ def fmt_ids(ids) -> str:
 class Task:
     """A schedulable greenlet. ``waiting`` is the wait record while blocked."""
 
-    __slots__ = ("gl", "waiting", "done", "last_spin", "rank", "box")
+    __slots__ = ("gl", "waiting", "done", "last_spin", "rank", "box", "run")
 
     def __init__(self, rank):
         self.gl = None
+        self.run = None
         self.box = None
         self.waiting = None
         self.done = False
@@ -198,13 +199,14 @@ class Scheduler:
         self.livelock_rounds = livelock_rounds
         self.max_steps = max_steps
         self.failure = None
+        self.next = None
         self.gl = None
         self.world = None
         self.last_writer = {}
 
     # ---- task life cycle -------------------------------------------------
     def add(self, task, run):
-        task.gl = greenlet.greenlet(run, self.gl) if self.gl is not None else greenlet.greenlet(run)
+        task.run = run  # the greenlet is made when the task first runs
         self.tasks.append(task)
         self.live += 1
         self.runnable.append(task)
@@ -222,7 +224,35 @@ class Scheduler:
     def block(self, task, wait):
         """Suspend ``task`` (which must be running) until someone wakes it."""
         task.waiting = wait
-        self.gl.switch()
+        self.switch_away(task)
+
+    def switch_away(self, me):
+        """Run the next task chosen by the seeded RNG (directly, without the scheduler loop).
+
+        Falls back to the scheduler greenlet when nothing is runnable, a
+        failure is pending, or the step cap is reached; returns when ``me``
+        is resumed.
+        """
+        rn = self.runnable
+        n = len(rn)
+        if n == 0 or self.failure is not None or (self.max_steps is not None and self.steps >= self.max_steps):
+            self.gl.switch()
+            return
+        i = int(self.rr() * n)
+        t = rn[i]
+        rn[i] = rn[-1]
+        rn.pop()
+        self.steps += 1
+        _state.cur = t
+        if t is me:
+            return
+        gl = t.gl
+        if gl is None:
+            # Start new greenlets from the scheduler's own (shallow) stack.
+            self.next = t
+            self.gl.switch()
+            return
+        gl.switch()
 
     def yield_spin(self, task, key):
         """A spin point: stay runnable, let others run; ``key`` identifies what was read."""
@@ -234,7 +264,7 @@ class Scheduler:
             self.stale = 0
         task.last_spin = key
         self.runnable.append(task)
-        self.gl.switch()
+        self.switch_away(task)
 
     def fail(self, task, exc):
         if self.failure is None:
@@ -243,24 +273,29 @@ class Scheduler:
     # ---- main loop -------------------------------------------------------
     def run(self):
         self.gl = greenlet.getcurrent()
-        for t in self.tasks:
-            t.gl.parent = self.gl
         rn = self.runnable
-        rr = self.rng.random
+        rr = self.rr = self.rng.random
         max_steps = self.max_steps
         while True:
-            n = len(rn)
-            if n == 0:
-                if self.live == 0:
-                    return
-                raise self._deadlock_error()
-            i = int(rr() * n)
-            t = rn[i]
-            rn[i] = rn[-1]
-            rn.pop()
+            t = self.next
+            if t is not None:
+                self.next = None
+            else:
+                n = len(rn)
+                if n == 0:
+                    if self.live == 0:
+                        return
+                    raise self._deadlock_error()
+                i = int(rr() * n)
+                t = rn[i]
+                rn[i] = rn[-1]
+                rn.pop()
+                self.steps += 1
             _state.cur = t
-            self.steps += 1
-            t.gl.switch()
+            gl = t.gl
+            if gl is None:
+                gl = t.gl = greenlet.greenlet(t.run, self.gl)
+            gl.switch()
             _state.cur = None
             if self.failure is not None:
                 task, exc = self.failure
@@ -419,6 +454,33 @@ def sim_error(cls, text) -> SimulationError:
     return SimError.make(cls, text)
 
 
+class _BlockWait:
+    """Wait record of a thread blocked in a block-level barrier (built only when blocking)."""
+
+    __slots__ = ("b", "label", "members", "blk")
+
+    def __init__(self, b, label, members, blk):
+        self.b, self.label, self.members, self.blk = b, label, members, blk
+
+    def short(self) -> str:
+        return self.label
+
+    def detail(self, sched) -> str:
+        b, blk = self.b, self.blk
+        arrived = {x.lin for x in b.arrived}
+        ids = self.members if self.members is not None else range(blk.nthreads)
+        groups = {}
+        for i in ids:
+            if i in arrived:
+                continue
+            th = blk.threads[i]
+            st = "finished (exited the kernel)" if th.done else (
+                f"waits in {th.waiting.short()} at {where(th)}" if th.waiting is not None else "is runnable")
+            groups.setdefault(st, []).append(i)
+        return "\n".join(f"threads {fmt_ids(v)} of the block have not arrived: {k}"
+                         for k, v in sorted(groups.items()))
+
+
 def block_sync(t, key, expected, label, value=None, shape=None, members=None):
     """Barrier of ``expected`` threads of ``t``'s block named ``key``; returns all values.
 
@@ -436,24 +498,29 @@ def block_sync(t, key, expected, label, value=None, shape=None, members=None):
     b = blk.barriers.get(key)
     if b is None:
         b = blk.barriers[key] = GroupBarrier(expected, shape, label)
-    elif b.arrived and (b.shape != shape or b.expected != expected):
-        raise sim_error(DeadlockError, (
-            f"Cannot {label}: the block's barrier {key!r} is in use by {b.label} with "
-            f"{b.expected} threads ({b.shape}) while this thread arrives with {expected} threads ({shape}). "
-            "Use distinct barrier ids, or the same coop shape on all threads"))
+    elif b.arrived:
+        if b.shape != shape or b.expected != expected:
+            raise sim_error(DeadlockError, (
+                f"Cannot {label}: the block's barrier {key!r} is in use by {b.label} with "
+                f"{b.expected} threads ({b.shape}) while this thread arrives with {expected} threads "
+                f"({shape}). Use distinct barrier ids, or the same coop shape on all threads"))
     else:
         b.expected, b.shape, b.label = expected, shape, label
-
-    def detail(s, b=b, blk=blk, members=members):
-        arrived = {x.lin for x in b.arrived}
-        ids = members if members is not None else range(blk.nthreads)
-        missing = [i for i in ids if i not in arrived]
-        groups = {}
-        for i in missing:
-            th = blk.threads[i]
-            st = "finished (exited the kernel)" if th.done else (
-                f"waits in {th.waiting.short()} at {where(th)}" if th.waiting is not None else "is runnable")
-            groups.setdefault(st, []).append(i)
-        return "\n".join(f"threads {fmt_ids(v)} of the block have not arrived: {k}"
-                         for k, v in sorted(groups.items()))
-    return b.arrive(_state.sched, t, Wait(label, detail), value)
+    arrived = b.arrived
+    arrived.append(t)
+    vals = b.values
+    vals.append(value)
+    sched = _state.sched
+    if len(arrived) == expected:
+        b.arrived, b.values = [], []
+        rn = sched.runnable
+        for o in arrived:
+            if o is not t:
+                o.box = vals
+                o.waiting = None
+                rn.append(o)
+        sched.stale = 0
+        return vals
+    t.waiting = _BlockWait(b, label, members, blk)
+    sched.switch_away(t)
+    return t.box

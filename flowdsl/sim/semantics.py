@@ -72,11 +72,13 @@ class Coop:
         members: Linear thread ids of the members (for reports).
     """
 
-    __slots__ = ("kind", "key", "nthreads", "trank", "members", "label")
+    __slots__ = ("kind", "key", "nthreads", "trank", "members", "label", "shape", "synclabel")
 
     def __init__(self, kind, key, nthreads, trank, members, label):
         self.kind, self.key, self.nthreads, self.trank = kind, key, nthreads, trank
         self.members, self.label = members, label
+        self.shape = "cta" if key == ("cta",) else (key, nthreads)
+        self.synclabel = f"coop.sync({label})"
 
     def sync(self):
         return SEMANTICS["flowdsl.coop.sync"](self)
@@ -151,9 +153,7 @@ def _coop_sync(coop):
     t = _cur()
     if coop.key is None:
         return None
-    block_sync(t, coop.key, coop.nthreads, f"coop.sync({coop.label})",
-               shape="cta" if coop.key == ("cta",) else (coop.key, coop.nthreads), members=coop.members)
-    return None
+    block_sync(t, coop.key, coop.nthreads, coop.synclabel, None, coop.shape, coop.members)
 
 
 @implements("flowdsl.coop.thread_rank")

@@ -1,0 +1,54 @@
+"""Device-function stubs: the public face of every primitive.
+
+A primitive is a documented Python function whose meaning is stated in its
+docstring. Compiled kernels bind it through ``flowdsl.lowering``; the CPU
+simulator binds it through the dispatch hook installed by ``flowdsl.sim``.
+Called from plain host code it raises :class:`DeviceOnlyError`.
+
+Contents: :func:`primitive`, :func:`set_simulator_dispatch`, :class:`DeviceOnlyError`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+__all__ = ["primitive", "set_simulator_dispatch", "DeviceOnlyError", "PRIMITIVES"]
+
+#: name -> stub, for every primitive of the device surface (docs and tests walk it).
+PRIMITIVES: dict[str, Callable[..., Any]] = {}
+
+_simulator_dispatch: Callable[..., Any] | None = None
+
+
+class DeviceOnlyError(RuntimeError):
+    """A device primitive was called from host code."""
+
+
+def set_simulator_dispatch(dispatch: Callable[..., Any] | None) -> None:
+    """Install (or remove, with ``None``) the simulator's dispatch hook.
+
+    The hook is called as ``dispatch(name, *args, **kwargs)`` and returns the
+    primitive's result, or raises if no simulated thread is running.
+    """
+    global _simulator_dispatch
+    _simulator_dispatch = dispatch
+
+
+def primitive(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark ``fn`` as a device primitive; its body is never run."""
+    name = f"{fn.__module__}.{fn.__name__}"
+
+    @functools.wraps(fn)
+    def stub(*args: Any, **kwargs: Any) -> Any:
+        if _simulator_dispatch is not None:
+            return _simulator_dispatch(name, *args, **kwargs)
+        raise DeviceOnlyError(
+            f"{name}() is a device function: call it inside a @flowdsl.kernel "
+            "launched on a GPU, or run the program on the simulator with "
+            "flowdsl.sim.spawn(...)"
+        )
+
+    stub.__flowdsl_primitive__ = name
+    PRIMITIVES[name] = stub
+    return stub

@@ -1,0 +1,59 @@
+"""Cooperative groups: which threads perform a collective call together.
+
+Mirrors NCCL's ``ncclCoop*`` types. A coop is a value made inside a kernel
+and passed to collective primitives (barriers, reduce/copy).
+
+Contents: :func:`thread`, :func:`warp`, :func:`lanes`, :func:`warp_span`,
+:func:`cta`, and the coop methods :func:`sync`, :func:`thread_rank`,
+:func:`size` (also callable as ``c.sync()``, ``c.thread_rank()``, ``c.size()``).
+"""
+
+from __future__ import annotations
+
+from ._stubs import primitive
+
+__all__ = ["thread", "warp", "lanes", "warp_span", "cta", "sync", "thread_rank", "size"]
+
+
+@primitive
+def thread():
+    """The calling thread alone (``ncclCoopThread``)."""
+
+
+@primitive
+def warp():
+    """The calling thread's whole warp, 32 lanes (``ncclCoopWarp``)."""
+
+
+@primitive
+def lanes(mask):
+    """The lanes of this warp set in ``mask`` (``ncclCoopLanes``); all must call."""
+
+
+@primitive
+def warp_span(first_warp, nwarps, id):
+    """Warps ``first_warp .. first_warp+nwarps-1`` of this CTA (``ncclCoopWarpSpan``).
+
+    ``id`` (0..15) names the named hardware barrier the span syncs on; two spans
+    with the same id must not be in a collective at the same time.
+    """
+
+
+@primitive
+def cta():
+    """Every thread of this CTA (``ncclCoopCta``); ``blockDim`` must be 1-D."""
+
+
+@primitive
+def sync(coop):
+    """Barrier among the coop's threads (``__syncthreads``, ``__syncwarp``, ``bar.sync``)."""
+
+
+@primitive
+def thread_rank(coop):
+    """This thread's index within the coop, ``0 .. size(coop)-1``."""
+
+
+@primitive
+def size(coop):
+    """Number of threads in the coop."""

@@ -1,0 +1,46 @@
+"""Enums shared by the device surface, the lowering and the simulator.
+
+Contents: :class:`MemoryOrder`, :class:`ThreadScope`, :class:`CoopKind`.
+Values mirror libcu++ (``cuda::memory_order``, ``cuda::thread_scope``) exactly,
+so they pass straight through to the support library.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["MemoryOrder", "ThreadScope", "CoopKind"]
+
+
+class MemoryOrder(enum.IntEnum):
+    """``cuda::memory_order`` (values match libcu++)."""
+
+    RELAXED = 0
+    CONSUME = 1
+    ACQUIRE = 2
+    RELEASE = 3
+    ACQ_REL = 4
+    SEQ_CST = 5
+
+
+class ThreadScope(enum.IntEnum):
+    """``cuda::thread_scope`` (values match libcu++).
+
+    ``SYSTEM`` orders with the host and with peer GPUs over NVLink/PCIe;
+    ``DEVICE`` with the whole GPU; ``BLOCK`` within a CTA.
+    """
+
+    SYSTEM = 0
+    DEVICE = 1
+    BLOCK = 2
+    THREAD = 3
+
+
+class CoopKind(enum.IntEnum):
+    """Which group of threads performs a collective call (NCCL's ``ncclCoop*``)."""
+
+    THREAD = 0
+    WARP = 1
+    LANES = 2
+    WARP_SPAN = 3
+    CTA = 4

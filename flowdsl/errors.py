@@ -1,0 +1,30 @@
+"""flowdsl's exceptions. Messages read "Cannot {operation}: {reason}. {fix}".
+
+Contents: :class:`FlowDSLError`, :class:`UsageError`, :class:`NoDeviceError`,
+:class:`ResourceClosedError`, and (re-exported) :class:`FeatureUnavailableError`,
+:class:`DeviceOnlyError`.
+"""
+
+from __future__ import annotations
+
+from ._stubs import DeviceOnlyError
+from .lowering.target import FeatureUnavailableError
+
+__all__ = ["FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError",
+           "FeatureUnavailableError", "DeviceOnlyError"]
+
+
+class FlowDSLError(Exception):
+    """Base class of flowdsl's own errors."""
+
+
+class UsageError(FlowDSLError, ValueError):
+    """An argument is wrong: the message names it and says what to pass instead."""
+
+
+class NoDeviceError(FlowDSLError, RuntimeError):
+    """No CUDA GPU (or driver) is available for an operation that needs one."""
+
+
+class ResourceClosedError(FlowDSLError, RuntimeError):
+    """A window, device communicator or communicator was used after ``close()``."""

@@ -1,0 +1,117 @@
+"""Compiling a flowdsl kernel: numba → LTO-IR, then nvJitLink with the support build → cubin.
+
+This needs no GPU: the target (NCCL release, arch) is explicit, so CI compiles
+and links every kernel for every supported target.
+
+Contents: :class:`CompiledKernel`, :func:`compile_kernel`, :func:`elf_function_symbols`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+import time
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from cuda.core import Linker, LinkerOptions, ObjectCode
+from numba.core import types
+from numba.cuda import compiler as numba_compiler
+from numba.cuda import dispatcher as numba_dispatcher
+
+from .target import Target, compiling_for
+
+__all__ = ["CompiledKernel", "compile_kernel", "elf_function_symbols"]
+
+
+@dataclass
+class CompiledKernel:
+    """A kernel linked for one target.
+
+    Attributes:
+        entry_name: The kernel's symbol in ``cubin``.
+        cubin: The linked machine code.
+        target: What it was compiled for.
+        argtypes: numba types of the kernel's parameters.
+        link_log: nvJitLink's info log.
+        seconds: Wall time spent compiling and linking.
+    """
+
+    entry_name: str
+    cubin: bytes
+    target: Target
+    argtypes: tuple
+    link_log: str = ""
+    seconds: float = 0.0
+    support_arch: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def function_symbols(self) -> list[str]:
+        """Every function symbol in the cubin (the kernel alone, once everything is inlined)."""
+        return elf_function_symbols(self.cubin)
+
+
+@contextlib.contextmanager
+def _device_functions_for(target: Target):
+    """Compile overload implementations for ``target`` without asking the driver.
+
+    numba-cuda compiles each ``@overload`` implementation as a device function
+    for the *current device's* compute capability; flowdsl compiles for an
+    explicit target, on machines with or without a GPU.
+    """
+    real = numba_dispatcher.get_current_device
+    numba_dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=target.cc)
+    try:
+        yield
+    finally:
+        numba_dispatcher.get_current_device = real
+
+
+def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fastmath: bool = False,
+                   lineinfo: bool = False, support_arch: str = "") -> CompiledKernel:
+    """Type, lower and link ``pyfunc`` for ``argtypes`` on ``target``.
+
+    Typing errors (wrong argument types, a feature the target's NCCL lacks)
+    are raised by numba with flowdsl's messages before anything is linked.
+    """
+    start = time.perf_counter()
+    with compiling_for(target), _device_functions_for(target):
+        lib, _ = numba_compiler._compile_pyfunc_with_fixup(
+            pyfunc, types.void(*argtypes), device=False, cc=target.cc, lto=True, abi="numba",
+            fastmath=fastmath, lineinfo=lineinfo)
+    ltoir = lib.get_ltoir(cc=target.cc)
+    objects = [ObjectCode.from_ltoir(ltoir, name=pyfunc.__name__),
+               ObjectCode.from_ltoir(support_ltoir, name="flowdsl_support")]
+    linker = Linker(*objects, options=LinkerOptions(arch=target.arch, link_time_optimization=True,
+                                                    lineinfo=lineinfo or None))
+    try:
+        cubin = linker.link("cubin").code
+        log = linker.get_info_log()
+    finally:
+        linker.close()
+    return CompiledKernel(lib._entry_name, bytes(cubin), target, tuple(argtypes), log,
+                          time.perf_counter() - start, support_arch)
+
+
+def elf_function_symbols(elf: bytes, defined_only: bool = True) -> list[str]:
+    """Names of the FUNC symbols of an ELF64 object such as a cubin.
+
+    With ``defined_only`` (default), functions the driver provides (``vprintf``) are left out.
+    """
+    if elf[:4] != b"\x7fELF" or elf[4] != 2:
+        raise ValueError("not an ELF64 object")
+    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
+    names = []
+    for sec in sections:
+        if sec[1] != 2:  # SHT_SYMTAB
+            continue
+        strtab = sections[sec[6]]
+        offset, size, entsize = sec[4], sec[5], sec[9]
+        for pos in range(offset, offset + size, entsize):
+            st_name, st_info, _, st_shndx = struct.unpack_from("<IBBH", elf, pos)
+            if st_info & 0xF == 2 and (defined_only is False or st_shndx != 0):  # STT_FUNC
+                start = strtab[4] + st_name
+                names.append(elf[start:elf.index(b"\0", start)].decode())
+    return names

@@ -1,0 +1,186 @@
+"""The one table of support-library functions, and what is generated from it.
+
+Every function the lowering calls in ``prebuilt/`` is one :class:`Extern` row
+in :data:`EXTERNS`. From this table come: the numba declarations
+(``declarations.py``), the C prototype header ``prebuilt/include/flowdsl_support.h``
+(:func:`render_header`), and the test that every symbol exists in every built
+LTO-IR. A row with ``coop=True`` stands for one C function per coop kind,
+named ``<name>__<kind>``, whose first argument is the packed coop word.
+
+Contents: :class:`Extern`, :data:`EXTERNS`, :data:`C_TYPES`, :data:`COOP_SUFFIX`,
+:func:`symbols`, :func:`render_header`, :func:`by_name`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from ..enums import CoopKind
+
+__all__ = ["Extern", "EXTERNS", "C_TYPES", "COOP_SUFFIX", "symbols", "render_header", "by_name"]
+
+#: Table C type key -> C spelling. Only pointers and scalars cross the C ABI.
+C_TYPES = {
+    "void": "void",
+    "int": "int",
+    "uint32": "uint32_t",
+    "size_t": "size_t",
+    "ptr": "void*",
+    "devcomm": "const ncclDevComm*",
+    "window": "ncclWindow_t",
+    "int_out": "int*",
+    "order": "int",  # cuda::memory_order
+    # A team crosses the ABI as its three fields.
+    "team": ("int", "int", "int"),
+}
+
+COOP_SUFFIX = {
+    CoopKind.THREAD: "thread",
+    CoopKind.WARP: "warp",
+    CoopKind.LANES: "lanes",
+    CoopKind.WARP_SPAN: "warp_span",
+    CoopKind.CTA: "cta",
+}
+
+
+@dataclass(frozen=True)
+class Extern:
+    """One support-library function.
+
+    Attributes:
+        name: C symbol (``flowdsl_`` + the NCCL Device API name in snake_case).
+        ret: C type key of the result.
+        args: ``(type key, argument name)`` pairs.
+        doc: What it does, in one line; copied into the header.
+        coop: One function per coop kind, with a leading ``uint32_t coop`` word.
+        since: Oldest NCCL release whose device API has it.
+        archs: Targets it is built for.
+    """
+
+    name: str
+    ret: str
+    args: tuple[tuple[str, str], ...]
+    doc: str
+    coop: bool = False
+    since: tuple[int, int, int] = (2, 28, 9)
+    archs: tuple[str, ...] = ("sm_80", "sm_90", "sm_100")
+
+    def c_params(self) -> list[str]:
+        params = ["uint32_t coop"] if self.coop else []
+        for key, arg in self.args:
+            spelled = C_TYPES[key]
+            if isinstance(spelled, tuple):
+                params += [f"{t} {arg}_{f}" for t, f in zip(spelled, ("nranks", "rank", "stride"))]
+            else:
+                params.append(f"{spelled} {arg}")
+        return params
+
+    def symbols(self) -> list[str]:
+        if not self.coop:
+            return [self.name]
+        return [f"{self.name}__{suffix}" for suffix in COOP_SUFFIX.values()]
+
+
+def _e(name, ret, args, doc, **kw):
+    return Extern(name, ret, tuple(args), doc, **kw)
+
+
+_COMM = ("devcomm", "comm")
+_WIN = ("window", "win")
+_TEAM = ("team", "team")
+
+EXTERNS: tuple[Extern, ...] = (
+    # Device communicator fields.
+    _e("flowdsl_comm_rank", "int", [_COMM], "World rank of this device communicator."),
+    _e("flowdsl_comm_nranks", "int", [_COMM], "Number of world ranks."),
+    _e("flowdsl_comm_lsa_rank", "int", [_COMM], "Rank within this rank's LSA team."),
+    _e("flowdsl_comm_lsa_size", "int", [_COMM], "Number of ranks in this rank's LSA team."),
+    # Coops.
+    _e("flowdsl_coop_sync", "void", [], "Barrier among the coop's threads.", coop=True),
+    _e("flowdsl_coop_thread_rank", "int", [], "This thread's index in the coop.", coop=True),
+    _e("flowdsl_coop_size", "int", [], "Number of threads in the coop.", coop=True),
+    # Teams: results are written as (nranks, rank, stride) through `out`.
+    _e("flowdsl_team_world", "void", [_COMM, ("int_out", "out")], "ncclTeamWorld."),
+    _e("flowdsl_team_lsa", "void", [_COMM, ("int_out", "out")], "ncclTeamLsa."),
+    _e("flowdsl_team_rail", "void", [_COMM, ("int_out", "out")], "ncclTeamRail."),
+    _e("flowdsl_team_rank_to_world", "int", [_COMM, _TEAM, ("int", "rank")], "ncclTeamRankToWorld."),
+    _e("flowdsl_team_rank_to_lsa", "int", [_COMM, _TEAM, ("int", "rank")], "ncclTeamRankToLsa."),
+    _e("flowdsl_team_rank_is_member", "int", [("team", "a"), ("team", "b"), ("int", "b_peer")],
+       "ncclTeamRankIsMember (0 or 1)."),
+    _e("flowdsl_team_rank_to_team", "int", [("team", "a"), ("team", "b"), ("int", "b_peer")],
+       "ncclTeamRankToTeam."),
+    _e("flowdsl_team_inner_factor", "void", [_TEAM, ("int", "inner_size"), ("int_out", "out")],
+       "ncclTeamInnerFactor."),
+    _e("flowdsl_team_outer_factor", "void", [_TEAM, ("int", "inner_size"), ("int_out", "out")],
+       "ncclTeamOuterFactor."),
+    _e("flowdsl_team_rank_in_difference", "int", [("team", "parent"), ("team", "subset"), ("int", "index")],
+       "ncclTeamRankInDifference."),
+    # Window pointers (byte offsets).
+    _e("flowdsl_get_local_pointer", "ptr", [_WIN, ("size_t", "offset")], "ncclGetLocalPointer."),
+    _e("flowdsl_get_lsa_pointer", "ptr", [_WIN, ("size_t", "offset"), ("int", "lsa_peer")], "ncclGetLsaPointer."),
+    _e("flowdsl_get_peer_pointer", "ptr", [_WIN, ("size_t", "offset"), ("int", "peer")], "ncclGetPeerPointer."),
+    _e("flowdsl_get_team_pointer", "ptr", [_WIN, ("size_t", "offset"), _TEAM, ("int", "peer")],
+       "ncclGetPeerPointer with a team."),
+    # LSA barrier sessions on the LSA team; each call opens and closes a session.
+    _e("flowdsl_lsa_barrier_arrive", "void", [_COMM, ("uint32", "index"), ("order", "order")],
+       "ncclLsaBarrierSession::arrive.", coop=True),
+    _e("flowdsl_lsa_barrier_wait", "void", [_COMM, ("uint32", "index"), ("order", "order")],
+       "ncclLsaBarrierSession::wait.", coop=True),
+    _e("flowdsl_lsa_barrier_sync", "void", [_COMM, ("uint32", "index"), ("order", "order")],
+       "ncclLsaBarrierSession::sync.", coop=True),
+)
+
+
+def by_name(name: str) -> Extern:
+    """The row called ``name`` (KeyError if there is none)."""
+    for ext in EXTERNS:
+        if ext.name == name:
+            return ext
+    raise KeyError(name)
+
+
+def symbols(nccl_version: tuple[int, int, int] | None = None, arch: str | None = None) -> list[str]:
+    """Every C symbol the table asks of a build for ``nccl_version`` and ``arch``."""
+    out = []
+    for ext in EXTERNS:
+        if nccl_version is not None and nccl_version < ext.since:
+            continue
+        if arch is not None and arch not in ext.archs:
+            continue
+        out += ext.symbols()
+    return out
+
+
+def render_header() -> str:
+    """The C prototype header for ``prebuilt/``, generated from :data:`EXTERNS`."""
+    lines = [
+        "// Generated by `python -m flowdsl.lowering.externs` from flowdsl/lowering/externs.py.",
+        "// Do not edit: change the table and regenerate.",
+        "#pragma once",
+        "#include <stddef.h>",
+        "#include <stdint.h>",
+        "#include <nccl_device.h>",
+        "",
+        "#define FLOWDSL_API extern \"C\" __device__",
+        "",
+    ]
+    for ext in EXTERNS:
+        since = ".".join(map(str, ext.since))
+        guard = ext.since > (2, 28, 9)
+        if guard:
+            code = ext.since[0] * 10000 + ext.since[1] * 100 + ext.since[2]
+            lines.append(f"#if NCCL_VERSION_CODE >= {code}")
+        lines.append(f"// {ext.doc} (NCCL >= {since})")
+        ret = C_TYPES[ext.ret]
+        params = ", ".join(ext.c_params()) or "void"
+        for sym in ext.symbols():
+            lines.append(f"FLOWDSL_API {ret} {sym}({params});")
+        if guard:
+            lines.append("#endif")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover - used by prebuilt/build.sh
+    sys.stdout.write(render_header())

@@ -1,0 +1,163 @@
+"""Small numba intrinsics the surface bindings are built from (LLVM-level glue).
+
+Contents: :func:`devcomm_ptr`, :func:`array_ptr`, :func:`make_coop`,
+:func:`make_team`, :func:`make_session`, :func:`typed_pointer`,
+:func:`view_from_pointer`, :func:`trap`, :func:`enum_value`,
+:func:`literal_int`.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.core.errors import NumbaTypeError
+from numba.cuda.extending import intrinsic
+from numba.cuda.np.arrayobj import populate_array
+
+from ..enums import CoopKind
+from .types import CoopType, DevCommType, LsaBarrierSessionType, team_type
+
+__all__ = ["devcomm_ptr", "array_ptr", "make_coop", "make_team", "make_session", "typed_pointer",
+           "view_from_pointer", "trap", "enum_value", "literal_int"]
+
+
+@intrinsic
+def devcomm_ptr(typingctx, comm):
+    """``const ncclDevComm*`` to a local copy of the communicator's words."""
+    if not isinstance(comm, DevCommType):
+        return None
+
+    def codegen(context, builder, sig, args):
+        slot = cgutils.alloca_once(builder, context.get_value_type(comm))
+        slot.align = 16
+        builder.store(args[0], slot)
+        return builder.bitcast(slot, cgutils.voidptr_t)
+
+    return types.voidptr(comm), codegen
+
+
+@intrinsic
+def array_ptr(typingctx, ary):
+    """Address of an array's first element, as ``void*``."""
+    if not isinstance(ary, types.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        arr = context.make_array(ary)(context, builder, args[0])
+        return builder.bitcast(arr.data, cgutils.voidptr_t)
+
+    return types.voidptr(ary), codegen
+
+
+def _coop_maker(kind):
+    coop_type = CoopType(kind)
+
+    @intrinsic
+    def make(typingctx, word):
+        def codegen(context, builder, sig, args):
+            coop = cgutils.create_struct_proxy(coop_type)(context, builder)
+            coop.word = context.cast(builder, args[0], sig.args[0], types.uint32)
+            return coop._getvalue()
+
+        return coop_type(word), codegen
+
+    return make
+
+
+#: CoopKind -> intrinsic(word) building that coop.
+make_coop = {kind: _coop_maker(kind) for kind in CoopKind}
+
+
+@intrinsic
+def make_team(typingctx, nranks, rank, stride):
+    def codegen(context, builder, sig, args):
+        team = cgutils.create_struct_proxy(team_type)(context, builder)
+        team.nranks, team.rank, team.stride = (
+            context.cast(builder, v, t, types.int32) for v, t in zip(args, sig.args))
+        return team._getvalue()
+
+    return team_type(nranks, rank, stride), codegen
+
+
+@intrinsic
+def make_session(typingctx, comm, coop, index):
+    if not isinstance(comm, DevCommType) or not isinstance(coop, CoopType):
+        return None
+    session_type = LsaBarrierSessionType(comm, coop)
+
+    def codegen(context, builder, sig, args):
+        s = cgutils.create_struct_proxy(session_type)(context, builder)
+        s.comm, s.coop = args[0], args[1]
+        s.index = context.cast(builder, args[2], sig.args[2], types.uint32)
+        return s._getvalue()
+
+    return session_type(comm, coop, index), codegen
+
+
+@intrinsic
+def typed_pointer(typingctx, ptr, dtype):
+    """``(T*) ptr`` where ``dtype`` is a number class such as ``float32``."""
+    elem = dtype.instance_type if isinstance(dtype, types.NumberClass) else None
+    if elem is None:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], context.get_value_type(elem).as_pointer())
+
+    return types.CPointer(elem)(ptr, dtype), codegen
+
+
+@intrinsic
+def view_from_pointer(typingctx, ptr, count, dtype):
+    """A 1-D C-contiguous array of ``count`` elements of ``dtype`` starting at ``ptr``."""
+    elem = dtype.instance_type if isinstance(dtype, types.NumberClass) else None
+    if elem is None:
+        return None
+    array_type = types.Array(elem, 1, "C")
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(array_type)(context, builder)
+        itemsize = context.get_abi_sizeof(context.get_data_type(elem))
+        data = builder.bitcast(args[0], context.get_data_type(elem).as_pointer())
+        n = context.cast(builder, args[1], sig.args[1], types.intp)
+        populate_array(ary, data=data, shape=cgutils.pack_array(builder, [n]),
+                       strides=cgutils.pack_array(builder, [context.get_constant(types.intp, itemsize)]),
+                       itemsize=context.get_constant(types.intp, itemsize), meminfo=None)
+        return ary._getvalue()
+
+    return array_type(ptr, count, dtype), codegen
+
+
+@intrinsic
+def trap(typingctx):
+    """Abort the kernel (``trap``): the launch fails with an illegal-instruction error."""
+
+    def codegen(context, builder, sig, args):
+        builder.asm(ir.FunctionType(ir.VoidType(), []), "trap;", "", [], side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+def literal_int(ty, what: str) -> int:
+    """The compile-time value of an int or IntEnum argument, or a typing error naming ``what``."""
+    value = getattr(ty, "literal_value", None)
+    if isinstance(value, int):
+        return int(value)
+    raise NumbaTypeError(f"{what} must be a compile-time constant (a literal or an enum member such "
+                         f"as flowdsl.ThreadScope.DEVICE), got {ty}")
+
+
+@intrinsic
+def enum_value(typingctx, value):
+    """An int or IntEnum member as int32 (memory orders cross the C ABI as ``int``)."""
+    if not isinstance(value, (types.Integer, types.IntEnumMember, types.IntegerLiteral)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        src = sig.args[0]
+        if isinstance(src, types.IntEnumMember):
+            src = src.dtype
+        return context.cast(builder, args[0], src, types.int32)
+
+    return types.int32(value), codegen

@@ -1,0 +1,204 @@
+"""Inline PTX for the memory-model operations of ``flowdsl.mem``.
+
+Each operation is one PTX instruction with its semantics and scope spelled
+out (``ld.acquire.gpu``, ``st.release.sys``, ``fence.acq_rel.gpu``,
+``atom.acq_rel.sys.add``, ``red.release.gpu.add``); scope and order are
+compile-time constants chosen from :class:`flowdsl.ThreadScope` and
+:class:`flowdsl.MemoryOrder`.
+
+Contents: :func:`bind` (registers the overloads of ``flowdsl.mem``).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.core.errors import NumbaTypeError
+from numba.cuda.extending import intrinsic, overload
+
+from .. import mem
+from ..enums import MemoryOrder, ThreadScope
+from .intrinsics import literal_int
+
+__all__ = ["bind", "PTX_TYPES"]
+
+#: numba type -> (PTX type suffix, inline-asm register constraint)
+PTX_TYPES = {
+    types.int32: ("s32", "r"), types.uint32: ("u32", "r"),
+    types.int64: ("s64", "l"), types.uint64: ("u64", "l"),
+    types.float32: ("f32", "f"), types.float64: ("f64", "d"),
+}
+_INTEGER_ONLY = (types.int32, types.uint32, types.int64, types.uint64)
+_SCOPES = {ThreadScope.SYSTEM: "sys", ThreadScope.DEVICE: "gpu", ThreadScope.BLOCK: "cta"}
+_ATOM_ORDERS = {MemoryOrder.RELAXED: "relaxed", MemoryOrder.ACQUIRE: "acquire",
+                MemoryOrder.RELEASE: "release", MemoryOrder.ACQ_REL: "acq_rel",
+                MemoryOrder.SEQ_CST: "acq_rel"}
+
+
+def _scope(op, ty):
+    value = literal_int(ty, f"flowdsl.mem.{op}: scope")
+    if value not in _SCOPES:
+        raise NumbaTypeError(f"flowdsl.mem.{op} requires scope SYSTEM, DEVICE or BLOCK, got "
+                             f"{ThreadScope(value).name}")
+    return _SCOPES[ThreadScope(value)]
+
+
+def _order(op, ty, allowed):
+    value = literal_int(ty, f"flowdsl.mem.{op}: order")
+    if value not in allowed:
+        names = ", ".join(MemoryOrder(v).name for v in allowed)
+        raise NumbaTypeError(f"flowdsl.mem.{op} requires order {names}, got {MemoryOrder(value).name}")
+    return _ATOM_ORDERS[MemoryOrder(value)]
+
+
+def _element(op, array, kinds=tuple(PTX_TYPES)):
+    if not isinstance(array, types.Array):
+        raise NumbaTypeError(f"flowdsl.mem.{op} requires an array (a window view or device array), "
+                             f"got {array}")
+    if array.dtype not in kinds:
+        names = ", ".join(str(k) for k in kinds)
+        raise NumbaTypeError(f"flowdsl.mem.{op} requires elements of {names}, got {array.dtype}")
+    return array.dtype
+
+
+def _item_pointer(context, builder, aryty, ary, idxty, idx):
+    arr = context.make_array(aryty)(context, builder, ary)
+    idx = context.cast(builder, idx, idxty, types.intp)
+    return cgutils.get_item_pointer(context, builder, aryty, arr, [idx], wraparound=False)
+
+
+def _asm(builder, ret, operands, text, constraints):
+    fnty = ir.FunctionType(ret, [op.type for op in operands])
+    return builder.asm(fnty, text, constraints, operands, side_effect=True)
+
+
+def _load(op, sem):
+    @intrinsic
+    def load(typingctx, array, index, scope):
+        elem = _element(op, array, _INTEGER_ONLY)
+        ptx, reg = PTX_TYPES[elem]
+        text = f"ld.{sem}.{_scope(op, scope)}.{ptx} $0, [$1];"
+
+        def codegen(context, builder, sig, args):
+            ptr = _item_pointer(context, builder, array, args[0], index, args[1])
+            return _asm(builder, context.get_value_type(elem), [ptr], text, f"={reg},l,~{{memory}}")
+
+        return elem(array, index, scope), codegen
+
+    return load
+
+
+def _store(op, sem):
+    @intrinsic
+    def store(typingctx, array, index, value, scope):
+        elem = _element(op, array, _INTEGER_ONLY)
+        ptx, reg = PTX_TYPES[elem]
+        text = f"st.{sem}.{_scope(op, scope)}.{ptx} [$0], $1;"
+
+        def codegen(context, builder, sig, args):
+            ptr = _item_pointer(context, builder, array, args[0], index, args[1])
+            val = context.cast(builder, args[2], value, elem)
+            _asm(builder, ir.VoidType(), [ptr, val], text, f"l,{reg},~{{memory}}")
+            return context.get_dummy_value()
+
+        return types.void(array, index, value, scope), codegen
+
+    return store
+
+
+@intrinsic
+def _fence(typingctx, order, scope):
+    value = literal_int(order, "flowdsl.mem.fence: order")
+    sem = "sc" if value == MemoryOrder.SEQ_CST else "acq_rel"
+    text = f"fence.{sem}.{_scope('fence', scope)};"
+
+    def codegen(context, builder, sig, args):
+        _asm(builder, ir.VoidType(), [], text, "~{memory}")
+        return context.get_dummy_value()
+
+    return types.void(order, scope), codegen
+
+
+_ALL_ORDERS = tuple(MemoryOrder)
+
+
+def _atomic(op, ptx_op, kinds, returns=True):
+    @intrinsic
+    def atomic(typingctx, array, index, value, order, scope):
+        elem = _element(op, array, kinds)
+        ptx, reg = PTX_TYPES[elem]
+        # add takes .s32/.u32/.u64/.f32/.f64; exch and bitwise take .b32/.b64.
+        if ptx_op == "exch":
+            ptx = "b" + ptx[1:]
+        if ptx_op == "add" and ptx == "s64":
+            ptx = "u64"
+        instr = "atom" if returns else "red"
+        sem = _order(op, order, _ALL_ORDERS)
+        text = (f"{instr}.{sem}.{_scope(op, scope)}.{ptx_op}.{ptx} $0, [$1], $2;" if returns
+                else f"{instr}.{sem}.{_scope(op, scope)}.{ptx_op}.{ptx} [$0], $1;")
+
+        def codegen(context, builder, sig, args):
+            ptr = _item_pointer(context, builder, array, args[0], index, args[1])
+            val = context.cast(builder, args[2], value, elem)
+            if returns:
+                return _asm(builder, context.get_value_type(elem), [ptr, val], text,
+                            f"={reg},l,{reg},~{{memory}}")
+            _asm(builder, ir.VoidType(), [ptr, val], text, f"l,{reg},~{{memory}}")
+            return context.get_dummy_value()
+
+        return (elem if returns else types.void)(array, index, value, order, scope), codegen
+
+    return atomic
+
+
+@intrinsic
+def _atomic_cas(typingctx, array, index, expected, desired, order, scope):
+    elem = _element("atomic_cas", array, _INTEGER_ONLY)
+    ptx, reg = PTX_TYPES[elem]
+    text = (f"atom.{_order('atomic_cas', order, _ALL_ORDERS)}.{_scope('atomic_cas', scope)}"
+            f".cas.b{ptx[1:]} $0, [$1], $2, $3;")
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_pointer(context, builder, array, args[0], index, args[1])
+        exp = context.cast(builder, args[2], expected, elem)
+        des = context.cast(builder, args[3], desired, elem)
+        return _asm(builder, context.get_value_type(elem), [ptr, exp, des], text,
+                    f"={reg},l,{reg},{reg},~{{memory}}")
+
+    return elem(array, index, expected, desired, order, scope), codegen
+
+
+_ARITH = _INTEGER_ONLY + (types.float32, types.float64)
+
+_load_acquire = _load("load_acquire", "acquire")
+_load_relaxed = _load("load_relaxed", "relaxed")
+_store_release = _store("store_release", "release")
+_store_relaxed = _store("store_relaxed", "relaxed")
+_atomic_add = _atomic("atomic_add", "add", _ARITH)
+_atomic_exch = _atomic("atomic_exch", "exch", _INTEGER_ONLY)
+_red_add = _atomic("red_add", "add", _ARITH, returns=False)
+
+
+def bind():
+    """Register the overloads that give ``flowdsl.mem``'s stubs their meaning on the GPU."""
+    overload(mem.load_acquire)(lambda array, index, scope: lambda array, index, scope:
+                               _load_acquire(array, index, scope))
+    overload(mem.load_relaxed)(lambda array, index, scope: lambda array, index, scope:
+                               _load_relaxed(array, index, scope))
+    overload(mem.store_release)(lambda array, index, value, scope: lambda array, index, value, scope:
+                                _store_release(array, index, value, scope))
+    overload(mem.store_relaxed)(lambda array, index, value, scope: lambda array, index, value, scope:
+                                _store_relaxed(array, index, value, scope))
+    overload(mem.fence)(lambda order, scope: lambda order, scope: _fence(order, scope))
+    overload(mem.atomic_add)(lambda array, index, value, order, scope:
+                             lambda array, index, value, order, scope:
+                             _atomic_add(array, index, value, order, scope))
+    overload(mem.atomic_exch)(lambda array, index, value, order, scope:
+                              lambda array, index, value, order, scope:
+                              _atomic_exch(array, index, value, order, scope))
+    overload(mem.red_add)(lambda array, index, value, order, scope:
+                          lambda array, index, value, order, scope:
+                          _red_add(array, index, value, order, scope))
+    overload(mem.atomic_cas)(lambda array, index, expected, desired, order, scope:
+                             lambda array, index, expected, desired, order, scope:
+                             _atomic_cas(array, index, expected, desired, order, scope))

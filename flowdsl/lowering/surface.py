@@ -1,0 +1,423 @@
+"""How the device surface (``flowdsl.coop``, ``.team``, ``.lsa``, DevComm fields) compiles.
+
+Each stub gets an ``@overload`` (or a method/attribute on its value type) whose
+implementation calls the support library through :data:`DECLARED`, or is
+written in flowdsl itself (the LSA reduce/copy helpers, which NCCL 2.28 lacks,
+share one implementation for every NCCL release).
+
+Contents: :func:`bind`, :func:`reduce_sum_impl`, :func:`copy_impl`,
+:func:`reduce_sum_copy_impl`.
+"""
+
+from __future__ import annotations
+
+from numba import cuda
+from numba.core import types
+from numba.core.errors import NumbaTypeError
+from numba.core import cgutils
+from numba.cuda.extending import (lower_builtin, make_attribute_wrapper, overload, overload_attribute,
+                                  overload_method, register_jitable, type_callable)
+from numba.cuda.np.arrayobj import populate_array
+
+from .. import coop as coop_mod
+from .. import lsa, team
+from ..enums import CoopKind
+from . import ptx
+from .declarations import DECLARED, call_extern
+from .externs import COOP_SUFFIX
+from .intrinsics import (array_ptr, devcomm_ptr, enum_value, make_coop, make_session, make_team,
+                         trap, typed_pointer)
+from .types import CoopType, DevCommType, LsaBarrierSessionType, TeamType, WindowType
+
+__all__ = ["bind", "reduce_sum_impl", "copy_impl", "reduce_sum_copy_impl"]
+
+make_attribute_wrapper(CoopType, "word", "_word")
+for _name in ("comm", "coop", "index"):
+    make_attribute_wrapper(LsaBarrierSessionType, _name, _name)
+
+
+def _expect(op, what, ty, cls):
+    if not isinstance(ty, cls):
+        raise NumbaTypeError(f"{op} requires {what}, got {ty}")
+
+
+def _expect_int(op, what, ty):
+    if not isinstance(ty, (types.Integer, types.IntegerLiteral)):
+        raise NumbaTypeError(f"{op} requires {what} to be an integer, got {ty}")
+
+
+def _coop_fn(stem, coop):
+    return DECLARED[f"{stem}__{COOP_SUFFIX[coop.kind]}"]
+
+
+# ---- coops -----------------------------------------------------------------------
+# Typers must have exactly the stub's parameters, so values are captured by factories.
+
+def _constant_coop(maker):
+    def typer():
+        return lambda: maker(0)
+    return typer
+
+
+def _bind_coops():
+    for kind, stub in ((CoopKind.THREAD, coop_mod.thread), (CoopKind.WARP, coop_mod.warp),
+                       (CoopKind.CTA, coop_mod.cta)):
+        overload(stub)(_constant_coop(make_coop[kind]))
+
+    @overload(coop_mod.lanes)
+    def _lanes(mask):
+        _expect_int("flowdsl.coop.lanes", "mask", mask)
+        maker = make_coop[CoopKind.LANES]
+        return lambda mask: maker(mask)
+
+    @overload(coop_mod.warp_span)
+    def _warp_span(first_warp, nwarps, id):
+        for what, ty in (("first_warp", first_warp), ("nwarps", nwarps), ("id", id)):
+            _expect_int("flowdsl.coop.warp_span", what, ty)
+        maker = make_coop[CoopKind.WARP_SPAN]
+        return lambda first_warp, nwarps, id: maker(
+            (first_warp & 0xFF) | ((nwarps & 0xFF) << 8) | ((id & 0xFF) << 16))
+
+    def coop_call(stem, method):
+        def typer(c):
+            _expect(f"flowdsl.coop.{method}", "a coop (flowdsl.coop.cta(), .warp(), ...)", c, CoopType)
+            fn = _coop_fn(stem, c)
+            return lambda c: fn(c._word)
+        return typer
+
+    for stem, stub in (("flowdsl_coop_sync", coop_mod.sync),
+                       ("flowdsl_coop_thread_rank", coop_mod.thread_rank),
+                       ("flowdsl_coop_size", coop_mod.size)):
+        typer = coop_call(stem, stub.__name__)
+        overload(stub)(typer)
+        overload_method(CoopType, stub.__name__)(typer)
+
+
+# ---- device communicator fields and teams -------------------------------------------
+
+def _bind_comm_and_teams():
+    def field(fn):
+        def typer(comm):
+            return lambda comm: fn(devcomm_ptr(comm))
+        return typer
+
+    for attr, symbol in (("rank", "flowdsl_comm_rank"), ("nranks", "flowdsl_comm_nranks"),
+                         ("lsa_rank", "flowdsl_comm_lsa_rank"), ("lsa_size", "flowdsl_comm_lsa_size")):
+        overload_attribute(DevCommType, attr)(field(DECLARED[symbol]))
+
+    def team_of_comm(fn, name):
+        def typer(comm):
+            _expect(f"flowdsl.team.{name}", "a device communicator", comm, DevCommType)
+
+            def impl(comm):
+                out = cuda.local.array(3, types.int32)
+                fn(devcomm_ptr(comm), array_ptr(out))
+                return make_team(out[0], out[1], out[2])
+            return impl
+        return typer
+
+    for stub, symbol in ((team.world, "flowdsl_team_world"), (team.lsa, "flowdsl_team_lsa"),
+                         (team.rail, "flowdsl_team_rail")):
+        overload(stub)(team_of_comm(DECLARED[symbol], stub.__name__))
+
+    def rank_conversion(fn, name):
+        def typer(comm, team, rank):
+            _expect(f"flowdsl.team.{name}", "a device communicator", comm, DevCommType)
+            _expect(f"flowdsl.team.{name}", "a team", team, TeamType)
+            return lambda comm, team, rank: fn(devcomm_ptr(comm), team.nranks, team.rank, team.stride, rank)
+        return typer
+
+    for stub, symbol in ((team.rank_to_world, "flowdsl_team_rank_to_world"),
+                         (team.rank_to_lsa, "flowdsl_team_rank_to_lsa")):
+        overload(stub)(rank_conversion(DECLARED[symbol], stub.__name__))
+
+    def two_teams(fn, name, is_bool):
+        def typer(a, b, b_rank):
+            _expect(f"flowdsl.team.{name}", "teams", a, TeamType)
+            _expect(f"flowdsl.team.{name}", "teams", b, TeamType)
+            if is_bool:
+                return lambda a, b, b_rank: fn(a.nranks, a.rank, a.stride, b.nranks, b.rank, b.stride,
+                                               b_rank) != 0
+            return lambda a, b, b_rank: fn(a.nranks, a.rank, a.stride, b.nranks, b.rank, b.stride, b_rank)
+        return typer
+
+    overload(team.rank_is_member)(two_teams(DECLARED["flowdsl_team_rank_is_member"], "rank_is_member", True))
+    overload(team.rank_to_team)(two_teams(DECLARED["flowdsl_team_rank_to_team"], "rank_to_team", False))
+
+    def difference(fn):
+        def typer(parent, subset, index):
+            _expect("flowdsl.team.rank_in_difference", "teams", parent, TeamType)
+            _expect("flowdsl.team.rank_in_difference", "teams", subset, TeamType)
+            return lambda parent, subset, index: fn(parent.nranks, parent.rank, parent.stride, subset.nranks,
+                                                    subset.rank, subset.stride, index)
+        return typer
+
+    overload(team.rank_in_difference)(difference(DECLARED["flowdsl_team_rank_in_difference"]))
+
+    def factor(fn, name):
+        def typer(parent, inner_size):
+            _expect(f"flowdsl.team.{name}", "a team", parent, TeamType)
+
+            def impl(parent, inner_size):
+                out = cuda.local.array(3, types.int32)
+                fn(parent.nranks, parent.rank, parent.stride, inner_size, array_ptr(out))
+                return make_team(out[0], out[1], out[2])
+            return impl
+        return typer
+
+    for stub, symbol in ((team.inner_factor, "flowdsl_team_inner_factor"),
+                         (team.outer_factor, "flowdsl_team_outer_factor")):
+        overload(stub)(factor(DECLARED[symbol], stub.__name__))
+
+
+# ---- LSA pointers and views ----------------------------------------------------------
+
+def _view_dtype(op, win, dtype):
+    if dtype is None or isinstance(dtype, (types.Omitted, types.NoneType)):
+        return win.dtype
+    if isinstance(dtype, types.NumberClass):
+        return dtype.instance_type
+    if isinstance(dtype, types.DType):
+        return dtype.dtype
+    raise NumbaTypeError(f"{op} requires dtype to be a numba or NumPy scalar type (e.g. "
+                         f"numba.float32), got {dtype}")
+
+
+def _is_default(ty):
+    return ty is None or isinstance(ty, (types.Omitted, types.NoneType))
+
+
+def _view_typer(op, win, where, start, count, dtype):
+    """Typing of a window view: checks every argument, returns the view's array type."""
+    name = f"flowdsl.lsa.{op}"
+    _expect(name, "a window (from comm.register(buf))", win, WindowType)
+    for what, ty in where:
+        if what == "team":
+            _expect(name, "a team", ty, TeamType)
+        else:
+            _expect_int(name, what, ty)
+    for what, ty in (("start", start), ("count", count)):
+        if not _is_default(ty):
+            _expect_int(name, what, ty)
+    elem = _view_dtype(name, win, dtype)
+    if not isinstance(elem, (types.Integer, types.Float, types.Complex)):
+        raise NumbaTypeError(f"{name} cannot view a window as {elem}: use a numeric type")
+    return types.Array(elem, 1, "C")
+
+
+def _checked_count(message):
+    """Device code: the view's length, or a trap when it runs past the window."""
+    def checked(nbytes, start, count, itemsize):
+        total = nbytes // itemsize
+        n = total - start if count < 0 else count
+        if start < 0 or start + n > total:
+            print(message, start, n, total)
+            trap()
+        return n
+    return checked
+
+
+def _bind_lsa_pointers_and_views():
+    # Views are arrays made inside the callee, which numba forbids a device function to return
+    # (without NRT): so views are typed and lowered directly rather than through @overload.
+    def bind_view(stub, op, symbol, where_names):
+        @type_callable(stub)
+        def typing(context):
+            if where_names == ():
+                def typer(win, start=None, count=None, dtype=None):
+                    return _view_typer(op, win, (), start, count, dtype)
+            elif where_names == ("peer",) or where_names == ("lsa_peer",):
+                def typer(win, peer, start=None, count=None, dtype=None):
+                    return _view_typer(op, win, ((where_names[0], peer),), start, count, dtype)
+            else:
+                def typer(win, team, peer, start=None, count=None, dtype=None):
+                    return _view_typer(op, win, (("team", team), ("peer", peer)), start, count, dtype)
+            return typer
+
+        checked = _checked_count(f"flowdsl.lsa.{op}: view past the end of the window "
+                                 "(start, count, window elements):")
+
+        @lower_builtin(stub, types.VarArg(types.Any))
+        def lower(context, builder, sig, args):
+            nwhere = len(where_names)
+            win_ty, win = sig.args[0], args[0]
+            view_ty = sig.return_type
+            itemsize = context.get_abi_sizeof(context.get_data_type(view_ty.dtype))
+            rest = list(zip(sig.args[1 + nwhere:], args[1 + nwhere:]))
+            i64 = types.int64
+
+            def arg(pos, default):
+                if pos < len(rest) and not _is_default(rest[pos][0]):
+                    return context.cast(builder, rest[pos][1], rest[pos][0], i64)
+                return context.get_constant(i64, default)
+
+            start, count = arg(0, 0), arg(1, -1)
+            window = cgutils.create_struct_proxy(win_ty)(context, builder, value=win)
+            n = context.compile_internal(builder, checked, i64(types.uint64, i64, i64, i64),
+                                         [window.nbytes, start, count, context.get_constant(i64, itemsize)])
+            offset = builder.mul(start, context.get_constant(i64, itemsize))
+            where = []
+            for ty, val in zip(sig.args[1:1 + nwhere], args[1:1 + nwhere]):
+                if isinstance(ty, TeamType):
+                    team_val = cgutils.create_struct_proxy(ty)(context, builder, value=val)
+                    where += [team_val.nranks, team_val.rank, team_val.stride]
+                else:
+                    where.append(context.cast(builder, val, ty, types.int32))
+            ptr = call_extern(context, builder, symbol, [window.handle, offset] + where)
+            ary = context.make_array(view_ty)(context, builder)
+            data = builder.bitcast(ptr, context.get_data_type(view_ty.dtype).as_pointer())
+            populate_array(ary, data=data, shape=cgutils.pack_array(builder, [n]),
+                           strides=cgutils.pack_array(builder, [context.get_constant(types.intp, itemsize)]),
+                           itemsize=context.get_constant(types.intp, itemsize), meminfo=None)
+            return ary._getvalue()
+
+    bind_view(lsa.local_view, "local_view", "flowdsl_get_local_pointer", ())
+    bind_view(lsa.lsa_view, "lsa_view", "flowdsl_get_lsa_pointer", ("lsa_peer",))
+    bind_view(lsa.peer_view, "peer_view", "flowdsl_get_peer_pointer", ("peer",))
+    bind_view(lsa.team_view, "team_view", "flowdsl_get_team_pointer", ("team", "peer"))
+
+    local = DECLARED["flowdsl_get_local_pointer"]
+    lsa_ptr = DECLARED["flowdsl_get_lsa_pointer"]
+    peer_ptr = DECLARED["flowdsl_get_peer_pointer"]
+    team_ptr = DECLARED["flowdsl_get_team_pointer"]
+
+    @overload(lsa.get_local_pointer)
+    def _get_local_pointer(win, offset):
+        _expect("flowdsl.lsa.get_local_pointer", "a window (from comm.register(buf))", win, WindowType)
+        elem = win.dtype
+        return lambda win, offset: typed_pointer(local(win._handle, offset), elem)
+
+    @overload(lsa.get_lsa_pointer)
+    def _get_lsa_pointer(win, offset, lsa_peer):
+        _expect("flowdsl.lsa.get_lsa_pointer", "a window (from comm.register(buf))", win, WindowType)
+        elem = win.dtype
+        return lambda win, offset, lsa_peer: typed_pointer(lsa_ptr(win._handle, offset, lsa_peer), elem)
+
+    @overload(lsa.get_peer_pointer)
+    def _get_peer_pointer(win, offset, peer):
+        _expect("flowdsl.lsa.get_peer_pointer", "a window (from comm.register(buf))", win, WindowType)
+        elem = win.dtype
+        return lambda win, offset, peer: typed_pointer(peer_ptr(win._handle, offset, peer), elem)
+
+    @overload(lsa.get_team_pointer)
+    def _get_team_pointer(win, offset, team, peer):
+        _expect("flowdsl.lsa.get_team_pointer", "a window (from comm.register(buf))", win, WindowType)
+        _expect("flowdsl.lsa.get_team_pointer", "a team", team, TeamType)
+        elem = win.dtype
+        return lambda win, offset, team, peer: typed_pointer(
+            team_ptr(win._handle, offset, team.nranks, team.rank, team.stride, peer), elem)
+
+
+# ---- LSA barriers ---------------------------------------------------------------------
+
+def _bind_lsa_barriers():
+    @overload(lsa.barrier)
+    def _barrier(comm, coop, index):
+        _expect("flowdsl.lsa.barrier", "a device communicator", comm, DevCommType)
+        _expect("flowdsl.lsa.barrier", "a coop (flowdsl.coop.cta(), .warp(), ...)", coop, CoopType)
+        _expect_int("flowdsl.lsa.barrier", "index", index)
+        return lambda comm, coop, index: make_session(comm, coop, index)
+
+    def barrier_call(op):
+        def typer(session, order):
+            _expect(f"flowdsl.lsa.{op}", "a barrier session (from flowdsl.lsa.barrier)", session,
+                    LsaBarrierSessionType)
+            if not isinstance(order, (types.Integer, types.IntegerLiteral, types.IntEnumMember)):
+                raise NumbaTypeError(f"flowdsl.lsa.{op} requires order to be a flowdsl.MemoryOrder, "
+                                     f"got {order}")
+            fn = _coop_fn(f"flowdsl_lsa_barrier_{op}", session.coop)
+            return lambda session, order: fn(session.coop._word, devcomm_ptr(session.comm),
+                                             session.index, enum_value(order))
+        return typer
+
+    for op, stub in (("arrive", lsa.arrive), ("wait", lsa.wait), ("sync", lsa.sync)):
+        overload(stub)(barrier_call(op))
+        overload_method(LsaBarrierSessionType, op)(barrier_call(op))
+
+
+# ---- LSA reduce / copy, written in flowdsl ---------------------------------------------------
+
+def reduce_sum_impl(c, comm, win, start, dst, count):
+    """The flowdsl program behind :func:`flowdsl.lsa.reduce_sum` (GPU and simulator)."""
+    rank = coop_mod.thread_rank(c)
+    nthreads = coop_mod.size(c)
+    npeers = comm.lsa_size
+    i = rank
+    while i < count:
+        acc = lsa.lsa_view(win, 0, start, count)[i]
+        for peer in range(1, npeers):
+            acc += lsa.lsa_view(win, peer, start, count)[i]
+        dst[i] = acc
+        i += nthreads
+
+
+def copy_impl(c, comm, src, win, start, count):
+    """The flowdsl program behind :func:`flowdsl.lsa.copy`."""
+    rank = coop_mod.thread_rank(c)
+    nthreads = coop_mod.size(c)
+    for peer in range(comm.lsa_size):
+        out = lsa.lsa_view(win, peer, start, count)
+        i = rank
+        while i < count:
+            out[i] = src[i]
+            i += nthreads
+
+
+def reduce_sum_copy_impl(c, comm, src_win, src_start, dst_win, dst_start, count):
+    """The flowdsl program behind :func:`flowdsl.lsa.reduce_sum_copy`."""
+    rank = coop_mod.thread_rank(c)
+    nthreads = coop_mod.size(c)
+    npeers = comm.lsa_size
+    i = rank
+    while i < count:
+        acc = lsa.lsa_view(src_win, 0, src_start, count)[i]
+        for peer in range(1, npeers):
+            acc += lsa.lsa_view(src_win, peer, src_start, count)[i]
+        for peer in range(npeers):
+            lsa.lsa_view(dst_win, peer, dst_start, count)[i] = acc
+        i += nthreads
+
+
+def _bind_reduce_copy():
+    reduce_sum = register_jitable(reduce_sum_impl)
+    copy = register_jitable(copy_impl)
+    reduce_sum_copy = register_jitable(reduce_sum_copy_impl)
+
+    @overload(lsa.reduce_sum)
+    def _reduce_sum(coop, comm, win, start, dst, count):
+        _expect("flowdsl.lsa.reduce_sum", "a coop", coop, CoopType)
+        _expect("flowdsl.lsa.reduce_sum", "a window", win, WindowType)
+        _expect("flowdsl.lsa.reduce_sum", "an output array", dst, types.Array)
+        return lambda coop, comm, win, start, dst, count: reduce_sum(coop, comm, win, start, dst, count)
+
+    @overload(lsa.copy)
+    def _copy(coop, comm, src, win, start, count):
+        _expect("flowdsl.lsa.copy", "a coop", coop, CoopType)
+        _expect("flowdsl.lsa.copy", "an input array", src, types.Array)
+        _expect("flowdsl.lsa.copy", "a window", win, WindowType)
+        return lambda coop, comm, src, win, start, count: copy(coop, comm, src, win, start, count)
+
+    @overload(lsa.reduce_sum_copy)
+    def _reduce_sum_copy(coop, comm, src_win, src_start, dst_win, dst_start, count):
+        _expect("flowdsl.lsa.reduce_sum_copy", "a coop", coop, CoopType)
+        _expect("flowdsl.lsa.reduce_sum_copy", "a source window", src_win, WindowType)
+        _expect("flowdsl.lsa.reduce_sum_copy", "a destination window", dst_win, WindowType)
+        return lambda coop, comm, src_win, src_start, dst_win, dst_start, count: reduce_sum_copy(
+            coop, comm, src_win, src_start, dst_win, dst_start, count)
+
+
+_bound = False
+
+
+def bind():
+    """Register every overload of the device surface (idempotent)."""
+    global _bound
+    if _bound:
+        return
+    _bound = True
+    _bind_coops()
+    _bind_comm_and_teams()
+    _bind_lsa_pointers_and_views()
+    _bind_lsa_barriers()
+    _bind_reduce_copy()
+    ptx.bind()

@@ -1,0 +1,83 @@
+"""The target a kernel is being compiled for, and the gates that depend on it.
+
+The compiler sets :func:`compiling_for` around each compilation; typing code
+asks :func:`current` and raises :class:`FeatureUnavailableError` through
+:func:`require` when the NCCL release or the arch lacks a feature.
+
+Contents: :class:`Target`, :func:`compiling_for`, :func:`current`,
+:func:`require`, :class:`FeatureUnavailableError`, :func:`parse_version`,
+:func:`format_version`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+
+from numba.core.errors import NumbaTypeError
+
+__all__ = ["Target", "compiling_for", "current", "require", "FeatureUnavailableError",
+           "parse_version", "format_version"]
+
+
+class FeatureUnavailableError(NumbaTypeError):
+    """A primitive needs a newer NCCL, another arch or a newer CUDA than the target has."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a kernel is compiled for: NCCL device ABI release and ``sm_XX`` arch."""
+
+    nccl: tuple[int, int, int]
+    arch: str
+
+    @property
+    def cc(self) -> tuple[int, int]:
+        digits = self.arch.removeprefix("sm_").rstrip("a")
+        return int(digits[:-1]), int(digits[-1])
+
+
+def parse_version(text: str | tuple) -> tuple[int, int, int]:
+    if isinstance(text, tuple):
+        return tuple(int(x) for x in text)  # type: ignore[return-value]
+    major, minor, patch = (int(x) for x in str(text).split(".")[:3])
+    return major, minor, patch
+
+
+def format_version(version: tuple[int, ...]) -> str:
+    return ".".join(str(x) for x in version)
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def compiling_for(target: Target):
+    previous = getattr(_local, "target", None)
+    _local.target = target
+    try:
+        yield target
+    finally:
+        _local.target = previous
+
+
+def current() -> Target | None:
+    return getattr(_local, "target", None)
+
+
+def require(feature: str, *, nccl: tuple[int, int, int] | None = None, min_cc: tuple[int, int] | None = None):
+    """Raise at compile time when the current target lacks ``feature``."""
+    target = current()
+    if target is None:
+        return
+    if nccl is not None and target.nccl < nccl:
+        raise FeatureUnavailableError(
+            f"{feature} requires NCCL >= {format_version(nccl)}, but this kernel is compiled for "
+            f"NCCL {format_version(target.nccl)}. Install nvidia-nccl-cu13>={format_version(nccl)}."
+        )
+    if min_cc is not None and target.cc < min_cc:
+        raise FeatureUnavailableError(
+            f"{feature} requires sm_{min_cc[0]}{min_cc[1]} or newer, but this kernel is compiled "
+            f"for {target.arch}. Run it on a newer GPU."
+        )

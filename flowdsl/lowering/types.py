@@ -1,0 +1,144 @@
+"""Numba types for flowdsl's opaque device values, and their data models.
+
+Contents: :class:`DevCommType`, :class:`WindowType`, :class:`TeamType`,
+:class:`CoopType`, :class:`LsaBarrierSessionType`, :data:`team_type`,
+:class:`ArgumentMarshaller` (the kernel-launch extension that flattens host
+objects into kernel parameters).
+
+A device communicator travels into the kernel *by value*, as the words of the
+C ``ncclDevComm`` struct of its NCCL ABI (kernel parameters live in constant
+memory, as in a C++ kernel taking ``ncclDevComm`` by value). Support functions
+receive a pointer to a local copy; after LTO inlining the copy folds away.
+A window travels as its ``ncclWindow_t`` handle plus its size in bytes.
+"""
+
+from __future__ import annotations
+
+from numba.core import types
+from numba.cuda import models
+from numba.cuda.extending import make_attribute_wrapper, register_model
+
+from ..enums import CoopKind
+
+__all__ = [
+    "DevCommType", "WindowType", "TeamType", "CoopType", "LsaBarrierSessionType",
+    "team_type", "ArgumentMarshaller",
+]
+
+
+class DevCommType(types.Type):
+    """A device communicator of NCCL device ABI ``abi`` (``ncclDevComm``, ``nwords`` u64)."""
+
+    def __init__(self, abi: tuple[int, int, int], nwords: int):
+        self.abi = tuple(abi)
+        self.nwords = nwords
+        super().__init__(name=f"DevComm(nccl={'.'.join(map(str, abi))})")
+
+    @property
+    def key(self):
+        return self.abi, self.nwords
+
+    @property
+    def words_type(self):
+        return types.UniTuple(types.uint64, self.nwords)
+
+
+class WindowType(types.Type):
+    """A registered window whose elements are ``dtype`` (``ncclWindow_t`` + size)."""
+
+    def __init__(self, dtype: types.Type):
+        self.dtype = dtype
+        super().__init__(name=f"Window({dtype})")
+
+    @property
+    def key(self):
+        return self.dtype
+
+
+class TeamType(types.Type):
+    """``ncclTeam``: ``nranks``, ``rank``, ``stride``."""
+
+    def __init__(self):
+        super().__init__(name="Team")
+
+
+team_type = TeamType()
+
+
+class CoopType(types.Type):
+    """A coop of one kind; its run-time word is the lane mask or the packed warp span."""
+
+    def __init__(self, kind: CoopKind):
+        self.kind = CoopKind(kind)
+        super().__init__(name=f"Coop({self.kind.name.lower()})")
+
+    @property
+    def key(self):
+        return self.kind
+
+
+class LsaBarrierSessionType(types.Type):
+    """An LSA barrier session: the communicator, the coop and the barrier index."""
+
+    def __init__(self, comm: DevCommType, coop: CoopType):
+        self.comm = comm
+        self.coop = coop
+        super().__init__(name=f"LsaBarrierSession({comm}, {coop})")
+
+    @property
+    def key(self):
+        return self.comm, self.coop
+
+
+@register_model(DevCommType)
+class _DevCommModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, [("words", fe_type.words_type)])
+
+
+@register_model(WindowType)
+class _WindowModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, [("handle", types.voidptr), ("nbytes", types.uint64)])
+
+
+@register_model(TeamType)
+class _TeamModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, [("nranks", types.int32), ("rank", types.int32),
+                                        ("stride", types.int32)])
+
+
+@register_model(CoopType)
+class _CoopModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, [("word", types.uint32)])
+
+
+@register_model(LsaBarrierSessionType)
+class _LsaBarrierSessionModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, [("comm", fe_type.comm), ("coop", fe_type.coop),
+                                        ("index", types.uint32)])
+
+
+for _attr in ("nranks", "rank", "stride"):
+    make_attribute_wrapper(TeamType, _attr, _attr)
+make_attribute_wrapper(WindowType, "handle", "_handle")
+make_attribute_wrapper(WindowType, "nbytes", "nbytes")
+
+
+class ArgumentMarshaller:
+    """Kernel-launch extension: host DevComm/Window objects → flat kernel parameters.
+
+    The flattened tuple types have the same parameter layout as the data
+    models above, so the kernel receives exactly the struct it was typed with.
+    """
+
+    def prepare_args(self, ty, val, stream=None, retr=None):
+        if isinstance(ty, DevCommType):
+            words = val._kernel_words()
+            return ty.words_type, words
+        if isinstance(ty, WindowType):
+            return types.UniTuple(types.uint64, 2), (val.handle, val.nbytes)
+        return ty, val

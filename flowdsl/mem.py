@@ -1,0 +1,66 @@
+"""Memory-model operations in device code (PTX ``ld``/``st``/``fence``/``atom``/``red``).
+
+Each takes an array (a view or any device array) and an element index, and a
+scope: :class:`flowdsl.ThreadScope` ``DEVICE`` (``.gpu``) or ``SYSTEM``
+(``.sys``, needed for peers' memory over NVLink/PCIe and for the host), or
+``BLOCK`` (``.cta``). Scope and order must be compile-time constants.
+
+Contents: :func:`load_acquire`, :func:`load_relaxed`, :func:`store_release`,
+:func:`store_relaxed`, :func:`fence`, :func:`atomic_add`, :func:`atomic_cas`,
+:func:`atomic_exch`, :func:`red_add`. Supported element types: int32, uint32,
+int64, uint64 (and float32/float64 for ``atomic_add``/``red_add``).
+"""
+
+from __future__ import annotations
+
+from ._stubs import primitive
+
+__all__ = [
+    "load_acquire", "load_relaxed", "store_release", "store_relaxed", "fence",
+    "atomic_add", "atomic_cas", "atomic_exch", "red_add",
+]
+
+
+@primitive
+def load_acquire(array, index, scope):
+    """``ld.acquire.<scope>``: later accesses are not reordered before this load."""
+
+
+@primitive
+def load_relaxed(array, index, scope):
+    """``ld.relaxed.<scope>``: an atomic load with no ordering."""
+
+
+@primitive
+def store_release(array, index, value, scope):
+    """``st.release.<scope>``: earlier accesses are visible before this store."""
+
+
+@primitive
+def store_relaxed(array, index, value, scope):
+    """``st.relaxed.<scope>``: an atomic store with no ordering."""
+
+
+@primitive
+def fence(order, scope):
+    """``fence.acq_rel.<scope>`` (or ``fence.sc.<scope>`` for ``SEQ_CST``)."""
+
+
+@primitive
+def atomic_add(array, index, value, order, scope):
+    """``atom.<order>.<scope>.add``; returns the old value."""
+
+
+@primitive
+def atomic_cas(array, index, expected, desired, order, scope):
+    """``atom.<order>.<scope>.cas``; returns the old value."""
+
+
+@primitive
+def atomic_exch(array, index, value, order, scope):
+    """``atom.<order>.<scope>.exch``; returns the old value."""
+
+
+@primitive
+def red_add(array, index, value, order, scope):
+    """``red.<order>.<scope>.add``: an atomic add whose result is not needed."""

@@ -1,0 +1,67 @@
+"""Teams: sets of ranks described by ``(nranks, rank, stride)`` (NCCL's ``ncclTeam``).
+
+Contents: :func:`world`, :func:`lsa`, :func:`rail` (teams of a device
+communicator), :func:`rank_to_world`, :func:`rank_to_lsa` (team rank → rank),
+:func:`rank_is_member`, :func:`rank_to_team`, :func:`inner_factor`,
+:func:`outer_factor`, :func:`rank_in_difference`. A team value has the
+attributes ``nranks``, ``rank`` and ``stride``.
+"""
+
+from __future__ import annotations
+
+from ._stubs import primitive
+
+__all__ = [
+    "world", "lsa", "rail", "rank_to_world", "rank_to_lsa", "rank_is_member",
+    "rank_to_team", "inner_factor", "outer_factor", "rank_in_difference",
+]
+
+
+@primitive
+def world(comm):
+    """Every rank of the communicator (``ncclTeamWorld``)."""
+
+
+@primitive
+def lsa(comm):
+    """The ranks whose memory this GPU can load and store (``ncclTeamLsa``)."""
+
+
+@primitive
+def rail(comm):
+    """The ranks with this rank's LSA index in every LSA team (``ncclTeamRail``)."""
+
+
+@primitive
+def rank_to_world(comm, team, rank):
+    """World rank of ``team``'s rank ``rank`` (``ncclTeamRankToWorld``)."""
+
+
+@primitive
+def rank_to_lsa(comm, team, rank):
+    """LSA rank of ``team``'s rank ``rank`` (``ncclTeamRankToLsa``)."""
+
+
+@primitive
+def rank_is_member(a, b, b_rank):
+    """Whether ``b``'s rank ``b_rank`` belongs to team ``a`` (``ncclTeamRankIsMember``)."""
+
+
+@primitive
+def rank_to_team(a, b, b_rank):
+    """``a``'s rank of ``b``'s rank ``b_rank`` (``ncclTeamRankToTeam``)."""
+
+
+@primitive
+def inner_factor(parent, inner_size):
+    """The block of ``inner_size`` consecutive ranks holding this rank (``ncclTeamInnerFactor``)."""
+
+
+@primitive
+def outer_factor(parent, inner_size):
+    """The ranks at this rank's position in every inner block (``ncclTeamOuterFactor``)."""
+
+
+@primitive
+def rank_in_difference(parent, subset, index):
+    """The ``index``-th rank of ``parent`` that is not in ``subset`` (``ncclTeamRankInDifference``)."""

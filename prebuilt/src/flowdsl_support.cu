@@ -1,0 +1,129 @@
+// flowdsl support library: extern "C" wrappers over NCCL's Device API templates.
+//
+// Only pointers and scalars cross this boundary (no structs by value), so that
+// numba can declare every function with the C ABI. The prototypes come from
+// include/flowdsl_support.h, generated from flowdsl/lowering/externs.py; the
+// compiler checks each definition below against it. Built to LTO-IR per
+// (NCCL device ABI, arch) and inlined into user kernels by nvJitLink.
+#include "flowdsl_support.h"
+
+namespace {
+
+// A coop crosses the ABI as one word: the lane mask for ncclCoopLanes,
+// warp0 | nWarps << 8 | id << 16 for ncclCoopWarpSpan, unused otherwise.
+__device__ __forceinline__ ncclCoopThread coop_thread(uint32_t) { return ncclCoopThread(); }
+__device__ __forceinline__ ncclCoopWarp coop_warp(uint32_t) { return ncclCoopWarp(); }
+__device__ __forceinline__ ncclCoopLanes coop_lanes(uint32_t w) { return ncclCoopLanes(w); }
+__device__ __forceinline__ ncclCoopWarpSpan coop_warp_span(uint32_t w) {
+  return ncclCoopWarpSpan(w & 0xff, (w >> 8) & 0xff, (w >> 16) & 0xff);
+}
+__device__ __forceinline__ ncclCoopCta coop_cta(uint32_t) { return ncclCoopCta(); }
+
+__device__ __forceinline__ ncclTeam make_team(int nranks, int rank, int stride) {
+  ncclTeam t;
+  t.nRanks = nranks;
+  t.rank = rank;
+  t.stride = stride;
+  return t;
+}
+
+__device__ __forceinline__ void store_team(ncclTeam t, int* out) {
+  out[0] = t.nRanks;
+  out[1] = t.rank;
+  out[2] = t.stride;
+}
+
+}  // namespace
+
+#define FLOWDSL_FOR_EACH_COOP(X) X(thread) X(warp) X(lanes) X(warp_span) X(cta)
+
+// ---- device communicator fields -------------------------------------------
+FLOWDSL_API int flowdsl_comm_rank(const ncclDevComm* comm) { return comm->rank; }
+FLOWDSL_API int flowdsl_comm_nranks(const ncclDevComm* comm) { return comm->nRanks; }
+FLOWDSL_API int flowdsl_comm_lsa_rank(const ncclDevComm* comm) { return comm->lsaRank; }
+FLOWDSL_API int flowdsl_comm_lsa_size(const ncclDevComm* comm) { return comm->lsaSize; }
+
+// ---- coops ------------------------------------------------------------------
+#define FLOWDSL_COOP_FUNCS(K)                                                         \
+  FLOWDSL_API void flowdsl_coop_sync__##K(uint32_t coop) { auto c = coop_##K(coop); c.sync(); } \
+  FLOWDSL_API int flowdsl_coop_thread_rank__##K(uint32_t coop) { return coop_##K(coop).thread_rank(); } \
+  FLOWDSL_API int flowdsl_coop_size__##K(uint32_t coop) { return coop_##K(coop).size(); }
+FLOWDSL_FOR_EACH_COOP(FLOWDSL_COOP_FUNCS)
+
+// ---- teams ------------------------------------------------------------------
+FLOWDSL_API void flowdsl_team_world(const ncclDevComm* comm, int* out) { store_team(ncclTeamWorld(*comm), out); }
+FLOWDSL_API void flowdsl_team_lsa(const ncclDevComm* comm, int* out) { store_team(ncclTeamLsa(*comm), out); }
+FLOWDSL_API void flowdsl_team_rail(const ncclDevComm* comm, int* out) { store_team(ncclTeamRail(*comm), out); }
+
+FLOWDSL_API int flowdsl_team_rank_to_world(const ncclDevComm* comm, int team_nranks, int team_rank,
+                                           int team_stride, int rank) {
+  return ncclTeamRankToWorld(*comm, make_team(team_nranks, team_rank, team_stride), rank);
+}
+FLOWDSL_API int flowdsl_team_rank_to_lsa(const ncclDevComm* comm, int team_nranks, int team_rank,
+                                         int team_stride, int rank) {
+  return ncclTeamRankToLsa(*comm, make_team(team_nranks, team_rank, team_stride), rank);
+}
+FLOWDSL_API int flowdsl_team_rank_is_member(int a_nranks, int a_rank, int a_stride, int b_nranks,
+                                            int b_rank, int b_stride, int b_peer) {
+  return ncclTeamRankIsMember(make_team(a_nranks, a_rank, a_stride), make_team(b_nranks, b_rank, b_stride),
+                              b_peer) ? 1 : 0;
+}
+FLOWDSL_API int flowdsl_team_rank_to_team(int a_nranks, int a_rank, int a_stride, int b_nranks, int b_rank,
+                                          int b_stride, int b_peer) {
+  return ncclTeamRankToTeam(make_team(a_nranks, a_rank, a_stride), make_team(b_nranks, b_rank, b_stride),
+                            b_peer);
+}
+FLOWDSL_API void flowdsl_team_inner_factor(int team_nranks, int team_rank, int team_stride, int inner_size,
+                                           int* out) {
+  store_team(ncclTeamInnerFactor(make_team(team_nranks, team_rank, team_stride), inner_size), out);
+}
+FLOWDSL_API void flowdsl_team_outer_factor(int team_nranks, int team_rank, int team_stride, int inner_size,
+                                           int* out) {
+  store_team(ncclTeamOuterFactor(make_team(team_nranks, team_rank, team_stride), inner_size), out);
+}
+FLOWDSL_API int flowdsl_team_rank_in_difference(int parent_nranks, int parent_rank, int parent_stride,
+                                                int subset_nranks, int subset_rank, int subset_stride,
+                                                int index) {
+  return ncclTeamRankInDifference(make_team(parent_nranks, parent_rank, parent_stride),
+                                  make_team(subset_nranks, subset_rank, subset_stride), index);
+}
+
+// ---- window pointers ----------------------------------------------------------
+FLOWDSL_API void* flowdsl_get_local_pointer(ncclWindow_t win, size_t offset) {
+  return ncclGetLocalPointer(win, offset);
+}
+FLOWDSL_API void* flowdsl_get_lsa_pointer(ncclWindow_t win, size_t offset, int lsa_peer) {
+  return ncclGetLsaPointer(win, offset, lsa_peer);
+}
+FLOWDSL_API void* flowdsl_get_peer_pointer(ncclWindow_t win, size_t offset, int peer) {
+  return ncclGetPeerPointer(win, offset, peer);
+}
+FLOWDSL_API void* flowdsl_get_team_pointer(ncclWindow_t win, size_t offset, int team_nranks, int team_rank,
+                                           int team_stride, int peer) {
+  return ncclGetPeerPointer(win, offset, make_team(team_nranks, team_rank, team_stride), peer);
+}
+
+// ---- LSA barrier sessions -------------------------------------------------------
+// Each call opens a session (which loads the barrier's epoch from NCCL's
+// resource window) and closes it (which stores the epoch back), so Python
+// code needs no destructor and later launches continue the epoch sequence.
+#define FLOWDSL_LSA_BARRIER_FUNCS(K)                                                          \
+  FLOWDSL_API void flowdsl_lsa_barrier_arrive__##K(uint32_t coop, const ncclDevComm* comm,   \
+                                                   uint32_t index, int order) {              \
+    auto c = coop_##K(coop);                                                                  \
+    ncclLsaBarrierSession<decltype(c)> s{c, *comm, ncclTeamTagLsa(), index};                 \
+    s.arrive(c, (cuda::memory_order)order);                                                   \
+  }                                                                                           \
+  FLOWDSL_API void flowdsl_lsa_barrier_wait__##K(uint32_t coop, const ncclDevComm* comm,     \
+                                                 uint32_t index, int order) {                \
+    auto c = coop_##K(coop);                                                                  \
+    ncclLsaBarrierSession<decltype(c)> s{c, *comm, ncclTeamTagLsa(), index};                 \
+    s.wait(c, (cuda::memory_order)order);                                                     \
+  }                                                                                           \
+  FLOWDSL_API void flowdsl_lsa_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm,     \
+                                                 uint32_t index, int order) {                \
+    auto c = coop_##K(coop);                                                                  \
+    ncclLsaBarrierSession<decltype(c)> s{c, *comm, ncclTeamTagLsa(), index};                 \
+    s.sync(c, (cuda::memory_order)order);                                                     \
+  }
+FLOWDSL_FOR_EACH_COOP(FLOWDSL_LSA_BARRIER_FUNCS)
