@@ -1,0 +1,73 @@
+"""Helpers for writing multi-rank tests of flowdsl programs on the CPU simulator.
+
+Contents: :func:`run_ranks` (run ``main(comm)`` on N simulated ranks, a thin
+:func:`flowdsl.sim.spawn`), :func:`for_seeds` (a pytest decorator running a
+test once per seed), :func:`run_seeds` (run a program under many seeds and
+return every run's results), :func:`assert_ranks_close` (compare
+``(result, reference)`` pairs rank by rank).
+
+Example::
+
+    from flowdsl.testing import run_ranks, for_seeds
+
+    @for_seeds(8)
+    def test_allgather(seed):
+        for result, ref in run_ranks(allgather_lsa.run, nranks=4, seed=seed):
+            np.testing.assert_allclose(result, ref)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+__all__ = ["run_ranks", "for_seeds", "run_seeds", "assert_ranks_close"]
+
+
+def run_ranks(main: Callable[[Any], Any], nranks: int = 4, seed: int = 0, nodes: int = 1,
+              **options) -> list:
+    """Run ``main(comm)`` on ``nranks`` simulated ranks; return the results by rank.
+
+    Args:
+        main: The host program of one rank.
+        nranks: Number of simulated ranks.
+        seed: Scheduler seed (the same seed replays the same interleaving).
+        nodes: Number of simulated nodes (the LSA team is a node).
+        **options: Passed to :func:`flowdsl.sim.spawn`.
+    """
+    from flowdsl import sim
+    return sim.spawn(main, nranks=nranks, seed=seed, nodes=nodes, **options)
+
+
+def for_seeds(n: int, start: int = 0):
+    """Pytest decorator: run the test once per seed ``start .. start+n-1`` (argument ``seed``).
+
+    Each seed is its own test case (``test_x[seed=3]``), so a failure names the
+    seed that reproduces it.
+    """
+    import pytest
+    return pytest.mark.parametrize("seed", list(range(start, start + n)),
+                                   ids=[f"seed={s}" for s in range(start, start + n)])
+
+
+def run_seeds(main: Callable[[Any], Any], nranks: int = 4, seeds: Iterable[int] = range(8),
+              nodes: int = 1, **options) -> dict:
+    """Run ``main`` under every seed; return ``{seed: results}``.
+
+    An exception names the seed that raised it (as a note, and in simulator
+    errors' messages).
+    """
+    out = {}
+    for s in seeds:
+        try:
+            out[s] = run_ranks(main, nranks=nranks, seed=s, nodes=nodes, **options)
+        except Exception as e:
+            e.add_note(f"flowdsl.testing.run_seeds: failed with seed={s}")
+            raise
+    return out
+
+
+def assert_ranks_close(results, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Assert every rank's ``(result, reference)`` pair matches (``numpy.testing.assert_allclose``)."""
+    import numpy as np
+    for rank, (result, ref) in enumerate(results):
+        np.testing.assert_allclose(result, ref, rtol=rtol, atol=atol, err_msg=f"rank {rank}")
