@@ -53,7 +53,7 @@ def rmsnorm_lsa(comm, win, hidden, eps):
             partial[cuda.threadIdx.x] += partial[cuda.threadIdx.x + stride]
         cta.sync()
         stride //= 2
-    scale = float32(1.0) / math.sqrt(partial[0] / hidden + eps)
+    scale = float32(1.0) / math.sqrt(partial[0] / float32(hidden) + eps)
     for i in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
         mine[i] = mine[i] * scale
     cta.sync()

@@ -13,12 +13,15 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-__all__ = ["primitive", "set_simulator_dispatch", "DeviceOnlyError", "PRIMITIVES"]
+__all__ = ["primitive", "set_simulator_dispatch", "set_simulator_launch", "DeviceOnlyError", "PRIMITIVES"]
 
 #: name -> stub, for every primitive of the device surface (docs and tests walk it).
 PRIMITIVES: dict[str, Callable[..., Any]] = {}
 
 _simulator_dispatch: Callable[..., Any] | None = None
+#: Called as ``launch(kernel, griddim, blockdim, stream, sharedmem, args)`` for launches whose
+#: arguments are simulated objects (``__flowdsl_sim__``); installed by ``flowdsl.sim``.
+_simulator_launch: Callable[..., Any] | None = None
 
 
 class DeviceOnlyError(RuntimeError):
@@ -33,6 +36,12 @@ def set_simulator_dispatch(dispatch: Callable[..., Any] | None) -> None:
     """
     global _simulator_dispatch
     _simulator_dispatch = dispatch
+
+
+def set_simulator_launch(launch: Callable[..., Any] | None) -> None:
+    """Install (or remove) the simulator's kernel-launch hook."""
+    global _simulator_launch
+    _simulator_launch = launch
 
 
 def primitive(fn: Callable[..., Any]) -> Callable[..., Any]:

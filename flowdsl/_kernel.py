@@ -1,0 +1,309 @@
+"""``@flowdsl.kernel`` and ``@flowdsl.device``.
+
+A :class:`FlowKernel` is compiled per (argument types, NCCL release, arch) at
+first launch: numba lowers it to LTO-IR, nvJitLink links it with the support
+build of the loaded NCCL, and the cubin is cached on disk (keyed by the
+kernel's source, the argument types, the NCCL release, the arch, the support
+build and the flowdsl/numba-cuda versions) so that a second process loads it
+instead of compiling. Launches go through numba-cuda's kernel launcher.
+
+Contents: :func:`kernel`, :func:`device`, :class:`FlowKernel`.
+"""
+
+from __future__ import annotations
+
+import dis
+import hashlib
+import inspect
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from numba.core import types
+
+from . import _stubs
+from ._version import __version__
+from .errors import UsageError
+from .lowering.compiler import CompiledKernel, compile_kernel
+from .lowering.target import Target, format_version, parse_version
+from .lowering.types import ArgumentMarshaller, DevCommType, WindowType
+
+__all__ = ["kernel", "device", "FlowKernel"]
+
+
+def device(fn=None, **options):
+    """A helper device function callable from flowdsl kernels (inlined per target).
+
+    Device functions may not return arrays (numba-cuda restriction without NRT):
+    pass output arrays in, or return scalars.
+    """
+    from numba.cuda.extending import register_jitable  # noqa: PLC0415
+
+    if fn is None:
+        return lambda f: device(f, **options)
+    jitted = register_jitable(fn)
+    jitted.__flowdsl_device__ = True
+    jitted.py_func = fn
+    return jitted
+
+
+def kernel(fn=None, *, fastmath: bool = False, lineinfo: bool = False):
+    """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
+
+    ``k[grid, block, stream, shared_bytes](*args)`` also takes a stream
+    (CuPy, PyTorch, numba or cuda.core) and dynamic shared memory in bytes.
+    """
+    if fn is None:
+        return lambda f: kernel(f, fastmath=fastmath, lineinfo=lineinfo)
+    return FlowKernel(fn, fastmath=fastmath, lineinfo=lineinfo)
+
+
+def _cache_root() -> Path:
+    from .runtime.support import cache_dir  # noqa: PLC0415
+
+    return cache_dir() / "kernels"
+
+
+def _referenced_names(code) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _referenced_names(const)
+    return names
+
+
+def _as_stream(stream):
+    """Any common stream object → what numba-cuda's launcher takes."""
+    from numba.cuda.cudadrv import driver  # noqa: PLC0415
+
+    if not stream:
+        return driver._to_core_stream(0)
+    for attr in ("ptr", "cuda_stream", "handle"):  # CuPy, PyTorch, numba/cuda.core
+        handle = getattr(stream, attr, None)
+        if isinstance(handle, int):
+            return driver.ExperimentalStream.from_handle(handle)
+    return driver._to_core_stream(stream)
+
+
+class FlowKernel:
+    """A flowdsl kernel: compiled at first launch per argument types, cached on disk."""
+
+    def __init__(self, py_func, *, fastmath: bool = False, lineinfo: bool = False):
+        self.py_func = py_func
+        self.__name__ = py_func.__name__
+        self.__doc__ = py_func.__doc__
+        self.__wrapped__ = py_func
+        self.fastmath = fastmath
+        self.lineinfo = lineinfo
+        self._loaded: dict = {}
+        #: Last compile/load: {"source": "compiled"|"disk", "seconds": float}
+        self.last_build: dict = {}
+
+    def __repr__(self):
+        return f"<flowdsl.kernel {self.py_func.__module__}.{self.__name__}>"
+
+    def __call__(self, *args, **kwargs):
+        raise UsageError(f"Cannot call kernel {self.__name__} directly: launch it with "
+                         f"{self.__name__}[grid, block](...)")
+
+    def __getitem__(self, config):
+        if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
+            raise UsageError(f"Cannot launch {self.__name__}: write {self.__name__}[grid, block] or "
+                             f"{self.__name__}[grid, block, stream, shared_bytes]")
+        grid, block, stream, shared = (tuple(config) + (0, 0))[:4]
+        return _Launch(self, grid, block, stream, shared)
+
+    # -- requirements ------------------------------------------------------------------------
+    def requirements(self, grid) -> dict:
+        """Device-communicator requirements this kernel implies for a launch over ``grid``.
+
+        A kernel that opens LSA barrier sessions gets one barrier per block (the
+        usual ``lsa.barrier(comm, coop, blockIdx.x)``).
+        """
+        names = _referenced_names(self.py_func.__code__)
+        blocks = 1
+        for dim in (grid if isinstance(grid, tuple) else (grid or 1,)):
+            blocks *= int(dim)
+        reqs = {}
+        if "barrier" in names:
+            reqs["lsa_barrier_count"] = blocks
+        return reqs
+
+    # -- compilation ---------------------------------------------------------------------------
+    def _source_digest(self) -> str:
+        module = sys.modules.get(self.py_func.__module__)
+        try:
+            source = inspect.getsource(module) if module is not None else inspect.getsource(self.py_func)
+        except (OSError, TypeError):
+            source = self.py_func.__code__.co_code.hex()
+        return hashlib.sha256(source.encode()).hexdigest()
+
+    def _cache_key(self, argtypes, target: Target, support) -> str:
+        import numba_cuda  # noqa: PLC0415
+
+        payload = json.dumps({
+            "flowdsl": __version__, "numba_cuda": getattr(numba_cuda, "__version__", "?"),
+            "source": self._source_digest(), "qualname": self.py_func.__qualname__,
+            "module": self.py_func.__module__, "args": [str(t) for t in argtypes],
+            "nccl": format_version(target.nccl), "arch": target.arch,
+            "support": hashlib.sha256(support.ltoir).hexdigest(),
+            "options": [self.fastmath, self.lineinfo],
+        }, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+    def compile(self, argtypes, *, arch: str = "sm_90", nccl: str | tuple | None = None) -> CompiledKernel:
+        """Compile and link for explicit argument types and target; needs no GPU.
+
+        Args:
+            argtypes: numba types of the parameters (see :meth:`argtypes_for`).
+            arch: ``sm_80``, ``sm_90``, ``sm_100``, ...
+            nccl: NCCL release of the device ABI (default: the loaded libnccl).
+        """
+        from .runtime import nccl as nccl_runtime  # noqa: PLC0415
+        from .runtime.support import support_build_for  # noqa: PLC0415
+
+        version = parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version()
+        support = support_build_for(version, arch)
+        return compile_kernel(self.py_func, tuple(argtypes), Target(version, arch), support.ltoir,
+                              fastmath=self.fastmath, lineinfo=self.lineinfo, support_arch=support.arch)
+
+    @staticmethod
+    def argtypes_for(*args, nccl: str | tuple | None = None):
+        """numba types of host arguments; ``"devcomm"`` and ``("window", dtype)`` stand in for objects."""
+        import numpy as np  # noqa: PLC0415
+        from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
+        from numba.np.numpy_support import from_dtype  # noqa: PLC0415
+
+        from .runtime import nccl as nccl_runtime  # noqa: PLC0415
+        from .runtime.support import abi_layout  # noqa: PLC0415
+
+        version = parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version()
+        out = []
+        for arg in args:
+            if arg == "devcomm":
+                out.append(DevCommType(version, -(-abi_layout(version)["dev_comm_size"] // 8)))
+            elif isinstance(arg, tuple) and arg and arg[0] == "window":
+                out.append(WindowType(from_dtype(np.dtype(arg[1]))))
+            elif isinstance(arg, types.Type):
+                out.append(arg)
+            else:
+                out.append(typeof(arg, Purpose.argument))
+        return tuple(out)
+
+    def _specialize(self, args):
+        """The loaded numba kernel for these launch arguments (compiled or from disk)."""
+        from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
+
+        argtypes = []
+        for i, arg in enumerate(args):
+            try:
+                ty = typeof(arg, Purpose.argument)
+            except Exception as exc:  # noqa: BLE001
+                raise UsageError(f"Cannot launch {self.__name__}: argument {i} ({type(arg).__name__}) has no "
+                                 f"kernel type: {exc}") from exc
+            if ty is None:
+                raise UsageError(f"Cannot launch {self.__name__}: argument {i} of type {type(arg).__name__} "
+                                 "cannot be passed to a kernel (pass device arrays, scalars, windows and "
+                                 "device communicators)")
+            argtypes.append(ty)
+        argtypes = tuple(argtypes)
+        target = _device_target()
+        key = (argtypes, target)
+        loaded = self._loaded.get(key)
+        if loaded is None:
+            loaded = self._load_or_compile(argtypes, target)
+            self._loaded[key] = loaded
+        return loaded
+
+    def _load_or_compile(self, argtypes, target: Target):
+        from .runtime.support import support_build_for  # noqa: PLC0415
+
+        start = time.perf_counter()
+        support = support_build_for(target.nccl, target.arch)
+        key = self._cache_key(argtypes, target, support)
+        root = _cache_root()
+        cubin_path, meta_path = root / f"{key}.cubin", root / f"{key}.json"
+        if cubin_path.exists() and meta_path.exists():
+            cubin = cubin_path.read_bytes()
+            entry = json.loads(meta_path.read_text())["entry_name"]
+            source = "disk"
+        else:
+            compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath,
+                                      lineinfo=self.lineinfo, support_arch=support.arch)
+            cubin, entry, source = compiled.cubin, compiled.entry_name, "compiled"
+            root.mkdir(parents=True, exist_ok=True)
+            for path, data in ((cubin_path, cubin), (meta_path, json.dumps({"entry_name": entry}).encode())):
+                tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+        loaded = _numba_kernel(entry, cubin, argtypes)
+        loaded.bind()  # load the module now, so that the time below includes it
+        self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key}
+        return loaded
+
+
+def _device_target() -> Target:
+    from numba import cuda  # noqa: PLC0415
+
+    from .runtime import nccl as nccl_runtime  # noqa: PLC0415
+
+    cc = cuda.get_current_device().compute_capability
+    return Target(nccl_runtime.loaded_version(), f"sm_{cc[0]}{cc[1]}")
+
+
+def _numba_kernel(entry_name: str, cubin: bytes, argtypes):
+    """A numba-cuda launchable kernel around an already linked cubin."""
+    from numba.cuda.codegen import CUDACodeLibrary  # noqa: PLC0415
+    from numba.cuda.descriptor import cuda_target  # noqa: PLC0415
+    from numba.cuda.dispatcher import _Kernel  # noqa: PLC0415
+
+    codegen = cuda_target.target_context.codegen()
+    library = CUDACodeLibrary._rebuild(codegen, entry_name, entry_name, [], {}, {}, {}, None, {}, False, False,
+                                       False, True)
+    library._cubin_cache[library._ensure_cc(None)] = cubin
+    return _Kernel._rebuild(False, entry_name, types.void(*argtypes), library, False, False, None,
+                            [ArgumentMarshaller()])
+
+
+def _dims(value, what: str, kernel_name: str):
+    dims = value if isinstance(value, tuple) else (value,)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):
+        raise UsageError(f"Cannot launch {kernel_name}: {what} must be a positive int or a tuple of up to "
+                         f"3 positive ints, got {value!r}")
+    return dims + (1,) * (3 - len(dims))
+
+
+class _Launch:
+    def __init__(self, kernel: FlowKernel, grid, block, stream, shared):
+        self.kernel = kernel
+        self.grid = grid
+        self.block = block
+        self.stream = stream
+        self.shared = shared
+
+    def __call__(self, *args):
+        name = self.kernel.__name__
+        if _stubs._simulator_launch is not None and any(getattr(a, "__flowdsl_sim__", False) for a in args):
+            return _stubs._simulator_launch(self.kernel, self.grid, self.block, self.stream, self.shared, args)
+        grid = _dims(self.grid, "the grid", name)
+        block = _dims(self.block, "the block", name)
+        _check_resources(name, args)
+        loaded = self.kernel._specialize(args)
+        loaded.launch(args, grid, block, stream=_as_stream(self.stream), sharedmem=int(self.shared))
+
+
+def _check_resources(name: str, args) -> None:
+    """Windows and device communicators must be open and belong to one communicator."""
+    from .runtime.memory import DevComm, Window  # noqa: PLC0415
+
+    owners = set()
+    for i, arg in enumerate(args):
+        if isinstance(arg, (DevComm, Window)):
+            arg._check_open(f"launch {name} (argument {i})")
+            owners.add(id(arg.communicator))
+    if len(owners) > 1:
+        raise UsageError(f"Cannot launch {name}: its windows and device communicators come from different "
+                         "communicators. Register windows and create the device communicator on the same "
+                         "flowdsl communicator.")

@@ -1,0 +1,280 @@
+"""The host communicator: bootstrap, symmetric allocation, windows, device communicators.
+
+Contents: :func:`init`, :class:`Communicator`, :data:`REQUIREMENT_FIELDS`.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+
+from ..errors import NoDeviceError, ResourceClosedError, UsageError
+from ..lowering.target import format_version
+from . import nccl
+from .memory import DevComm, SymmetricAllocation, Window, device_pointer
+from .support import abi_layout
+
+__all__ = ["init", "Communicator", "REQUIREMENT_FIELDS"]
+
+#: keyword of device_communicator() -> field of ncclDevCommRequirements.
+REQUIREMENT_FIELDS = {
+    "lsa_barrier_count": "lsaBarrierCount",
+    "barrier_count": "barrierCount",
+    "rail_gin_barrier_count": "railGinBarrierCount",
+    "gin_context_count": "ginContextCount",
+    "gin_signal_count": "ginSignalCount",
+    "gin_counter_count": "ginCounterCount",
+    "gin_force_enable": "ginForceEnable",
+}
+
+_SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
+    np.float16, np.float32, np.float64, np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64))
+
+
+def _require_gpu(operation: str) -> None:
+    try:
+        from cuda.bindings import driver  # noqa: PLC0415
+
+        err, = driver.cuInit(0)[:1]
+        ok = int(err) == 0
+        if ok:
+            err, count = driver.cuDeviceGetCount()
+            ok = int(err) == 0 and count > 0
+    except Exception:  # noqa: BLE001 - any failure here means "no usable GPU"
+        ok = False
+    if not ok:
+        raise NoDeviceError(f"Cannot {operation}: no CUDA GPU is available (the driver did not initialise "
+                            "or reports no device). Run on a machine with an NVIDIA GPU, or run the same "
+                            "program on the CPU simulator with flowdsl.sim.spawn(main, nranks=N).")
+
+
+def _exchange_unique_id(rank: int, nranks: int, *, group=None, mpi_comm=None) -> bytes:
+    """Rank 0 makes an NCCL unique id; every rank gets it through torch.distributed, MPI or a TCP store."""
+    from nccl.core import get_unique_id  # noqa: PLC0415
+
+    uid = get_unique_id().as_bytes if rank == 0 else None
+    if mpi_comm is not None:
+        return mpi_comm.bcast(uid, root=0)
+    import torch.distributed as dist  # noqa: PLC0415
+
+    if group is not None or dist.is_initialized():
+        box = [uid]
+        dist.broadcast_object_list(box, src=0, group=group)
+        return box[0]
+    if "MASTER_ADDR" in os.environ:
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT", "29500")),
+                              nranks, rank == 0)
+        if rank == 0:
+            store.set("flowdsl_nccl_unique_id", pickle.dumps(uid))
+        return pickle.loads(store.get("flowdsl_nccl_unique_id"))
+    raise UsageError("Cannot initialise a multi-rank communicator: no way to share NCCL's unique id. "
+                     "Launch with torchrun, pass group= (torch.distributed) or mpi_comm= (mpi4py), or pass "
+                     "unique_id= explicitly.")
+
+
+def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | None = None, *,
+         group=None, mpi_comm=None, device: int | None = None) -> "Communicator":
+    """Create a :class:`Communicator`.
+
+    Sources, in order: explicit ``nranks, rank, unique_id``; a ``torch.distributed``
+    process group (``group=``); an mpi4py communicator (``mpi_comm=``); the
+    torchrun environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``);
+    otherwise a single rank.
+
+    Args:
+        device: CUDA device of this rank. Defaults to ``LOCAL_RANK`` (or 0).
+    """
+    _require_gpu("initialise a flowdsl communicator")
+    if mpi_comm is not None:
+        nranks, rank = mpi_comm.Get_size(), mpi_comm.Get_rank()
+    elif group is not None:
+        import torch.distributed as dist  # noqa: PLC0415
+
+        nranks, rank = dist.get_world_size(group), dist.get_rank(group)
+    elif nranks is None:
+        nranks = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+    if rank is None or not 0 <= rank < nranks:
+        raise UsageError(f"Cannot initialise a communicator: rank must be in [0, {nranks}), got {rank}")
+    if device is None:
+        device = int(os.environ.get("LOCAL_RANK", "0"))
+    if unique_id is None:
+        if nranks == 1:
+            from nccl.core import get_unique_id  # noqa: PLC0415
+
+            unique_id = get_unique_id().as_bytes
+        else:
+            unique_id = _exchange_unique_id(rank, nranks, group=group, mpi_comm=mpi_comm)
+    return Communicator(nranks, rank, unique_id, device)
+
+
+class Communicator:
+    """One rank's NCCL communicator and the resources it owns.
+
+    Use as a context manager, or call :meth:`close`, which releases device
+    communicators and windows first, then symmetric memory, then the NCCL
+    communicator.
+    """
+
+    def __init__(self, nranks: int, rank: int, unique_id: bytes, device: int = 0):
+        import cupy  # noqa: PLC0415
+        from nccl.core import Communicator as NcclCommunicator  # noqa: PLC0415
+        from nccl.core import UniqueId  # noqa: PLC0415
+        from numba import cuda  # noqa: PLC0415
+
+        self.device = device
+        cupy.cuda.Device(device).use()
+        cuda.select_device(device)
+        uid = unique_id if not isinstance(unique_id, (bytes, bytearray)) else UniqueId.from_bytes(bytes(unique_id))
+        self._nccl = NcclCommunicator.init(nranks, rank, uid)
+        self.nranks = nranks
+        self.rank = rank
+        self.nccl_version = nccl.loaded_version()
+        self._resources: list = []
+        self._allocations: list[SymmetricAllocation] = []
+        self._closed = False
+
+    # -- resource bookkeeping ------------------------------------------------------------
+    def _track(self, resource) -> None:
+        self._check_open("create a resource")
+        self._resources.append(resource)
+
+    def _untrack(self, resource) -> None:
+        if resource in self._resources:
+            self._resources.remove(resource)
+        if resource in self._allocations:
+            self._allocations.remove(resource)
+
+    def _check_open(self, operation: str) -> None:
+        if self._closed:
+            raise ResourceClosedError(f"Cannot {operation}: the communicator was closed. Call flowdsl.init() again.")
+
+    @property
+    def open_resources(self) -> list:
+        """Resources not yet closed (windows, device communicators, symmetric buffers)."""
+        return list(self._resources)
+
+    # -- memory --------------------------------------------------------------------------------
+    def alloc(self, shape, dtype=np.float32, *, like: str = "cupy"):
+        """A symmetric buffer from ``ncclMemAlloc``, as a CuPy array (or ``like="torch"``), no copy.
+
+        The memory lives until the communicator is closed or ``comm.free(buf)``.
+        """
+        import cupy  # noqa: PLC0415
+
+        self._check_open("allocate symmetric memory")
+        dtype = np.dtype(dtype)
+        if dtype not in _SUPPORTED_DTYPES:
+            names = ", ".join(str(d) for d in _SUPPORTED_DTYPES)
+            raise UsageError(f"Cannot allocate symmetric memory of dtype {dtype}: supported dtypes are {names}.")
+        shape = (shape,) if np.isscalar(shape) else tuple(shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        allocation = SymmetricAllocation(self, nbytes)
+        self._allocations.append(allocation)
+        memory = cupy.cuda.UnownedMemory(allocation.ptr, max(nbytes, 1), owner=allocation)
+        array = cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
+        if like == "torch":
+            import torch  # noqa: PLC0415
+
+            return torch.from_dlpack(array)
+        if like != "cupy":
+            raise UsageError(f"Cannot allocate: like must be 'cupy' or 'torch', got {like!r}")
+        return array
+
+    def _allocation_of(self, ptr: int, nbytes: int) -> SymmetricAllocation | None:
+        for allocation in self._allocations:
+            if not allocation.closed and allocation.contains(ptr, nbytes):
+                return allocation
+        return None
+
+    def free(self, buf) -> None:
+        """Return a buffer from :meth:`alloc` to NCCL now (windows over it must be closed first)."""
+        ptr, nbytes = device_pointer(buf)
+        allocation = self._allocation_of(ptr, nbytes)
+        if allocation is None:
+            raise UsageError("Cannot free this buffer: it was not allocated by comm.alloc on this communicator.")
+        for res in self._resources:
+            if isinstance(res, Window) and allocation.contains(res.ptr, res.nbytes):
+                raise UsageError("Cannot free this buffer: a window is still registered over it. Close it first.")
+        allocation.close()
+
+    def register(self, buf) -> Window:
+        """Register ``buf`` (from :meth:`alloc`) as a symmetric window. Collective.
+
+        Raises:
+            UsageError: ``buf`` is not (part of) a buffer from ``comm.alloc`` of
+                this communicator, or is not contiguous.
+        """
+        self._check_open("register a window")
+        if hasattr(buf, "__cuda_array_interface__"):
+            ptr, nbytes = device_pointer(buf)
+            dtype = np.dtype(buf.__cuda_array_interface__["typestr"])
+        elif hasattr(buf, "__dlpack__"):
+            import cupy  # noqa: PLC0415
+
+            buf = cupy.from_dlpack(buf)
+            ptr, nbytes = device_pointer(buf)
+            dtype = buf.dtype
+        else:
+            raise UsageError(f"Cannot register {type(buf).__name__}: pass a buffer from comm.alloc(shape, dtype).")
+        if self._allocation_of(ptr, nbytes) is None:
+            raise UsageError("Cannot register this buffer: symmetric windows need memory from comm.alloc "
+                             "(ncclMemAlloc) of this communicator. Allocate it with comm.alloc(shape, dtype) "
+                             "and copy your data in.")
+        return Window(self, buf, nbytes, ptr, dtype)
+
+    # -- device communicator ---------------------------------------------------------------
+    def device_communicator(self, *, for_kernel=None, grid=None, **requirements) -> DevComm:
+        """Create a device communicator. Collective.
+
+        Args:
+            for_kernel: A ``@flowdsl.kernel``; requirements it needs are derived from it
+                (e.g. one LSA barrier per block of ``grid`` when it uses ``lsa.barrier``).
+            grid: The launch grid of ``for_kernel``.
+            **requirements: ``lsa_barrier_count``, ``barrier_count``,
+                ``rail_gin_barrier_count``, ``gin_context_count``, ``gin_signal_count``,
+                ``gin_counter_count``, ``gin_force_enable``.
+        """
+        self._check_open("create a device communicator")
+        unknown = set(requirements) - set(REQUIREMENT_FIELDS)
+        if unknown:
+            raise UsageError(f"Cannot create a device communicator: unknown requirement(s) "
+                             f"{', '.join(sorted(unknown))}; known: {', '.join(REQUIREMENT_FIELDS)}")
+        if for_kernel is not None:
+            for key, value in for_kernel.requirements(grid).items():
+                requirements[key] = max(requirements.get(key, 0), value)
+        for key, value in requirements.items():
+            if int(value) < 0:
+                raise UsageError(f"Cannot create a device communicator: {key} must be >= 0, got {value}")
+        fields = {REQUIREMENT_FIELDS[k]: int(v) for k, v in requirements.items()}
+        return DevComm(self, fields, abi_layout(self.nccl_version), self.nccl_version)
+
+    # -- synchronisation and teardown -----------------------------------------------------------
+    def synchronize(self) -> None:
+        """Wait for all work on this rank's device."""
+        import cupy  # noqa: PLC0415
+
+        cupy.cuda.Device(self.device).synchronize()
+
+    def close(self) -> None:
+        """Close every resource still open (device communicators, windows, memory), then NCCL's communicator."""
+        if self._closed:
+            return
+        self.synchronize()
+        for kind in (DevComm, Window, SymmetricAllocation):
+            for res in [r for r in self._resources if isinstance(r, kind)]:
+                res.close()
+        self._closed = True
+        self._nccl.destroy()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"Communicator(rank={self.rank}, nranks={self.nranks}, device={self.device}, "
+                f"nccl={format_version(self.nccl_version)})")

@@ -1,0 +1,208 @@
+"""Host resources owned by a communicator: symmetric buffers, windows, device communicators.
+
+Every resource derives from :class:`Resource`: ``close()`` is idempotent, the
+resource is a context manager, and the communicator closes whatever is still
+open when it is closed itself (windows and device communicators before the
+memory under them).
+
+Contents: :class:`Resource`, :class:`SymmetricAllocation`, :class:`Window`,
+:class:`DevComm`, :func:`device_pointer`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import numpy as np
+
+from ..errors import ResourceClosedError, UsageError
+from ..lowering.target import format_version
+from ..lowering.types import DevCommType, WindowType
+from . import nccl
+
+__all__ = ["Resource", "SymmetricAllocation", "Window", "DevComm", "device_pointer"]
+
+
+class Resource:
+    """Base of communicator-owned resources: idempotent ``close()``, usable in ``with``."""
+
+    kind = "resource"
+
+    def __init__(self, comm):
+        self._comm = comm
+        self._closed = False
+        comm._track(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self, operation: str) -> None:
+        if self._closed:
+            raise ResourceClosedError(f"Cannot {operation}: this {self.kind} was closed. Create a new one.")
+
+    def close(self) -> None:
+        """Release the resource (collective where NCCL's call is); a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._release()
+        finally:
+            self._comm._untrack(self)
+
+    def _release(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def device_pointer(array) -> tuple[int, int]:
+    """``(address, nbytes)`` of a C-contiguous device array (CUDA Array Interface)."""
+    cai = getattr(array, "__cuda_array_interface__", None)
+    if cai is None:
+        raise UsageError(f"Cannot use {type(array).__name__} as a device buffer: it has no "
+                         "__cuda_array_interface__. Allocate it with comm.alloc(shape, dtype).")
+    dtype = np.dtype(cai["typestr"])
+    shape = cai["shape"]
+    strides = cai.get("strides")
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if strides is not None:
+        expected = []
+        step = dtype.itemsize
+        for dim in reversed(shape):
+            expected.append(step)
+            step *= dim
+        if tuple(reversed(expected)) != tuple(strides) and nbytes:
+            raise UsageError("Cannot register a non-contiguous array: windows cover contiguous memory. "
+                             "Register the whole buffer from comm.alloc and index inside the kernel.")
+    return int(cai["data"][0]), nbytes
+
+
+class SymmetricAllocation(Resource):
+    """Memory from ``ncclMemAlloc`` (cuMem VMM), which symmetric windows require."""
+
+    kind = "symmetric buffer"
+
+    def __init__(self, comm, nbytes: int):
+        from nccl.core import mem_alloc  # noqa: PLC0415
+
+        super().__init__(comm)
+        self._buffer = mem_alloc(max(int(nbytes), 1))
+        self.ptr = int(self._buffer.handle)
+        self.nbytes = int(nbytes)
+
+    def contains(self, ptr: int, nbytes: int) -> bool:
+        return self.ptr <= ptr and ptr + nbytes <= self.ptr + max(self.nbytes, 1)
+
+    def _release(self) -> None:
+        self._buffer.close()
+
+
+class Window(Resource):
+    """A symmetric window over a buffer from ``comm.alloc`` (``NCCL_WIN_COLL_SYMMETRIC``).
+
+    In kernels it has the numba type ``Window(dtype)``: views default to the
+    registered buffer's dtype. ``handle`` is the ``ncclWindow_t``.
+    """
+
+    kind = "window"
+
+    def __init__(self, comm, array, nbytes: int, ptr: int, dtype: np.dtype):
+        from nccl.core import WindowFlag  # noqa: PLC0415
+
+        super().__init__(comm)
+        self.array = array
+        self.nbytes = nbytes
+        self.ptr = ptr
+        self.dtype = np.dtype(dtype)
+        try:
+            self._nccl_window = comm._nccl.register_window(array, WindowFlag.COLL_SYMMETRIC)
+        except Exception:
+            self._closed = True
+            comm._untrack(self)
+            raise
+        self.handle = int(self._nccl_window.handle)
+
+    @property
+    def communicator(self):
+        return self._comm
+
+    @property
+    def _numba_type_(self):
+        from numba.np.numpy_support import from_dtype  # noqa: PLC0415
+
+        self._check_open("pass a window to a kernel")
+        return WindowType(from_dtype(self.dtype))
+
+    def _release(self) -> None:
+        self._nccl_window.close()
+
+
+class DevComm(Resource):
+    """A device communicator (``ncclDevComm``) created for the loaded NCCL's device ABI.
+
+    It travels into kernels by value, as the ABI's struct. ``requirements``
+    records what it was created with (barrier counts, GIN signals, ...).
+    """
+
+    kind = "device communicator"
+
+    def __init__(self, comm, requirements: dict, layout: dict, abi: tuple[int, int, int]):
+        super().__init__(comm)
+        self.requirements = dict(requirements)
+        self.abi = abi
+        self._layout = layout
+        reqs = bytearray.fromhex(layout["requirements_initializer"])
+        for name, value in requirements.items():
+            offset, size = layout["requirements_fields"][name]
+            fmt = {1: "<B", 4: "<i"}[size]
+            struct.pack_into(fmt, reqs, offset, int(value))
+        self._reqs = (ctypes.c_char * len(reqs)).from_buffer_copy(bytes(reqs))
+        size = layout["dev_comm_size"]
+        self._struct = (ctypes.c_char * (size + (-size) % 8))()
+        lib = nccl.library()
+        try:
+            nccl.check(lib.ncclDevCommCreate(ctypes.c_void_p(comm._nccl.ptr), ctypes.addressof(self._reqs),
+                                             ctypes.addressof(self._struct)),
+                       "create the device communicator (ncclDevCommCreate)")
+        except Exception:
+            self._closed = True
+            comm._untrack(self)
+            raise
+
+    @property
+    def communicator(self):
+        return self._comm
+
+    def _kernel_words(self) -> tuple[int, ...]:
+        self._check_open("pass a device communicator to a kernel")
+        raw = bytes(self._struct)
+        return struct.unpack(f"<{len(raw) // 8}Q", raw)
+
+    @property
+    def _numba_type_(self):
+        self._check_open("pass a device communicator to a kernel")
+        return DevCommType(self.abi, len(self._struct) // 8)
+
+    @property
+    def rank(self) -> int:
+        return self._comm.rank
+
+    @property
+    def nranks(self) -> int:
+        return self._comm.nranks
+
+    def _release(self) -> None:
+        nccl.check(nccl.library().ncclDevCommDestroy(ctypes.c_void_p(self._comm._nccl.ptr),
+                                                     ctypes.addressof(self._struct)),
+                   "destroy the device communicator (ncclDevCommDestroy)")
+
+    def __repr__(self):
+        return (f"DevComm(rank={self.rank}, nranks={self.nranks}, nccl={format_version(self.abi)}, "
+                f"requirements={self.requirements})")
