@@ -38,7 +38,11 @@ _STUBS_FILE = os.path.join(os.path.dirname(_SIM_DIR), "_stubs.py")
 def where(task) -> str:
     """``file:line (function)`` of the user code where ``task`` is suspended."""
     gl = task.gl
-    f = gl.gr_frame if gl is not None else None
+    if task is _state.cur:
+        import sys
+        f = sys._getframe(1)
+    else:
+        f = gl.gr_frame if gl is not None else None
     while f is not None:
         fn = f.f_code.co_filename
         if not fn.startswith(_SIM_DIR) and fn != _STUBS_FILE and "greenlet" not in fn:
@@ -341,7 +345,7 @@ class Scheduler:
                     desc = [f"{ndone} threads finished"]
                     for (s, loc), members in sorted(groups.items()):
                         blocks = sorted({m[0] for m in members})
-                        desc.append(f"{len(members)} threads of blocks {fmt_ids(blocks)} wait in {s} at {loc}")
+                        desc.append(f"{len(members)} threads of block(s) {fmt_ids(blocks)} wait in {s} at {loc}")
                     parts.append(f"kernel {lau.name!r} (launch #{lau.seq}): " + "; ".join(desc))
         return "; ".join(parts) if parts else "nothing running"
 
@@ -352,7 +356,7 @@ class Scheduler:
             if t.done or t.waiting is None:
                 continue
             if isinstance(t, HostTask):
-                key = ("host", t.rank, t.waiting.short(), where(t))
+                key = ("~host", t.rank, 0, 0, t.waiting.short(), where(t))
                 label = f"rank {t.rank} host"
                 ident = None
             else:
@@ -365,10 +369,13 @@ class Scheduler:
             if ident is not None:
                 groups[key][2].append(ident)
         lines = []
+        order.sort()
         for key in order:
             label, t, ids = groups[key]
             who = f"{label} threads {fmt_ids(ids)}" if ids else label
             lines.append(f"  - {who} wait in {t.waiting.short()} at {key[-1]}")
+            if key[0] == "~host" and t.waiting.short() == "comm.synchronize()":
+                continue  # its kernels are listed above
             detail = t.waiting.detail(self)
             if detail:
                 lines.extend("      " + d for d in detail.splitlines())

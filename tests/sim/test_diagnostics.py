@@ -1,0 +1,200 @@
+"""Planted bugs are reported with their cause, and the same seed reproduces the report."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import flowdsl
+import flowdsl.sim as sim
+from flowdsl import coop, lsa, mem
+from flowdsl.enums import MemoryOrder, ThreadScope
+from flowdsl.testing import run_ranks
+
+pytestmark = pytest.mark.sim
+
+
+def _program(kern, grid=2, block=32, nbar=2, n=64, extra=()):
+    def main(comm):
+        buf = comm.alloc(n, np.int32)
+        buf.set(np.zeros(n, np.int32))
+        with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=nbar) as dc:
+            kern[grid, block](dc, win, *extra)
+            comm.synchronize()
+        return buf.get()
+    return main
+
+
+@sim.kernel
+def skip_barrier_on_rank1(comm, win):
+    bar = lsa.barrier(comm, coop.cta(), cuda.blockIdx.x)
+    if comm.rank != 1:
+        bar.sync(MemoryOrder.ACQUIRE)
+
+
+def test_deadlock_names_barrier_and_missing_peer():
+    with pytest.raises(sim.DeadlockError) as ei:
+        run_ranks(_program(skip_barrier_on_rank1), nranks=3, seed=5)
+    msg = str(ei.value)
+    assert "deadlock" in msg and "seed=5" in msg
+    assert "lsa barrier 0 wait" in msg and "lsa barrier 1 wait" in msg
+    assert "rank 0 kernel 'skip_barrier_on_rank1' block 0 threads 0-31" in msg
+    assert "peer rank 1 has not arrived" in msg
+    assert "kernel 'skip_barrier_on_rank1' (launch #0) finished" in msg  # what rank 1 did instead
+    assert "peer rank 2" not in msg.split("rank 0 kernel")[1].split("rank 2 kernel")[0]
+
+
+def test_same_seed_same_report_different_seed_runs_too():
+    reports = []
+    for seed in (3, 3, 4):
+        with pytest.raises(sim.DeadlockError) as ei:
+            run_ranks(_program(skip_barrier_on_rank1), nranks=4, seed=seed)
+        reports.append(str(ei.value))
+    assert reports[0] == reports[1]
+    assert "seed=4" in reports[2]
+
+
+@sim.kernel
+def divergent_syncthreads(comm, win):
+    if cuda.threadIdx.x < 16:
+        cuda.syncthreads()
+
+
+def test_deadlock_divergent_syncthreads_names_exited_threads():
+    with pytest.raises(sim.DeadlockError) as ei:
+        run_ranks(_program(divergent_syncthreads, grid=1), nranks=1, seed=0)
+    msg = str(ei.value)
+    assert "cuda.syncthreads()" in msg and "threads 0-15" in msg
+    assert "threads 16-31 of the block have not arrived: finished (exited the kernel)" in msg
+    assert "test_diagnostics.py" in msg  # points at the user's line
+
+
+@sim.kernel
+def spin_on_unset_flag(comm, win):
+    if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
+        flag = lsa.lsa_view(win, (comm.lsa_rank + 1) % comm.lsa_size, 7, 1)
+        while mem.load_acquire(flag, 0, ThreadScope.SYSTEM) != 1:
+            pass
+
+
+def test_livelock_spin_reports_flag_and_value():
+    with pytest.raises(sim.LivelockError) as ei:
+        run_ranks(_program(spin_on_unset_flag, grid=1, block=1), nranks=2, seed=9, livelock_rounds=50)
+    msg = str(ei.value)
+    assert "livelock" in msg and "seed=9" in msg
+    assert "reading window #0 of rank 1, element 7 (int32) == 0" in msg
+    assert "never written by a flowdsl.mem store/atomic" in msg
+
+
+@sim.kernel
+def flag_handshake(comm, win):
+    # rank 0 thread 0 releases the flag on rank 1; rank 1 waits for it.
+    if cuda.threadIdx.x == 0:
+        if comm.rank == 0:
+            mem.store_release(lsa.lsa_view(win, 1, 0, 1), 0, 1, ThreadScope.SYSTEM)
+        else:
+            while mem.load_acquire(lsa.local_view(win, 0, 1), 0, ThreadScope.SYSTEM) != 1:
+                pass
+
+
+def test_flag_handshake_is_not_a_livelock():
+    out = run_ranks(_program(flag_handshake, grid=1, block=4), nranks=2, seed=1)
+    assert out[1][0] == 1
+
+
+@sim.kernel
+def view_past_end(comm, win, n):
+    v = lsa.local_view(win, n - 8, 16)  # 8 elements too many
+
+
+def test_view_past_end_reports_rank_block_thread_window_offset_size():
+    with pytest.raises(sim.WindowAccessError) as ei:
+        run_ranks(_program(view_past_end, grid=1, block=2, extra=(64,)), nranks=2, seed=2)
+    msg = str(ei.value)
+    assert msg.startswith("Cannot make a local view of window #0 on rank ")
+    assert "elements 56..71" in msg and "byte offset 224" in msg
+    assert "window of 64 elements (256 bytes)" in msg
+    assert "block 0 thread " in msg and "seed=2" in msg
+
+
+@sim.kernel
+def index_past_peer_view(comm, win):
+    if comm.rank == 2 and cuda.blockIdx.x == 1 and cuda.threadIdx.x == 5:
+        v = lsa.lsa_view(win, 0, 32, 4)
+        v[4] = 1
+
+
+def test_index_past_view_on_one_rank():
+    with pytest.raises(sim.WindowAccessError) as ei:
+        run_ranks(_program(index_past_peer_view), nranks=3, seed=0)
+    msg = str(ei.value)
+    assert "Cannot write element 4 of a view of window #0 on rank 0" in msg
+    assert "the view has 4 elements (window elements 32..35)" in msg
+    assert "window element 36 (byte offset 144)" in msg and "64 int32 elements (256 bytes)" in msg
+    assert "[rank 2 block 1 thread 5]" in msg
+
+
+@sim.kernel
+def barrier_index_too_big(comm, win):
+    lsa.barrier(comm, coop.cta(), cuda.blockIdx.x + 1)
+
+
+def test_barrier_index_beyond_count():
+    with pytest.raises(sim.BarrierIndexError) as ei:
+        run_ranks(_program(barrier_index_too_big, nbar=2), nranks=2, seed=4)
+    msg = str(ei.value)
+    assert "Cannot open LSA barrier 2: the device communicator has lsa_barrier_count=2" in msg
+    assert "block 1" in msg and "seed=4" in msg
+
+
+@sim.kernel
+def same_barrier_two_blocks(comm, win):
+    bar = lsa.barrier(comm, coop.cta(), 0)
+    bar.sync(MemoryOrder.ACQUIRE)
+
+
+def test_barrier_index_shared_by_two_blocks():
+    with pytest.raises((sim.BarrierIndexError, sim.DeadlockError)) as ei:
+        run_ranks(_program(same_barrier_two_blocks), nranks=2, seed=0)
+    assert "barrier 0" in str(ei.value)
+
+
+def test_host_exception_names_rank_and_seed():
+    def main(comm):
+        if comm.rank == 2:
+            raise ValueError("boom")
+        comm.barrier()
+    with pytest.raises(ValueError) as ei:
+        run_ranks(main, nranks=3, seed=11)
+    notes = "\n".join(getattr(ei.value, "__notes__", []))
+    assert "rank 2" in notes and "seed=11" in notes
+
+
+def test_kernel_exception_names_thread_and_seed():
+    @sim.kernel
+    def divide(comm, win):
+        x = 1 // (cuda.threadIdx.x - 3)
+
+    with pytest.raises(ZeroDivisionError) as ei:
+        run_ranks(_program(divide, grid=1, block=8), nranks=2, seed=6)
+    notes = "\n".join(ei.value.__notes__)
+    assert "block 0 thread 3" in notes and "seed=6" in notes
+
+
+def test_collective_mismatch_and_host_deadlock():
+    def mismatch(comm):
+        if comm.rank == 0:
+            comm.barrier()
+        else:
+            comm.register(comm.alloc(4, np.float32))
+    with pytest.raises(sim.CollectiveMismatchError) as ei:
+        run_ranks(mismatch, nranks=2)
+    assert "called barrier" in str(ei.value) or "called register" in str(ei.value)
+
+    def missing(comm):
+        if comm.rank == 0:
+            comm.barrier()
+    with pytest.raises(sim.DeadlockError) as ei:
+        run_ranks(missing, nranks=2, seed=1)
+    msg = str(ei.value)
+    assert "rank 0 host wait in comm.barrier() (host collective #0)" in msg
+    assert "rank 1 has not called comm.barrier() #0: host returned from main" in msg
