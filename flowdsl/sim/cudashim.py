@@ -23,6 +23,7 @@ import types
 import numpy as np
 from numba import cuda as _nb_cuda
 from numba.core import types as _nb_types
+from numba.cuda.stubs import Stub as _Stub
 
 from . import _state
 from .errors import UnsupportedFeatureError, UsageError
@@ -287,7 +288,8 @@ class SimCuda(types.ModuleType):
 
     def __getattr__(self, name):
         v = getattr(_nb_cuda, name)
-        if isinstance(v, (_nb_types.Type, types.ModuleType, type)) or not callable(v):
+        is_stub = isinstance(v, type) and issubclass(v, _Stub)
+        if not is_stub and (isinstance(v, (_nb_types.Type, types.ModuleType, type)) or not callable(v)):
             return v
 
         def unsupported(*a, **k):

@@ -1,0 +1,284 @@
+"""Primitive semantics, the numba.cuda stand-in and the host API of the simulator."""
+
+import math
+
+import numpy as np
+import pytest
+from numba import cuda, float32, int32
+
+import flowdsl.sim as sim
+from flowdsl import _stubs, coop, lsa, mem, team
+from flowdsl.enums import MemoryOrder, ThreadScope
+from flowdsl.testing import run_ranks, run_seeds
+
+pytestmark = pytest.mark.sim
+
+
+def test_every_primitive_has_semantics():
+    missing = sorted(set(_stubs.PRIMITIVES) - set(sim.SEMANTICS))
+    assert missing == []
+
+
+def test_unmodelled_primitive_raises_naming_it():
+    def put(win, offset, peer):
+        """A primitive nobody has modelled yet."""
+    put.__module__ = "flowdsl.gin"
+    stub = _stubs.primitive(put)
+    try:
+        @sim.kernel
+        def k(comm, win):
+            stub(win, 0, 1)
+
+        def main(comm):
+            buf = comm.alloc(4, np.float32)
+            with comm.register(buf) as win, comm.device_communicator() as dc:
+                k[1, 1](dc, win)
+                comm.synchronize()
+        with pytest.raises(sim.UnsupportedFeatureError) as ei:
+            run_ranks(main, nranks=2)
+        assert "flowdsl.gin.put is not modelled by the simulator yet" in str(ei.value)
+    finally:
+        del _stubs.PRIMITIVES["flowdsl.gin.put"]
+
+
+def test_unmodelled_numba_cuda_function():
+    @sim.kernel
+    def k():
+        cuda.nanosleep(10)
+
+    with pytest.raises(sim.UnsupportedFeatureError, match="numba.cuda.nanosleep"):
+        run_ranks(lambda comm: k[1, 1](), nranks=1)
+
+
+def test_primitive_outside_kernel_is_device_only():
+    with pytest.raises(_stubs.DeviceOnlyError):
+        coop.cta()
+
+
+def test_alloc_poison_set_get_and_window_lifecycle():
+    def main(comm):
+        f = comm.alloc((2, 3), np.float32)
+        i = comm.alloc(4, np.int32)
+        assert np.isnan(f.get()).all() and (i.get() == np.int32(-1515870811)).all()
+        f.set(np.arange(6, dtype=np.float32).reshape(2, 3))
+        g = f.get()
+        g[0, 0] = 99  # a copy
+        win = comm.register(f)
+        win.close()
+        win.close()  # idempotent
+        comm.barrier()
+        return f.get()
+    out = run_ranks(main, nranks=2)
+    assert (out[1] == np.arange(6).reshape(2, 3)).all()
+
+
+def test_register_size_mismatch_and_unknown_option():
+    def main(comm):
+        comm.register(comm.alloc(4 + comm.rank, np.float32))
+    with pytest.raises(sim.UsageError, match="differ in size"):
+        run_ranks(main, nranks=2)
+    with pytest.raises(TypeError, match="unknown option"):
+        run_ranks(main, nranks=2, bogus=1)
+
+
+@sim.kernel
+def team_probe(comm, win, out):
+    w, l, r = team.world(comm), team.lsa(comm), team.rail(comm)
+    v = lsa.local_view(win, 0, 16)
+    v[0], v[1], v[2] = w.nranks, w.rank, w.stride
+    v[3], v[4], v[5] = l.nranks, l.rank, l.stride
+    v[6], v[7], v[8] = r.nranks, r.rank, r.stride
+    v[9] = team.rank_to_world(comm, r, 0)
+    v[10] = team.rank_is_member(l, w, (comm.rank + 1) % comm.nranks)
+    v[11] = team.rank_to_team(l, w, comm.rank - comm.lsa_rank)
+    inner = team.inner_factor(w, 2)
+    v[12] = inner.rank
+    v[13] = team.outer_factor(w, 2).rank
+    v[14] = team.rank_in_difference(w, l, 0)
+    v[15] = team.rank_to_lsa(comm, l, l.nranks - 1)
+
+
+def test_teams_two_nodes():
+    def main(comm):
+        buf = comm.alloc(16, np.int64)
+        with comm.register(buf) as win, comm.device_communicator() as dc:
+            team_probe[1, 1](dc, win, 0)
+            return buf.get()
+    out = run_ranks(main, nranks=4, nodes=2)
+    # rank 3: world (4,3,1), lsa (2,1,1), rail (2,1,2)
+    assert list(out[3][:9]) == [4, 3, 1, 2, 1, 1, 2, 1, 2]
+    assert out[3][9] == 1  # rail rank 0 of rank 3 is world rank 1
+    assert out[3][10] == 0 and out[2][10] == 1  # rank 3's next (0) is off-node; rank 2's next (3) on-node
+    assert out[3][11] == 0  # lsa rank of the node's first rank
+    assert out[3][12] == 1 and out[3][13] == 1
+    assert out[3][14] == 0 and out[0][14] == 2  # first world rank outside my LSA team
+    assert out[3][15] == 1
+
+
+@sim.kernel
+def coop_probe(comm, win):
+    v = lsa.local_view(win)
+    t = cuda.threadIdx.x
+    w = coop.warp()
+    c = coop.cta()
+    s = coop.warp_span(1, 2, 3) if t >= 32 and t < 96 else coop.thread()
+    ln = coop.lanes(0x0000FFFF) if t % 32 < 16 else coop.lanes(0xFFFF0000)
+    w.sync()
+    ln.sync()
+    s.sync()
+    c.sync()
+    v[t] = w.thread_rank() * 1000000 + s.thread_rank() * 10000 + ln.thread_rank() * 100 + ln.size()
+    v[128 + t] = c.size() + w.size() * 1000 + s.size() * 10000
+
+
+def test_coops():
+    def main(comm):
+        buf = comm.alloc(256, np.int64)
+        with comm.register(buf) as win, comm.device_communicator() as dc:
+            coop_probe[1, 100](dc, win)
+            return buf.get()
+    v = run_ranks(main, nranks=1)[0]
+    assert v[5] == 5 * 1000000 + 0 + 5 * 100 + 16
+    assert v[40] == 8 * 1000000 + 8 * 10000 + 8 * 100 + 16
+    assert v[97] == 1 * 1000000 + 0 + 1 * 100 + 4  # last warp has 4 lanes: 96..99
+    assert v[128 + 40] == 100 + 32 * 1000 + 64 * 10000
+    assert v[128 + 97] == 100 + 4 * 1000 + 1 * 10000
+
+
+@sim.kernel
+def cuda_probe(out, shared_n):
+    sh = cuda.shared.array(64, int32)
+    loc = cuda.local.array(2, float32)
+    x, y = cuda.threadIdx.x, cuda.threadIdx.y
+    tid = x + y * cuda.blockDim.x
+    sh[tid] = tid
+    cuda.syncthreads()
+    loc[0] = sh[(tid + 1) % 64]
+    lane = tid % 32
+    s = cuda.shfl_down_sync(0xFFFFFFFF, tid, 1)
+    xo = cuda.shfl_xor_sync(0xFFFFFFFF, lane, 1)
+    ball = cuda.ballot_sync(0xFFFFFFFF, lane < 3)
+    cnt = cuda.syncthreads_count(tid % 2 == 0)
+    cuda.atomic.add(out, 0, 1)
+    i = cuda.grid(1) if cuda.blockDim.y == 1 else tid
+    out[1 + tid] = int(loc[0]) * 10 ** 6 + s * 1000 + xo + (ball == 7) * 100 + (cnt == 32) * 200
+
+
+def test_numba_cuda_surface_2d_block():
+    def main(comm):
+        out = np.zeros(65, np.int64)
+        cuda_probe[1, (16, 4)](out, 64)
+        comm.synchronize()
+        return out
+    out = run_ranks(main, nranks=1)[0]
+    assert out[0] == 64
+    tid = 5
+    assert out[1 + tid] == 6 * 10 ** 6 + 6 * 1000 + 4 + 300
+    tid = 31  # last lane: shfl_down keeps own value
+    assert out[1 + tid] == 0 * 10 ** 6 + 31 * 1000 + 30 + 300 or out[1 + tid] == 32 * 10 ** 6 + 31 * 1000 + 30 + 300
+
+
+@sim.kernel
+def count_epochs(comm, win, rounds):
+    bar = lsa.barrier(comm, coop.cta(), 0)
+    v = lsa.local_view(win, 0, 4)
+    for _ in range(rounds):
+        bar.arrive(MemoryOrder.RELEASE)
+        bar.wait(MemoryOrder.ACQUIRE)
+    if cuda.threadIdx.x == 0:
+        v[0] = bar.epoch if hasattr(bar, "epoch") else -1
+
+
+def test_barrier_epoch_persists_across_launches():
+    def main(comm):
+        buf = comm.alloc(4, np.int64)
+        with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=1) as dc:
+            count_epochs[1, 8](dc, win, 2)
+            count_epochs[1, 8](dc, win, 3)
+            comm.synchronize()
+            return int(buf.get()[0])
+    assert run_ranks(main, nranks=3) == [5, 5, 5]
+
+
+@sim.kernel
+def lsa_collectives(comm, src, dst, n):
+    c = coop.cta()
+    bar = lsa.barrier(comm, c, 0)
+    bar.sync(MemoryOrder.ACQUIRE)
+    out = lsa.local_view(dst, 0, n)
+    lsa.reduce_sum(c, comm, src, 0, out, n)
+    c.sync()
+    bar.sync(MemoryOrder.ACQ_REL)
+    lsa.reduce_sum_copy(c, comm, src, n, dst, n, n)
+    bar.sync(MemoryOrder.ACQ_REL)
+    if comm.lsa_rank == 0:
+        lsa.copy(c, comm, lsa.local_view(src, 0, n), dst, 2 * n, n)
+    bar.sync(MemoryOrder.RELEASE)
+
+
+def test_lsa_reduce_and_copy():
+    n = 40
+
+    def main(comm):
+        s = comm.alloc(2 * n, np.float32)
+        d = comm.alloc(3 * n, np.float32)
+        s.set(np.arange(2 * n, dtype=np.float32) + 1000 * comm.rank)
+        with comm.register(s) as sw, comm.register(d) as dw, \
+                comm.device_communicator(lsa_barrier_count=1) as dc:
+            lsa_collectives[1, 16](dc, sw, dw, n)
+            return d.get()
+    out = run_ranks(main, nranks=3)
+    base = np.arange(2 * n, dtype=np.float32) * 3 + 3000
+    for r in range(3):
+        np.testing.assert_array_equal(out[r][:2 * n], base)
+        np.testing.assert_array_equal(out[r][2 * n:], np.arange(n, dtype=np.float32))
+
+
+@sim.kernel
+def atomics(comm, win):
+    v = lsa.lsa_view(win, 0, 0, 4)
+    mem.atomic_add(v, 0, 1, MemoryOrder.RELAXED, ThreadScope.SYSTEM)
+    mem.red_add(v, 1, 2, MemoryOrder.RELAXED, ThreadScope.SYSTEM)
+    while mem.atomic_cas(v, 2, 0, 1, MemoryOrder.ACQUIRE, ThreadScope.SYSTEM) != 0:
+        pass  # lock
+    x = mem.load_relaxed(v, 3, ThreadScope.SYSTEM)
+    mem.store_relaxed(v, 3, x + 1, ThreadScope.SYSTEM)
+    mem.fence(MemoryOrder.SEQ_CST, ThreadScope.SYSTEM)
+    mem.atomic_exch(v, 2, 0, MemoryOrder.RELEASE, ThreadScope.SYSTEM)  # unlock
+
+
+def test_mem_atomics_and_lock_under_seeds():
+    def main(comm):
+        buf = comm.alloc(4, np.int32)
+        buf.set(np.zeros(4, np.int32))
+        with comm.register(buf) as win, comm.device_communicator() as dc:
+            comm.barrier()
+            atomics[2, 8](dc, win)
+            comm.synchronize()
+            comm.barrier()
+            return buf.get()
+    for seed, out in run_seeds(main, nranks=3, seeds=range(3)).items():
+        assert list(out[0]) == [48, 96, 0, 48], seed
+
+
+def test_same_seed_same_interleaving():
+    @sim.kernel
+    def order(comm, win):
+        v = lsa.lsa_view(win, 0, 0, 64)
+        i = mem.atomic_add(v, 0, 1, MemoryOrder.RELAXED, ThreadScope.SYSTEM)
+        v[1 + i] = comm.rank * 100 + cuda.threadIdx.x
+
+    def main(comm):
+        buf = comm.alloc(64, np.int32)
+        buf.set(np.zeros(64, np.int32))
+        with comm.register(buf) as win, comm.device_communicator() as dc:
+            comm.barrier()
+            order[1, 8](dc, win)
+            comm.synchronize()
+            comm.barrier()
+            return buf.get()
+    a = run_ranks(main, nranks=3, seed=7)[0]
+    b = run_ranks(main, nranks=3, seed=7)[0]
+    c = run_ranks(main, nranks=3, seed=8)[0]
+    assert (a == b).all() and not (a == c).all()
+    assert sorted(a[1:25]) == sorted(r * 100 + t for r in range(3) for t in range(8))
