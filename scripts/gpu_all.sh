@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Everything GPU-side in one call: install carried wheels (the GPU machine has no network),
+# run the GPU and compile tests, run the benchmarks, and print a summary table last.
+#   usage: bash scripts/gpu_all.sh [pytest -k expression]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1
+export FLOWDSL_CACHE_DIR=${FLOWDSL_CACHE_DIR:-/tmp/flowdsl-cache}
+export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
+OUT=${OUT:-/tmp/flowdsl-out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 -c "import flowdsl, numba_cuda, numpy, cupy; from flowdsl.runtime.nccl import loaded_version as v; \
+print('flowdsl', flowdsl.__version__, 'numba-cuda', numba_cuda.__version__, 'numpy', numpy.__version__, \
+'cupy', cupy.__version__, 'nccl', '.'.join(map(str, v())))" | tee "$OUT/versions.txt"
+python3 -m pytest tests -m "gpu or compile" -q -p no:cacheprovider --junitxml="$OUT/junit.xml" ${1:+-k "$1"} 2>&1 | tee "$OUT/pytest.log" | tail -40
+if [ -f benchmarks/lsa_bench.py ]; then
+  python3 benchmarks/lsa_bench.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -30
+fi
+python3 scripts/summary.py "$OUT"

@@ -1,0 +1,39 @@
+"""Print the summary table of a scripts/gpu_all.sh run (tests by group, then benchmark rows)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+
+
+def main(out: str) -> None:
+    out_dir = Path(out)
+    rows = []
+    junit = out_dir / "junit.xml"
+    if junit.exists():
+        counts: dict[str, Counter] = {}
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            group = case.get("classname", "").split(".")[1] if "." in case.get("classname", "") else "?"
+            state = "failed" if case.find("failure") is not None or case.find("error") is not None else (
+                "skipped" if case.find("skipped") is not None else "passed")
+            counts.setdefault(group, Counter())[state] += 1
+        for group, c in sorted(counts.items()):
+            rows.append((f"tests/{group}", f"{c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped"))
+    bench = out_dir / "bench.json"
+    if bench.exists():
+        for row in json.loads(bench.read_text()):
+            rows.append((row["name"], row["value"]))
+    for name in ("gpu.txt", "versions.txt"):
+        if (out_dir / name).exists():
+            rows.append((name.split(".")[0], (out_dir / name).read_text().strip()))
+    width = max((len(r[0]) for r in rows), default=10)
+    print("\n" + "=" * 30 + " flowdsl GPU summary " + "=" * 30)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/flowdsl-out")

@@ -1,0 +1,49 @@
+"""Test groups by what they need: ``compile`` (CPU), ``sim`` (CPU), ``gpu``, ``multigpu``.
+
+GPU tests skip with the reason when no GPU (or no NCCL device API) is usable,
+so ``pytest`` runs everything the machine can.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+@functools.cache
+def gpu_count() -> int:
+    try:
+        from cuda.bindings import driver
+
+        if int(driver.cuInit(0)[0]) != 0:
+            return 0
+        err, count = driver.cuDeviceGetCount()
+        return count if int(err) == 0 else 0
+    except Exception:  # noqa: BLE001 - no driver at all
+        return 0
+
+
+def pytest_collection_modifyitems(config, items):
+    count = gpu_count()
+    no_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU: no CUDA driver or device on this machine "
+                                     "(run scripts/gpu_all.sh on a GPU machine)")
+    few_gpus = pytest.mark.skip(reason=f"needs 2 or more GPUs, this machine has {count}")
+    for item in items:
+        if "gpu" in item.keywords and count == 0:
+            item.add_marker(no_gpu)
+        if "multigpu" in item.keywords and count < 2:
+            item.add_marker(few_gpus)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Each test session compiles into its own kernel cache, so tests never read a stale cubin."""
+    if "FLOWDSL_CACHE_DIR" not in os.environ:
+        monkeypatch.setenv("FLOWDSL_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "flowdsl-cache"))
