@@ -117,6 +117,7 @@ class Window:
     def __init__(self, group: WindowGroup, rank: int, comm):
         self.group, self.rank, self.comm = group, rank, comm
         self.closed = False
+        self._views = {}
 
     @property
     def dtype(self):
@@ -141,7 +142,22 @@ class Window:
         return f"<sim Window #{self.group.wid} rank {self.rank} {self.group.nbytes} bytes>"
 
     def view(self, world_rank, start, count, dtype, op):
-        """A :class:`WindowView` of ``world_rank``'s memory; bounds-checked."""
+        """A :class:`WindowView` of ``world_rank``'s memory; bounds-checked (cached)."""
+        key = (world_rank, start, count, dtype)
+        try:
+            v = self._views.get(key)
+        except TypeError:  # unhashable dtype spelling
+            v, key = None, None
+        if v is not None and not self.closed:
+            return v
+        v = self._make_view(world_rank, start, count, dtype, op)
+        if key is not None:
+            if len(self._views) >= 4096:
+                self._views.clear()
+            self._views[key] = v
+        return v
+
+    def _make_view(self, world_rank, start, count, dtype, op):
         if self.closed:
             raise sim_error(UsageError, f"Cannot {op} {self.group.name()}: it was closed. "
                             "Keep the window open (inside its `with`) while kernels use it")
