@@ -327,20 +327,38 @@ def simulate_function(fn, cache):
     if hit is not None:
         return hit
     g = dict(fn.__globals__)
-    new = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+    closure = fn.__closure__
+    if closure:
+        closure = tuple(_sim_cell(c, cache) for c in closure)
+    new = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, closure)
     new.__kwdefaults__ = fn.__kwdefaults__
     cache[key] = new
     names = _all_names(fn.__code__)
     for k in names:
         if k not in g:
             continue
-        v = g[k]
-        r = _REPLACE.get(id(v))
+        r = _sim_value(g[k], cache)
         if r is not None:
             g[k] = r
-        elif _is_device_function(v) and not getattr(v, "__flowdsl_primitive__", None):
-            g[k] = simulate_function(v.py_func, cache)
     return new
+
+
+def _sim_value(v, cache):
+    r = _REPLACE.get(id(v))
+    if r is not None:
+        return r
+    if _is_device_function(v) and not getattr(v, "__flowdsl_primitive__", None):
+        return simulate_function(v.py_func, cache)
+    return None
+
+
+def _sim_cell(cell, cache):
+    try:
+        v = cell.cell_contents
+    except ValueError:  # empty cell
+        return cell
+    r = _sim_value(v, cache)
+    return cell if r is None else types.CellType(r)
 
 
 def _all_names(code):

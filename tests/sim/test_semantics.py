@@ -282,3 +282,34 @@ def test_same_seed_same_interleaving():
     c = run_ranks(main, nranks=3, seed=8)[0]
     assert (a == b).all() and not (a == c).all()
     assert sorted(a[1:25]) == sorted(r * 100 + t for r in range(3) for t in range(8))
+
+
+def test_flowdsl_kernel_and_device_function_run_on_the_simulator():
+    import flowdsl
+    if not hasattr(flowdsl, "device"):
+        pytest.skip("flowdsl.device is not available yet")
+
+    @flowdsl.device
+    def my_index():
+        return cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+
+    @flowdsl.kernel
+    def fill(comm, win):
+        v = lsa.local_view(win)
+        v[my_index()] = comm.rank * 100 + my_index()
+
+    def main(comm):
+        buf = comm.alloc(8, np.int32)
+        with comm.register(buf) as win, comm.device_communicator() as dc:
+            fill[2, 4, 0, 0](dc, win)
+            comm.synchronize()
+            return buf.get()
+    out = run_ranks(main, nranks=2)
+    assert list(out[1]) == [100 + i for i in range(8)]
+
+
+def test_nested_spawn_and_launch_outside_spawn_are_refused():
+    def main(comm):
+        sim.spawn(lambda c: None, nranks=1)
+    with pytest.raises(sim.UsageError, match="inside a running simulation"):
+        run_ranks(main, nranks=1)
