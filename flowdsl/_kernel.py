@@ -255,6 +255,7 @@ def _device_target() -> Target:
 
 def _numba_kernel(entry_name: str, cubin: bytes, argtypes):
     """A numba-cuda launchable kernel around an already linked cubin."""
+    from cuda.core import ObjectCode  # noqa: PLC0415
     from numba.cuda.codegen import CUDACodeLibrary  # noqa: PLC0415
     from numba.cuda.descriptor import cuda_target  # noqa: PLC0415
     from numba.cuda.dispatcher import _Kernel  # noqa: PLC0415
@@ -262,7 +263,7 @@ def _numba_kernel(entry_name: str, cubin: bytes, argtypes):
     codegen = cuda_target.target_context.codegen()
     library = CUDACodeLibrary._rebuild(codegen, entry_name, entry_name, [], {}, {}, {}, None, {}, False, False,
                                        False, True)
-    library._cubin_cache[library._ensure_cc(None)] = cubin
+    library._cubin_cache[library._ensure_cc(None)] = ObjectCode.from_cubin(cubin, name=entry_name)
     return _Kernel._rebuild(False, entry_name, types.void(*argtypes), library, False, False, None,
                             [ArgumentMarshaller()])
 

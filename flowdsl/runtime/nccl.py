@@ -44,10 +44,10 @@ def library() -> ctypes.CDLL:
         raise FlowDSLError("Cannot find libnccl: nccl4py did not report a library path. "
                            "pip install nvidia-nccl-cu13")
     lib = ctypes.CDLL(str(path))
-    for name in ("ncclDevCommCreate", "ncclDevCommDestroy"):
-        fn = getattr(lib, name)
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.ncclDevCommCreate.restype = ctypes.c_int
+    lib.ncclDevCommCreate.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.ncclDevCommDestroy.restype = ctypes.c_int
+    lib.ncclDevCommDestroy.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.ncclGetErrorString.restype = ctypes.c_char_p
     lib.ncclGetErrorString.argtypes = [ctypes.c_int]
     return lib
