@@ -188,7 +188,7 @@ class Scheduler:
 
     Args:
         seed: Seed of the interleaving.
-        livelock_rounds: Spin steps without progress, per live task, before a livelock report.
+        livelock_rounds: Spin steps without progress, per runnable task, before a livelock report.
         max_steps: Hard cap on scheduler steps (``None``: unlimited).
     """
 
@@ -228,6 +228,7 @@ class Scheduler:
     def block(self, task, wait):
         """Suspend ``task`` (which must be running) until someone wakes it."""
         task.waiting = wait
+        self.stale = 0
         self.switch_away(task)
 
     def switch_away(self, me):
@@ -262,7 +263,7 @@ class Scheduler:
         """A spin point: stay runnable, let others run; ``key`` identifies what was read."""
         if key == task.last_spin:
             self.stale += 1
-            if self.stale > self.livelock_rounds * max(self.live, 1):
+            if self.stale > self.livelock_rounds * (len(self.runnable) + 1):
                 raise self._livelock_error(task)
         else:
             self.stale = 0
@@ -529,5 +530,6 @@ def block_sync(t, key, expected, label, value=None, shape=None, members=None):
         sched.stale = 0
         return vals
     t.waiting = _BlockWait(b, label, members, blk)
+    sched.stale = 0
     sched.switch_away(t)
     return t.box
