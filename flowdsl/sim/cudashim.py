@@ -104,10 +104,8 @@ class _Const:
 
 
 def _spin(arr, idx, value):
-    from .memory import describe_address
-    t = _state.cur
-    addr, desc = describe_address(arr, idx)
-    _state.sched.yield_spin(t, (addr, desc, _plain(value)))
+    from .memory import address_key
+    _state.sched.yield_spin(_state.cur, (address_key(arr, idx), arr, idx, _plain(value)))
 
 
 def _plain(v):

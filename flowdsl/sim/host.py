@@ -21,7 +21,7 @@ from .scheduler import (Block, Cond, HostTask, KernelThread, Launch, Scheduler, 
 
 __all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch", "SimKernel", "kernel"]
 
-_OPTIONS = {"livelock_rounds": 200, "max_steps": None}
+_OPTIONS = {"livelock_rounds": 100, "max_steps": None}
 
 
 class _Collective:
@@ -419,8 +419,8 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
         nranks: Number of simulated ranks.
         seed: Scheduler seed; the same seed replays the same interleaving.
         nodes: Ranks split evenly into this many nodes; the LSA team is a node.
-        **options: ``livelock_rounds`` (spin steps without progress, per live
-            task, before a livelock report; default 200), ``max_steps``
+        **options: ``livelock_rounds`` (spin steps without progress, per runnable
+            task, before a livelock report; default 100), ``max_steps``
             (cap on scheduler steps; default unlimited).
 
     Returns:

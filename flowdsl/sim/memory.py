@@ -5,7 +5,8 @@ Contents: :func:`as_dtype` (numpy/numba dtype → numpy dtype), :func:`poisoned`
 ``set``/``get``), :class:`WindowGroup` (one registration, every rank's memory),
 :class:`Window` (one rank's handle), :class:`WindowView` (a bounds-checked
 1-D view of a window), :func:`raw` (the numpy array behind a view),
-:func:`describe_address` (a deterministic name for an element, for reports).
+:func:`describe_address` (a deterministic name for an element, for reports),
+:func:`address_key` (a cheap key for an element).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .scheduler import sim_error
 
 __all__ = [
     "as_dtype", "poisoned", "SymBuffer", "WindowGroup", "Window", "WindowView", "raw",
-    "describe_address",
+    "describe_address", "address_key",
 ]
 
 
@@ -269,6 +270,16 @@ def raw(arr):
         return arr
     raise sim_error(UsageError, f"Cannot access {type(arr).__name__} as device memory: it is not an array. "
                     "Pass a window view, a shared/local array or a buffer")
+
+
+def address_key(arr, index):
+    """A cheap key identifying element ``index`` of ``arr`` (same element, same key)."""
+    if isinstance(arr, WindowView):
+        return (arr.group.wid, arr.wrank, (arr.start + int(index)) * arr._a.itemsize)
+    base = arr
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    return (id(base), arr.__array_interface__["data"][0] - base.__array_interface__["data"][0], index)
 
 
 def describe_address(arr, index) -> tuple:

@@ -192,7 +192,7 @@ class Scheduler:
         max_steps: Hard cap on scheduler steps (``None``: unlimited).
     """
 
-    def __init__(self, seed=0, livelock_rounds=200, max_steps=None):
+    def __init__(self, seed=0, livelock_rounds=100, max_steps=None):
         self.seed = seed
         self.rng = random.Random(seed)
         self.runnable = []
@@ -399,7 +399,9 @@ class Scheduler:
         lines = []
         seen = set()
         for t in spinners[:16]:
-            addr_desc, value, addr = t.last_spin[1], t.last_spin[2], t.last_spin[0]
+            from .memory import describe_address
+            addr, arr, index, value = t.last_spin
+            addr_desc = describe_address(arr, index)[1]
             k = (addr_desc, value)
             if k in seen:
                 continue

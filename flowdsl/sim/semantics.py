@@ -25,7 +25,7 @@ from .. import _stubs
 from ..enums import CoopKind, MemoryOrder
 from . import _state
 from .errors import BarrierIndexError, UnsupportedFeatureError, UsageError, WindowAccessError
-from .memory import Window, WindowView, describe_address, raw
+from .memory import Window, WindowView, address_key, raw
 from .scheduler import KernelThread, Wait, block_sync, fmt_ids, sim_error
 
 __all__ = ["SEMANTICS", "implements", "dispatch", "Coop", "Team", "BarrierSession", "Pointer"]
@@ -527,19 +527,17 @@ def _elem(arr, index, op):
 
 
 def _spin_point(arr, index, value):
-    t = _cur()
-    addr, desc = describe_address(arr, index)
     try:
         v = value.item()
     except AttributeError:
         v = value
-    _state.sched.yield_spin(t, (addr, desc, v))
+    _state.sched.yield_spin(_state.cur, (address_key(arr, index), arr, index, v))
 
 
 def _note_write(arr, index, value):
     t = _cur()
     sched = _state.sched
-    addr, _ = describe_address(arr, index)
+    addr = address_key(arr, index)
     try:
         v = value.item()
     except AttributeError:

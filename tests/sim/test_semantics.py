@@ -313,3 +313,28 @@ def test_nested_spawn_and_launch_outside_spawn_are_refused():
         sim.spawn(lambda c: None, nranks=1)
     with pytest.raises(sim.UsageError, match="inside a running simulation"):
         run_ranks(main, nranks=1)
+
+
+def test_numba_device_function_and_many_spinners_livelock():
+    @cuda.jit(device=True)
+    def lane_of(i):
+        return i % cuda.warpsize
+
+    @sim.kernel
+    def spin(comm, win):
+        v = lsa.local_view(win, 0, 4)
+        v[1] = lane_of(cuda.threadIdx.x)
+        while mem.load_relaxed(v, 0, ThreadScope.DEVICE) == 0:
+            pass
+
+    def main(comm):
+        buf = comm.alloc(4, np.int32)
+        buf.set(np.zeros(4, np.int32))
+        with comm.register(buf) as win, comm.device_communicator() as dc:
+            spin[4, 64](dc, win)
+            comm.synchronize()
+    import time
+    t = time.perf_counter()
+    with pytest.raises(sim.LivelockError, match=r"element 0 \(int32\) == 0"):
+        run_ranks(main, nranks=4, seed=3)
+    assert time.perf_counter() - t < 20
