@@ -10,6 +10,8 @@ for ``@flowdsl.kernel`` that only runs on the simulator).
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 
 from . import _state
@@ -450,9 +452,12 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
         hosts.append(h)
         sched.add(h, _host_runner(h, main, comm, sched))
     _state.sched = sched
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], 200_000), *thresholds[1:])  # fewer GC passes over many greenlets
     try:
         sched.run()
     finally:
+        gc.set_threshold(*thresholds)
         _state.sched = None
         _state.cur = None
     sched.last_stats = (sched.steps,)
