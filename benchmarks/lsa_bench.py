@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,7 @@ import cupy  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import flowdsl  # noqa: E402
-from flowdsl import lsa  # noqa: E402
+from flowdsl import lsa, mem  # noqa: E402
 from flowdsl.runtime.support_build import installed_include_dir, nvcc_path  # noqa: E402
 
 
@@ -52,10 +53,33 @@ def reduce_copy_flowdsl(comm, src, dst, count):
 
 
 @flowdsl.kernel
+def reduce_copy_vec_flowdsl(comm, src, dst, count):
+    """The same with 16-byte accesses: mem.load_vec / mem.store_vec."""
+    npeers = comm.lsa_size
+    stride = cuda.gridDim.x * cuda.blockDim.x
+    v = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    nvec = count // 4
+    while v < nvec:
+        acc = mem.load_vec(lsa.lsa_view(src, 0), 4 * v)
+        for p in range(1, npeers):
+            x = mem.load_vec(lsa.lsa_view(src, p), 4 * v)
+            acc = (acc[0] + x[0], acc[1] + x[1], acc[2] + x[2], acc[3] + x[3])
+        for p in range(npeers):
+            mem.store_vec(lsa.lsa_view(dst, p), 4 * v, acc)
+        v += stride
+
+
+@flowdsl.kernel
+def empty_flowdsl(src, count):
+    pass
+
+
+@flowdsl.kernel
 def reduce_copy_helper(comm, src, dst, count):
-    """The same operation through flowdsl's own helper, lsa.reduce_sum_copy, on a grid-wide coop."""
-    # Each block takes a contiguous slice; the helper splits it over the block's threads.
-    per_block = (count + cuda.gridDim.x - 1) // cuda.gridDim.x
+    """The same operation through flowdsl's own helper, lsa.reduce_sum_copy, block by block."""
+    # Each block takes a contiguous slice (a multiple of 4 elements, so that 16-byte vectors
+    # line up); the helper splits it over the block's threads.
+    per_block = ((count + cuda.gridDim.x - 1) // cuda.gridDim.x + 3) // 4 * 4
     start = cuda.blockIdx.x * per_block
     n = min(per_block, count - start)
     if n > 0:
@@ -127,7 +151,7 @@ def compile_times() -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mib", type=int, default=1024, help="buffer size in MiB (default 1024)")
+    parser.add_argument("--mib", type=int, default=4096, help="buffer size in MiB (default 4096)")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", help="write the summary rows here")
@@ -143,23 +167,25 @@ def main() -> None:
         plain = cupy.empty(count, np.float32)
         module = cupy.RawModule(path=str(build_cpp(Path(tmp))))
         cpp = module.get_function("reduce_copy_cpp")
+        cpp_vec = module.get_function("reduce_copy_vec_cpp")
         sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
         grid, block = sms * 8, 256
         with comm.register(src) as src_win, comm.register(dst) as dst_win, \
                 comm.device_communicator() as dcomm:
             lsa_size = comm.nranks  # one node: every rank is an LSA peer
+            cpp_args = (np.uint64(src_win.handle), np.uint64(dst_win.handle), np.int64(count), np.int32(lsa_size))
             fns = {
-                "flowdsl": lambda: reduce_copy_flowdsl[grid, block](dcomm, src_win, dst_win, count),
+                "flowdsl scalar": lambda: reduce_copy_flowdsl[grid, block](dcomm, src_win, dst_win, count),
+                "C++ scalar": lambda: cpp((grid,), (block,), cpp_args),
+                "flowdsl 16-byte": lambda: reduce_copy_vec_flowdsl[grid, block](dcomm, src_win, dst_win, count),
+                "C++ 16-byte (float4)": lambda: cpp_vec((grid,), (block,), cpp_args),
                 "flowdsl lsa.reduce_sum_copy": lambda: reduce_copy_helper[grid, block](dcomm, src_win, dst_win,
                                                                                        count),
-                "C++ nccl_device.h": lambda: cpp((grid,), (block,), (np.uint64(src_win.handle),
-                                                                     np.uint64(dst_win.handle),
-                                                                     np.int64(count), np.int32(lsa_size))),
                 "device-to-device copy": lambda: plain.__setitem__(slice(None), src),
             }
             # Check every version's output before timing it (poisoned first).
             reference = src.get()
-            for name in ("flowdsl", "flowdsl lsa.reduce_sum_copy", "C++ nccl_device.h"):
+            for name in [n for n in fns if n != "device-to-device copy"]:
                 dst.fill(np.nan)
                 fns[name]()
                 comm.synchronize()
@@ -168,19 +194,36 @@ def main() -> None:
         nbytes = 2 * count * 4  # read once, write once
         print(f"\nLSA reduce+copy, 1 rank, {args.mib} MiB float32, grid {grid}x{block}, median of "
               f"{args.rounds} rounds x {args.reps}")
-        print(f"{'version':<30}{'ms':>9}{'GB/s':>9}{'vs C++':>9}{'vs copy':>9}")
+        print(f"{'version':<30}{'ms':>9}{'GB/s':>9}{'vs C++ 16B':>11}{'copy/this':>10}")
         for name, t in ms.items():
-            print(f"{name:<30}{t:9.3f}{nbytes / t / 1e6:9.0f}{t / ms['C++ nccl_device.h']:9.3f}"
-                  f"{ms['device-to-device copy'] / t:9.3f}")
-        tax = ms["flowdsl"] / ms["C++ nccl_device.h"]
+            print(f"{name:<30}{t:9.3f}{nbytes / t / 1e6:9.0f}{t / ms['C++ 16-byte (float4)']:11.3f}"
+                  f"{ms['device-to-device copy'] / t:10.3f}")
+        copy_ms = ms["device-to-device copy"]
         rows += [
-            {"name": "DSL tax: flowdsl / C++ time (goal <= 1.05)", "value": f"{tax:.3f}"},
-            {"name": "lsa.reduce_sum_copy / C++ time", "value":
-                f"{ms['flowdsl lsa.reduce_sum_copy'] / ms['C++ nccl_device.h']:.3f}"},
-            {"name": "reduce+copy bandwidth / D2D copy (goal >= 0.9)", "value":
-                f"{ms['device-to-device copy'] / ms['flowdsl']:.3f} "
-                f"({nbytes / ms['flowdsl'] / 1e6:.0f} vs {nbytes / ms['device-to-device copy'] / 1e6:.0f} GB/s)"},
+            {"name": "DSL tax, scalar: flowdsl / C++ time (goal <= 1.05)",
+             "value": f"{ms['flowdsl scalar'] / ms['C++ scalar']:.3f}"},
+            {"name": "DSL tax, 16-byte: flowdsl / C++ time (goal <= 1.05)",
+             "value": f"{ms['flowdsl 16-byte'] / ms['C++ 16-byte (float4)']:.3f}"},
+            {"name": "lsa.reduce_sum_copy bandwidth / D2D copy (goal >= 0.9)", "value":
+                f"{copy_ms / ms['flowdsl lsa.reduce_sum_copy']:.3f} ({nbytes / ms['flowdsl lsa.reduce_sum_copy'] / 1e6:.0f}"
+                f" vs {nbytes / copy_ms / 1e6:.0f} GB/s)"},
+            {"name": "flowdsl 16-byte bandwidth / D2D copy", "value": f"{copy_ms / ms['flowdsl 16-byte']:.3f}"},
         ]
+        # Host-side launch cost: an empty kernel launched back to back.
+        empty = module.get_function("empty_cpp")
+        launches = {"flowdsl launch": lambda: empty_flowdsl[1, 32](src, count),
+                    "CuPy RawKernel launch": lambda: empty((1,), (32,), (np.uint64(src.data.ptr), np.int64(count)))}
+        for name, fn in launches.items():
+            for _ in range(100):
+                fn()
+            comm.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(2000):
+                fn()
+            comm.synchronize()
+            us = (time.perf_counter() - t0) / 2000 * 1e6
+            print(f"{name:<30}{us:9.1f} us per launch (host)")
+            rows.append({"name": name + " (host, us)", "value": f"{us:.1f}"})
     times = compile_times()
     print(f"\nRMSNorm kernel: cold compile+link+load {times['cold']['build']['seconds']:.2f} s "
           f"(first launch {times['cold']['first_launch_s']:.2f} s); warm disk-cache load "

@@ -11,3 +11,20 @@ extern "C" __global__ void reduce_copy_cpp(ncclWindow_t src, ncclWindow_t dst, l
     for (int p = 0; p < lsa_size; p++) ((float*)ncclGetLsaPointer(dst, 0, p))[i] = acc;
   }
 }
+
+// The same with 16-byte accesses (float4), as flowdsl's mem.load_vec/store_vec do.
+extern "C" __global__ void reduce_copy_vec_cpp(ncclWindow_t src, ncclWindow_t dst, long long count, int lsa_size) {
+  long long stride = (long long)gridDim.x * blockDim.x;
+  long long nvec = count / 4;
+  for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < nvec; v += stride) {
+    float4 acc = ((float4*)ncclGetLsaPointer(src, 0, 0))[v];
+    for (int p = 1; p < lsa_size; p++) {
+      float4 x = ((float4*)ncclGetLsaPointer(src, 0, p))[v];
+      acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;
+    }
+    for (int p = 0; p < lsa_size; p++) ((float4*)ncclGetLsaPointer(dst, 0, p))[v] = acc;
+  }
+}
+
+// An empty kernel, to measure launch overhead.
+extern "C" __global__ void empty_cpp(ncclWindow_t src, long long count) {}

@@ -9,6 +9,8 @@ Contents: :func:`load_acquire`, :func:`load_relaxed`, :func:`store_release`,
 :func:`store_relaxed`, :func:`fence`, :func:`atomic_add`, :func:`atomic_cas`,
 :func:`atomic_exch`, :func:`red_add`. Supported element types: int32, uint32,
 int64, uint64 (and float32/float64 for ``atomic_add``/``red_add``).
+Wide accesses: :func:`load_vec`, :func:`store_vec` move 16 bytes in one
+instruction (``ld.v4``/``st.v4``), what bandwidth-bound copies need.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from ._stubs import primitive
 
 __all__ = [
     "load_acquire", "load_relaxed", "store_release", "store_relaxed", "fence",
-    "atomic_add", "atomic_cas", "atomic_exch", "red_add",
+    "atomic_add", "atomic_cas", "atomic_exch", "red_add", "load_vec", "store_vec",
 ]
 
 
@@ -64,3 +66,17 @@ def atomic_exch(array, index, value, order, scope):
 @primitive
 def red_add(array, index, value, order, scope):
     """``red.<order>.<scope>.add``: an atomic add whose result is not needed."""
+
+
+@primitive
+def load_vec(array, index):
+    """16 bytes at ``array[index:]`` in one load: a tuple of ``16 // itemsize`` elements.
+
+    ``array[index]`` must be 16-byte aligned (window views from offset 0 are, so any
+    ``index`` that is a multiple of ``16 // itemsize`` is). Element types of 4 or 8 bytes.
+    """
+
+
+@primitive
+def store_vec(array, index, values):
+    """Store a tuple of ``16 // itemsize`` elements at ``array[index:]`` in one 16-byte store."""

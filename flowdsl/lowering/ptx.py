@@ -170,6 +170,49 @@ def _atomic_cas(typingctx, array, index, expected, desired, order, scope):
 
 _ARITH = _INTEGER_ONLY + (types.float32, types.float64)
 
+
+def _vector_shape(op, array):
+    elem = _element(op, array, _ARITH)
+    lanes = 16 // (elem.bitwidth // 8)
+    ptx, reg = PTX_TYPES[elem]
+    return elem, lanes, ("b" + ptx[1:]) if ptx[0] in "su" else ptx, reg
+
+
+@intrinsic
+def _load_vec(typingctx, array, index):
+    elem, lanes, ptx, reg = _vector_shape("load_vec", array)
+    outs = ", ".join(f"${i}" for i in range(lanes))
+    text = f"ld.v{lanes}.{ptx} {{{outs}}}, [${lanes}];"
+    result = types.UniTuple(elem, lanes)
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_pointer(context, builder, array, args[0], index, args[1])
+        lane_type = context.get_value_type(elem)
+        fnty = ir.FunctionType(ir.LiteralStructType([lane_type] * lanes), [ptr.type])
+        packed = builder.asm(fnty, text, ",".join([f"={reg}"] * lanes) + ",l", [ptr], side_effect=False)
+        return context.make_tuple(builder, result, [builder.extract_value(packed, i) for i in range(lanes)])
+
+    return result(array, index), codegen
+
+
+@intrinsic
+def _store_vec(typingctx, array, index, values):
+    elem, lanes, ptx, reg = _vector_shape("store_vec", array)
+    if not isinstance(values, types.BaseTuple) or len(values) != lanes:
+        raise NumbaTypeError(f"flowdsl.mem.store_vec requires a tuple of {lanes} {elem} values "
+                             f"(16 bytes), got {values}")
+    ins = ", ".join(f"${i + 1}" for i in range(lanes))
+    text = f"st.v{lanes}.{ptx} [$0], {{{ins}}};"
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_pointer(context, builder, array, args[0], index, args[1])
+        lanes_in = [context.cast(builder, builder.extract_value(args[2], i), values[i], elem)
+                    for i in range(lanes)]
+        _asm(builder, ir.VoidType(), [ptr] + lanes_in, text, "l," + ",".join([reg] * lanes) + ",~{memory}")
+        return context.get_dummy_value()
+
+    return types.void(array, index, values), codegen
+
 _load_acquire = _load("load_acquire", "acquire")
 _load_relaxed = _load("load_relaxed", "relaxed")
 _store_release = _store("store_release", "release")
@@ -199,6 +242,9 @@ def bind():
     overload(mem.red_add)(lambda array, index, value, order, scope:
                           lambda array, index, value, order, scope:
                           _red_add(array, index, value, order, scope))
+    overload(mem.load_vec)(lambda array, index: lambda array, index: _load_vec(array, index))
+    overload(mem.store_vec)(lambda array, index, values: lambda array, index, values:
+                            _store_vec(array, index, values))
     overload(mem.atomic_cas)(lambda array, index, expected, desired, order, scope:
                              lambda array, index, expected, desired, order, scope:
                              _atomic_cas(array, index, expected, desired, order, scope))

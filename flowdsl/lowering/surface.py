@@ -20,7 +20,7 @@ from numba.cuda.extending import (lower_builtin, make_attribute_wrapper, overloa
 from numba.cuda.np.arrayobj import populate_array
 
 from .. import coop as coop_mod
-from .. import lsa, team
+from .. import lsa, mem, team
 from ..enums import CoopKind
 from . import ptx
 from .declarations import DECLARED, call_extern
@@ -205,10 +205,13 @@ def _view_typer(op, win, where, start, count, dtype):
     return types.Array(elem, 1, "C")
 
 
-def _checked_count(message):
-    """Device code: the view's length, or a trap when it runs past the window."""
-    def checked(nbytes, start, count, itemsize):
-        total = nbytes // itemsize
+def _checked_count(message, shift):
+    """Device code: the view's length, or a trap when it runs past the window.
+
+    ``shift`` is log2 of the item size, so no division runs in the kernel.
+    """
+    def checked(nbytes, start, count):
+        total = nbytes >> shift
         n = total - start if count < 0 else count
         if start < 0 or start + n > total:
             print(message, start, n, total)
@@ -234,8 +237,8 @@ def _bind_lsa_pointers_and_views():
                     return _view_typer(op, win, (("team", team), ("peer", peer)), start, count, dtype)
             return typer
 
-        checked = _checked_count(f"flowdsl.lsa.{op}: view past the end of the window "
-                                 "(start, count, window elements):")
+        message = f"flowdsl.lsa.{op}: view past the end of the window (start, count, window elements):"
+        checkers = {}
 
         @lower_builtin(stub, types.VarArg(types.Any))
         def lower(context, builder, sig, args):
@@ -253,8 +256,10 @@ def _bind_lsa_pointers_and_views():
 
             start, count = arg(0, 0), arg(1, -1)
             window = cgutils.create_struct_proxy(win_ty)(context, builder, value=win)
-            n = context.compile_internal(builder, checked, i64(types.uint64, i64, i64, i64),
-                                         [window.nbytes, start, count, context.get_constant(i64, itemsize)])
+            shift = itemsize.bit_length() - 1
+            checked = checkers.setdefault(shift, _checked_count(message, shift))
+            n = context.compile_internal(builder, checked, i64(types.uint64, i64, i64),
+                                         [window.nbytes, start, count])
             offset = builder.mul(start, context.get_constant(i64, itemsize))
             where = []
             for ty, val in zip(sig.args[1:1 + nwhere], args[1:1 + nwhere]):
@@ -336,11 +341,36 @@ def _bind_lsa_barriers():
 
 
 # ---- LSA reduce / copy, written in flowdsl ---------------------------------------------------
+# One implementation for every NCCL release (2.28 has no such helpers). The bulk moves in
+# 16-byte vectors (mem.load_vec/store_vec) when both sides are 16-byte aligned; the rest,
+# and unaligned ranges, element by element.
 
-def reduce_sum_impl(c, comm, win, start, dst, count):
+def _vec_add(a, b):
+    """Element-wise sum of two equal-length tuples (typed per length on the GPU)."""
+    return tuple(x + y for x, y in zip(a, b))
+
+
+@overload(_vec_add)
+def _vec_add_typer(a, b):
+    if isinstance(a, types.UniTuple) and len(a) == 2:
+        return lambda a, b: (a[0] + b[0], a[1] + b[1])
+    if isinstance(a, types.UniTuple) and len(a) == 4:
+        return lambda a, b: (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
+    raise NumbaTypeError(f"flowdsl: no 16-byte vector of {a}")
+
+
+def _vector_lanes(view, start):
+    """Elements per 16-byte vector, or 0 if ``view``'s dtype or ``start`` does not allow vectors."""
+    size = view.itemsize
+    if (size == 4 or size == 8) and (start * size) % 16 == 0:
+        return 16 // size
+    return 0
+
+
+def reduce_sum_impl(coop, comm, win, start, dst, count):
     """The flowdsl program behind :func:`flowdsl.lsa.reduce_sum` (GPU and simulator)."""
-    rank = coop_mod.thread_rank(c)
-    nthreads = coop_mod.size(c)
+    rank = coop_mod.thread_rank(coop)
+    nthreads = coop_mod.size(coop)
     npeers = comm.lsa_size
     i = rank
     while i < count:
@@ -351,10 +381,10 @@ def reduce_sum_impl(c, comm, win, start, dst, count):
         i += nthreads
 
 
-def copy_impl(c, comm, src, win, start, count):
+def copy_impl(coop, comm, src, win, start, count):
     """The flowdsl program behind :func:`flowdsl.lsa.copy`."""
-    rank = coop_mod.thread_rank(c)
-    nthreads = coop_mod.size(c)
+    rank = coop_mod.thread_rank(coop)
+    nthreads = coop_mod.size(coop)
     for peer in range(comm.lsa_size):
         out = lsa.lsa_view(win, peer, start, count)
         i = rank
@@ -363,12 +393,29 @@ def copy_impl(c, comm, src, win, start, count):
             i += nthreads
 
 
-def reduce_sum_copy_impl(c, comm, src_win, src_start, dst_win, dst_start, count):
+def reduce_sum_copy_impl(coop, comm, src_win, src_start, dst_win, dst_start, count):
     """The flowdsl program behind :func:`flowdsl.lsa.reduce_sum_copy`."""
-    rank = coop_mod.thread_rank(c)
-    nthreads = coop_mod.size(c)
+    rank = coop_mod.thread_rank(coop)
+    nthreads = coop_mod.size(coop)
     npeers = comm.lsa_size
-    i = rank
+    first = lsa.lsa_view(src_win, 0, src_start, count)
+    lanes = _vector_lanes(first, src_start)
+    if lanes != _vector_lanes(first, dst_start):
+        lanes = 0
+    done = 0
+    if lanes != 0:
+        nvec = count // lanes
+        v = rank
+        while v < nvec:
+            i = v * lanes
+            acc = mem.load_vec(lsa.lsa_view(src_win, 0, src_start, count), i)
+            for peer in range(1, npeers):
+                acc = _vec_add(acc, mem.load_vec(lsa.lsa_view(src_win, peer, src_start, count), i))
+            for peer in range(npeers):
+                mem.store_vec(lsa.lsa_view(dst_win, peer, dst_start, count), i, acc)
+            v += nthreads
+        done = nvec * lanes
+    i = done + rank
     while i < count:
         acc = lsa.lsa_view(src_win, 0, src_start, count)[i]
         for peer in range(1, npeers):
@@ -379,6 +426,8 @@ def reduce_sum_copy_impl(c, comm, src_win, src_start, dst_win, dst_start, count)
 
 
 def _bind_reduce_copy():
+    global _vector_lanes
+    _vector_lanes = register_jitable(_vector_lanes)
     reduce_sum = register_jitable(reduce_sum_impl)
     copy = register_jitable(copy_impl)
     reduce_sum_copy = register_jitable(reduce_sum_copy_impl)
