@@ -17,9 +17,8 @@ import numpy as np
 from . import _state
 from .cudashim import simulate_function
 from .errors import CollectiveMismatchError, SimulationError, UsageError
-from .memory import SymBuffer, Window, WindowGroup, as_dtype, poisoned
-from .scheduler import (Block, Cond, HostTask, KernelThread, Launch, Scheduler, Wait, fmt_ids,
-                        sim_error, where)
+from .memory import SymBuffer, Window, WindowGroup, poisoned
+from .scheduler import Block, Cond, HostTask, KernelThread, Launch, Scheduler, Wait, fmt_ids, sim_error
 
 __all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch", "SimKernel", "kernel"]
 

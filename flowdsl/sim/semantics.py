@@ -26,7 +26,7 @@ from ..enums import CoopKind, MemoryOrder
 from . import _state
 from .errors import BarrierIndexError, UnsupportedFeatureError, UsageError, WindowAccessError
 from .memory import Window, WindowView, address_key, raw
-from .scheduler import KernelThread, Wait, block_sync, fmt_ids, sim_error
+from .scheduler import KernelThread, Wait, block_sync, sim_error
 
 __all__ = ["SEMANTICS", "implements", "dispatch", "Coop", "Team", "BarrierSession", "Pointer"]
 
@@ -425,7 +425,6 @@ def _bar_detail(session, t):
 
 @implements("flowdsl.lsa.arrive")
 def _lsa_arrive(session, order=MemoryOrder.SEQ_CST):
-    t = _cur()
     coop = session.coop
     _coop_sync(coop)
     if coop.trank == 0:
@@ -613,3 +612,40 @@ def _mem_red_add(array, index, value, order, scope):
     a, i = _elem(array, index, "red_add")
     a[i] = a[i] + value
     _note_write(array, i, a[i])
+
+
+def _vec(array, index, op):
+    a = raw(array)
+    n = 16 // a.itemsize
+    index = int(index)
+    if a.itemsize not in (4, 8):
+        raise sim_error(UsageError, f"Cannot {op} on {a.dtype.name} elements: 16-byte vectors need 4- or 8-byte "
+                        "elements. Reinterpret the view with dtype=int32/float32/int64/float64")
+    if isinstance(array, WindowView):
+        if index < 0 or index + n > array._n:
+            array._oob(index + n - 1 if index >= 0 else index, op)
+        off = (array.start + index) * a.itemsize
+    else:
+        if index < 0 or index + n > a.size:
+            raise sim_error(WindowAccessError, f"Cannot {op} elements {index}..{index + n - 1}: the array has "
+                            f"{a.size} elements. Keep the vector inside the array")
+        off = a.__array_interface__["data"][0] + index * a.itemsize
+    if off % 16:
+        raise sim_error(UsageError, f"Cannot {op} at element {index}: byte offset {off} is not 16-byte aligned. "
+                        f"Use an index that is a multiple of {n} (from a view at a 16-byte aligned start)")
+    return a.reshape(-1), index, n
+
+
+@implements("flowdsl.mem.load_vec")
+def _mem_load_vec(array, index):
+    a, i, n = _vec(array, index, "load_vec")
+    return tuple(a[i:i + n])
+
+
+@implements("flowdsl.mem.store_vec")
+def _mem_store_vec(array, index, values):
+    a, i, n = _vec(array, index, "store_vec")
+    if len(values) != n:
+        raise sim_error(UsageError, f"Cannot store_vec {len(values)} values: a 16-byte vector of "
+                        f"{a.dtype.name} has {n}. Pass a tuple of {n} values")
+    a[i:i + n] = values

@@ -1,6 +1,5 @@
 """Primitive semantics, the numba.cuda stand-in and the host API of the simulator."""
 
-import math
 
 import numpy as np
 import pytest
@@ -338,3 +337,31 @@ def test_numba_device_function_and_many_spinners_livelock():
     with pytest.raises(sim.LivelockError, match=r"element 0 \(int32\) == 0"):
         run_ranks(main, nranks=4, seed=3)
     assert time.perf_counter() - t < 20
+
+
+@sim.kernel
+def vec_copy(comm, win, bad):
+    src = lsa.local_view(win, 0, 8, np.float32)
+    dst = lsa.lsa_view(win, (comm.lsa_rank + 1) % comm.lsa_size, 8, 8, np.float32)
+    i = cuda.threadIdx.x * 4
+    mem.store_vec(dst, i, mem.load_vec(src, i))
+    if bad and cuda.threadIdx.x == 0 and comm.rank == 1:
+        mem.load_vec(src, 2)  # misaligned
+
+
+def test_vector_load_store_and_alignment():
+    if not hasattr(mem, "load_vec"):
+        pytest.skip("flowdsl.mem.load_vec not available")
+
+    def main(comm, bad=0):
+        buf = comm.alloc(16, np.float32)
+        buf.set(np.arange(16, dtype=np.float32) + 100 * comm.rank)
+        with comm.register(buf) as win, comm.device_communicator() as dc:
+            vec_copy[1, 2](dc, win, bad)
+            comm.synchronize()
+            return buf.get()
+    out = run_ranks(main, nranks=2)
+    np.testing.assert_array_equal(out[0][8:], np.arange(8) + 100)
+    np.testing.assert_array_equal(out[1][8:], np.arange(8))
+    with pytest.raises(sim.UsageError, match="not 16-byte aligned"):
+        run_ranks(lambda c: main(c, 1), nranks=2)
