@@ -12,7 +12,7 @@ Contents: :func:`kernel`, :func:`device`, :class:`FlowKernel`.
 
 from __future__ import annotations
 
-import dis
+import functools
 import hashlib
 import inspect
 import json
@@ -74,12 +74,19 @@ def _referenced_names(code) -> set[str]:
     return names
 
 
+@functools.cache
+def _default_stream():
+    from numba.cuda.cudadrv import driver  # noqa: PLC0415
+
+    return driver._to_core_stream(0)
+
+
 def _as_stream(stream):
-    """Any common stream object → what numba-cuda's launcher takes."""
+    """Any common stream object → a cuda.core stream."""
     from numba.cuda.cudadrv import driver  # noqa: PLC0415
 
     if not stream:
-        return driver._to_core_stream(0)
+        return _default_stream()
     for attr in ("ptr", "cuda_stream", "handle"):  # CuPy, PyTorch, numba/cuda.core
         handle = getattr(stream, attr, None)
         if isinstance(handle, int):
@@ -113,7 +120,10 @@ class FlowKernel:
             raise UsageError(f"Cannot launch {self.__name__}: write {self.__name__}[grid, block] or "
                              f"{self.__name__}[grid, block, stream, shared_bytes]")
         grid, block, stream, shared = (tuple(config) + (0, 0))[:4]
-        return _Launch(self, grid, block, stream, shared)
+        launch = _Launch(self, grid, block, stream, shared)
+        _dims(launch.grid, "the grid", self.__name__)
+        _dims(launch.block, "the block", self.__name__)
+        return launch
 
     # -- requirements ------------------------------------------------------------------------
     def requirements(self, grid) -> dict:
@@ -182,39 +192,26 @@ class FlowKernel:
         version = parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version()
         out = []
         for arg in args:
-            if arg == "devcomm":
+            if isinstance(arg, str) and arg == "devcomm":
                 out.append(DevCommType(version, -(-abi_layout(version)["dev_comm_size"] // 8)))
-            elif isinstance(arg, tuple) and arg and arg[0] == "window":
+            elif isinstance(arg, tuple) and arg and isinstance(arg[0], str) and arg[0] == "window":
                 out.append(WindowType(from_dtype(np.dtype(arg[1]))))
             elif isinstance(arg, types.Type):
                 out.append(arg)
+            elif isinstance(arg, np.ndarray):  # stands for a device array of the same dtype and shape
+                out.append(_array_type(arg.__array_interface__["typestr"], arg.ndim, arg.flags.c_contiguous))
             else:
                 out.append(typeof(arg, Purpose.argument))
         return tuple(out)
 
     def _specialize(self, args):
-        """The loaded numba kernel for these launch arguments (compiled or from disk)."""
-        from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
-
-        argtypes = []
-        for i, arg in enumerate(args):
-            try:
-                ty = typeof(arg, Purpose.argument)
-            except Exception as exc:  # noqa: BLE001
-                raise UsageError(f"Cannot launch {self.__name__}: argument {i} ({type(arg).__name__}) has no "
-                                 f"kernel type: {exc}") from exc
-            if ty is None:
-                raise UsageError(f"Cannot launch {self.__name__}: argument {i} of type {type(arg).__name__} "
-                                 "cannot be passed to a kernel (pass device arrays, scalars, windows and "
-                                 "device communicators)")
-            argtypes.append(ty)
-        argtypes = tuple(argtypes)
-        target = _device_target()
-        key = (argtypes, target)
-        loaded = self._loaded.get(key)
+        """The loaded kernel for these launch arguments (compiled, or loaded from disk, once)."""
+        argtypes = tuple(_argument_type(self.__name__, i, arg) for i, arg in enumerate(args))
+        loaded = self._loaded.get(argtypes)
         if loaded is None:
-            loaded = self._load_or_compile(argtypes, target)
-            self._loaded[key] = loaded
+            target = _device_target()
+            loaded = _Loaded(self._load_or_compile(argtypes, target), argtypes)
+            self._loaded[argtypes] = loaded
         return loaded
 
     def _load_or_compile(self, argtypes, target: Target):
@@ -244,6 +241,113 @@ class FlowKernel:
         return loaded
 
 
+_SCALARS = {int: types.int64, float: types.float64, bool: types.boolean}
+
+
+def _argument_type(kernel_name: str, index: int, arg):
+    """numba type of a launch argument, cheaply for the common kinds (the launch hot path)."""
+    ty = getattr(arg, "_numba_type_", None)
+    if ty is not None:
+        return ty
+    cai = getattr(arg, "__cuda_array_interface__", None)
+    if cai is not None:
+        return _array_type(cai["typestr"], len(cai["shape"]), cai.get("strides") is None)
+    ty = _SCALARS.get(type(arg))
+    if ty is not None:
+        return ty
+    from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
+
+    try:
+        ty = typeof(arg, Purpose.argument)
+    except Exception as exc:  # noqa: BLE001
+        raise UsageError(f"Cannot launch {kernel_name}: argument {index} ({type(arg).__name__}) has no "
+                         f"kernel type: {exc}") from exc
+    if ty is None:
+        raise UsageError(f"Cannot launch {kernel_name}: argument {index} of type {type(arg).__name__} "
+                         "cannot be passed to a kernel (pass device arrays, scalars, windows and "
+                         "device communicators)")
+    return ty
+
+
+@functools.cache
+def _array_type(typestr: str, ndim: int, c_contiguous: bool):
+    import numpy as np  # noqa: PLC0415
+    from numba.np.numpy_support import from_dtype  # noqa: PLC0415
+
+    return types.Array(from_dtype(np.dtype(typestr)), ndim, "C" if c_contiguous else "A")
+
+
+class _Loaded:
+    """A loaded kernel with one parameter packer per argument: the launch hot path.
+
+    Arguments flatten exactly as numba-cuda flattens them (arrays to meminfo, parent,
+    size, itemsize, data, shape, strides); kinds without a packer here go through
+    numba-cuda's own launcher.
+    """
+
+    def __init__(self, numba_kernel, argtypes):
+        self.numba_kernel = numba_kernel
+        self.argtypes = argtypes
+        self.packers = [_packer(t) for t in argtypes]
+        self.fast = all(p is not None for p in self.packers)
+        self.cu_kernel = numba_kernel._codelibrary.get_cufunc().kernel if self.fast else None
+        self._configs: dict = {}
+
+    def launch(self, args, grid, block, stream, shared):
+        if not self.fast:
+            self.numba_kernel.launch(args, grid, block, stream=stream, sharedmem=shared)
+            return
+        from cuda.core import LaunchConfig, launch  # noqa: PLC0415
+
+        key = (grid, block, shared)
+        config = self._configs.get(key)
+        if config is None:
+            config = self._configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=shared)
+        flat: list = []
+        for pack, arg in zip(self.packers, args):
+            pack(arg, flat)
+        launch(stream, config, self.cu_kernel, *flat)
+
+
+def _packer(ty):
+    import ctypes  # noqa: PLC0415
+
+    if isinstance(ty, DevCommType):
+        return lambda arg, flat: flat.extend(arg._kernel_words())
+    if isinstance(ty, WindowType):
+        return lambda arg, flat: flat.extend((arg.handle, arg.nbytes))
+    if isinstance(ty, types.Array):
+        itemsize = ty.dtype.bitwidth // 8 if hasattr(ty.dtype, "bitwidth") else None
+        if itemsize is None:
+            return None
+
+        def pack_array(arg, flat):
+            cai = arg.__cuda_array_interface__
+            shape = cai["shape"]
+            strides = cai.get("strides")
+            if strides is None:
+                strides, step = [], itemsize
+                for dim in reversed(shape):
+                    strides.append(step)
+                    step *= dim
+                strides.reverse()
+            size = 1
+            for dim in shape:
+                size *= dim
+            flat.extend((0, 0, size, itemsize, cai["data"][0]))
+            flat.extend(shape)
+            flat.extend(strides)
+        return pack_array
+    if isinstance(ty, types.Integer):
+        ctype = getattr(ctypes, f"c_{ty}")
+        return lambda arg, flat: flat.append(ctype(arg))
+    if ty == types.float32:
+        return lambda arg, flat: flat.append(ctypes.c_float(arg))
+    if ty == types.float64:
+        return lambda arg, flat: flat.append(ctypes.c_double(arg))
+    return None
+
+
 def _device_target() -> Target:
     from numba import cuda  # noqa: PLC0415
 
@@ -268,6 +372,7 @@ def _numba_kernel(entry_name: str, cubin: bytes, argtypes):
                             [ArgumentMarshaller()])
 
 
+@functools.lru_cache(maxsize=256)
 def _dims(value, what: str, kernel_name: str):
     dims = value if isinstance(value, tuple) else (value,)
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):
@@ -279,8 +384,8 @@ def _dims(value, what: str, kernel_name: str):
 class _Launch:
     def __init__(self, kernel: FlowKernel, grid, block, stream, shared):
         self.kernel = kernel
-        self.grid = grid
-        self.block = block
+        self.grid = tuple(grid) if isinstance(grid, list) else grid
+        self.block = tuple(block) if isinstance(block, list) else block
         self.stream = stream
         self.shared = shared
 
@@ -292,16 +397,16 @@ class _Launch:
         block = _dims(self.block, "the block", name)
         _check_resources(name, args)
         loaded = self.kernel._specialize(args)
-        loaded.launch(args, grid, block, stream=_as_stream(self.stream), sharedmem=int(self.shared))
+        loaded.launch(args, grid, block, _as_stream(self.stream), int(self.shared))
 
 
 def _check_resources(name: str, args) -> None:
     """Windows and device communicators must be open and belong to one communicator."""
-    from .runtime.memory import DevComm, Window  # noqa: PLC0415
+    from .runtime.memory import Resource  # noqa: PLC0415
 
     owners = set()
     for i, arg in enumerate(args):
-        if isinstance(arg, (DevComm, Window)):
+        if isinstance(arg, Resource):
             arg._check_open(f"launch {name} (argument {i})")
             owners.add(id(arg.communicator))
     if len(owners) > 1:

@@ -149,7 +149,7 @@ def literal_int(ty, what: str) -> int:
 
 
 @intrinsic
-def enum_value(typingctx, value):
+def enum_value(typingctx, value):  # noqa: D401
     """An int or IntEnum member as int32 (memory orders cross the C ABI as ``int``)."""
     if not isinstance(value, (types.Integer, types.IntEnumMember, types.IntegerLiteral)):
         return None

@@ -2,11 +2,14 @@
 
 Each operation is one PTX instruction with its semantics and scope spelled
 out (``ld.acquire.gpu``, ``st.release.sys``, ``fence.acq_rel.gpu``,
-``atom.acq_rel.sys.add``, ``red.release.gpu.add``); scope and order are
-compile-time constants chosen from :class:`flowdsl.ThreadScope` and
-:class:`flowdsl.MemoryOrder`.
+``atom.acq_rel.sys.add``, ``red.release.gpu.add``, ``ld.v4``). Scope and
+order are :class:`flowdsl.ThreadScope` / :class:`flowdsl.MemoryOrder`
+values. numba types enum members without their value, so each operation
+emits one instruction per (order, scope) behind a switch on the values; with
+the usual constant arguments LLVM folds the switch to the one instruction,
+and a literal that is not allowed is a compile-time error.
 
-Contents: :func:`bind` (registers the overloads of ``flowdsl.mem``).
+Contents: :func:`bind`, :data:`PTX_TYPES`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from numba.cuda.extending import intrinsic, overload
 
 from .. import mem
 from ..enums import MemoryOrder, ThreadScope
-from .intrinsics import literal_int
 
 __all__ = ["bind", "PTX_TYPES"]
 
@@ -29,26 +31,23 @@ PTX_TYPES = {
     types.float32: ("f32", "f"), types.float64: ("f64", "d"),
 }
 _INTEGER_ONLY = (types.int32, types.uint32, types.int64, types.uint64)
+_ARITH = _INTEGER_ONLY + (types.float32, types.float64)
 _SCOPES = {ThreadScope.SYSTEM: "sys", ThreadScope.DEVICE: "gpu", ThreadScope.BLOCK: "cta"}
 _ATOM_ORDERS = {MemoryOrder.RELAXED: "relaxed", MemoryOrder.ACQUIRE: "acquire",
                 MemoryOrder.RELEASE: "release", MemoryOrder.ACQ_REL: "acq_rel",
                 MemoryOrder.SEQ_CST: "acq_rel"}
+_FENCES = {MemoryOrder.ACQUIRE: "acq_rel", MemoryOrder.RELEASE: "acq_rel", MemoryOrder.ACQ_REL: "acq_rel",
+           MemoryOrder.SEQ_CST: "sc"}
 
 
-def _scope(op, ty):
-    value = literal_int(ty, f"flowdsl.mem.{op}: scope")
-    if value not in _SCOPES:
-        raise NumbaTypeError(f"flowdsl.mem.{op} requires scope SYSTEM, DEVICE or BLOCK, got "
-                             f"{ThreadScope(value).name}")
-    return _SCOPES[ThreadScope(value)]
-
-
-def _order(op, ty, allowed):
-    value = literal_int(ty, f"flowdsl.mem.{op}: order")
-    if value not in allowed:
-        names = ", ".join(MemoryOrder(v).name for v in allowed)
-        raise NumbaTypeError(f"flowdsl.mem.{op} requires order {names}, got {MemoryOrder(value).name}")
-    return _ATOM_ORDERS[MemoryOrder(value)]
+def _check_choice(op, what, ty, allowed, enum):
+    """Typing: ``ty`` must be an int or enum member; a literal must be one of ``allowed``."""
+    if not isinstance(ty, (types.Integer, types.IntEnumMember)):
+        raise NumbaTypeError(f"flowdsl.mem.{op} requires {what} to be a flowdsl.{enum.__name__}, got {ty}")
+    value = getattr(ty, "literal_value", None)
+    if isinstance(value, int) and value not in allowed:
+        names = ", ".join(enum(v).name for v in allowed)
+        raise NumbaTypeError(f"flowdsl.mem.{op} requires {what} {names}, got {enum(value).name}")
 
 
 def _element(op, array, kinds=tuple(PTX_TYPES)):
@@ -72,16 +71,53 @@ def _asm(builder, ret, operands, text, constraints):
     return builder.asm(fnty, text, constraints, operands, side_effect=True)
 
 
+def _trap(builder):
+    builder.asm(ir.FunctionType(ir.VoidType(), []), "trap;", "", [], side_effect=True)
+
+
+def _as_i64(context, builder, value, ty):
+    if isinstance(ty, types.IntEnumMember):
+        ty = ty.dtype
+    return context.cast(builder, value, ty, types.int64)
+
+
+def _select(context, builder, selectors, table, result_type=None):
+    """Emit ``table[key]`` for the key equal to the run-time ``selectors``; trap if none is.
+
+    ``selectors`` are ``(llvm value, numba type)``; ``table`` maps a tuple of ints to a
+    function ``emit(builder) -> value or None``.
+    """
+    values = [_as_i64(context, builder, v, t) for v, t in selectors]
+    slot = cgutils.alloca_once(builder, result_type) if result_type is not None else None
+    matched = cgutils.false_bit
+    for key, emit in table.items():
+        cond = cgutils.true_bit
+        for value, want in zip(values, key):
+            cond = builder.and_(cond, builder.icmp_signed("==", value, ir.Constant(ir.IntType(64), int(want))))
+        matched = builder.or_(matched, cond)
+        with builder.if_then(cond):
+            out = emit(builder)
+            if slot is not None:
+                builder.store(out, slot)
+    with builder.if_then(builder.not_(matched), likely=False):
+        _trap(builder)
+    return builder.load(slot) if slot is not None else None
+
+
 def _load(op, sem):
     @intrinsic
     def load(typingctx, array, index, scope):
         elem = _element(op, array, _INTEGER_ONLY)
+        _check_choice(op, "scope", scope, _SCOPES, ThreadScope)
         ptx, reg = PTX_TYPES[elem]
-        text = f"ld.{sem}.{_scope(op, scope)}.{ptx} $0, [$1];"
 
         def codegen(context, builder, sig, args):
             ptr = _item_pointer(context, builder, array, args[0], index, args[1])
-            return _asm(builder, context.get_value_type(elem), [ptr], text, f"={reg},l,~{{memory}}")
+            lane = context.get_value_type(elem)
+            table = {(int(s),): (lambda b, s=s: _asm(b, lane, [ptr], f"ld.{sem}.{_SCOPES[s]}.{ptx} $0, [$1];",
+                                                         f"={reg},l,~{{memory}}"))
+                     for s in _SCOPES}
+            return _select(context, builder, [(args[2], scope)], table, lane)
 
         return elem(array, index, scope), codegen
 
@@ -92,13 +128,17 @@ def _store(op, sem):
     @intrinsic
     def store(typingctx, array, index, value, scope):
         elem = _element(op, array, _INTEGER_ONLY)
+        _check_choice(op, "scope", scope, _SCOPES, ThreadScope)
         ptx, reg = PTX_TYPES[elem]
-        text = f"st.{sem}.{_scope(op, scope)}.{ptx} [$0], $1;"
 
         def codegen(context, builder, sig, args):
             ptr = _item_pointer(context, builder, array, args[0], index, args[1])
             val = context.cast(builder, args[2], value, elem)
-            _asm(builder, ir.VoidType(), [ptr, val], text, f"l,{reg},~{{memory}}")
+            table = {(int(s),): (lambda b, s=s: _asm(b, ir.VoidType(), [ptr, val],
+                                                         f"st.{sem}.{_SCOPES[s]}.{ptx} [$0], $1;",
+                                                         f"l,{reg},~{{memory}}"))
+                     for s in _SCOPES}
+            _select(context, builder, [(args[3], scope)], table)
             return context.get_dummy_value()
 
         return types.void(array, index, value, scope), codegen
@@ -108,43 +148,48 @@ def _store(op, sem):
 
 @intrinsic
 def _fence(typingctx, order, scope):
-    value = literal_int(order, "flowdsl.mem.fence: order")
-    sem = "sc" if value == MemoryOrder.SEQ_CST else "acq_rel"
-    text = f"fence.{sem}.{_scope('fence', scope)};"
+    _check_choice("fence", "order", order, _FENCES, MemoryOrder)
+    _check_choice("fence", "scope", scope, _SCOPES, ThreadScope)
 
     def codegen(context, builder, sig, args):
-        _asm(builder, ir.VoidType(), [], text, "~{memory}")
+        table = {(int(o), int(s)): (lambda b, o=o, s=s: _asm(b, ir.VoidType(), [],
+                                                             f"fence.{_FENCES[o]}.{_SCOPES[s]};", "~{memory}"))
+                 for o in _FENCES for s in _SCOPES}
+        _select(context, builder, [(args[0], order), (args[1], scope)], table)
         return context.get_dummy_value()
 
     return types.void(order, scope), codegen
-
-
-_ALL_ORDERS = tuple(MemoryOrder)
 
 
 def _atomic(op, ptx_op, kinds, returns=True):
     @intrinsic
     def atomic(typingctx, array, index, value, order, scope):
         elem = _element(op, array, kinds)
+        _check_choice(op, "order", order, _ATOM_ORDERS, MemoryOrder)
+        _check_choice(op, "scope", scope, _SCOPES, ThreadScope)
         ptx, reg = PTX_TYPES[elem]
-        # add takes .s32/.u32/.u64/.f32/.f64; exch and bitwise take .b32/.b64.
+        # add takes .s32/.u32/.u64/.f32/.f64; exch takes .b32/.b64.
         if ptx_op == "exch":
             ptx = "b" + ptx[1:]
         if ptx_op == "add" and ptx == "s64":
             ptx = "u64"
         instr = "atom" if returns else "red"
-        sem = _order(op, order, _ALL_ORDERS)
-        text = (f"{instr}.{sem}.{_scope(op, scope)}.{ptx_op}.{ptx} $0, [$1], $2;" if returns
-                else f"{instr}.{sem}.{_scope(op, scope)}.{ptx_op}.{ptx} [$0], $1;")
 
         def codegen(context, builder, sig, args):
             ptr = _item_pointer(context, builder, array, args[0], index, args[1])
             val = context.cast(builder, args[2], value, elem)
-            if returns:
-                return _asm(builder, context.get_value_type(elem), [ptr, val], text,
-                            f"={reg},l,{reg},~{{memory}}")
-            _asm(builder, ir.VoidType(), [ptr, val], text, f"l,{reg},~{{memory}}")
-            return context.get_dummy_value()
+            lane = context.get_value_type(elem)
+
+            def emit(b, o, s):
+                head = f"{instr}.{_ATOM_ORDERS[o]}.{_SCOPES[s]}.{ptx_op}.{ptx}"
+                if returns:
+                    return _asm(b, lane, [ptr, val], f"{head} $0, [$1], $2;", f"={reg},l,{reg},~{{memory}}")
+                return _asm(b, ir.VoidType(), [ptr, val], f"{head} [$0], $1;", f"l,{reg},~{{memory}}")
+
+            table = {(int(o), int(s)): (lambda b, o=o, s=s: emit(b, o, s)) for o in _ATOM_ORDERS for s in _SCOPES}
+            out = _select(context, builder, [(args[3], order), (args[4], scope)], table,
+                          lane if returns else None)
+            return out if returns else context.get_dummy_value()
 
         return (elem if returns else types.void)(array, index, value, order, scope), codegen
 
@@ -154,21 +199,21 @@ def _atomic(op, ptx_op, kinds, returns=True):
 @intrinsic
 def _atomic_cas(typingctx, array, index, expected, desired, order, scope):
     elem = _element("atomic_cas", array, _INTEGER_ONLY)
+    _check_choice("atomic_cas", "order", order, _ATOM_ORDERS, MemoryOrder)
+    _check_choice("atomic_cas", "scope", scope, _SCOPES, ThreadScope)
     ptx, reg = PTX_TYPES[elem]
-    text = (f"atom.{_order('atomic_cas', order, _ALL_ORDERS)}.{_scope('atomic_cas', scope)}"
-            f".cas.b{ptx[1:]} $0, [$1], $2, $3;")
 
     def codegen(context, builder, sig, args):
         ptr = _item_pointer(context, builder, array, args[0], index, args[1])
         exp = context.cast(builder, args[2], expected, elem)
         des = context.cast(builder, args[3], desired, elem)
-        return _asm(builder, context.get_value_type(elem), [ptr, exp, des], text,
-                    f"={reg},l,{reg},{reg},~{{memory}}")
+        lane = context.get_value_type(elem)
+        table = {(int(o), int(s)): (lambda b, o=o, s=s: _asm(
+            b, lane, [ptr, exp, des], f"atom.{_ATOM_ORDERS[o]}.{_SCOPES[s]}.cas.b{ptx[1:]} $0, [$1], $2, $3;",
+            f"={reg},l,{reg},{reg},~{{memory}}")) for o in _ATOM_ORDERS for s in _SCOPES}
+        return _select(context, builder, [(args[4], order), (args[5], scope)], table, lane)
 
     return elem(array, index, expected, desired, order, scope), codegen
-
-
-_ARITH = _INTEGER_ONLY + (types.float32, types.float64)
 
 
 def _vector_shape(op, array):
@@ -189,6 +234,7 @@ def _load_vec(typingctx, array, index):
         ptr = _item_pointer(context, builder, array, args[0], index, args[1])
         lane_type = context.get_value_type(elem)
         fnty = ir.FunctionType(ir.LiteralStructType([lane_type] * lanes), [ptr.type])
+        # Not volatile: a plain load the compiler may schedule like any other.
         packed = builder.asm(fnty, text, ",".join([f"={reg}"] * lanes) + ",l", [ptr], side_effect=False)
         return context.make_tuple(builder, result, [builder.extract_value(packed, i) for i in range(lanes)])
 
@@ -212,6 +258,7 @@ def _store_vec(typingctx, array, index, values):
         return context.get_dummy_value()
 
     return types.void(array, index, values), codegen
+
 
 _load_acquire = _load("load_acquire", "acquire")
 _load_relaxed = _load("load_relaxed", "relaxed")
@@ -242,9 +289,9 @@ def bind():
     overload(mem.red_add)(lambda array, index, value, order, scope:
                           lambda array, index, value, order, scope:
                           _red_add(array, index, value, order, scope))
-    overload(mem.load_vec)(lambda array, index: lambda array, index: _load_vec(array, index))
-    overload(mem.store_vec)(lambda array, index, values: lambda array, index, values:
-                            _store_vec(array, index, values))
     overload(mem.atomic_cas)(lambda array, index, expected, desired, order, scope:
                              lambda array, index, expected, desired, order, scope:
                              _atomic_cas(array, index, expected, desired, order, scope))
+    overload(mem.load_vec)(lambda array, index: lambda array, index: _load_vec(array, index))
+    overload(mem.store_vec)(lambda array, index, values: lambda array, index, values:
+                            _store_vec(array, index, values))

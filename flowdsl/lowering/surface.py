@@ -14,10 +14,14 @@ from __future__ import annotations
 from numba import cuda
 from numba.core import types
 from numba.core.errors import NumbaTypeError
+import inspect
+
+from llvmlite import ir
 from numba.core import cgutils
 from numba.cuda.extending import (lower_builtin, make_attribute_wrapper, overload, overload_attribute,
-                                  overload_method, register_jitable, type_callable)
+                                  overload_method, register_jitable)
 from numba.cuda.np.arrayobj import populate_array
+from numba.cuda.typing.templates import AbstractTemplate, infer, infer_global, signature
 
 from .. import coop as coop_mod
 from .. import lsa, mem, team
@@ -205,40 +209,75 @@ def _view_typer(op, win, where, start, count, dtype):
     return types.Array(elem, 1, "C")
 
 
-def _checked_count(message, shift):
-    """Device code: the view's length, or a trap when it runs past the window.
+def _view_length(context, builder, op, nbytes, start, count, itemsize):
+    """The view's length; a view past the end of the window prints what and traps.
 
-    ``shift`` is log2 of the item size, so no division runs in the kernel.
+    Plain integer code (no division: ``itemsize`` is a power of two) with the report in a
+    cold, never-inlined function, so that views made inside hot loops cost a compare.
     """
-    def checked(nbytes, start, count):
-        total = nbytes >> shift
-        n = total - start if count < 0 else count
-        if start < 0 or start + n > total:
-            print(message, start, n, total)
-            trap()
-        return n
-    return checked
+    i64 = ir.IntType(64)
+    total = builder.lshr(nbytes, ir.Constant(i64, itemsize.bit_length() - 1))
+    n = builder.select(builder.icmp_signed("<", count, ir.Constant(i64, 0)), builder.sub(total, start), count)
+    past_end = builder.or_(builder.icmp_signed("<", start, ir.Constant(i64, 0)),
+                           builder.icmp_signed(">", builder.add(start, n), total))
+    with cgutils.if_unlikely(builder, past_end):
+        builder.call(_view_error_function(builder.module, op), [start, n, total])
+    return n
+
+
+def _view_error_function(module, op):
+    name = f"flowdsl_{op}_past_end"
+    i64 = ir.IntType(64)
+    fn = cgutils.get_or_insert_function(module, ir.FunctionType(ir.VoidType(), [i64, i64, i64]), name)
+    if not fn.is_declaration:
+        return fn
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    fn.attributes.add("cold")
+    builder = ir.IRBuilder(fn.append_basic_block())
+    text = (f"flowdsl.lsa.{op}: view past the end of the window: start %lld, count %lld, "
+            "window holds %lld elements\n\0").encode()
+    fmt = cgutils.global_constant(module, f"{name}_fmt", ir.Constant(ir.ArrayType(ir.IntType(8), len(text)),
+                                                                   bytearray(text)))
+    record = ir.LiteralStructType([i64, i64, i64])
+    buf = builder.alloca(record)
+    for i, arg in enumerate(fn.args):
+        builder.store(arg, builder.gep(buf, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), i)]))
+    voidptr = ir.IntType(8).as_pointer()
+    vprintf = cgutils.get_or_insert_function(module, ir.FunctionType(ir.IntType(32), [voidptr, voidptr]),
+                                             "vprintf")
+    builder.call(vprintf, [builder.bitcast(fmt, voidptr), builder.bitcast(buf, voidptr)])
+    builder.asm(ir.FunctionType(ir.VoidType(), []), "trap;", "", [], side_effect=True)
+    builder.unreachable()
+    return fn
 
 
 def _bind_lsa_pointers_and_views():
     # Views are arrays made inside the callee, which numba forbids a device function to return
     # (without NRT): so views are typed and lowered directly rather than through @overload.
     def bind_view(stub, op, symbol, where_names):
-        @type_callable(stub)
-        def typing(context):
-            if where_names == ():
-                def typer(win, start=None, count=None, dtype=None):
-                    return _view_typer(op, win, (), start, count, dtype)
-            elif where_names == ("peer",) or where_names == ("lsa_peer",):
-                def typer(win, peer, start=None, count=None, dtype=None):
-                    return _view_typer(op, win, ((where_names[0], peer),), start, count, dtype)
-            else:
-                def typer(win, team, peer, start=None, count=None, dtype=None):
-                    return _view_typer(op, win, (("team", team), ("peer", peer)), start, count, dtype)
-            return typer
+        pysig = inspect.signature(stub)
+        where_pos = {name: i + 1 for i, name in enumerate(where_names)}
 
-        message = f"flowdsl.lsa.{op}: view past the end of the window (start, count, window elements):"
-        checkers = {}
+        class ViewTemplate(AbstractTemplate):
+            key = stub
+
+            def generic(self, args, kws):
+                # Fold keywords and defaults into positions (omitted ones typed Omitted), as
+                # @overload does, so `peer_view(win, p, count=4)` works.
+                try:
+                    bound = pysig.bind(*args, **kws)
+                except TypeError as exc:
+                    raise NumbaTypeError(f"flowdsl.lsa.{op}: {exc}") from exc
+                full = [bound.arguments[name] if name in bound.arguments else types.Omitted(param.default)
+                        for name, param in pysig.parameters.items()]
+                where = [(name, full[where_pos[name]]) for name in where_names]
+                nwhere = len(where_names)
+                ret = _view_typer(op, full[0], where, full[1 + nwhere], full[2 + nwhere], full[3 + nwhere])
+                return signature(ret, *full).replace(pysig=pysig)
+
+        infer(ViewTemplate)
+        infer_global(stub, types.Function(ViewTemplate))
 
         @lower_builtin(stub, types.VarArg(types.Any))
         def lower(context, builder, sig, args):
@@ -256,10 +295,7 @@ def _bind_lsa_pointers_and_views():
 
             start, count = arg(0, 0), arg(1, -1)
             window = cgutils.create_struct_proxy(win_ty)(context, builder, value=win)
-            shift = itemsize.bit_length() - 1
-            checked = checkers.setdefault(shift, _checked_count(message, shift))
-            n = context.compile_internal(builder, checked, i64(types.uint64, i64, i64),
-                                         [window.nbytes, start, count])
+            n = _view_length(context, builder, op, window.nbytes, start, count, itemsize)
             offset = builder.mul(start, context.get_constant(i64, itemsize))
             where = []
             for ty, val in zip(sig.args[1:1 + nwhere], args[1:1 + nwhere]):

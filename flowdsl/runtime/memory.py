@@ -128,6 +128,9 @@ class Window(Resource):
             comm._untrack(self)
             raise
         self.handle = int(self._nccl_window.handle)
+        from numba.np.numpy_support import from_dtype  # noqa: PLC0415
+
+        self._type = WindowType(from_dtype(self.dtype))
 
     @property
     def communicator(self):
@@ -135,10 +138,8 @@ class Window(Resource):
 
     @property
     def _numba_type_(self):
-        from numba.np.numpy_support import from_dtype  # noqa: PLC0415
-
         self._check_open("pass a window to a kernel")
-        return WindowType(from_dtype(self.dtype))
+        return self._type
 
     def _release(self) -> None:
         self._nccl_window.close()
@@ -180,15 +181,19 @@ class DevComm(Resource):
     def communicator(self):
         return self._comm
 
-    def _kernel_words(self) -> tuple[int, ...]:
-        self._check_open("pass a device communicator to a kernel")
         raw = bytes(self._struct)
-        return struct.unpack(f"<{len(raw) // 8}Q", raw)
+        self._words = struct.unpack(f"<{len(raw) // 8}Q", raw)
+        self._type = DevCommType(self.abi, len(self._words))
+
+    def _kernel_words(self) -> tuple[int, ...]:
+        """The ``ncclDevComm`` struct as the u64 kernel parameters it travels in."""
+        self._check_open("pass a device communicator to a kernel")
+        return self._words
 
     @property
     def _numba_type_(self):
         self._check_open("pass a device communicator to a kernel")
-        return DevCommType(self.abi, len(self._struct) // 8)
+        return self._type
 
     @property
     def rank(self) -> int:
