@@ -176,14 +176,13 @@ class DevComm(Resource):
             self._closed = True
             comm._untrack(self)
             raise
+        raw = bytes(self._struct)
+        self._words = struct.unpack(f"<{len(raw) // 8}Q", raw)
+        self._type = DevCommType(self.abi, len(self._words))
 
     @property
     def communicator(self):
         return self._comm
-
-        raw = bytes(self._struct)
-        self._words = struct.unpack(f"<{len(raw) // 8}Q", raw)
-        self._type = DevCommType(self.abi, len(self._words))
 
     def _kernel_words(self) -> tuple[int, ...]:
         """The ``ncclDevComm`` struct as the u64 kernel parameters it travels in."""
