@@ -315,7 +315,7 @@ def _packer(ty):
     if isinstance(ty, DevCommType):
         return lambda arg, flat: flat.extend(arg._kernel_words())
     if isinstance(ty, WindowType):
-        return lambda arg, flat: flat.extend((arg.handle, arg.nbytes))
+        return lambda arg, flat: flat.extend((ctypes.c_uint64(arg.handle), ctypes.c_uint64(arg.nbytes)))
     if isinstance(ty, types.Array):
         itemsize = ty.dtype.bitwidth // 8 if hasattr(ty.dtype, "bitwidth") else None
         if itemsize is None:

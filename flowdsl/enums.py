@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["MemoryOrder", "ThreadScope", "CoopKind"]
+__all__ = ["MemoryOrder", "ThreadScope", "CoopKind", "ConstantEnumMeta"]
 
 
-class MemoryOrder(enum.IntEnum):
+class ConstantEnumMeta(enum.EnumMeta):
+    """Metaclass of enums whose members are compile-time constants in kernels.
+
+    The lowering types ``MemoryOrder.ACQUIRE`` as the integer literal 2 (numba
+    types plain enum members without their value), so inline PTX can be chosen
+    and wrong values rejected when the kernel is compiled.
+    """
+
+
+class MemoryOrder(enum.IntEnum, metaclass=ConstantEnumMeta):
     """``cuda::memory_order`` (values match libcu++)."""
 
     RELAXED = 0
@@ -23,7 +32,7 @@ class MemoryOrder(enum.IntEnum):
     SEQ_CST = 5
 
 
-class ThreadScope(enum.IntEnum):
+class ThreadScope(enum.IntEnum, metaclass=ConstantEnumMeta):
     """``cuda::thread_scope`` (values match libcu++).
 
     ``SYSTEM`` orders with the host and with peer GPUs over NVLink/PCIe;

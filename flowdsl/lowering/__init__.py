@@ -5,6 +5,33 @@ Importing this package registers every overload of the device surface.
 
 from __future__ import annotations
 
+from numba.core import types as numba_types
+from numba.cuda.extending import lower_getattr_generic, typeof_impl
+from numba.cuda.typing.templates import AttributeTemplate, infer_getattr
+
+from ..enums import ConstantEnumMeta
 from . import surface
+from .types import ConstantEnumClass
+
+
+@typeof_impl.register(ConstantEnumMeta)
+def _typeof_constant_enum(val, c):
+    return ConstantEnumClass(val)
+
+
+@infer_getattr
+class _ConstantEnumAttribute(AttributeTemplate):
+    key = ConstantEnumClass
+
+    def generic_resolve(self, ty, attr):
+        if attr in ty.instance_class.__members__:
+            return numba_types.IntegerLiteral(int(ty.instance_class[attr]))
+        return None
+
+
+@lower_getattr_generic(ConstantEnumClass)
+def _lower_constant_enum_member(context, builder, ty, value, attr):
+    return context.get_constant(numba_types.int64, int(ty.instance_class[attr]))
+
 
 surface.bind()

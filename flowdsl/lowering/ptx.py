@@ -14,6 +14,8 @@ Contents: :func:`bind`, :data:`PTX_TYPES`.
 
 from __future__ import annotations
 
+import inspect
+
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.errors import NumbaTypeError
@@ -41,11 +43,12 @@ _FENCES = {MemoryOrder.ACQUIRE: "acq_rel", MemoryOrder.RELEASE: "acq_rel", Memor
 
 
 def _check_choice(op, what, ty, allowed, enum):
-    """Typing: ``ty`` must be an int or enum member; a literal must be one of ``allowed``."""
-    if not isinstance(ty, (types.Integer, types.IntEnumMember)):
-        raise NumbaTypeError(f"flowdsl.mem.{op} requires {what} to be a flowdsl.{enum.__name__}, got {ty}")
+    """Typing: ``ty`` must be a compile-time constant (a literal) and one of ``allowed``."""
     value = getattr(ty, "literal_value", None)
-    if isinstance(value, int) and value not in allowed:
+    if not isinstance(value, int):
+        raise NumbaTypeError(f"flowdsl.mem.{op} requires {what} to be a compile-time constant such as "
+                             f"flowdsl.{enum.__name__}.{enum(next(iter(allowed))).name}, got {ty}")
+    if value not in allowed:
         names = ", ".join(enum(v).name for v in allowed)
         raise NumbaTypeError(f"flowdsl.mem.{op} requires {what} {names}, got {enum(value).name}")
 
@@ -108,7 +111,6 @@ def _load(op, sem):
     @intrinsic
     def load(typingctx, array, index, scope):
         elem = _element(op, array, _INTEGER_ONLY)
-        _check_choice(op, "scope", scope, _SCOPES, ThreadScope)
         ptx, reg = PTX_TYPES[elem]
 
         def codegen(context, builder, sig, args):
@@ -128,7 +130,6 @@ def _store(op, sem):
     @intrinsic
     def store(typingctx, array, index, value, scope):
         elem = _element(op, array, _INTEGER_ONLY)
-        _check_choice(op, "scope", scope, _SCOPES, ThreadScope)
         ptx, reg = PTX_TYPES[elem]
 
         def codegen(context, builder, sig, args):
@@ -148,8 +149,6 @@ def _store(op, sem):
 
 @intrinsic
 def _fence(typingctx, order, scope):
-    _check_choice("fence", "order", order, _FENCES, MemoryOrder)
-    _check_choice("fence", "scope", scope, _SCOPES, ThreadScope)
 
     def codegen(context, builder, sig, args):
         table = {(int(o), int(s)): (lambda b, o=o, s=s: _asm(b, ir.VoidType(), [],
@@ -165,8 +164,6 @@ def _atomic(op, ptx_op, kinds, returns=True):
     @intrinsic
     def atomic(typingctx, array, index, value, order, scope):
         elem = _element(op, array, kinds)
-        _check_choice(op, "order", order, _ATOM_ORDERS, MemoryOrder)
-        _check_choice(op, "scope", scope, _SCOPES, ThreadScope)
         ptx, reg = PTX_TYPES[elem]
         # add takes .s32/.u32/.u64/.f32/.f64; exch takes .b32/.b64.
         if ptx_op == "exch":
@@ -199,8 +196,6 @@ def _atomic(op, ptx_op, kinds, returns=True):
 @intrinsic
 def _atomic_cas(typingctx, array, index, expected, desired, order, scope):
     elem = _element("atomic_cas", array, _INTEGER_ONLY)
-    _check_choice("atomic_cas", "order", order, _ATOM_ORDERS, MemoryOrder)
-    _check_choice("atomic_cas", "scope", scope, _SCOPES, ThreadScope)
     ptx, reg = PTX_TYPES[elem]
 
     def codegen(context, builder, sig, args):
@@ -269,29 +264,45 @@ _atomic_exch = _atomic("atomic_exch", "exch", _INTEGER_ONLY)
 _red_add = _atomic("red_add", "add", _ARITH, returns=False)
 
 
+def _typer(op, impl, scope_at=None, order_at=None, orders=_ATOM_ORDERS):
+    """An @overload typer that checks literal scope/order arguments, then calls ``impl``.
+
+    numba first offers the overload non-literal types, then literals: the non-literal
+    attempt is refused, so the literal one decides (and its error is the one reported).
+    """
+    def typer(*args):
+        if scope_at is not None:
+            _check_choice(op, "scope", args[scope_at], _SCOPES, ThreadScope)
+        if order_at is not None:
+            _check_choice(op, "order", args[order_at], orders, MemoryOrder)
+        return impl
+    return typer
+
+
 def bind():
     """Register the overloads that give ``flowdsl.mem``'s stubs their meaning on the GPU."""
-    overload(mem.load_acquire)(lambda array, index, scope: lambda array, index, scope:
-                               _load_acquire(array, index, scope))
-    overload(mem.load_relaxed)(lambda array, index, scope: lambda array, index, scope:
-                               _load_relaxed(array, index, scope))
-    overload(mem.store_release)(lambda array, index, value, scope: lambda array, index, value, scope:
-                                _store_release(array, index, value, scope))
-    overload(mem.store_relaxed)(lambda array, index, value, scope: lambda array, index, value, scope:
-                                _store_relaxed(array, index, value, scope))
-    overload(mem.fence)(lambda order, scope: lambda order, scope: _fence(order, scope))
-    overload(mem.atomic_add)(lambda array, index, value, order, scope:
-                             lambda array, index, value, order, scope:
-                             _atomic_add(array, index, value, order, scope))
-    overload(mem.atomic_exch)(lambda array, index, value, order, scope:
-                              lambda array, index, value, order, scope:
-                              _atomic_exch(array, index, value, order, scope))
-    overload(mem.red_add)(lambda array, index, value, order, scope:
-                          lambda array, index, value, order, scope:
-                          _red_add(array, index, value, order, scope))
-    overload(mem.atomic_cas)(lambda array, index, expected, desired, order, scope:
-                             lambda array, index, expected, desired, order, scope:
-                             _atomic_cas(array, index, expected, desired, order, scope))
-    overload(mem.load_vec)(lambda array, index: lambda array, index: _load_vec(array, index))
-    overload(mem.store_vec)(lambda array, index, values: lambda array, index, values:
-                            _store_vec(array, index, values))
+    def register(stub, impl, **checks):
+        typer = _typer(stub.__name__, impl, **checks)
+        params = inspect.signature(stub).parameters
+        # numba wants the typer's parameters named like the stub's.
+        typer.__signature__ = inspect.Signature(list(params.values()))
+        overload(stub)(typer)
+
+    register(mem.load_acquire, lambda array, index, scope: _load_acquire(array, index, scope), scope_at=2)
+    register(mem.load_relaxed, lambda array, index, scope: _load_relaxed(array, index, scope), scope_at=2)
+    register(mem.store_release, lambda array, index, value, scope: _store_release(array, index, value, scope),
+             scope_at=3)
+    register(mem.store_relaxed, lambda array, index, value, scope: _store_relaxed(array, index, value, scope),
+             scope_at=3)
+    register(mem.fence, lambda order, scope: _fence(order, scope), order_at=0, scope_at=1, orders=_FENCES)
+    register(mem.atomic_add, lambda array, index, value, order, scope: _atomic_add(array, index, value, order, scope),
+             order_at=3, scope_at=4)
+    register(mem.atomic_exch,
+             lambda array, index, value, order, scope: _atomic_exch(array, index, value, order, scope),
+             order_at=3, scope_at=4)
+    register(mem.red_add, lambda array, index, value, order, scope: _red_add(array, index, value, order, scope),
+             order_at=3, scope_at=4)
+    register(mem.atomic_cas, lambda array, index, expected, desired, order, scope: _atomic_cas(
+        array, index, expected, desired, order, scope), order_at=4, scope_at=5)
+    register(mem.load_vec, lambda array, index: _load_vec(array, index))
+    register(mem.store_vec, lambda array, index, values: _store_vec(array, index, values))

@@ -22,7 +22,7 @@ from ..enums import CoopKind
 
 __all__ = [
     "DevCommType", "WindowType", "TeamType", "CoopType", "LsaBarrierSessionType",
-    "team_type", "ArgumentMarshaller",
+    "team_type", "ArgumentMarshaller", "ConstantEnumClass",
 ]
 
 
@@ -88,6 +88,22 @@ class LsaBarrierSessionType(types.Type):
     @property
     def key(self):
         return self.comm, self.coop
+
+
+class ConstantEnumClass(types.Dummy):
+    """An enum class (``MemoryOrder``, ``ThreadScope``) whose members type as int literals."""
+
+    def __init__(self, cls):
+        self.instance_class = cls
+        super().__init__(name=f"ConstantEnumClass({cls.__name__})")
+
+    @property
+    def key(self):
+        return self.instance_class
+
+
+register_model(ConstantEnumClass)(models.OpaqueModel if hasattr(models, "OpaqueModel") else
+                                  __import__("numba.cuda.datamodel.models", fromlist=["OpaqueModel"]).OpaqueModel)
 
 
 @register_model(DevCommType)

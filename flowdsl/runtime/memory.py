@@ -177,14 +177,15 @@ class DevComm(Resource):
             comm._untrack(self)
             raise
         raw = bytes(self._struct)
-        self._words = struct.unpack(f"<{len(raw) // 8}Q", raw)
+        # Unsigned 64-bit kernel parameters (a plain int above 2**63 would not fit ssize_t).
+        self._words = tuple(ctypes.c_uint64(w) for w in struct.unpack(f"<{len(raw) // 8}Q", raw))
         self._type = DevCommType(self.abi, len(self._words))
 
     @property
     def communicator(self):
         return self._comm
 
-    def _kernel_words(self) -> tuple[int, ...]:
+    def _kernel_words(self) -> tuple:
         """The ``ncclDevComm`` struct as the u64 kernel parameters it travels in."""
         self._check_open("pass a device communicator to a kernel")
         return self._words

@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from pathlib import Path
 
 __all__ = [
     "SUPPORTED_VERSIONS", "ARCHS", "PREBUILT_DIR", "source_digest", "compile_ltoir", "read_layout",
-    "build_all", "build_for_installed", "installed_include_dir", "nvcc_path",
+    "build_all", "build_for_installed", "installed_include_dir", "nvcc_path", "header_version_code",
 ]
 
 #: NCCL releases with a checked-in build: what PyTorch 2.11 pins, and the newest.
@@ -178,6 +179,14 @@ def installed_include_dir() -> Path | None:
     return None
 
 
+def header_version_code(include_dir: Path) -> int:
+    """``NCCL_VERSION_CODE`` of the headers in ``include_dir`` (e.g. 22809)."""
+    match = re.search(r"#define\s+NCCL_VERSION_CODE\s+(\d+)", (include_dir / "nccl.h").read_text())
+    if match is None:
+        raise RuntimeError(f"Cannot read the NCCL version of {include_dir / 'nccl.h'}")
+    return int(match.group(1))
+
+
 def build_for_installed(version: str, arch: str, cache_dir: Path) -> tuple[Path, dict]:
     """Build at first use for a loaded NCCL without a checked-in build.
 
@@ -190,14 +199,15 @@ def build_for_installed(version: str, arch: str, cache_dir: Path) -> tuple[Path,
     if include_dir is None:
         raise RuntimeError(f"Cannot build the flowdsl support library for NCCL {version}: "
                            f"no NCCL headers are installed. {needed}")
+    major, minor, patch = (int(x) for x in version.split("."))
+    found = header_version_code(include_dir)
+    if found != major * 10000 + minor * 100 + patch:
+        raise RuntimeError(f"Cannot build the flowdsl support library for NCCL {version}: the installed "
+                           f"headers are of NCCL {found // 10000}.{found // 100 % 100}.{found % 100}. {needed}")
     layout_path = cache_dir / f"nccl-{version}" / "layout.json"
     out = cache_dir / f"nccl-{version}" / f"{arch}.ltoir"
     if not layout_path.exists():
         layout = read_layout(include_dir)
-        major, minor, patch = (int(x) for x in version.split("."))
-        if layout["version_code"] != major * 10000 + minor * 100 + patch:
-            raise RuntimeError(f"Cannot build the flowdsl support library for NCCL {version}: the "
-                               f"installed headers are NCCL code {layout['version_code']}. {needed}")
         layout_path.parent.mkdir(parents=True, exist_ok=True)
         layout_path.write_text(json.dumps(layout))
     if not out.exists():

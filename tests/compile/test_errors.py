@@ -1,0 +1,155 @@
+"""User mistakes give readable errors that name the problem and the fix (CPU, no GPU needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+from numba.core import types
+from numba.core.errors import TypingError
+
+import flowdsl
+from flowdsl import MemoryOrder, ThreadScope, coop, lsa, mem
+
+pytestmark = pytest.mark.compile
+
+
+def compile_for(fn, *args, nccl="2.28.9", arch="sm_90"):
+    kernel = flowdsl.kernel(fn)
+    return kernel.compile(flowdsl.FlowKernel.argtypes_for(*args, nccl=nccl), arch=arch, nccl=nccl)
+
+
+def test_barrier_needs_a_device_communicator():
+    def k(win, n):
+        lsa.barrier(win, coop.cta(), 0).sync(MemoryOrder.ACQUIRE)
+
+    with pytest.raises(TypingError, match=r"flowdsl.lsa.barrier requires a device communicator, got Window"):
+        compile_for(k, ("window", np.float32), 1)
+
+
+def test_barrier_needs_a_coop():
+    def k(comm, n):
+        lsa.barrier(comm, n, 0).sync(MemoryOrder.ACQUIRE)
+
+    with pytest.raises(TypingError, match=r"flowdsl.lsa.barrier requires a coop .*got int64"):
+        compile_for(k, "devcomm", 1)
+
+
+def test_view_of_a_non_window():
+    def k(arr):
+        lsa.local_view(arr)[0] = 1
+
+    with pytest.raises(TypingError, match=r"flowdsl.lsa.local_view requires a window \(from comm.register"):
+        compile_for(k, np.zeros(4, np.float32))
+
+
+def test_view_with_a_bad_dtype():
+    def k(win):
+        lsa.local_view(win, dtype="float32")[0] = 1
+
+    with pytest.raises(TypingError, match=r"flowdsl.lsa.local_view requires dtype to be a numba or NumPy "
+                                          r"scalar type"):
+        compile_for(k, ("window", np.float32))
+
+
+def test_memory_op_on_floats():
+    def k(out):
+        out[0] = mem.load_acquire(out, 0, ThreadScope.DEVICE)
+
+    with pytest.raises(TypingError, match=r"flowdsl.mem.load_acquire requires elements of int32, uint32, "
+                                          r"int64, uint64, got float32"):
+        compile_for(k, np.zeros(4, np.float32))
+
+
+def test_memory_op_with_a_thread_scope():
+    def k(flags):
+        mem.store_release(flags, 0, 1, 3)
+
+    with pytest.raises(TypingError, match=r"flowdsl.mem.store_release requires scope SYSTEM, DEVICE, BLOCK, "
+                                          r"got THREAD"):
+        compile_for(k, np.zeros(4, np.int32))
+
+
+def test_fence_that_orders_nothing():
+    def k(flags):
+        mem.fence(MemoryOrder.RELAXED, ThreadScope.DEVICE)
+
+    with pytest.raises(TypingError, match=r"flowdsl.mem.fence requires order ACQUIRE, RELEASE, ACQ_REL, "
+                                          r"SEQ_CST, got RELAXED"):
+        compile_for(k, np.zeros(4, np.int32))
+
+
+def test_store_vec_of_the_wrong_width():
+    def k(out):
+        mem.store_vec(out, 0, (1.0, 2.0))
+
+    with pytest.raises(TypingError, match=r"flowdsl.mem.store_vec requires a tuple of 4 float32 values"):
+        compile_for(k, np.zeros(8, np.float32))
+
+
+def test_primitives_called_from_host_code():
+    # (once flowdsl.sim is imported, the simulator words the same refusal its own way)
+    with pytest.raises(flowdsl.DeviceOnlyError, match=r"flowdsl.coop.cta\(\) is a device function: call it "
+                                                      r"inside a"):
+        coop.cta()
+
+
+def test_kernel_called_without_a_launch_configuration():
+    @flowdsl.kernel
+    def k(out):
+        out[cuda.threadIdx.x] = 1
+
+    with pytest.raises(flowdsl.UsageError, match=r"launch it with k\[grid, block\]"):
+        k(np.zeros(4))
+    with pytest.raises(flowdsl.UsageError, match=r"the block must be a positive int"):
+        k[1, -32]
+
+
+def test_feature_gates_name_feature_version_and_arch():
+    """A primitive newer than the target's NCCL, or than its arch, fails at compile time."""
+    from numba.cuda.extending import overload
+
+    from flowdsl._stubs import PRIMITIVES, primitive
+    from flowdsl.lowering.target import require
+
+    @primitive
+    def needs_2_32():
+        """A stand-in for a primitive of NCCL 2.32 (gin.get) and sm_100 (cft)."""
+
+    del PRIMITIVES[needs_2_32.__flowdsl_primitive__]  # a test-only primitive: not part of the surface
+
+    @overload(needs_2_32)
+    def _typer():
+        require("flowdsl.gin.get", nccl=(2, 32, 0))
+        require("flowdsl.cft.put", min_cc=(10, 0))
+        return lambda: None
+
+    def k(out):
+        needs_2_32()
+
+    with pytest.raises(TypingError, match=r"flowdsl.gin.get requires NCCL >= 2.32.0, but this kernel is compiled "
+                                          r"for NCCL 2.28.9. Install nvidia-nccl-cu13>=2.32.0"):
+        compile_for(k, np.zeros(1, np.int32), nccl="2.28.9", arch="sm_100")
+    with pytest.raises(TypingError, match=r"flowdsl.cft.put requires sm_100 or newer, but this kernel is "
+                                          r"compiled for sm_90"):
+        compile_for(k, np.zeros(1, np.int32), nccl="2.32.3", arch="sm_90")
+    compile_for(k, np.zeros(1, np.int32), nccl="2.32.3", arch="sm_100")
+
+
+def test_argtypes_for_rejects_unknown_values():
+    with pytest.raises(Exception, match="Cannot determine Numba type"):
+        flowdsl.FlowKernel.argtypes_for(object())
+
+
+def test_without_a_gpu_init_says_so():
+    from tests.conftest import gpu_count
+
+    if gpu_count():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(flowdsl.NoDeviceError, match=r"Cannot initialise a flowdsl communicator: no CUDA GPU is "
+                                                    r"available.*flowdsl.sim.spawn"):
+        flowdsl.init()
+
+
+def test_types_are_exposed():
+    assert flowdsl.FlowKernel.argtypes_for(np.float32(1), 3) == (types.float32, types.int64)
