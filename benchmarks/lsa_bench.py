@@ -122,7 +122,7 @@ import json, sys, time
 t0 = time.perf_counter()
 sys.path.insert(0, {root!r})
 import numpy as np, flowdsl
-from examples.rmsnorm_lsa import rmsnorm_lsa, THREADS
+from flowdsl.examples.rmsnorm_lsa import rmsnorm_lsa, THREADS
 t1 = time.perf_counter()
 with flowdsl.init() as comm:
     buf = comm.alloc((8, 1024), np.float32)

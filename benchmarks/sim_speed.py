@@ -1,4 +1,4 @@
-"""Speed of the CPU simulator: the RMSNorm example (examples/rmsnorm_lsa.py) at 4 ranks.
+"""Speed of the CPU simulator: the RMSNorm example (flowdsl/examples/rmsnorm_lsa.py) at 4 ranks.
 
 Prints wall time, scheduler steps (a step = one simulated thread running from one
 synchronisation/spin point to the next), simulated thread-steps per second and
@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 
 import flowdsl.sim as sim  # noqa: E402
-from examples import rmsnorm_lsa  # noqa: E402
+from flowdsl.examples import rmsnorm_lsa  # noqa: E402
 
 
 def main(nranks: int = 4, repeats: int = 3) -> None:

@@ -391,7 +391,8 @@ class _Launch:
 
     def __call__(self, *args):
         name = self.kernel.__name__
-        if _stubs._simulator_launch is not None and any(getattr(a, "__flowdsl_sim__", False) for a in args):
+        if _stubs._simulator_launch is not None and (
+                _stubs._simulator_active() or any(getattr(a, "__flowdsl_sim__", False) for a in args)):
             return _stubs._simulator_launch(self.kernel, self.grid, self.block, self.stream, self.shared, args)
         grid = _dims(self.grid, "the grid", name)
         block = _dims(self.block, "the block", name)

@@ -19,9 +19,11 @@ __all__ = ["primitive", "set_simulator_dispatch", "set_simulator_launch", "Devic
 PRIMITIVES: dict[str, Callable[..., Any]] = {}
 
 _simulator_dispatch: Callable[..., Any] | None = None
-#: Called as ``launch(kernel, griddim, blockdim, stream, sharedmem, args)`` for launches whose
-#: arguments are simulated objects (``__flowdsl_sim__``); installed by ``flowdsl.sim``.
+#: Called as ``launch(kernel, griddim, blockdim, stream, sharedmem, args)`` for launches made
+#: inside a simulated rank or with simulated arguments (``__flowdsl_sim__``); set by ``flowdsl.sim``.
 _simulator_launch: Callable[..., Any] | None = None
+#: Returns True while a simulated rank's host code is running (set by ``flowdsl.sim``).
+_simulator_active: Callable[[], bool] = lambda: False
 
 
 class DeviceOnlyError(RuntimeError):
@@ -38,10 +40,11 @@ def set_simulator_dispatch(dispatch: Callable[..., Any] | None) -> None:
     _simulator_dispatch = dispatch
 
 
-def set_simulator_launch(launch: Callable[..., Any] | None) -> None:
-    """Install (or remove) the simulator's kernel-launch hook."""
-    global _simulator_launch
+def set_simulator_launch(launch: Callable[..., Any] | None, active: Callable[[], bool] | None = None) -> None:
+    """Install (or remove) the simulator's kernel-launch hook and its "inside a simulated rank" test."""
+    global _simulator_launch, _simulator_active
     _simulator_launch = launch
+    _simulator_active = active or (lambda: False)
 
 
 def primitive(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -6,8 +6,7 @@ scheduled cooperatively in a seeded random order; window memory is numpy.
 Importing this package installs the simulator's dispatch and launch hooks
 into ``flowdsl._stubs``.
 
-Contents: :func:`spawn`, :func:`kernel` (simulator-only stand-in for
-``@flowdsl.kernel``), :data:`SEMANTICS` / :func:`implements` (the primitive
+Contents: :func:`spawn`, :data:`SEMANTICS` / :func:`implements` (the primitive
 table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
 :class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
@@ -17,14 +16,15 @@ table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
 from __future__ import annotations
 
 from .. import _stubs
+from . import _state
 from . import host as _host
 from .errors import (BarrierIndexError, CollectiveMismatchError, DeadlockError, LivelockError,
                      SimulationError, UnsupportedFeatureError, UsageError, WindowAccessError)
-from .host import SimKernel, kernel, launch, spawn
+from .host import launch, spawn
 from .semantics import SEMANTICS, dispatch, implements
 
 __all__ = [
-    "spawn", "kernel", "SimKernel", "SEMANTICS", "implements", "last_stats",
+    "spawn", "SEMANTICS", "implements", "last_stats",
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
 ]
@@ -41,7 +41,4 @@ def last_stats() -> dict:
 
 
 _stubs.set_simulator_dispatch(dispatch)
-if hasattr(_stubs, "set_simulator_launch"):
-    _stubs.set_simulator_launch(launch)
-else:  # until flowdsl._stubs grows the setter
-    _stubs._simulator_launch = launch
+_stubs.set_simulator_launch(launch, lambda: _state.cur is not None)

@@ -11,13 +11,16 @@ inside a simulation, names the rank (block, thread) and the seed that replays it
 
 from __future__ import annotations
 
+from ..errors import FlowDSLError
+from ..errors import UsageError as _UsageError
+
 __all__ = [
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
 ]
 
 
-class SimulationError(RuntimeError):
+class SimulationError(FlowDSLError, RuntimeError):
     """Base class of every problem the simulator detects in a simulated program.
 
     Attributes:
@@ -53,5 +56,5 @@ class CollectiveMismatchError(SimulationError):
     """Ranks called different host collectives at the same position (e.g. register vs barrier)."""
 
 
-class UsageError(SimulationError, TypeError):
+class UsageError(SimulationError, _UsageError, TypeError):
     """A simulated object was used in a way the real runtime rejects."""

@@ -4,8 +4,7 @@ Contents: :func:`spawn` (run ``main(comm)`` on every simulated rank),
 :class:`World` (everything the ranks share), :class:`SimComm` (a rank's host
 communicator), :class:`DevComm` (the device communicator kernels receive),
 :class:`DevCommGroup` (barrier state shared by the ranks), :func:`launch`
-(the kernel-launch hook), :class:`SimKernel` / :func:`kernel` (a stand-in
-for ``@flowdsl.kernel`` that only runs on the simulator).
+(the kernel-launch hook that ``@flowdsl.kernel`` calls for simulated arguments).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from .errors import CollectiveMismatchError, SimulationError, UsageError
 from .memory import SymBuffer, Window, WindowGroup, poisoned
 from .scheduler import Block, Cond, HostTask, KernelThread, Launch, Scheduler, Wait, fmt_ids, sim_error
 
-__all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch", "SimKernel", "kernel"]
+__all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch"]
 
 _OPTIONS = {"livelock_rounds": 100, "max_steps": None}
 
@@ -381,35 +380,6 @@ def launch(kernel_obj, griddim, blockdim, stream, sharedmem, args):
         raise sim_error(UsageError, f"Cannot launch kernel {name!r} with blockdim {blockdim}: more than 1024 "
                         "threads per block. Use at most 1024 threads per block")
     world.enqueue(t.rank, fn, name, grid, block, tuple(args))
-
-
-class SimKernel:
-    """Stand-in for ``@flowdsl.kernel`` that runs only on the simulator.
-
-    ``k[grid, block](*args)`` or ``k[grid, block, stream, shared_bytes](*args)``.
-    """
-
-    def __init__(self, fn):
-        self.py_func = fn
-        self.__name__ = fn.__name__
-        self.__doc__ = fn.__doc__
-
-    def __getitem__(self, cfg):
-        if not isinstance(cfg, tuple) or len(cfg) not in (2, 3, 4):
-            raise UsageError(f"Cannot configure kernel {self.__name__}: use k[grid, block] or "
-                             "k[grid, block, stream, shared_bytes]")
-        grid, block = cfg[0], cfg[1]
-        stream = cfg[2] if len(cfg) > 2 else 0
-        shm = cfg[3] if len(cfg) > 3 else 0
-        return lambda *args: launch(self, grid, block, stream, shm, args)
-
-    def __call__(self, *args, **kwargs):
-        return self.py_func(*args, **kwargs)
-
-
-def kernel(fn):
-    """Decorator: a :class:`SimKernel` (simulator-only ``@flowdsl.kernel``)."""
-    return SimKernel(fn)
 
 
 def spawn(main, nranks=1, seed=0, nodes=1, **options):

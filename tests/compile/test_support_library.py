@@ -128,7 +128,7 @@ def test_first_use_build_from_installed_headers_links(tmp_path):
     import numpy as np
 
     import flowdsl
-    from examples.allgather_lsa import allgather_lsa
+    from flowdsl.examples.allgather_lsa import allgather_lsa
     from flowdsl.lowering.compiler import compile_kernel
     from flowdsl.lowering.target import Target
 

@@ -36,7 +36,7 @@ def test_buffer_not_from_comm_alloc(comm):
 
 def test_devcomm_from_another_communicator():
     import flowdsl
-    from examples.allgather_lsa import allgather_lsa
+    from flowdsl.examples.allgather_lsa import allgather_lsa
 
     with flowdsl.init() as a, flowdsl.init() as b:
         src = a.alloc(256, np.float32)
@@ -48,7 +48,7 @@ def test_devcomm_from_another_communicator():
 
 def test_closed_window_is_refused(comm):
     import flowdsl
-    from examples.allgather_lsa import allgather_lsa
+    from flowdsl.examples.allgather_lsa import allgather_lsa
 
     src = comm.alloc(256, np.float32)
     out = comm.alloc(256, np.float32)
@@ -63,7 +63,7 @@ def test_closed_window_is_refused(comm):
 def test_wrong_argument_type_is_a_typing_error(comm):
     from numba.core.errors import TypingError
 
-    from examples.allgather_lsa import allgather_lsa
+    from flowdsl.examples.allgather_lsa import allgather_lsa
 
     src = comm.alloc(256, np.float32)
     out = comm.alloc(256, np.float32)
@@ -74,7 +74,7 @@ def test_wrong_argument_type_is_a_typing_error(comm):
 
 def test_bad_launch_configuration(comm):
     import flowdsl
-    from examples.allgather_lsa import allgather_lsa
+    from flowdsl.examples.allgather_lsa import allgather_lsa
 
     with pytest.raises(flowdsl.UsageError, match="the grid must be a positive int"):
         allgather_lsa[0, 256]

@@ -22,7 +22,7 @@ def comm():
 
 @pytest.mark.parametrize("tokens_per_rank,hidden", [(64, 1024), (7, 333)])
 def test_rmsnorm_lsa_matches_numpy(comm, tokens_per_rank, hidden):
-    from examples import rmsnorm_lsa
+    from flowdsl.examples import rmsnorm_lsa
 
     result, reference = rmsnorm_lsa.run(comm, tokens_per_rank=tokens_per_rank, hidden=hidden, seed=hidden)
     np.testing.assert_allclose(result, reference, rtol=2e-5, atol=2e-5)
@@ -31,7 +31,7 @@ def test_rmsnorm_lsa_matches_numpy(comm, tokens_per_rank, hidden):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.uint8])
 @pytest.mark.parametrize("count", [1, 4097, 1 << 20])
 def test_allgather_lsa_matches_numpy(comm, count, dtype):
-    from examples import allgather_lsa
+    from flowdsl.examples import allgather_lsa
 
     result, reference = allgather_lsa.run(comm, count=count, dtype=dtype, seed=count)
     np.testing.assert_array_equal(result, reference)

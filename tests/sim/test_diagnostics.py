@@ -24,7 +24,7 @@ def _program(kern, grid=2, block=32, nbar=2, n=64, extra=()):
     return main
 
 
-@sim.kernel
+@flowdsl.kernel
 def skip_barrier_on_rank1(comm, win):
     bar = lsa.barrier(comm, coop.cta(), cuda.blockIdx.x)
     if comm.rank != 1:
@@ -53,7 +53,7 @@ def test_same_seed_same_report_different_seed_runs_too():
     assert "seed=4" in reports[2]
 
 
-@sim.kernel
+@flowdsl.kernel
 def divergent_syncthreads(comm, win):
     if cuda.threadIdx.x < 16:
         cuda.syncthreads()
@@ -68,7 +68,7 @@ def test_deadlock_divergent_syncthreads_names_exited_threads():
     assert "test_diagnostics.py" in msg  # points at the user's line
 
 
-@sim.kernel
+@flowdsl.kernel
 def spin_on_unset_flag(comm, win):
     if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
         flag = lsa.lsa_view(win, (comm.lsa_rank + 1) % comm.lsa_size, 7, 1)
@@ -85,7 +85,7 @@ def test_livelock_spin_reports_flag_and_value():
     assert "never written by a flowdsl.mem store/atomic" in msg
 
 
-@sim.kernel
+@flowdsl.kernel
 def flag_handshake(comm, win):
     # rank 0 thread 0 releases the flag on rank 1; rank 1 waits for it.
     if cuda.threadIdx.x == 0:
@@ -101,7 +101,7 @@ def test_flag_handshake_is_not_a_livelock():
     assert out[1][0] == 1
 
 
-@sim.kernel
+@flowdsl.kernel
 def view_past_end(comm, win, n):
     v = lsa.local_view(win, n - 8, 16)  # 8 elements too many
 
@@ -116,7 +116,7 @@ def test_view_past_end_reports_rank_block_thread_window_offset_size():
     assert "block 0 thread " in msg and "seed=2" in msg
 
 
-@sim.kernel
+@flowdsl.kernel
 def index_past_peer_view(comm, win):
     if comm.rank == 2 and cuda.blockIdx.x == 1 and cuda.threadIdx.x == 5:
         v = lsa.lsa_view(win, 0, 32, 4)
@@ -133,7 +133,7 @@ def test_index_past_view_on_one_rank():
     assert "[rank 2 block 1 thread 5]" in msg
 
 
-@sim.kernel
+@flowdsl.kernel
 def barrier_index_too_big(comm, win):
     lsa.barrier(comm, coop.cta(), cuda.blockIdx.x + 1)
 
@@ -146,7 +146,7 @@ def test_barrier_index_beyond_count():
     assert "block 1" in msg and "seed=4" in msg
 
 
-@sim.kernel
+@flowdsl.kernel
 def same_barrier_two_blocks(comm, win):
     bar = lsa.barrier(comm, coop.cta(), 0)
     bar.sync(MemoryOrder.ACQUIRE)
@@ -170,7 +170,7 @@ def test_host_exception_names_rank_and_seed():
 
 
 def test_kernel_exception_names_thread_and_seed():
-    @sim.kernel
+    @flowdsl.kernel
     def divide(comm, win):
         x = 1 // (cuda.threadIdx.x - 3)
 

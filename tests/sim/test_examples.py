@@ -5,7 +5,7 @@ import pytest
 
 from flowdsl.testing import assert_ranks_close, for_seeds, run_ranks
 
-from examples import allgather_lsa, rmsnorm_lsa
+from flowdsl.examples import allgather_lsa, rmsnorm_lsa
 
 pytestmark = pytest.mark.sim
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from numba import cuda, float32, int32
 
+import flowdsl
 import flowdsl.sim as sim
 from flowdsl import _stubs, coop, lsa, mem, team
 from flowdsl.enums import MemoryOrder, ThreadScope
@@ -24,7 +25,7 @@ def test_unmodelled_primitive_raises_naming_it():
     put.__module__ = "flowdsl.gin"
     stub = _stubs.primitive(put)
     try:
-        @sim.kernel
+        @flowdsl.kernel
         def k(comm, win):
             stub(win, 0, 1)
 
@@ -41,7 +42,7 @@ def test_unmodelled_primitive_raises_naming_it():
 
 
 def test_unmodelled_numba_cuda_function():
-    @sim.kernel
+    @flowdsl.kernel
     def k():
         cuda.nanosleep(10)
 
@@ -80,7 +81,7 @@ def test_register_size_mismatch_and_unknown_option():
         run_ranks(main, nranks=2, bogus=1)
 
 
-@sim.kernel
+@flowdsl.kernel
 def team_probe(comm, win, out):
     w, l, r = team.world(comm), team.lsa(comm), team.rail(comm)
     v = lsa.local_view(win, 0, 16)
@@ -114,7 +115,7 @@ def test_teams_two_nodes():
     assert out[3][15] == 1
 
 
-@sim.kernel
+@flowdsl.kernel
 def coop_probe(comm, win):
     v = lsa.local_view(win)
     t = cuda.threadIdx.x
@@ -144,7 +145,7 @@ def test_coops():
     assert v[128 + 97] == 100 + 4 * 1000 + 1 * 10000
 
 
-@sim.kernel
+@flowdsl.kernel
 def cuda_probe(out, shared_n):
     sh = cuda.shared.array(64, int32)
     loc = cuda.local.array(2, float32)
@@ -177,7 +178,7 @@ def test_numba_cuda_surface_2d_block():
     assert out[1 + tid] == 0 * 10 ** 6 + 31 * 1000 + 30 + 300 or out[1 + tid] == 32 * 10 ** 6 + 31 * 1000 + 30 + 300
 
 
-@sim.kernel
+@flowdsl.kernel
 def count_epochs(comm, win, rounds):
     bar = lsa.barrier(comm, coop.cta(), 0)
     v = lsa.local_view(win, 0, 4)
@@ -199,7 +200,7 @@ def test_barrier_epoch_persists_across_launches():
     assert run_ranks(main, nranks=3) == [5, 5, 5]
 
 
-@sim.kernel
+@flowdsl.kernel
 def lsa_collectives(comm, src, dst, n):
     c = coop.cta()
     bar = lsa.barrier(comm, c, 0)
@@ -233,7 +234,7 @@ def test_lsa_reduce_and_copy():
         np.testing.assert_array_equal(out[r][2 * n:], np.arange(n, dtype=np.float32))
 
 
-@sim.kernel
+@flowdsl.kernel
 def atomics(comm, win):
     v = lsa.lsa_view(win, 0, 0, 4)
     mem.atomic_add(v, 0, 1, MemoryOrder.RELAXED, ThreadScope.SYSTEM)
@@ -261,7 +262,7 @@ def test_mem_atomics_and_lock_under_seeds():
 
 
 def test_same_seed_same_interleaving():
-    @sim.kernel
+    @flowdsl.kernel
     def order(comm, win):
         v = lsa.lsa_view(win, 0, 0, 64)
         i = mem.atomic_add(v, 0, 1, MemoryOrder.RELAXED, ThreadScope.SYSTEM)
@@ -319,7 +320,7 @@ def test_numba_device_function_and_many_spinners_livelock():
     def lane_of(i):
         return i % cuda.warpsize
 
-    @sim.kernel
+    @flowdsl.kernel
     def spin(comm, win):
         v = lsa.local_view(win, 0, 4)
         v[1] = lane_of(cuda.threadIdx.x)
@@ -339,7 +340,7 @@ def test_numba_device_function_and_many_spinners_livelock():
     assert time.perf_counter() - t < 20
 
 
-@sim.kernel
+@flowdsl.kernel
 def vec_copy(comm, win, bad):
     src = lsa.local_view(win, 0, 8, np.float32)
     dst = lsa.lsa_view(win, (comm.lsa_rank + 1) % comm.lsa_size, 8, 8, np.float32)
