@@ -26,6 +26,11 @@ def main(out: str) -> None:
     if bench.exists():
         for row in json.loads(bench.read_text()):
             rows.append((row["name"], row["value"]))
+    for line in (out_dir / "sanitizer.txt").read_text().splitlines() if (out_dir / "sanitizer.txt").exists() else []:
+        tool, _, verdict = line.partition(": ")
+        rows.append((tool, verdict))
+    if (out_dir / "demo.log").exists():
+        rows.append(("demo (python -m flowdsl demo)", (out_dir / "demo.log").read_text().strip().splitlines()[-1].strip()))
     for name in ("gpu.txt", "versions.txt"):
         if (out_dir / name).exists():
             rows.append((name.split(".")[0], (out_dir / name).read_text().strip()))
