@@ -36,3 +36,14 @@ def test_readme_example_runs_on_the_simulator():
     expected = np.repeat(np.arange(3, dtype=np.float32), 1024)
     for result in results:
         np.testing.assert_array_equal(result, expected)
+
+
+@pytest.mark.sim
+def test_notebook_code_cells_run():
+    import json
+
+    notebook = json.loads((ROOT / "notebooks" / "rmsnorm_fused.ipynb").read_text())
+    namespace: dict = {}
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            exec(compile("".join(cell["source"]), "rmsnorm_fused.ipynb", "exec"), namespace)  # noqa: S102
