@@ -21,6 +21,8 @@ print('flowdsl', flowdsl.__version__, 'numba-cuda', numba_cuda.__version__, 'num
 'cupy', cupy.__version__, 'nccl', '.'.join(map(str, v())))" | tee "$OUT/versions.txt"
 python3 -m pytest tests -m "gpu or compile" -q -p no:cacheprovider --junitxml="$OUT/junit.xml" ${1:+-k "$1"} 2>&1 | tee "$OUT/pytest.log" | tail -40
 python3 -m flowdsl demo --tokens 64 --hidden 1024 2>&1 | tee "$OUT/demo.log"
+# The same demo bootstrapped by torchrun (flowdsl.init reads RANK/WORLD_SIZE/LOCAL_RANK).
+python3 -m torch.distributed.run --nproc_per_node=1 -m flowdsl demo --tokens 8 2>&1 | tail -2 | tee "$OUT/torchrun.log"
 # Memory and shared-memory race checks of the examples (warm kernel cache: no compile under the tool).
 # API errors are off: NCCL probes the driver at start (cuMemCreate, kernel images) and expects refusals.
 for tool in memcheck racecheck; do

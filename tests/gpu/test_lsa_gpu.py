@@ -35,3 +35,20 @@ def test_allgather_lsa_matches_numpy(comm, count, dtype):
 
     result, reference = allgather_lsa.run(comm, count=count, dtype=dtype, seed=count)
     np.testing.assert_array_equal(result, reference)
+
+
+def test_torch_buffers_share_the_symmetric_memory(comm):
+    torch = pytest.importorskip("torch")
+    import flowdsl
+    from flowdsl.examples.allgather_lsa import allgather_lsa
+
+    src = comm.alloc(1000, np.float32, like="torch")
+    out = comm.alloc(1000, np.float32, like="torch")
+    assert isinstance(src, torch.Tensor) and src.is_cuda
+    src.copy_(torch.arange(1000, dtype=torch.float32, device=src.device) * 0.5 - 7)
+    out.fill_(float("nan"))
+    with comm.register(out) as win, comm.device_communicator(lsa_barrier_count=2) as dcomm:
+        allgather_lsa[2, 128](dcomm, src, win, 1000)
+        comm.synchronize()
+    np.testing.assert_array_equal(out.cpu().numpy(), np.arange(1000, dtype=np.float32) * 0.5 - 7)
+    assert isinstance(win, flowdsl.Window)
