@@ -1,0 +1,189 @@
+"""GIN (GPU-initiated networking): one-sided puts and gets between nodes, with signals and counters.
+
+A GIN context (:func:`context`) issues one-sided operations to a peer of a
+team. The receiver learns that data has landed through a **signal** (a
+64-bit value at the receiver, indexed by id or placed at a window address,
+``va``), the sender that its source may be reused through a **counter**.
+
+Signal kinds — the kernel states which it needs:
+
+* **strong**: when the signal is seen, this put *and every earlier put on the
+  same context to the same peer* have landed (NCCL >= 2.32: ``strong_*``);
+* **weak**: only the put that carries the signal has landed (``weak_*``).
+  Networks that deliver out of order (AWS EFA's SRD) and the EFA GDA backend
+  offer weak signals only;
+* legacy (:func:`signal_inc`, :func:`signal_add`, NCCL >= 2.28): strong when
+  the backend makes legacy signals strong (the GIN proxy does), weak otherwise.
+
+Remote actions (``remote=`` of :func:`put`, :func:`put_value`, :func:`signal`):
+:func:`signal_inc`, :func:`signal_add`, :func:`strong_signal_inc`,
+:func:`weak_signal_inc`, :func:`strong_signal_add`, :func:`weak_signal_add`,
+:func:`strong_va_signal_inc`, :func:`weak_va_signal_inc`,
+:func:`strong_va_signal_add`, :func:`weak_va_signal_add`.
+Local action (``local=`` of :func:`put`): :func:`counter_inc`.
+Operations: :func:`context`, :func:`put`, :func:`put_value`, :func:`signal`,
+:func:`get` (NCCL >= 2.32), :func:`flush`, :func:`read_signal`,
+:func:`wait_signal`, :func:`reset_signal`, :func:`read_counter`,
+:func:`wait_counter`, :func:`reset_counter`.
+Barriers: :func:`barrier` (the rail team over GIN) and :func:`hybrid_barrier`
+(every rank: LSA inside a node, GIN across), each a session with ``sync(order)``.
+Offsets and sizes are in bytes, as in NCCL.
+"""
+
+from __future__ import annotations
+
+from ._stubs import primitive
+
+__all__ = [
+    "context", "signal_inc", "signal_add", "strong_signal_inc", "weak_signal_inc", "strong_signal_add",
+    "weak_signal_add", "strong_va_signal_inc", "weak_va_signal_inc", "strong_va_signal_add",
+    "weak_va_signal_add", "counter_inc", "put", "put_value", "signal", "get", "flush", "read_signal",
+    "wait_signal", "reset_signal", "read_counter", "wait_counter", "reset_counter", "barrier",
+    "hybrid_barrier",
+]
+
+
+@primitive
+def context(comm, index=0):
+    """GIN context ``index`` of the device communicator (``ncclGin(comm, index)``).
+
+    ``index`` must be below the context count the device communicator has.
+    """
+
+
+@primitive
+def signal_inc(signal):
+    """Remote action: add 1 to signal ``signal`` (legacy kind, ``ncclGin_SignalInc``)."""
+
+
+@primitive
+def signal_add(signal, value):
+    """Remote action: add ``value`` to signal ``signal`` (legacy kind, ``ncclGin_SignalAdd``)."""
+
+
+@primitive
+def strong_signal_inc(signal):
+    """Remote action: add 1 to ``signal``, strong (covers earlier puts to the peer). NCCL >= 2.32."""
+
+
+@primitive
+def weak_signal_inc(signal):
+    """Remote action: add 1 to ``signal``, weak (covers only this put). NCCL >= 2.32."""
+
+
+@primitive
+def strong_signal_add(signal, value):
+    """Remote action: add ``value`` to ``signal``, strong. NCCL >= 2.32."""
+
+
+@primitive
+def weak_signal_add(signal, value):
+    """Remote action: add ``value`` to ``signal``, weak. NCCL >= 2.32."""
+
+
+@primitive
+def strong_va_signal_inc(win, offset):
+    """Remote action: add 1 to the u64 at byte ``offset`` of the peer's ``win``, strong. NCCL >= 2.32."""
+
+
+@primitive
+def weak_va_signal_inc(win, offset):
+    """Remote action: add 1 to the u64 at byte ``offset`` of the peer's ``win``, weak. NCCL >= 2.32."""
+
+
+@primitive
+def strong_va_signal_add(win, offset, value):
+    """Remote action: add ``value`` to the u64 at byte ``offset`` of the peer's ``win``, strong. NCCL >= 2.32."""
+
+
+@primitive
+def weak_va_signal_add(win, offset, value):
+    """Remote action: add ``value`` to the u64 at byte ``offset`` of the peer's ``win``, weak. NCCL >= 2.32."""
+
+
+@primitive
+def counter_inc(counter):
+    """Local action: add 1 to counter ``counter`` once the source of the put may be reused."""
+
+
+@primitive
+def put(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remote=None, local=None, coop=None):
+    """One-sided write of ``nbytes`` from this rank's ``src_win`` to ``team``'s rank ``peer``'s ``dst_win``.
+
+    ``remote`` (a signal action) fires at the peer after the data lands, ``local``
+    (:func:`counter_inc`) here once the source may be reused. ``coop`` (default: the
+    calling thread) is the group of threads that issue it together.
+    """
+
+
+@primitive
+def put_value(ctx, team, peer, dst_win, dst_offset, value, remote=None, coop=None):
+    """One-sided write of the scalar ``value`` (at most 8 bytes) to the peer's ``dst_win``."""
+
+
+@primitive
+def signal(ctx, team, peer, remote, coop=None):
+    """Apply the signal action ``remote`` at the peer with no data (ordered after earlier puts if strong)."""
+
+
+@primitive
+def get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nbytes, coop=None):
+    """One-sided read of ``nbytes`` from the peer's ``remote_win`` into ``local_win``. NCCL >= 2.32.
+
+    Completion is known through :func:`flush`.
+    """
+
+
+@primitive
+def flush(ctx, coop, order=None):
+    """Wait until every operation this coop issued on ``ctx`` has consumed its source (and gets landed).
+
+    ``order`` defaults to ``MemoryOrder.ACQUIRE``. It does not mean puts have landed at the peer.
+    """
+
+
+@primitive
+def read_signal(ctx, signal, bits=64, order=None):
+    """Current value of signal ``signal`` (low ``bits`` bits)."""
+
+
+@primitive
+def wait_signal(ctx, coop, signal, least, bits=64, order=None):
+    """Wait until signal ``signal`` reaches ``least`` (rolling comparison over ``bits`` bits)."""
+
+
+@primitive
+def reset_signal(ctx, signal):
+    """Set signal ``signal`` to 0. Must not race with puts that signal it."""
+
+
+@primitive
+def read_counter(ctx, counter, bits=56, order=None):
+    """Current value of counter ``counter`` (counters have 56 bits)."""
+
+
+@primitive
+def wait_counter(ctx, coop, counter, least, bits=56, order=None):
+    """Wait until counter ``counter`` reaches ``least``."""
+
+
+@primitive
+def reset_counter(ctx, counter):
+    """Set counter ``counter`` to 0. Must not race with puts that count on it."""
+
+
+@primitive
+def barrier(ctx, coop, index):
+    """A GIN barrier session on the rail team (``ncclGinBarrierSession``, ``ncclTeamTagRail``).
+
+    ``index`` must be below the device communicator's ``rail_gin_barrier_count``.
+    The session's ``sync(order)`` is collective on ``coop``.
+    """
+
+
+@primitive
+def hybrid_barrier(ctx, coop, index):
+    """A barrier over every rank: LSA inside each node, GIN across nodes (``ncclBarrierSession``, world).
+
+    Needs both ``lsa_barrier_count`` and ``rail_gin_barrier_count`` above ``index``.
+    """
