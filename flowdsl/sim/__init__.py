@@ -10,7 +10,9 @@ Contents: :func:`spawn`, :data:`SEMANTICS` / :func:`implements` (the primitive
 table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
 :class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
-:class:`UsageError`, and :func:`last_stats`.
+:class:`UsageError`, :class:`GinCoverageError`, :class:`GinResourceError`,
+:class:`GinBackendError`, and :func:`last_stats`. GIN (puts, signals, counters,
+GIN barriers over a simulated network) is modelled in :mod:`flowdsl.sim.gin`.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from __future__ import annotations
 from .. import _stubs
 from . import _state
 from . import host as _host
-from .errors import (BarrierIndexError, CollectiveMismatchError, DeadlockError, LivelockError,
-                     SimulationError, UnsupportedFeatureError, UsageError, WindowAccessError)
+from . import gin as _gin  # noqa: F401 - registers flowdsl.gin's semantics
+from .errors import (BarrierIndexError, CollectiveMismatchError, DeadlockError, GinBackendError,
+                     GinCoverageError, GinResourceError, LivelockError, SimulationError,
+                     UnsupportedFeatureError, UsageError, WindowAccessError)
 from .host import launch, spawn
 from .semantics import SEMANTICS, dispatch, implements
 
@@ -27,6 +31,7 @@ __all__ = [
     "spawn", "SEMANTICS", "implements", "last_stats",
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
+    "GinCoverageError", "GinResourceError", "GinBackendError",
 ]
 
 

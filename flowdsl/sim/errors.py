@@ -3,7 +3,8 @@
 Contents: :class:`SimulationError` (base), :class:`UnsupportedFeatureError`,
 :class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
-:class:`UsageError`.
+:class:`UsageError`, and for GIN :class:`GinCoverageError`,
+:class:`GinResourceError`, :class:`GinBackendError`.
 
 Every message reads "Cannot {operation}: {reason}. {fix}" and, when raised
 inside a simulation, names the rank (block, thread) and the seed that replays it.
@@ -17,6 +18,7 @@ from ..errors import UsageError as _UsageError
 __all__ = [
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
+    "GinCoverageError", "GinResourceError", "GinBackendError",
 ]
 
 
@@ -58,3 +60,15 @@ class CollectiveMismatchError(SimulationError):
 
 class UsageError(SimulationError, _UsageError, TypeError):
     """A simulated object was used in a way the real runtime rejects."""
+
+
+class GinCoverageError(SimulationError):
+    """A thread read data of a GIN put before its rank observed a signal that covers the put."""
+
+
+class GinResourceError(UsageError, IndexError):
+    """A GIN context, signal or counter index beyond what the device communicator was created with."""
+
+
+class GinBackendError(UnsupportedFeatureError):
+    """The kernel needs something the chosen GIN backend does not offer (e.g. strong signals on EFA GDA)."""

@@ -21,7 +21,10 @@ from .scheduler import Block, Cond, HostTask, KernelThread, Launch, Scheduler, W
 
 __all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch"]
 
-_OPTIONS = {"livelock_rounds": 100, "max_steps": None}
+_OPTIONS = {"livelock_rounds": 100, "max_steps": None, "gin_delivery": "ordered", "gin_backend": "proxy"}
+#: Requirements device_communicator() accepts (as the GPU runtime).
+_REQUIREMENTS = ("lsa_barrier_count", "barrier_count", "rail_gin_barrier_count", "gin_context_count",
+                 "gin_signal_count", "gin_counter_count", "gin_force_enable")
 
 
 class _Collective:
@@ -155,6 +158,10 @@ class SimComm:
     def device_communicator(self, lsa_barrier_count=0, **reqs) -> DevComm:
         """A device communicator with ``lsa_barrier_count`` LSA barriers (collective)."""
         self._host("create a device communicator")
+        unknown = sorted(set(reqs) - set(_REQUIREMENTS))
+        if unknown:
+            raise sim_error(UsageError, f"Cannot create a device communicator: unknown requirement(s) "
+                            f"{', '.join(unknown)}. Use the known ones: {', '.join(_REQUIREMENTS)}")
         c = self.world.collective(self.rank, "device_communicator", (int(lsa_barrier_count), reqs))
         if c.result is None:
             counts = [v[0] for v in c.values]
@@ -213,6 +220,7 @@ class World:
         self.ndevcomms = 0
         self.regions = []
         self.fn_cache = {}
+        self.net = None
 
     # ---- memory names (for reports) ----------------------------------------
     def add_region(self, arr, name):
@@ -392,7 +400,12 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
         nodes: Ranks split evenly into this many nodes; the LSA team is a node.
         **options: ``livelock_rounds`` (spin steps without progress, per runnable
             task, before a livelock report; default 100), ``max_steps``
-            (cap on scheduler steps; default unlimited).
+            (cap on scheduler steps; default unlimited), ``gin_delivery``
+            (``"ordered"``, the default: GIN operations of one context, source and
+            peer land in issue order; ``"reordered"``: in a seeded random order, as
+            on EFA's SRD), ``gin_backend`` (``"proxy"``, the default, ``"gdaki"``:
+            strong and weak signals, legacy signals strong; ``"efa_gda"``: weak
+            signals only).
 
     Returns:
         ``[main(comm_0), main(comm_1), ...]``.
@@ -412,6 +425,8 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
     sched = Scheduler(seed=seed, livelock_rounds=opts["livelock_rounds"], max_steps=opts["max_steps"])
     world = World(int(nranks), int(nodes), sched)
     sched.world = world
+    from .gin import Network
+    world.net = sched.net = Network(seed, opts["gin_delivery"], opts["gin_backend"], world)
     hosts = []
     for r in range(world.nranks):
         comm = SimComm(world, r)

@@ -105,6 +105,8 @@ class WindowGroup:
         self.nbytes = self.bytes[0].size
         self.dtype = dtype
         self.closed = False
+        #: per rank, the GIN put id (int64) that last targeted each byte (None until a GIN put targets it).
+        self.gin_tags = None
 
     def name(self) -> str:
         return f"window #{self.wid}"
@@ -244,22 +246,45 @@ class WindowView:
 
     def __getitem__(self, i):
         if type(i) is int and 0 <= i < self._n:
+            if self.group.gin_tags is not None:
+                _gin_check_read(self, i)
             return self._a[i]
         if isinstance(i, slice):
             s, e, st = i.indices(self._n)
             if st != 1:
                 return self._a[i]
             return WindowView(self._a[s:e], self.group, self.wrank, self.start + s)
-        return self._a[self._index(i, "read")]
+        i = self._index(i, "read")
+        if self.group.gin_tags is not None:
+            _gin_check_read(self, i)
+        return self._a[i]
 
     def __setitem__(self, i, v):
         if type(i) is int and 0 <= i < self._n:
             self._a[i] = v
+            if self.group.gin_tags is not None:
+                self._untag(i, i + 1)
             return
         if isinstance(i, slice):
             self._a[i] = v
+            if self.group.gin_tags is not None:
+                s, e, _ = i.indices(self._n)
+                self._untag(s, e)
             return
-        self._a[self._index(i, "write")] = v
+        i = self._index(i, "write")
+        self._a[i] = v
+        if self.group.gin_tags is not None:
+            self._untag(i, i + 1)
+
+    def _untag(self, lo, hi):
+        """A store by a thread replaces whatever a GIN put wrote there."""
+        isz = self._a.itemsize
+        self.group.gin_tags[self.wrank][(self.start + lo) * isz:(self.start + hi) * isz] = 0
+
+
+def _gin_check_read(view, i):
+    from .gin import check_read
+    check_read(view, i)
 
 
 def raw(arr):

@@ -206,6 +206,7 @@ class Scheduler:
         self.next = None
         self.gl = None
         self.world = None
+        self.net = None
         self.last_writer = {}
 
     # ---- task life cycle -------------------------------------------------
@@ -239,6 +240,9 @@ class Scheduler:
         is resumed.
         """
         rn = self.runnable
+        net = self.net
+        if net is not None and net.inflight:
+            net.maybe_step(self.rr)
         n = len(rn)
         if n == 0 or self.failure is not None or (self.max_steps is not None and self.steps >= self.max_steps):
             self.gl.switch()
@@ -288,6 +292,10 @@ class Scheduler:
             else:
                 n = len(rn)
                 if n == 0:
+                    net = self.net
+                    if net is not None and net.inflight:
+                        net.step()  # everyone waits: the network makes progress
+                        continue
                     if self.live == 0:
                         return
                     raise self._deadlock_error()

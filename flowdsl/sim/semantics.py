@@ -14,7 +14,8 @@ Values made by primitives: :class:`Coop` (``c.sync()``, ``c.thread_rank()``,
 Contents: :data:`SEMANTICS`, :func:`implements`, :func:`dispatch`,
 :class:`Coop`, :class:`Team`, :class:`BarrierSession`, :class:`Pointer`, and
 one implementation per primitive of ``flowdsl.coop``, ``flowdsl.team``,
-``flowdsl.lsa`` and ``flowdsl.mem``.
+``flowdsl.lsa`` and ``flowdsl.mem`` (``flowdsl.gin``'s entries are registered
+into the same table by :mod:`flowdsl.sim.gin`).
 """
 
 from __future__ import annotations
@@ -545,9 +546,16 @@ def _note_write(arr, index, value):
     sched.stale = 0
 
 
+def _gin_load(array, i):
+    from .gin import note_load
+    note_load(array, i)
+
+
 @implements("flowdsl.mem.load_acquire")
 def _mem_load_acquire(array, index, scope):
     a, i = _elem(array, index, "load_acquire")
+    if isinstance(array, WindowView):
+        _gin_load(array, i)
     v = a[i]
     _spin_point(array, i, v)
     return a[i]
@@ -556,6 +564,8 @@ def _mem_load_acquire(array, index, scope):
 @implements("flowdsl.mem.load_relaxed")
 def _mem_load_relaxed(array, index, scope):
     a, i = _elem(array, index, "load_relaxed")
+    if isinstance(array, WindowView):
+        _gin_load(array, i)
     v = a[i]
     _spin_point(array, i, v)
     return a[i]

@@ -1,0 +1,70 @@
+"""All-to-all over GIN only: every rank puts its block for peer ``p`` into ``p``'s window.
+
+A port of NCCL's ``06_device_api/02_alltoall_gin`` example to flowdsl. Each rank
+holds ``nranks`` blocks of ``count`` elements in its send window (block ``p``
+is for rank ``p``). The kernel issues one GIN put per peer (spread over the
+grid's threads) that writes the block into the peer's receive window at
+``rank * count``, carrying a weak signal increment on the signal of one block;
+the block ``receiving_cta`` of each rank waits until that signal has risen by
+``nranks`` (one increment per sender, each covering its own put). A world
+barrier (hybrid: LSA inside a node, GIN across nodes) before the puts keeps a
+fast rank from writing into a peer that still reads an earlier result, and one
+after the flush keeps the windows alive until every peer is done.
+
+Contents: :func:`alltoall_gin` (the kernel), :func:`run`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+import flowdsl
+from flowdsl import MemoryOrder, coop, gin, team
+
+__all__ = ["alltoall_gin", "run"]
+
+
+@flowdsl.kernel
+def alltoall_gin(comm, send_win, recv_win, count, itemsize):
+    ctx = gin.context(comm, 0)
+    sig = cuda.blockIdx.x
+    base = gin.read_signal(ctx, sig)
+    cta = coop.cta()
+    bar = gin.hybrid_barrier(ctx, cta, cuda.blockIdx.x)
+    bar.sync(MemoryOrder.ACQUIRE)
+    world = team.world(comm)
+    tid = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    nthreads = cuda.gridDim.x * cuda.blockDim.x
+    size = count * itemsize
+    for peer in range(tid, world.nranks, nthreads):
+        gin.put(ctx, world, peer, recv_win, world.rank * size, send_win, peer * size, size,
+                remote=gin.weak_signal_inc(sig), coop=coop.thread())
+    # The senders' thread `world.rank` (same on every rank) issues the put to this rank: its block
+    # increments the signal whose index is that block's.
+    receiving_cta = (world.rank % nthreads) // cuda.blockDim.x
+    if cuda.blockIdx.x == receiving_cta:
+        gin.wait_signal(ctx, cta, sig, base + world.nranks)
+    gin.flush(ctx, cta)
+    bar.sync(MemoryOrder.RELEASE)
+
+
+def run(comm, count: int = 256, blocks: int = 2, threads: int = 32, seed: int = 0):
+    """Run the all-to-all on ``comm``; return ``(result, reference)`` for this rank.
+
+    ``result`` is this rank's receive buffer (block ``s`` came from rank ``s``);
+    ``reference`` is what NumPy computes from every rank's (seeded) inputs.
+    """
+    n = comm.nranks
+    rng = np.random.default_rng(seed)
+    inputs = rng.standard_normal((n, n, count)).astype(np.float32)  # inputs[src][dst]
+    send = comm.alloc(n * count, np.float32)
+    send.set(inputs[comm.rank].reshape(-1))
+    recv = comm.alloc(n * count, np.float32)
+    recv.set(np.full(n * count, np.nan, np.float32))
+    with comm.register(send) as swin, comm.register(recv) as rwin, \
+            comm.device_communicator(barrier_count=blocks, gin_signal_count=blocks) as dcomm:
+        alltoall_gin[blocks, threads](dcomm, swin, rwin, count, 4)
+        comm.synchronize()
+        result = recv.get()
+    return result, inputs[:, comm.rank, :].reshape(-1)
