@@ -554,20 +554,20 @@ def _gin_load(array, i):
 @implements("flowdsl.mem.load_acquire")
 def _mem_load_acquire(array, index, scope):
     a, i = _elem(array, index, "load_acquire")
-    if isinstance(array, WindowView):
-        _gin_load(array, i)
     v = a[i]
     _spin_point(array, i, v)
+    if isinstance(array, WindowView):
+        _gin_load(array, i)  # after the spin point: observes what the returned value includes
     return a[i]
 
 
 @implements("flowdsl.mem.load_relaxed")
 def _mem_load_relaxed(array, index, scope):
     a, i = _elem(array, index, "load_relaxed")
-    if isinstance(array, WindowView):
-        _gin_load(array, i)
     v = a[i]
     _spin_point(array, i, v)
+    if isinstance(array, WindowView):
+        _gin_load(array, i)  # after the spin point: observes what the returned value includes
     return a[i]
 
 

@@ -1,0 +1,75 @@
+"""All-to-all over LSA inside a node and GIN across nodes.
+
+A port of NCCL's ``06_device_api/03_alltoall_hybrid`` example to flowdsl. Each
+rank holds ``nranks`` blocks of ``count`` elements (block ``p`` is for rank
+``p``). Peers outside this rank's node get their block by a GIN put into their
+receive window at ``rank * count``, each carrying a weak signal increment;
+peers of the node (the LSA team, this rank included) get it by plain stores
+through LSA views. The block ``receiving_cta`` waits for one signal increment
+per remote peer; the closing world barrier (hybrid: LSA inside, GIN across)
+publishes the LSA stores.
+
+Contents: :func:`alltoall_hybrid` (the kernel), :func:`run`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+import flowdsl
+from flowdsl import MemoryOrder, coop, gin, lsa, team
+
+__all__ = ["alltoall_hybrid", "run"]
+
+
+@flowdsl.kernel
+def alltoall_hybrid(comm, send_win, recv_win, count, itemsize):
+    ctx = gin.context(comm, 0)
+    sig = cuda.blockIdx.x
+    base = gin.read_signal(ctx, sig)
+    cta = coop.cta()
+    bar = gin.hybrid_barrier(ctx, cta, cuda.blockIdx.x)
+    bar.sync(MemoryOrder.ACQUIRE)
+    world = team.world(comm)
+    local = team.lsa(comm)
+    start_lsa = world.rank - local.rank
+    tid = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    nthreads = cuda.gridDim.x * cuda.blockDim.x
+    size = count * itemsize
+    # Remote peers: the world ranks before and after this node's LSA range.
+    for peer in range(tid, start_lsa, nthreads):
+        gin.put(ctx, world, peer, recv_win, world.rank * size, send_win, peer * size, size,
+                remote=gin.weak_signal_inc(sig), coop=coop.thread())
+    for peer in range(start_lsa + local.nranks + tid, world.nranks, nthreads):
+        gin.put(ctx, world, peer, recv_win, world.rank * size, send_win, peer * size, size,
+                remote=gin.weak_signal_inc(sig), coop=coop.thread())
+    # Local peers: stores through LSA views.
+    mine = lsa.local_view(send_win)
+    for i in range(tid, count, nthreads):
+        for lp in range(local.nranks):
+            dst = lsa.lsa_view(recv_win, lp, world.rank * count, count)
+            dst[i] = mine[(start_lsa + lp) * count + i]
+    remote_peers = world.nranks - local.nranks
+    receiving_cta = (world.rank % nthreads) // cuda.blockDim.x
+    if cuda.blockIdx.x == receiving_cta:
+        gin.wait_signal(ctx, cta, sig, base + remote_peers)
+    gin.flush(ctx, cta)
+    bar.sync(MemoryOrder.RELEASE)
+
+
+def run(comm, count: int = 256, blocks: int = 2, threads: int = 32, seed: int = 0):
+    """Run the hybrid all-to-all on ``comm``; return ``(result, reference)`` for this rank."""
+    n = comm.nranks
+    rng = np.random.default_rng(seed)
+    inputs = rng.standard_normal((n, n, count)).astype(np.float32)  # inputs[src][dst]
+    send = comm.alloc(n * count, np.float32)
+    send.set(inputs[comm.rank].reshape(-1))
+    recv = comm.alloc(n * count, np.float32)
+    recv.set(np.full(n * count, np.nan, np.float32))
+    with comm.register(send) as swin, comm.register(recv) as rwin, \
+            comm.device_communicator(barrier_count=blocks, gin_signal_count=blocks) as dcomm:
+        alltoall_hybrid[blocks, threads](dcomm, swin, rwin, count, 4)
+        comm.synchronize()
+        result = recv.get()
+    return result, inputs[:, comm.rank, :].reshape(-1)

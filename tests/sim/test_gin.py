@@ -1,0 +1,309 @@
+"""GIN on the simulator: topology, the GIN examples, semantics, and planted GIN bugs with their reports."""
+
+import numpy as np
+import pytest
+from numba import cuda, int64, uint64
+
+import flowdsl
+import flowdsl.sim as sim
+from flowdsl import MemoryOrder, ThreadScope, coop, gin, lsa, mem, team
+from flowdsl.examples import alltoall_gin, alltoall_hybrid, moe_gin
+from flowdsl.testing import assert_ranks_close, run_ranks
+
+pytestmark = pytest.mark.sim
+
+DELIVERIES = ["ordered", "reordered"]
+
+
+# ---------------------------------------------------------------- topology
+@flowdsl.kernel
+def _teams(comm, out):
+    w, l, r = team.world(comm), team.lsa(comm), team.rail(comm)
+    i = 0
+    for t in (w, l, r):
+        out[i] = t.nranks
+        out[i + 1] = t.rank
+        out[i + 2] = t.stride
+        i += 3
+    out[9] = team.rank_to_world(comm, r, 0)
+    out[10] = team.rank_to_world(comm, r, r.nranks - 1)
+    out[11] = team.rank_to_team(r, w, comm.rank)
+    out[12] = team.rank_is_member(r, w, (comm.rank + comm.lsa_size) % comm.nranks)
+    out[13] = team.rank_is_member(r, w, comm.rank - comm.lsa_rank + (comm.lsa_rank + 1) % comm.lsa_size)
+
+
+def test_world_lsa_rail_teams_two_nodes_of_four():
+    def main(comm):
+        out = comm.alloc(14, np.int64)
+        _teams[1, 1](comm.device_communicator(), out)
+        return out.get()
+    for rank, o in enumerate(run_ranks(main, nranks=8, nodes=2)):
+        node, lr = divmod(rank, 4)
+        assert list(o[:9]) == [8, rank, 1, 4, lr, 1, 2, node, 4]
+        assert list(o[9:]) == [lr, 4 + lr, node, 1, 0]
+
+
+# ---------------------------------------------------------------- examples
+@pytest.mark.parametrize("delivery", DELIVERIES)
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("example", [alltoall_gin, alltoall_hybrid], ids=["gin", "hybrid"])
+def test_alltoall_two_nodes_of_four(example, seed, delivery):
+    assert_ranks_close(run_ranks(lambda c: example.run(c, count=64, seed=seed), nranks=8, nodes=2, seed=seed,
+                                 gin_delivery=delivery), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape", [(4, 1), (4, 2)], ids=["1x4", "2x2"])
+@pytest.mark.parametrize("example", [alltoall_gin, alltoall_hybrid], ids=["gin", "hybrid"])
+def test_alltoall_other_shapes(example, shape):
+    n, nodes = shape
+    for d in DELIVERIES:
+        assert_ranks_close(run_ranks(lambda c: example.run(c, count=48), nranks=n, nodes=nodes, seed=5,
+                                     gin_delivery=d), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("delivery", DELIVERIES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_moe_two_nodes_of_four(seed, delivery):
+    res = run_ranks(lambda c: moe_gin.run(c, seed=seed), nranks=8, nodes=2, seed=seed, gin_delivery=delivery)
+    assert_ranks_close(res, rtol=1e-6)
+    assert all(not np.isnan(r).any() for r, _ in res)
+
+
+@pytest.mark.parametrize("backend", ["proxy", "efa_gda"])
+def test_moe_one_weak_signal_per_put_passes_reordered(backend):
+    assert_ranks_close(run_ranks(lambda c: moe_gin.run(c, seed=2, mode=moe_gin.WEAK_PER_PUT), nranks=8,
+                                 nodes=2, seed=2, gin_delivery="reordered", gin_backend=backend), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- planted bugs
+def _moe_bug(seed, delivery="reordered"):
+    with pytest.raises(sim.GinCoverageError) as ei:
+        run_ranks(lambda c: moe_gin.run(c, seed=seed, mode=moe_gin.WEAK_LAST_ONLY), nranks=8, nodes=2,
+                  seed=seed, gin_delivery=delivery)
+    return str(ei.value)
+
+
+def test_weak_signal_after_several_puts_is_reported_and_reproduced():
+    msg = _moe_bug(4)
+    assert msg.startswith("Cannot read element")
+    assert "has not observed a signal that covers it" in msg
+    assert "the weak signal 0 covers only put #" in msg
+    assert "context 0" in msg and "from rank" in msg and "window #" in msg and "byte offset" in msg
+    assert "block" in msg and "thread" in msg and "seed=4" in msg
+    assert "Wait for a signal that covers every put" in msg
+    assert _moe_bug(4) == msg                      # same seed, same report
+    assert "covers only put #" in _moe_bug(4, "ordered")   # weak promises nothing even when in order
+
+
+def test_weak_coverage_names_a_put_that_had_not_landed():
+    """Reading a put's destination before it lands (reordered) names it as not landed."""
+    @flowdsl.kernel
+    def k(comm, src, dst, out):
+        ctx = gin.context(comm, 0)
+        w = team.world(comm)
+        peer = (w.rank + 1) % w.nranks
+        gin.put(ctx, w, peer, dst, 0, src, 0, 64, coop=coop.thread())
+        gin.put(ctx, w, peer, dst, 64, src, 64, 64, remote=gin.weak_signal_inc(3), coop=coop.thread())
+        gin.wait_signal(ctx, coop.thread(), 3, 1)
+        v = lsa.local_view(dst)
+        out[0] = v[0]
+
+    def main(comm):
+        a, b, out = comm.alloc(32, np.float32), comm.alloc(32, np.float32), comm.alloc(1, np.float32)
+        a.set(np.arange(32, dtype=np.float32))
+        with comm.register(a) as s, comm.register(b) as d, comm.device_communicator(gin_signal_count=4) as dc:
+            k[1, 1](dc, s, d, out)
+            comm.synchronize()
+    msgs = []
+    for seed in range(6):
+        try:
+            run_ranks(main, nranks=2, nodes=2, seed=seed, gin_delivery="reordered")
+        except sim.GinCoverageError as e:
+            msgs.append(str(e))
+    assert len(msgs) == 6
+    assert any("the weak signal 3 covers only put #1; put #0 had not landed" in m for m in msgs)
+
+
+@flowdsl.kernel
+def _sig5(comm, win):
+    ctx = gin.context(comm, 0)
+    gin.signal(ctx, team.world(comm), 0, gin.weak_signal_inc(5))
+
+
+@flowdsl.kernel
+def _ctr3(comm, win):
+    ctx = gin.context(comm, 0)
+    gin.put(ctx, team.world(comm), 0, win, 0, win, 0, 4, local=gin.counter_inc(3))
+
+
+@flowdsl.kernel
+def _ctx4(comm, win):
+    gin.context(comm, 4)
+
+
+@flowdsl.kernel
+def _rail2(comm, win):
+    gin.barrier(gin.context(comm, 0), coop.cta(), 2).sync(MemoryOrder.ACQ_REL)
+
+
+@flowdsl.kernel
+def _hybrid1(comm, win):
+    gin.hybrid_barrier(gin.context(comm, 0), coop.cta(), 1).sync(MemoryOrder.ACQ_REL)
+
+
+@flowdsl.kernel
+def _strong_on_efa(comm, win):
+    ctx = gin.context(comm, 0)
+    gin.put(ctx, team.world(comm), 0, win, 0, win, 0, 4, remote=gin.strong_signal_inc(0))
+
+
+def _one(kern, nodes=2, **reqs):
+    def main(comm):
+        buf = comm.alloc(16, np.float32)
+        with comm.register(buf) as win, comm.device_communicator(**reqs) as dc:
+            kern[1, 1](dc, win)
+            comm.synchronize()
+    return main
+
+
+@pytest.mark.parametrize("kern, reqs, err, text", [
+    (_sig5, dict(gin_signal_count=4), sim.GinResourceError,
+     "signal id 5 is beyond the 4 signals the device communicator was created with (gin_signal_count=4)"),
+    (_ctr3, dict(gin_counter_count=2), sim.GinResourceError,
+     "counter id 3 is beyond the 2 counters the device communicator was created with (gin_counter_count=2)"),
+    (_ctx4, {}, sim.GinResourceError,
+     "context index 4 is beyond the 4 contexts the device communicator was created with (gin_context_count=4)"),
+    (_rail2, dict(rail_gin_barrier_count=2), sim.BarrierIndexError,
+     "Cannot open GIN rail barrier 2: the device communicator has rail_gin_barrier_count=2"),
+    (_hybrid1, dict(lsa_barrier_count=2, rail_gin_barrier_count=1), sim.BarrierIndexError,
+     "lsa_barrier_count=2, rail_gin_barrier_count=1"),
+])
+def test_planted_index_bugs_are_reported(kern, reqs, err, text):
+    msgs = []
+    for _ in range(2):
+        with pytest.raises(err) as ei:
+            run_ranks(_one(kern, **reqs), nranks=4, nodes=2, seed=7)
+        msgs.append(str(ei.value))
+    assert text in msgs[0] and msgs[0].startswith("Cannot ") and "seed=7" in msgs[0]
+    assert msgs[0] == msgs[1]
+
+
+def test_strong_signal_on_efa_gda_is_refused():
+    with pytest.raises(sim.GinBackendError) as ei:
+        run_ranks(_one(_strong_on_efa, gin_signal_count=1), nranks=2, nodes=2, gin_backend="efa_gda")
+    msg = str(ei.value)
+    assert "flowdsl.gin.strong_signal_inc" in msg and "needs strong signals" in msg
+    assert "the GIN backend efa_gda offers weak signals only (as EFA GDA does)" in msg
+    with pytest.raises(sim.GinBackendError):
+        run_ranks(lambda c: moe_gin.run(c), nranks=4, nodes=2, gin_backend="efa_gda")
+
+
+def test_unknown_gin_options_are_refused():
+    with pytest.raises(sim.UsageError, match="gin_delivery='sorted'"):
+        run_ranks(lambda c: None, nranks=1, gin_delivery="sorted")
+    with pytest.raises(sim.UsageError, match="gin_backend='ib'"):
+        run_ranks(lambda c: None, nranks=1, gin_backend="ib")
+
+
+# ---------------------------------------------------------------- semantics
+@flowdsl.kernel
+def _ops(comm, src, dst, flag, out, it):
+    ctx = gin.context(comm, 1)
+    w = team.world(comm)
+    peer = (w.rank + 1) % w.nranks
+    th = coop.thread()
+    # counter rises once the source has been read; flush waits for it
+    gin.put(ctx, w, peer, dst, 0, src, 0, 16, remote=gin.signal_add(0, 5), local=gin.counter_inc(0), coop=th)
+    gin.flush(ctx, th)
+    out[0] = gin.read_counter(ctx, 0)
+    gin.wait_counter(ctx, th, 0, 1)
+    gin.wait_signal(ctx, th, 0, 5)
+    v = lsa.local_view(dst)
+    out[1] = v[0] + v[3]
+    out[2] = gin.read_signal(ctx, 0, 3)                 # 5 over 3 bits
+    gin.reset_signal(ctx, 0)
+    out[3] = gin.read_signal(ctx, 0)
+    # get: lands by flush
+    gin.get(ctx, w, peer, src, 16, dst, 32, 8, coop=th)
+    gin.flush(ctx, th)
+    out[4] = v[8] + v[9]
+    # put_value + VA signal, observed by a flowdsl.mem spin
+    gin.put_value(ctx, w, peer, dst, 48, int64(7), remote=gin.weak_va_signal_add(flag, 0, 2), coop=th)
+    f = lsa.local_view(flag, 0, -1, uint64)
+    while mem.load_acquire(f, 0, ThreadScope.SYSTEM) < 2 * (it + 1):  # the flag is not reset
+        pass
+    out[5] = lsa.local_view(dst, 0, -1, int64)[6]
+    gin.signal(ctx, w, peer, gin.strong_signal_add(1, 3), coop=th)
+    gin.wait_signal(ctx, th, 1, 3)
+    gin.reset_counter(ctx, 0)
+    out[6] = gin.read_counter(ctx, 0)
+    bar = gin.barrier(ctx, coop.cta(), 0)
+    bar.sync(MemoryOrder.ACQ_REL)
+    bar.sync(MemoryOrder.ACQ_REL)
+
+
+@pytest.mark.parametrize("delivery", DELIVERIES)
+def test_put_get_flush_counters_signals_va_and_rail_barrier(delivery):
+    def main(comm):
+        src, dst = comm.alloc(16, np.float32), comm.alloc(16, np.float32)
+        src.set(np.arange(16, dtype=np.float32) + 100 * comm.rank)
+        flag = comm.alloc(2, np.uint64)
+        flag.set(np.zeros(2, np.uint64))
+        out = comm.alloc(8, np.float64)
+        with comm.register(src) as s, comm.register(dst) as d, comm.register(flag) as f, \
+                comm.device_communicator(gin_context_count=2, gin_signal_count=2, gin_counter_count=1,
+                                         rail_gin_barrier_count=1) as dc:
+            _ops[1, 1](dc, s, d, f, out, 0)
+            _ops[1, 1](dc, s, d, f, out, 1)  # barrier epochs carry over; signals were reset
+            comm.synchronize()
+        return out.get()
+    for seed in (0, 1):
+        res = run_ranks(main, nranks=4, nodes=2, seed=seed, gin_delivery=delivery)
+        for r, o in enumerate(res):
+            prev = (r - 1) % 4
+            nxt = (r + 1) % 4
+            assert o[0] == 1 and o[1] == 200 * prev + 3 and o[2] == 5 and o[3] == 0
+            assert o[4] == 200 * nxt + 9
+            assert o[5] == 7 and o[6] == 0
+
+
+def test_rolling_signal_comparison():
+    @flowdsl.kernel
+    def k(comm, out):
+        ctx = gin.context(comm, 0)
+        gin.signal(ctx, team.world(comm), comm.rank, gin.weak_signal_add(0, 6), coop=coop.thread())
+        gin.wait_signal(ctx, coop.thread(), 0, 260, 3)  # over 3 bits 260 is 4: 0 is below it, 6 reaches it
+        out[0] = gin.read_signal(ctx, 0)
+
+    def main(comm):
+        out = comm.alloc(1, np.int64)
+        k[1, 1](comm.device_communicator(gin_signal_count=1), out)
+        return out.get()[0]
+    assert run_ranks(main, nranks=2) == [6, 6]
+
+
+def test_reordered_delivery_reorders_and_is_seeded():
+    @flowdsl.kernel
+    def k(comm, src, dst):
+        ctx = gin.context(comm, 0)
+        w = team.world(comm)
+        if w.rank == 0:
+            for i in range(8):
+                gin.put(ctx, w, 1, dst, 0, src, i * 4, 4, remote=gin.weak_signal_inc(0), coop=coop.thread())
+        else:
+            gin.wait_signal(ctx, coop.thread(), 0, 8)
+
+    def main(comm):
+        a, b = comm.alloc(8, np.float32), comm.alloc(8, np.float32)
+        a.set(np.arange(8, dtype=np.float32))
+        with comm.register(a) as s, comm.register(b) as d, comm.device_communicator(gin_signal_count=1) as dc:
+            k[1, 1](dc, s, d)
+            comm.synchronize()
+        return float(b.get()[0])
+
+    def last(seed, d):
+        return run_ranks(main, nranks=2, nodes=2, seed=seed, gin_delivery=d)[1]
+    assert {last(s, "ordered") for s in range(6)} == {7.0}
+    seen = {last(s, "reordered") for s in range(12)}
+    assert len(seen) > 1
+    assert last(3, "reordered") == last(3, "reordered")
