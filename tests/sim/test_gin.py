@@ -307,3 +307,31 @@ def test_reordered_delivery_reorders_and_is_seeded():
     seen = {last(s, "reordered") for s in range(12)}
     assert len(seen) > 1
     assert last(3, "reordered") == last(3, "reordered")
+
+
+@flowdsl.kernel
+def _legacy_after_two_puts(comm, src, dst, out):
+    ctx = gin.context(comm, 0)
+    w = team.world(comm)
+    peer = (w.rank + 1) % w.nranks
+    gin.put(ctx, w, peer, dst, 0, src, 0, 16, coop=coop.thread())
+    gin.put(ctx, w, peer, dst, 16, src, 16, 16, remote=gin.signal_inc(0), coop=coop.thread())
+    gin.wait_signal(ctx, coop.thread(), 0, 1)
+    out[0] = lsa.local_view(dst)[0]
+
+
+@pytest.mark.parametrize("backend, covered", [("proxy", True), ("gdaki", True), ("efa_gda", False)])
+def test_legacy_signal_is_strong_except_on_efa_gda(backend, covered):
+    def main(comm):
+        a, b, out = comm.alloc(8, np.float32), comm.alloc(8, np.float32), comm.alloc(1, np.float32)
+        a.set(np.arange(8, dtype=np.float32) + comm.rank)
+        with comm.register(a) as s, comm.register(b) as d, comm.device_communicator(gin_signal_count=1) as dc:
+            _legacy_after_two_puts[1, 1](dc, s, d, out)
+            comm.synchronize()
+        return out.get()[0]
+    run = lambda: run_ranks(main, nranks=2, nodes=2, seed=1, gin_delivery="reordered", gin_backend=backend)  # noqa: E731
+    if covered:
+        assert run() == [1.0, 0.0]
+    else:
+        with pytest.raises(sim.GinCoverageError, match="the weak signal 0 covers only put #1; put #0"):
+            run()
