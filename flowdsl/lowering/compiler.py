@@ -19,7 +19,7 @@ from numba.core import types
 from numba.cuda import compiler as numba_compiler
 from numba.cuda import dispatcher as numba_dispatcher
 
-from .target import Target, compiling_for
+from .target import Target, compiling_for, noted_features
 
 __all__ = ["CompiledKernel", "compile_kernel", "elf_function_symbols"]
 
@@ -44,7 +44,8 @@ class CompiledKernel:
     link_log: str = ""
     seconds: float = 0.0
     support_arch: str = ""
-    extra: dict = field(default_factory=dict)
+    #: What the kernel needs of the runtime (e.g. ``gin.strong_signals``), checked at launch.
+    features: frozenset = field(default_factory=frozenset)
 
     def function_symbols(self) -> list[str]:
         """Every function symbol in the cubin (the kernel alone, once everything is inlined)."""
@@ -79,6 +80,7 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
         lib, _ = numba_compiler._compile_pyfunc_with_fixup(
             pyfunc, types.void(*argtypes), device=False, cc=target.cc, lto=True, abi="numba",
             fastmath=fastmath, lineinfo=lineinfo)
+        features = noted_features()
     ltoir = lib.get_ltoir(cc=target.cc)
     objects = [ObjectCode.from_ltoir(ltoir, name=pyfunc.__name__),
                ObjectCode.from_ltoir(support_ltoir, name="flowdsl_support")]
@@ -90,7 +92,7 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
     finally:
         linker.close()
     return CompiledKernel(lib._entry_name, bytes(cubin), target, tuple(argtypes), log,
-                          time.perf_counter() - start, support_arch)
+                          time.perf_counter() - start, support_arch, features=features)
 
 
 def elf_function_symbols(elf: bytes, defined_only: bool = True) -> list[str]:

@@ -23,6 +23,7 @@ NUMBA_TYPES = {
     "int": types.int32,
     "uint32": types.uint32,
     "size_t": types.uint64,
+    "uint64": types.uint64,
     "ptr": types.voidptr,
     "devcomm": types.voidptr,
     "window": types.voidptr,

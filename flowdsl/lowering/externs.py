@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..enums import CoopKind
 
-__all__ = ["Extern", "EXTERNS", "C_TYPES", "COOP_SUFFIX", "symbols", "render_header", "by_name"]
+__all__ = ["Extern", "EXTERNS", "C_TYPES", "COOP_SUFFIX", "REMOTE_VARIANTS", "symbols", "render_header", "by_name"]
 
 #: Table C type key -> C spelling. Only pointers and scalars cross the C ABI.
 C_TYPES = {
@@ -26,6 +26,7 @@ C_TYPES = {
     "int": "int",
     "uint32": "uint32_t",
     "size_t": "size_t",
+    "uint64": "uint64_t",
     "ptr": "void*",
     "devcomm": "const ncclDevComm*",
     "window": "ncclWindow_t",
@@ -65,6 +66,8 @@ class Extern:
     coop: bool = False
     since: tuple[int, int, int] = (2, 28, 9)
     archs: tuple[str, ...] = ("sm_80", "sm_90", "sm_100")
+    #: One C function per variant ``(suffix, since)``, named ``<name>__<suffix>[__<coop>]``.
+    variants: tuple[tuple[str, tuple[int, int, int]], ...] = ()
 
     def c_params(self) -> list[str]:
         params = ["uint32_t coop"] if self.coop else []
@@ -76,10 +79,20 @@ class Extern:
                 params.append(f"{spelled} {arg}")
         return params
 
-    def symbols(self) -> list[str]:
+    def symbols(self, nccl_version: tuple[int, int, int] | None = None) -> list[str]:
+        stems = [self.name] if not self.variants else [
+            f"{self.name}__{suffix}" for suffix, since in self.variants
+            if nccl_version is None or nccl_version >= since]
         if not self.coop:
-            return [self.name]
-        return [f"{self.name}__{suffix}" for suffix in COOP_SUFFIX.values()]
+            return stems
+        return [f"{stem}__{suffix}" for stem in stems for suffix in COOP_SUFFIX.values()]
+
+    def variant_since(self, symbol: str) -> tuple[int, int, int]:
+        """Oldest NCCL release that has ``symbol`` (a variant may be newer than the row)."""
+        for suffix, since in self.variants:
+            if symbol.startswith(f"{self.name}__{suffix}"):
+                return max(since, self.since)
+        return self.since
 
 
 def _e(name, ret, args, doc, **kw):
@@ -89,6 +102,14 @@ def _e(name, ret, args, doc, **kw):
 _COMM = ("devcomm", "comm")
 _WIN = ("window", "win")
 _TEAM = ("team", "team")
+_REMOTE = [("uint32", "signal"), ("window", "signal_win"), ("size_t", "signal_offset"), ("uint64", "value")]
+_TO_PEER = [_COMM, ("int", "ctx"), _TEAM, ("int", "peer")]
+#: GIN remote actions: (kind, oldest NCCL with it). Legacy kinds exist since 2.28; strong,
+#: weak and VA signals are used from 2.32 (flowdsl's oldest release with them).
+REMOTE_VARIANTS = (("none", (2, 28, 9)), ("signal_inc", (2, 28, 9)), ("signal_add", (2, 28, 9))) + tuple(
+    (kind, (2, 32, 0)) for kind in ("strong_signal_inc", "weak_signal_inc", "strong_signal_add", "weak_signal_add",
+                                    "strong_va_signal_inc", "weak_va_signal_inc", "strong_va_signal_add",
+                                    "weak_va_signal_add"))
 
 EXTERNS: tuple[Extern, ...] = (
     # Device communicator fields.
@@ -129,6 +150,40 @@ EXTERNS: tuple[Extern, ...] = (
        "ncclLsaBarrierSession::wait.", coop=True),
     _e("flowdsl_lsa_barrier_sync", "void", [_COMM, ("uint32", "index"), ("order", "order")],
        "ncclLsaBarrierSession::sync.", coop=True),
+    # GIN. One function per remote action (and counted or not): see REMOTE_VARIANTS.
+    _e("flowdsl_gin_put", "void", _TO_PEER + [("window", "dst"), ("size_t", "dst_offset"), ("window", "src"),
+                                              ("size_t", "src_offset"), ("size_t", "bytes")] + _REMOTE,
+       "ncclGin::put with a remote action.", coop=True, variants=REMOTE_VARIANTS),
+    _e("flowdsl_gin_put", "void", _TO_PEER + [("window", "dst"), ("size_t", "dst_offset"), ("window", "src"),
+                                              ("size_t", "src_offset"), ("size_t", "bytes")] + _REMOTE
+       + [("uint32", "counter")], "ncclGin::put with a remote action and a counter.", coop=True,
+       variants=tuple((f"{kind}__counted", since) for kind, since in REMOTE_VARIANTS)),
+    _e("flowdsl_gin_put_value", "void", _TO_PEER + [("window", "dst"), ("size_t", "dst_offset"),
+                                                    ("uint64", "payload"), ("int", "size")] + _REMOTE,
+       "ncclGin::putValue (size 1, 2, 4 or 8 bytes).", coop=True, variants=REMOTE_VARIANTS),
+    _e("flowdsl_gin_signal", "void", _TO_PEER + _REMOTE, "ncclGin::signal.", coop=True,
+       variants=REMOTE_VARIANTS[1:]),
+    _e("flowdsl_gin_get", "void", [_COMM, ("int", "ctx"), _TEAM, ("int", "peer"), ("window", "remote"),
+                                   ("size_t", "remote_offset"), ("window", "local"), ("size_t", "local_offset"),
+                                   ("size_t", "bytes")], "ncclGin::get.", coop=True, since=(2, 32, 0)),
+    _e("flowdsl_gin_flush", "void", [_COMM, ("int", "ctx"), ("order", "order")], "ncclGin::flush.", coop=True),
+    _e("flowdsl_gin_read_signal", "uint64", [_COMM, ("int", "ctx"), ("uint32", "signal"), ("int", "bits"),
+                                             ("order", "order")], "ncclGin::readSignal."),
+    _e("flowdsl_gin_wait_signal", "void", [_COMM, ("int", "ctx"), ("uint32", "signal"), ("uint64", "least"),
+                                           ("int", "bits"), ("order", "order")], "ncclGin::waitSignal.",
+       coop=True),
+    _e("flowdsl_gin_reset_signal", "void", [_COMM, ("int", "ctx"), ("uint32", "signal")], "ncclGin::resetSignal."),
+    _e("flowdsl_gin_read_counter", "uint64", [_COMM, ("int", "ctx"), ("uint32", "counter"), ("int", "bits"),
+                                              ("order", "order")], "ncclGin::readCounter."),
+    _e("flowdsl_gin_wait_counter", "void", [_COMM, ("int", "ctx"), ("uint32", "counter"), ("uint64", "least"),
+                                            ("int", "bits"), ("order", "order")], "ncclGin::waitCounter.",
+       coop=True),
+    _e("flowdsl_gin_reset_counter", "void", [_COMM, ("int", "ctx"), ("uint32", "counter")],
+       "ncclGin::resetCounter."),
+    _e("flowdsl_gin_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
+       "ncclGinBarrierSession (rail team)::sync.", coop=True),
+    _e("flowdsl_hybrid_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
+       "ncclBarrierSession (world: LSA inside, GIN across)::sync.", coop=True),
 )
 
 
@@ -148,7 +203,7 @@ def symbols(nccl_version: tuple[int, int, int] | None = None, arch: str | None =
             continue
         if arch is not None and arch not in ext.archs:
             continue
-        out += ext.symbols()
+        out += ext.symbols(nccl_version)
     return out
 
 
@@ -175,7 +230,13 @@ def render_header() -> str:
         ret = C_TYPES[ext.ret]
         params = ", ".join(ext.c_params()) or "void"
         for sym in ext.symbols():
+            since_sym = ext.variant_since(sym)
+            if since_sym > ext.since:
+                code = since_sym[0] * 10000 + since_sym[1] * 100 + since_sym[2]
+                lines.append(f"#if NCCL_VERSION_CODE >= {code}")
             lines.append(f"FLOWDSL_API {ret} {sym}({params});")
+            if since_sym > ext.since:
+                lines.append("#endif")
         if guard:
             lines.append("#endif")
         lines.append("")

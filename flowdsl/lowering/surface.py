@@ -26,7 +26,7 @@ from numba.cuda.typing.templates import AbstractTemplate, infer, infer_global, s
 from .. import coop as coop_mod
 from .. import lsa, mem, team
 from ..enums import CoopKind
-from . import ptx
+from . import gin_surface, ptx
 from .declarations import DECLARED, call_extern
 from .externs import COOP_SUFFIX
 from .intrinsics import (array_ptr, devcomm_ptr, enum_value, make_coop, make_session, make_team,
@@ -506,3 +506,4 @@ def bind():
     _bind_lsa_barriers()
     _bind_reduce_copy()
     ptx.bind()
+    gin_surface.bind()

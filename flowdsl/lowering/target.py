@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from numba.core.errors import NumbaTypeError
 
 __all__ = ["Target", "compiling_for", "current", "require", "FeatureUnavailableError",
-           "parse_version", "format_version"]
+           "parse_version", "format_version", "note_feature", "noted_features"]
 
 
 class FeatureUnavailableError(NumbaTypeError):
@@ -54,12 +54,25 @@ _local = threading.local()
 
 @contextlib.contextmanager
 def compiling_for(target: Target):
-    previous = getattr(_local, "target", None)
+    previous = getattr(_local, "target", None), getattr(_local, "features", None)
     _local.target = target
+    _local.features = set()
     try:
         yield target
     finally:
-        _local.target = previous
+        _local.target, _local.features = previous
+
+
+def note_feature(name: str) -> None:
+    """Record that the kernel being compiled uses ``name`` (checked against the runtime at launch)."""
+    features = getattr(_local, "features", None)
+    if features is not None:
+        features.add(name)
+
+
+def noted_features() -> frozenset:
+    """Features recorded so far in the current compilation."""
+    return frozenset(getattr(_local, "features", None) or ())
 
 
 def current() -> Target | None:

@@ -102,3 +102,602 @@ FLOWDSL_API void flowdsl_lsa_barrier_sync__warp(uint32_t coop, const ncclDevComm
 FLOWDSL_API void flowdsl_lsa_barrier_sync__lanes(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
 FLOWDSL_API void flowdsl_lsa_barrier_sync__warp_span(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
 FLOWDSL_API void flowdsl_lsa_barrier_sync__cta(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
+
+// ncclGin::put with a remote action. (NCCL >= 2.28.9)
+FLOWDSL_API void flowdsl_gin_put__none__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put__none__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put__none__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put__none__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put__none__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put__signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put__signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put__signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put__signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put__signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put__signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put__signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put__signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put__signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put__signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+
+// ncclGin::put with a remote action and a counter. (NCCL >= 2.28.9)
+FLOWDSL_API void flowdsl_gin_put__none__counted__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API void flowdsl_gin_put__none__counted__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API void flowdsl_gin_put__none__counted__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API void flowdsl_gin_put__none__counted__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API void flowdsl_gin_put__none__counted__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API void flowdsl_gin_put__signal_inc__counted__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API void flowdsl_gin_put__signal_inc__counted__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API void flowdsl_gin_put__signal_inc__counted__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API void flowdsl_gin_put__signal_inc__counted__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API void flowdsl_gin_put__signal_inc__counted__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API void flowdsl_gin_put__signal_add__counted__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API void flowdsl_gin_put__signal_add__counted__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API void flowdsl_gin_put__signal_add__counted__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API void flowdsl_gin_put__signal_add__counted__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API void flowdsl_gin_put__signal_add__counted__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_inc__counted__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_inc__counted__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_inc__counted__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_inc__counted__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_inc__counted__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_inc__counted__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_inc__counted__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_inc__counted__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_inc__counted__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_inc__counted__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_add__counted__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_add__counted__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_add__counted__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_add__counted__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_signal_add__counted__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_add__counted__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_add__counted__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_add__counted__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_add__counted__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_signal_add__counted__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_inc__counted__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_inc__counted__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_inc__counted__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_inc__counted__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_inc__counted__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_inc__counted__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_inc__counted__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_inc__counted__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_inc__counted__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_inc__counted__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_add__counted__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_add__counted__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_add__counted__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_add__counted__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__strong_va_signal_add__counted__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_add__counted__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_add__counted__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_add__counted__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_add__counted__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put__weak_va_signal_add__counted__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+#endif
+
+// ncclGin::putValue (size 1, 2, 4 or 8 bytes). (NCCL >= 2.28.9)
+FLOWDSL_API void flowdsl_gin_put_value__none__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put_value__none__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put_value__none__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put_value__none__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put_value__none__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put_value__signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put_value__signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put_value__signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put_value__signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put_value__signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put_value__signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put_value__signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put_value__signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put_value__signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_put_value__signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, int size, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+
+// ncclGin::signal. (NCCL >= 2.28.9)
+FLOWDSL_API void flowdsl_gin_signal__signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_signal__signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_signal__signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_signal__signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_signal__signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_signal__signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_signal__signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_signal__signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_signal__signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API void flowdsl_gin_signal__signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_va_signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_va_signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_va_signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_va_signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_va_signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_va_signal_inc__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_va_signal_inc__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_va_signal_inc__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_va_signal_inc__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_va_signal_inc__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_va_signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_va_signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_va_signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_va_signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__strong_va_signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_va_signal_add__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_va_signal_add__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_va_signal_add__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_va_signal_add__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+#if NCCL_VERSION_CODE >= 23200
+FLOWDSL_API void flowdsl_gin_signal__weak_va_signal_add__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+#endif
+
+#if NCCL_VERSION_CODE >= 23200
+// ncclGin::get. (NCCL >= 2.32.0)
+FLOWDSL_API void flowdsl_gin_get__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t remote, size_t remote_offset, ncclWindow_t local, size_t local_offset, size_t bytes);
+FLOWDSL_API void flowdsl_gin_get__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t remote, size_t remote_offset, ncclWindow_t local, size_t local_offset, size_t bytes);
+FLOWDSL_API void flowdsl_gin_get__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t remote, size_t remote_offset, ncclWindow_t local, size_t local_offset, size_t bytes);
+FLOWDSL_API void flowdsl_gin_get__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t remote, size_t remote_offset, ncclWindow_t local, size_t local_offset, size_t bytes);
+FLOWDSL_API void flowdsl_gin_get__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t remote, size_t remote_offset, ncclWindow_t local, size_t local_offset, size_t bytes);
+#endif
+
+// ncclGin::flush. (NCCL >= 2.28.9)
+FLOWDSL_API void flowdsl_gin_flush__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int order);
+FLOWDSL_API void flowdsl_gin_flush__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int order);
+FLOWDSL_API void flowdsl_gin_flush__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int order);
+FLOWDSL_API void flowdsl_gin_flush__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int order);
+FLOWDSL_API void flowdsl_gin_flush__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int order);
+
+// ncclGin::readSignal. (NCCL >= 2.28.9)
+FLOWDSL_API uint64_t flowdsl_gin_read_signal(const ncclDevComm* comm, int ctx, uint32_t signal, int bits, int order);
+
+// ncclGin::waitSignal. (NCCL >= 2.28.9)
+FLOWDSL_API void flowdsl_gin_wait_signal__thread(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
+FLOWDSL_API void flowdsl_gin_wait_signal__warp(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
+FLOWDSL_API void flowdsl_gin_wait_signal__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
+FLOWDSL_API void flowdsl_gin_wait_signal__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
+FLOWDSL_API void flowdsl_gin_wait_signal__cta(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
+
+// ncclGin::resetSignal. (NCCL >= 2.28.9)
+FLOWDSL_API void flowdsl_gin_reset_signal(const ncclDevComm* comm, int ctx, uint32_t signal);
+
+// ncclGin::readCounter. (NCCL >= 2.28.9)
+FLOWDSL_API uint64_t flowdsl_gin_read_counter(const ncclDevComm* comm, int ctx, uint32_t counter, int bits, int order);
+
+// ncclGin::waitCounter. (NCCL >= 2.28.9)
+FLOWDSL_API void flowdsl_gin_wait_counter__thread(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
+FLOWDSL_API void flowdsl_gin_wait_counter__warp(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
+FLOWDSL_API void flowdsl_gin_wait_counter__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
+FLOWDSL_API void flowdsl_gin_wait_counter__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
+FLOWDSL_API void flowdsl_gin_wait_counter__cta(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
+
+// ncclGin::resetCounter. (NCCL >= 2.28.9)
+FLOWDSL_API void flowdsl_gin_reset_counter(const ncclDevComm* comm, int ctx, uint32_t counter);
+
+// ncclGinBarrierSession (rail team)::sync. (NCCL >= 2.28.9)
+FLOWDSL_API void flowdsl_gin_barrier_sync__thread(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
+FLOWDSL_API void flowdsl_gin_barrier_sync__warp(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
+FLOWDSL_API void flowdsl_gin_barrier_sync__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
+FLOWDSL_API void flowdsl_gin_barrier_sync__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
+FLOWDSL_API void flowdsl_gin_barrier_sync__cta(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
+
+// ncclBarrierSession (world: LSA inside, GIN across)::sync. (NCCL >= 2.28.9)
+FLOWDSL_API void flowdsl_hybrid_barrier_sync__thread(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
+FLOWDSL_API void flowdsl_hybrid_barrier_sync__warp(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
+FLOWDSL_API void flowdsl_hybrid_barrier_sync__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
+FLOWDSL_API void flowdsl_hybrid_barrier_sync__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
+FLOWDSL_API void flowdsl_hybrid_barrier_sync__cta(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);

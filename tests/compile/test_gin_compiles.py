@@ -1,0 +1,109 @@
+"""Every GIN primitive compiles and links (sm_90, sm_100) against the support builds, with its gates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+from numba.core.errors import TypingError
+
+import flowdsl
+from flowdsl import MemoryOrder, coop, gin, team
+
+pytestmark = pytest.mark.compile
+
+
+@flowdsl.kernel
+def gin_legacy(comm, win, out):
+    """Every GIN primitive of NCCL 2.28."""
+    ctx = gin.context(comm, 0)
+    ctx1 = gin.context(comm)
+    world = team.world(comm)
+    rail = team.rail(comm)
+    peer = (comm.rank + 1) % comm.nranks
+    gin.put(ctx, world, peer, win, 0, win, 64, 64)
+    gin.put(ctx, world, peer, win, 0, win, 64, 64, remote=gin.signal_inc(0))
+    gin.put(ctx, rail, 0, win, 0, win, 64, 64, remote=gin.signal_add(1, 5), local=gin.counter_inc(0),
+            coop=coop.warp())
+    gin.put(ctx1, world, peer, win, 0, win, 64, 64, local=gin.counter_inc(1), coop=coop.cta())
+    gin.put_value(ctx, world, peer, win, 128, np.uint64(7), remote=gin.signal_inc(2))
+    gin.put_value(ctx, world, peer, win, 136, np.float32(1.5))
+    gin.signal(ctx, world, peer, gin.signal_add(3, 2), coop=coop.lanes(0xFF))
+    gin.flush(ctx, coop.cta())
+    gin.flush(ctx, coop.warp(), MemoryOrder.RELAXED)
+    gin.wait_signal(ctx, coop.cta(), 0, 1)
+    gin.wait_signal(ctx, coop.thread(), 1, 5, 32, MemoryOrder.ACQUIRE)
+    out[0] = gin.read_signal(ctx, 2) + gin.read_signal(ctx, 3, 32, MemoryOrder.RELAXED)
+    gin.wait_counter(ctx, coop.warp_span(0, 2, 3), 0, 1)
+    out[1] = gin.read_counter(ctx, 1)
+    gin.reset_signal(ctx, 0)
+    gin.reset_counter(ctx, 0)
+    gin.barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQ_REL)
+    gin.hybrid_barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQ_REL)
+
+
+@flowdsl.kernel
+def gin_2_32(comm, win, out):
+    """The primitives of NCCL 2.32: strong/weak and VA signals, get."""
+    ctx = gin.context(comm, 1)
+    world = team.world(comm)
+    peer = (comm.rank + 1) % comm.nranks
+    gin.put(ctx, world, peer, win, 0, win, 64, 64, remote=gin.strong_signal_inc(0))
+    gin.put(ctx, world, peer, win, 0, win, 64, 64, remote=gin.weak_signal_inc(1))
+    gin.put(ctx, world, peer, win, 0, win, 64, 64, remote=gin.strong_signal_add(2, 3))
+    gin.put(ctx, world, peer, win, 0, win, 64, 64, remote=gin.weak_signal_add(3, 3), local=gin.counter_inc(0))
+    gin.put(ctx, world, peer, win, 0, win, 64, 64, remote=gin.strong_va_signal_inc(win, 256))
+    gin.put(ctx, world, peer, win, 0, win, 64, 64, remote=gin.weak_va_signal_inc(win, 264))
+    gin.signal(ctx, world, peer, gin.strong_va_signal_add(win, 272, 4))
+    gin.put_value(ctx, world, peer, win, 128, np.int32(-1), remote=gin.weak_va_signal_add(win, 280, 2))
+    gin.get(ctx, world, peer, win, 0, win, 512, 64, coop=coop.warp())
+    gin.flush(ctx, coop.warp())
+    out[0] = gin.read_signal(ctx, 0)
+
+
+ARGS = ("devcomm", ("window", np.uint64), np.zeros(4, np.uint64))
+
+
+@pytest.mark.parametrize("nccl", ["2.28.9", "2.32.3"])
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
+def test_gin_of_nccl_2_28_compiles_links_and_inlines(nccl, arch):
+    compiled = gin_legacy.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl=nccl), arch=arch, nccl=nccl)
+    assert not [s for s in compiled.function_symbols() if s.startswith("flowdsl_")]
+    assert "gin.strong_signals" not in compiled.features
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
+def test_gin_of_nccl_2_32_compiles_and_states_its_strong_signals(arch):
+    compiled = gin_2_32.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.32.3"), arch=arch, nccl="2.32.3")
+    assert not [s for s in compiled.function_symbols() if s.startswith("flowdsl_")]
+    assert "gin.strong_signals" in compiled.features
+
+
+def test_gin_of_nccl_2_32_is_refused_for_nccl_2_28():
+    with pytest.raises(TypingError, match=r"flowdsl.gin.strong_signal_inc requires NCCL >= 2.32.0, but this "
+                                          r"kernel is compiled for NCCL 2.28.9"):
+        gin_2_32.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.28.9"), arch="sm_90", nccl="2.28.9")
+
+    @flowdsl.kernel
+    def only_get(comm, win, out):
+        gin.get(gin.context(comm), team.world(comm), 0, win, 0, win, 64, 64)
+
+    with pytest.raises(TypingError, match=r"flowdsl.gin.get requires NCCL >= 2.32.0.*Install "
+                                          r"nvidia-nccl-cu13>=2.32.0"):
+        only_get.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.28.9"), arch="sm_90", nccl="2.28.9")
+
+
+def test_gin_typing_errors_name_the_argument():
+    @flowdsl.kernel
+    def wrong_remote(comm, win, out):
+        gin.put(gin.context(comm), team.world(comm), 0, win, 0, win, 64, 64, remote=gin.counter_inc(0))
+
+    with pytest.raises(TypingError, match=r"flowdsl.gin.put requires a signal action"):
+        wrong_remote.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.32.3"), arch="sm_90", nccl="2.32.3")
+
+    @flowdsl.kernel
+    def no_context(comm, win, out):
+        gin.flush(comm, coop.cta())
+
+    with pytest.raises(TypingError, match=r"flowdsl.gin.flush requires a GIN context, got DevComm"):
+        no_context.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.32.3"), arch="sm_90", nccl="2.32.3")
