@@ -30,7 +30,7 @@ from .lowering.compiler import CompiledKernel, compile_kernel
 from .lowering.target import Target, format_version, parse_version
 from .lowering.types import ArgumentMarshaller, DevCommType, WindowType
 
-__all__ = ["kernel", "device", "FlowKernel"]
+__all__ = ["kernel", "device", "FlowKernel", "check_features"]
 
 
 def device(fn=None, **options):
@@ -66,12 +66,21 @@ def _cache_root() -> Path:
     return cache_dir() / "kernels"
 
 
-def _referenced_names(code) -> set[str]:
-    names = set(code.co_names)
+def _attribute_pairs(code) -> set[tuple[str, str]]:
+    """``(module, attribute)`` pairs the code loads, e.g. ``("lsa", "barrier")`` for ``lsa.barrier``."""
+    import dis  # noqa: PLC0415
+
+    pairs = set()
+    previous = None
+    for instr in dis.get_instructions(code):
+        if instr.opname in ("LOAD_ATTR", "LOAD_METHOD") and previous is not None:
+            pairs.add((previous, instr.argval))
+        previous = instr.argval if instr.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF") else (
+            instr.argval if instr.opname in ("LOAD_ATTR", "LOAD_METHOD") else None)
     for const in code.co_consts:
         if inspect.iscode(const):
-            names |= _referenced_names(const)
-    return names
+            pairs |= _attribute_pairs(const)
+    return pairs
 
 
 @functools.cache
@@ -129,16 +138,22 @@ class FlowKernel:
     def requirements(self, grid) -> dict:
         """Device-communicator requirements this kernel implies for a launch over ``grid``.
 
-        A kernel that opens LSA barrier sessions gets one barrier per block (the
-        usual ``lsa.barrier(comm, coop, blockIdx.x)``).
+        Barrier sessions get one barrier per block (the usual ``index=blockIdx.x``):
+        ``lsa.barrier`` an LSA barrier, ``gin.barrier`` a rail GIN barrier,
+        ``gin.hybrid_barrier`` both (``barrier_count``). GIN signal and counter counts
+        depend on run-time ids: pass ``gin_signal_count`` / ``gin_counter_count``.
         """
-        names = _referenced_names(self.py_func.__code__)
+        pairs = _attribute_pairs(self.py_func.__code__)
         blocks = 1
         for dim in (grid if isinstance(grid, tuple) else (grid or 1,)):
             blocks *= int(dim)
         reqs = {}
-        if "barrier" in names:
+        if ("lsa", "barrier") in pairs:
             reqs["lsa_barrier_count"] = blocks
+        if ("gin", "barrier") in pairs:
+            reqs["rail_gin_barrier_count"] = blocks
+        if ("gin", "hybrid_barrier") in pairs:
+            reqs["barrier_count"] = blocks
         return reqs
 
     # -- compilation ---------------------------------------------------------------------------
@@ -224,19 +239,22 @@ class FlowKernel:
         cubin_path, meta_path = root / f"{key}.cubin", root / f"{key}.json"
         if cubin_path.exists() and meta_path.exists():
             cubin = cubin_path.read_bytes()
-            entry = json.loads(meta_path.read_text())["entry_name"]
+            meta = json.loads(meta_path.read_text())
+            entry, features = meta["entry_name"], frozenset(meta.get("features", ()))
             source = "disk"
         else:
             compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath,
                                       lineinfo=self.lineinfo, support_arch=support.arch)
-            cubin, entry, source = compiled.cubin, compiled.entry_name, "compiled"
+            cubin, entry, features, source = compiled.cubin, compiled.entry_name, compiled.features, "compiled"
             root.mkdir(parents=True, exist_ok=True)
-            for path, data in ((cubin_path, cubin), (meta_path, json.dumps({"entry_name": entry}).encode())):
+            meta = json.dumps({"entry_name": entry, "features": sorted(features)}).encode()
+            for path, data in ((cubin_path, cubin), (meta_path, meta)):
                 tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
                 tmp.write_bytes(data)
                 os.replace(tmp, path)
         loaded = _numba_kernel(entry, cubin, argtypes)
         loaded.bind()  # load the module now, so that the time below includes it
+        loaded.flowdsl_features = features
         self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key}
         return loaded
 
@@ -288,6 +306,7 @@ class _Loaded:
     def __init__(self, numba_kernel, argtypes):
         self.numba_kernel = numba_kernel
         self.argtypes = argtypes
+        self.features = getattr(numba_kernel, "flowdsl_features", frozenset())
         self.packers = [_packer(t) for t in argtypes]
         self.fast = all(p is not None for p in self.packers)
         self.cu_kernel = numba_kernel._codelibrary.get_cufunc().kernel if self.fast else None
@@ -398,6 +417,8 @@ class _Launch:
         block = _dims(self.block, "the block", name)
         _check_resources(name, args)
         loaded = self.kernel._specialize(args)
+        if loaded.features:
+            check_features(name, loaded.features, args)
         loaded.launch(args, grid, block, _as_stream(self.stream), int(self.shared))
 
 
@@ -414,3 +435,19 @@ def _check_resources(name: str, args) -> None:
         raise UsageError(f"Cannot launch {name}: its windows and device communicators come from different "
                          "communicators. Register windows and create the device communicator on the same "
                          "flowdsl communicator.")
+
+
+def check_features(name: str, features, args) -> None:
+    """Refuse a launch whose kernel needs what the device communicator's backend lacks."""
+    from .lowering.gin_surface import STRONG_SIGNAL_FEATURE  # noqa: PLC0415
+
+    if STRONG_SIGNAL_FEATURE not in features:
+        return
+    for arg in args:
+        backend = getattr(arg, "gin_backend", None)
+        if backend is not None and not backend.strong_signals:
+            raise UsageError(
+                f"Cannot launch {name}: it issues strong GIN signals (flowdsl.gin.strong_*), but this device "
+                f"communicator's GIN backend {backend.name} offers weak signals only. Use one weak signal per "
+                "put (flowdsl.gin.weak_signal_inc), or run with a backend that offers strong signals (the "
+                "GIN proxy, NCCL_GIN_TYPE=2).")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,7 +22,8 @@ from ..lowering.target import format_version
 from ..lowering.types import DevCommType, WindowType
 from . import nccl
 
-__all__ = ["Resource", "SymmetricAllocation", "Window", "DevComm", "device_pointer"]
+__all__ = ["Resource", "SymmetricAllocation", "Window", "DevComm", "device_pointer", "GinBackend", "GIN_BACKENDS",
+           "gin_backend_of"]
 
 
 class Resource:
@@ -145,6 +147,27 @@ class Window(Resource):
         self._nccl_window.close()
 
 
+@dataclass(frozen=True)
+class GinBackend:
+    """A GIN backend and the signals it offers (what NCCL reports as ``ncclGinType_t``)."""
+
+    name: str
+    strong_signals: bool
+
+
+#: ncclGinType_t -> backend. EFA GDA offers weak signals only; the proxy (and GDAKI, GPI) strong ones.
+GIN_BACKENDS = {2: GinBackend("PROXY", True), 3: GinBackend("GDAKI", True), 4: GinBackend("GPI", True),
+                5: GinBackend("EFA_GDA", False)}
+
+
+def gin_backend_of(comm) -> GinBackend | None:
+    """The communicator's GIN backend, or None if there is none or NCCL cannot say (2.28 has no query)."""
+    try:
+        return GIN_BACKENDS.get(int(comm._nccl.gin_type))
+    except Exception:  # noqa: BLE001 - ncclCommQueryProperties is missing before NCCL 2.29
+        return None
+
+
 class DevComm(Resource):
     """A device communicator (``ncclDevComm``) created for the loaded NCCL's device ABI.
 
@@ -176,6 +199,7 @@ class DevComm(Resource):
             self._closed = True
             comm._untrack(self)
             raise
+        self.gin_backend = gin_backend_of(comm)
         raw = bytes(self._struct)
         # Unsigned 64-bit kernel parameters (a plain int above 2**63 would not fit ssize_t).
         self._words = tuple(ctypes.c_uint64(w) for w in struct.unpack(f"<{len(raw) // 8}Q", raw))

@@ -153,3 +153,37 @@ def test_without_a_gpu_init_says_so():
 
 def test_types_are_exposed():
     assert flowdsl.FlowKernel.argtypes_for(np.float32(1), 3) == (types.float32, types.int64)
+
+
+def test_requirements_are_derived_from_the_kernel():
+    from flowdsl import gin
+
+    @flowdsl.kernel
+    def uses_all(comm, win):
+        lsa.barrier(comm, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQUIRE)
+        ctx = gin.context(comm)
+        gin.barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQUIRE)
+        gin.hybrid_barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQUIRE)
+
+    @flowdsl.kernel
+    def lsa_only(comm, win):
+        lsa.barrier(comm, coop.warp(), 0).sync(MemoryOrder.ACQUIRE)
+
+    assert uses_all.requirements((4, 2)) == {"lsa_barrier_count": 8, "rail_gin_barrier_count": 8,
+                                             "barrier_count": 8}
+    assert lsa_only.requirements(16) == {"lsa_barrier_count": 16}
+
+
+def test_strong_signals_are_refused_on_a_weak_only_backend():
+    from types import SimpleNamespace
+
+    from flowdsl._kernel import check_features
+    from flowdsl.runtime.memory import GIN_BACKENDS
+
+    efa = SimpleNamespace(gin_backend=GIN_BACKENDS[5])
+    proxy = SimpleNamespace(gin_backend=GIN_BACKENDS[2])
+    check_features("k", frozenset({"gin.strong_signals"}), (proxy, 3))
+    check_features("k", frozenset(), (efa,))
+    with pytest.raises(flowdsl.UsageError, match=r"Cannot launch k: it issues strong GIN signals .* backend "
+                                                 r"EFA_GDA offers weak signals only"):
+        check_features("k", frozenset({"gin.strong_signals"}), (efa, 3))
