@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything GPU-side in one call: install carried wheels (the GPU machine has no network),
-# run the GPU and compile tests, run the benchmarks, and print a summary table last.
+# run the GPU tests (compile and simulator tests run in CI), the demo, compute-sanitizer and the
+# benchmarks, and print a summary table last.
 #   usage: bash scripts/gpu_all.sh [pytest -k expression]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 python3 -c "import flowdsl, numba_cuda, numpy, cupy; from flowdsl.runtime.nccl import loaded_version as v; \
 print('flowdsl', flowdsl.__version__, 'numba-cuda', numba_cuda.__version__, 'numpy', numpy.__version__, \
 'cupy', cupy.__version__, 'nccl', '.'.join(map(str, v())))" | tee "$OUT/versions.txt"
-python3 -m pytest tests -m "gpu or compile" -q -p no:cacheprovider --junitxml="$OUT/junit.xml" ${1:+-k "$1"} 2>&1 | tee "$OUT/pytest.log" | tail -40
+python3 -m pytest tests -m gpu -q -p no:cacheprovider --junitxml="$OUT/junit.xml" ${1:+-k "$1"} 2>&1 | tee "$OUT/pytest.log" | tail -40
 python3 -m flowdsl demo --tokens 64 --hidden 1024 2>&1 | tee "$OUT/demo.log"
 # The same demo bootstrapped by torchrun (flowdsl.init reads RANK/WORLD_SIZE/LOCAL_RANK).
 python3 -m torch.distributed.run --nproc_per_node=1 -m flowdsl demo --tokens 8 2>&1 | tail -2 | tee "$OUT/torchrun.log"
