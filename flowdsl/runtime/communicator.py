@@ -64,8 +64,10 @@ def _exchange_unique_id(rank: int, nranks: int, *, group=None, mpi_comm=None) ->
         dist.broadcast_object_list(box, src=0, group=group)
         return box[0]
     if "MASTER_ADDR" in os.environ:
+        # Under torchrun the agent already serves the store at MASTER_PORT: every rank is a client.
+        serve = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
         store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT", "29500")),
-                              nranks, rank == 0)
+                              nranks, serve)
         if rank == 0:
             store.set("flowdsl_nccl_unique_id", pickle.dumps(uid))
         return pickle.loads(store.get("flowdsl_nccl_unique_id"))
