@@ -32,6 +32,7 @@ from pathlib import Path
 __all__ = [
     "SUPPORTED_VERSIONS", "ARCHS", "PREBUILT_DIR", "source_digest", "compile_ltoir", "read_layout",
     "build_all", "build_for_installed", "installed_include_dir", "nvcc_path", "header_version_code",
+    "defined_symbols",
 ]
 
 #: NCCL releases with a checked-in build: what PyTorch 2.11 pins, and the newest.
@@ -115,6 +116,21 @@ def compile_ltoir(include_dir: Path, arch: str, out: Path, prebuilt_dir: Path = 
                            f"{' '.join(cmd)}\n{proc.stderr}")
 
 
+def defined_symbols(include_dir: Path, arch: str, prebuilt_dir: Path = PREBUILT_DIR) -> list[str]:
+    """The functions the support source defines against these headers (read after preprocessing).
+
+    LTO-IR cannot be inspected and a full PTX build of the library takes minutes, so the
+    build preprocesses the same source with the same headers and records the defined
+    ``flowdsl_*`` functions in the manifest (the support code has no arch-specific
+    definitions; ``arch`` is passed for the record).
+    """
+    out = subprocess.run([nvcc_path(), "-std=c++17", "-E", "-x", "cu", f"-arch={arch}",
+                          "-I", str(prebuilt_dir / "include"), "-I", str(include_dir),
+                          str(prebuilt_dir / "src" / "flowdsl_support.cu")],
+                         check=True, capture_output=True, text=True).stdout
+    return sorted(set(re.findall(r"\b(flowdsl_\w+)\s*\([^;{}]*\)\s*\{", out)))
+
+
 def read_layout(include_dir: Path) -> dict:
     """Struct sizes, requirement-field offsets and the requirements initializer of an ABI."""
     nvcc = nvcc_path()
@@ -159,7 +175,8 @@ def build_all(prebuilt_dir: Path = PREBUILT_DIR, versions=SUPPORTED_VERSIONS, ar
             for arch in archs:
                 rel = Path("build") / f"nccl-{version}" / f"{arch}.ltoir"
                 compile_ltoir(include_dir, arch, prebuilt_dir / rel, prebuilt_dir)
-                entry["builds"][arch] = {"file": str(rel), "sha256": _sha256(prebuilt_dir / rel)}
+                entry["builds"][arch] = {"file": str(rel), "sha256": _sha256(prebuilt_dir / rel),
+                                         "symbols": defined_symbols(include_dir, arch, prebuilt_dir)}
                 print(f"built {rel}", flush=True)
         manifest["abis"][version] = entry
     (prebuilt_dir / "build" / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
