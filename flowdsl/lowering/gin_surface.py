@@ -25,6 +25,7 @@ from numba.cuda.extending import intrinsic, make_attribute_wrapper, overload, ov
 
 from .. import gin
 from ..enums import CoopKind, MemoryOrder
+from .checks import expect, is_omitted
 from .declarations import DECLARED
 from .externs import COOP_SUFFIX, REMOTE_VARIANTS
 from .intrinsics import devcomm_ptr, enum_value
@@ -126,12 +127,7 @@ for _name in ("ctx", "coop", "index"):
 
 
 def _expect(op, what, ty, cls):
-    if not isinstance(ty, cls):
-        raise NumbaTypeError(f"flowdsl.gin.{op} requires {what}, got {ty}")
-
-
-def _is_default(ty):
-    return ty is None or isinstance(ty, (types.Omitted, types.NoneType))
+    expect(f"flowdsl.gin.{op}", what, ty, cls)
 
 
 def _remote_maker(kind):
@@ -218,14 +214,14 @@ def _size_of(value):
 
 def _coop_of(op, coop):
     """The coop argument's type, or the calling thread when it is omitted."""
-    if _is_default(coop):
+    if is_omitted(coop):
         return None
     _expect(op, "a coop (flowdsl.coop.thread(), .warp(), .cta(), ...)", coop, CoopType)
     return coop
 
 
 def _order_of(op, order):
-    if _is_default(order):
+    if is_omitted(order):
         return None
     if not isinstance(order, (types.Integer, types.IntEnumMember)):
         raise NumbaTypeError(f"flowdsl.gin.{op} requires order to be a flowdsl.MemoryOrder, got {order}")
@@ -264,21 +260,21 @@ def _counter_of(local):
 
 @overload(_coop_word)
 def _coop_word_typer(coop):
-    if _is_default(coop):
+    if is_omitted(coop):
         return lambda coop: types.uint32(0)
     return lambda coop: coop._word
 
 
 @overload(_remote_fields)
 def _remote_fields_typer(remote):
-    if _is_default(remote):
+    if is_omitted(remote):
         return lambda remote: (types.uint32(0), _null(), types.uint64(0), types.uint64(0))
     return lambda remote: (remote.signal, remote.win, remote.offset, remote.value)
 
 
 @overload(_counter_of)
 def _counter_of_typer(local):
-    if _is_default(local):
+    if is_omitted(local):
         return lambda local: types.uint32(0)
     return lambda local: local.counter
 
@@ -341,10 +337,10 @@ def bind():
         _expect("put", "a team (flowdsl.team.world(comm), ...)", team, TeamType)
         _expect("put", "a destination window", dst_win, WindowType)
         _expect("put", "a source window", src_win, WindowType)
-        has_remote = not _is_default(remote)
+        has_remote = not is_omitted(remote)
         if has_remote:
             _check_remote("put", remote)
-        has_local = not _is_default(local)
+        has_local = not is_omitted(local)
         if has_local:
             _expect("put", "local=flowdsl.gin.counter_inc(counter)", local, LocalActionType)
         c = _coop_of("put", coop)
@@ -358,7 +354,7 @@ def bind():
         _expect("put_value", "a destination window", dst_win, WindowType)
         if not isinstance(value, (types.Integer, types.Float, types.Boolean)):
             raise NumbaTypeError(f"flowdsl.gin.put_value requires a scalar of at most 8 bytes, got {value}")
-        has_remote = not _is_default(remote)
+        has_remote = not is_omitted(remote)
         if has_remote:
             _check_remote("put_value", remote)
         c = _coop_of("put_value", coop)

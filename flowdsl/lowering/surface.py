@@ -27,6 +27,7 @@ from .. import coop as coop_mod
 from .. import lsa, mem, team
 from ..enums import CoopKind
 from . import gin_surface, ptx
+from .checks import expect, expect_int, is_omitted
 from .declarations import DECLARED, call_extern
 from .externs import COOP_SUFFIX
 from .intrinsics import (array_ptr, devcomm_ptr, enum_value, make_coop, make_session, make_team,
@@ -40,14 +41,6 @@ for _name in ("comm", "coop", "index"):
     make_attribute_wrapper(LsaBarrierSessionType, _name, _name)
 
 
-def _expect(op, what, ty, cls):
-    if not isinstance(ty, cls):
-        raise NumbaTypeError(f"{op} requires {what}, got {ty}")
-
-
-def _expect_int(op, what, ty):
-    if not isinstance(ty, (types.Integer, types.IntegerLiteral)):
-        raise NumbaTypeError(f"{op} requires {what} to be an integer, got {ty}")
 
 
 def _coop_fn(stem, coop):
@@ -70,21 +63,21 @@ def _bind_coops():
 
     @overload(coop_mod.lanes)
     def _lanes(mask):
-        _expect_int("flowdsl.coop.lanes", "mask", mask)
+        expect_int("flowdsl.coop.lanes", "mask", mask)
         maker = make_coop[CoopKind.LANES]
         return lambda mask: maker(mask)
 
     @overload(coop_mod.warp_span)
     def _warp_span(first_warp, nwarps, id):
         for what, ty in (("first_warp", first_warp), ("nwarps", nwarps), ("id", id)):
-            _expect_int("flowdsl.coop.warp_span", what, ty)
+            expect_int("flowdsl.coop.warp_span", what, ty)
         maker = make_coop[CoopKind.WARP_SPAN]
         return lambda first_warp, nwarps, id: maker(
             (first_warp & 0xFF) | ((nwarps & 0xFF) << 8) | ((id & 0xFF) << 16))
 
     def coop_call(stem, method):
         def typer(c):
-            _expect(f"flowdsl.coop.{method}", "a coop (flowdsl.coop.cta(), .warp(), ...)", c, CoopType)
+            expect(f"flowdsl.coop.{method}", "a coop (flowdsl.coop.cta(), .warp(), ...)", c, CoopType)
             fn = _coop_fn(stem, c)
             return lambda c: fn(c._word)
         return typer
@@ -111,7 +104,7 @@ def _bind_comm_and_teams():
 
     def team_of_comm(fn, name):
         def typer(comm):
-            _expect(f"flowdsl.team.{name}", "a device communicator", comm, DevCommType)
+            expect(f"flowdsl.team.{name}", "a device communicator", comm, DevCommType)
 
             def impl(comm):
                 out = cuda.local.array(3, types.int32)
@@ -126,8 +119,8 @@ def _bind_comm_and_teams():
 
     def rank_conversion(fn, name):
         def typer(comm, team, rank):
-            _expect(f"flowdsl.team.{name}", "a device communicator", comm, DevCommType)
-            _expect(f"flowdsl.team.{name}", "a team", team, TeamType)
+            expect(f"flowdsl.team.{name}", "a device communicator", comm, DevCommType)
+            expect(f"flowdsl.team.{name}", "a team", team, TeamType)
             return lambda comm, team, rank: fn(devcomm_ptr(comm), team.nranks, team.rank, team.stride, rank)
         return typer
 
@@ -137,8 +130,8 @@ def _bind_comm_and_teams():
 
     def two_teams(fn, name, is_bool):
         def typer(a, b, b_rank):
-            _expect(f"flowdsl.team.{name}", "teams", a, TeamType)
-            _expect(f"flowdsl.team.{name}", "teams", b, TeamType)
+            expect(f"flowdsl.team.{name}", "teams", a, TeamType)
+            expect(f"flowdsl.team.{name}", "teams", b, TeamType)
             if is_bool:
                 return lambda a, b, b_rank: fn(a.nranks, a.rank, a.stride, b.nranks, b.rank, b.stride,
                                                b_rank) != 0
@@ -150,8 +143,8 @@ def _bind_comm_and_teams():
 
     def difference(fn):
         def typer(parent, subset, index):
-            _expect("flowdsl.team.rank_in_difference", "teams", parent, TeamType)
-            _expect("flowdsl.team.rank_in_difference", "teams", subset, TeamType)
+            expect("flowdsl.team.rank_in_difference", "teams", parent, TeamType)
+            expect("flowdsl.team.rank_in_difference", "teams", subset, TeamType)
             return lambda parent, subset, index: fn(parent.nranks, parent.rank, parent.stride, subset.nranks,
                                                     subset.rank, subset.stride, index)
         return typer
@@ -160,7 +153,7 @@ def _bind_comm_and_teams():
 
     def factor(fn, name):
         def typer(parent, inner_size):
-            _expect(f"flowdsl.team.{name}", "a team", parent, TeamType)
+            expect(f"flowdsl.team.{name}", "a team", parent, TeamType)
 
             def impl(parent, inner_size):
                 out = cuda.local.array(3, types.int32)
@@ -187,22 +180,18 @@ def _view_dtype(op, win, dtype):
                          f"numba.float32), got {dtype}")
 
 
-def _is_default(ty):
-    return ty is None or isinstance(ty, (types.Omitted, types.NoneType))
-
-
 def _view_typer(op, win, where, start, count, dtype):
     """Typing of a window view: checks every argument, returns the view's array type."""
     name = f"flowdsl.lsa.{op}"
-    _expect(name, "a window (from comm.register(buf))", win, WindowType)
+    expect(name, "a window (from comm.register(buf))", win, WindowType)
     for what, ty in where:
         if what == "team":
-            _expect(name, "a team", ty, TeamType)
+            expect(name, "a team", ty, TeamType)
         else:
-            _expect_int(name, what, ty)
+            expect_int(name, what, ty)
     for what, ty in (("start", start), ("count", count)):
-        if not _is_default(ty):
-            _expect_int(name, what, ty)
+        if not is_omitted(ty):
+            expect_int(name, what, ty)
     elem = _view_dtype(name, win, dtype)
     if not isinstance(elem, (types.Integer, types.Float, types.Complex)):
         raise NumbaTypeError(f"{name} cannot view a window as {elem}: use a numeric type")
@@ -289,7 +278,7 @@ def _bind_lsa_pointers_and_views():
             i64 = types.int64
 
             def arg(pos, default):
-                if pos < len(rest) and not _is_default(rest[pos][0]):
+                if pos < len(rest) and not is_omitted(rest[pos][0]):
                     return context.cast(builder, rest[pos][1], rest[pos][0], i64)
                 return context.get_constant(i64, default)
 
@@ -324,26 +313,26 @@ def _bind_lsa_pointers_and_views():
 
     @overload(lsa.get_local_pointer)
     def _get_local_pointer(win, offset):
-        _expect("flowdsl.lsa.get_local_pointer", "a window (from comm.register(buf))", win, WindowType)
+        expect("flowdsl.lsa.get_local_pointer", "a window (from comm.register(buf))", win, WindowType)
         elem = win.dtype
         return lambda win, offset: typed_pointer(local(win._handle, offset), elem)
 
     @overload(lsa.get_lsa_pointer)
     def _get_lsa_pointer(win, offset, lsa_peer):
-        _expect("flowdsl.lsa.get_lsa_pointer", "a window (from comm.register(buf))", win, WindowType)
+        expect("flowdsl.lsa.get_lsa_pointer", "a window (from comm.register(buf))", win, WindowType)
         elem = win.dtype
         return lambda win, offset, lsa_peer: typed_pointer(lsa_ptr(win._handle, offset, lsa_peer), elem)
 
     @overload(lsa.get_peer_pointer)
     def _get_peer_pointer(win, offset, peer):
-        _expect("flowdsl.lsa.get_peer_pointer", "a window (from comm.register(buf))", win, WindowType)
+        expect("flowdsl.lsa.get_peer_pointer", "a window (from comm.register(buf))", win, WindowType)
         elem = win.dtype
         return lambda win, offset, peer: typed_pointer(peer_ptr(win._handle, offset, peer), elem)
 
     @overload(lsa.get_team_pointer)
     def _get_team_pointer(win, offset, team, peer):
-        _expect("flowdsl.lsa.get_team_pointer", "a window (from comm.register(buf))", win, WindowType)
-        _expect("flowdsl.lsa.get_team_pointer", "a team", team, TeamType)
+        expect("flowdsl.lsa.get_team_pointer", "a window (from comm.register(buf))", win, WindowType)
+        expect("flowdsl.lsa.get_team_pointer", "a team", team, TeamType)
         elem = win.dtype
         return lambda win, offset, team, peer: typed_pointer(
             team_ptr(win._handle, offset, team.nranks, team.rank, team.stride, peer), elem)
@@ -354,14 +343,14 @@ def _bind_lsa_pointers_and_views():
 def _bind_lsa_barriers():
     @overload(lsa.barrier)
     def _barrier(comm, coop, index):
-        _expect("flowdsl.lsa.barrier", "a device communicator", comm, DevCommType)
-        _expect("flowdsl.lsa.barrier", "a coop (flowdsl.coop.cta(), .warp(), ...)", coop, CoopType)
-        _expect_int("flowdsl.lsa.barrier", "index", index)
+        expect("flowdsl.lsa.barrier", "a device communicator", comm, DevCommType)
+        expect("flowdsl.lsa.barrier", "a coop (flowdsl.coop.cta(), .warp(), ...)", coop, CoopType)
+        expect_int("flowdsl.lsa.barrier", "index", index)
         return lambda comm, coop, index: make_session(comm, coop, index)
 
     def barrier_call(op):
         def typer(session, order):
-            _expect(f"flowdsl.lsa.{op}", "a barrier session (from flowdsl.lsa.barrier)", session,
+            expect(f"flowdsl.lsa.{op}", "a barrier session (from flowdsl.lsa.barrier)", session,
                     LsaBarrierSessionType)
             if not isinstance(order, (types.Integer, types.IntegerLiteral, types.IntEnumMember)):
                 raise NumbaTypeError(f"flowdsl.lsa.{op} requires order to be a flowdsl.MemoryOrder, "
@@ -470,23 +459,23 @@ def _bind_reduce_copy():
 
     @overload(lsa.reduce_sum)
     def _reduce_sum(coop, comm, win, start, dst, count):
-        _expect("flowdsl.lsa.reduce_sum", "a coop", coop, CoopType)
-        _expect("flowdsl.lsa.reduce_sum", "a window", win, WindowType)
-        _expect("flowdsl.lsa.reduce_sum", "an output array", dst, types.Array)
+        expect("flowdsl.lsa.reduce_sum", "a coop", coop, CoopType)
+        expect("flowdsl.lsa.reduce_sum", "a window", win, WindowType)
+        expect("flowdsl.lsa.reduce_sum", "an output array", dst, types.Array)
         return lambda coop, comm, win, start, dst, count: reduce_sum(coop, comm, win, start, dst, count)
 
     @overload(lsa.copy)
     def _copy(coop, comm, src, win, start, count):
-        _expect("flowdsl.lsa.copy", "a coop", coop, CoopType)
-        _expect("flowdsl.lsa.copy", "an input array", src, types.Array)
-        _expect("flowdsl.lsa.copy", "a window", win, WindowType)
+        expect("flowdsl.lsa.copy", "a coop", coop, CoopType)
+        expect("flowdsl.lsa.copy", "an input array", src, types.Array)
+        expect("flowdsl.lsa.copy", "a window", win, WindowType)
         return lambda coop, comm, src, win, start, count: copy(coop, comm, src, win, start, count)
 
     @overload(lsa.reduce_sum_copy)
     def _reduce_sum_copy(coop, comm, src_win, src_start, dst_win, dst_start, count):
-        _expect("flowdsl.lsa.reduce_sum_copy", "a coop", coop, CoopType)
-        _expect("flowdsl.lsa.reduce_sum_copy", "a source window", src_win, WindowType)
-        _expect("flowdsl.lsa.reduce_sum_copy", "a destination window", dst_win, WindowType)
+        expect("flowdsl.lsa.reduce_sum_copy", "a coop", coop, CoopType)
+        expect("flowdsl.lsa.reduce_sum_copy", "a source window", src_win, WindowType)
+        expect("flowdsl.lsa.reduce_sum_copy", "a destination window", dst_win, WindowType)
         return lambda coop, comm, src_win, src_start, dst_win, dst_start, count: reduce_sum_copy(
             coop, comm, src_win, src_start, dst_win, dst_start, count)
 
