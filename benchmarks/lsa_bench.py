@@ -70,20 +70,34 @@ def reduce_copy_vec_flowdsl(comm, src, dst, count):
 
 
 @flowdsl.kernel
-def empty_flowdsl(src, count):
-    pass
-
-
-@flowdsl.kernel
-def reduce_copy_helper(comm, src, dst, count):
-    """The same operation through flowdsl's own helper, lsa.reduce_sum_copy, block by block."""
-    # Each block takes a contiguous slice (a multiple of 4 elements, so that 16-byte vectors
-    # line up); the helper splits it over the block's threads.
+def reduce_copy_slices(comm, src, dst, count):
+    """lsa.reduce_sum_copy with one contiguous slice per block (kept to show the difference)."""
     per_block = ((count + cuda.gridDim.x - 1) // cuda.gridDim.x + 3) // 4 * 4
     start = cuda.blockIdx.x * per_block
     n = min(per_block, count - start)
     if n > 0:
         lsa.reduce_sum_copy(flowdsl.coop.cta(), comm, src, start, dst, start, n)
+
+
+@flowdsl.kernel
+def empty_flowdsl(src, count):
+    pass
+
+
+CHUNK = 16384  # elements per block and step: 64 KiB of float32, a multiple of 4 (16-byte vectors)
+
+
+@flowdsl.kernel
+def reduce_copy_helper(comm, src, dst, count):
+    """The same operation through flowdsl's own helper, lsa.reduce_sum_copy, chunk by chunk.
+
+    Blocks take chunks round-robin (chunk b, b + grid, ...), so that the grid streams
+    through memory together; the helper splits each chunk over the block's threads.
+    """
+    start = cuda.blockIdx.x * CHUNK
+    while start < count:
+        lsa.reduce_sum_copy(flowdsl.coop.cta(), comm, src, start, dst, start, min(CHUNK, count - start))
+        start += cuda.gridDim.x * CHUNK
 
 
 def build_cpp(workdir: Path) -> Path:
@@ -181,6 +195,8 @@ def main() -> None:
                 "C++ 16-byte (float4)": lambda: cpp_vec((grid,), (block,), cpp_args),
                 "flowdsl lsa.reduce_sum_copy": lambda: reduce_copy_helper[grid, block](dcomm, src_win, dst_win,
                                                                                        count),
+                "flowdsl lsa.reduce_sum_copy, 1 slice per block": lambda: reduce_copy_slices[grid, block](
+                    dcomm, src_win, dst_win, count),
                 "device-to-device copy": lambda: plain.__setitem__(slice(None), src),
             }
             # Check every version's output before timing it (poisoned first).
