@@ -2,23 +2,20 @@
 
 Contents: :func:`devcomm_ptr`, :func:`array_ptr`, :func:`make_coop`,
 :func:`make_team`, :func:`make_session`, :func:`typed_pointer`,
-:func:`view_from_pointer`, :func:`trap`, :func:`enum_value`,
-:func:`literal_int`.
+:func:`enum_value`, :func:`emit_trap`.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 from numba.core import cgutils, types
-from numba.core.errors import NumbaTypeError
 from numba.cuda.extending import intrinsic
-from numba.cuda.np.arrayobj import populate_array
 
 from ..enums import CoopKind
 from .types import CoopType, DevCommType, LsaBarrierSessionType, team_type
 
 __all__ = ["devcomm_ptr", "array_ptr", "make_coop", "make_team", "make_session", "typed_pointer",
-           "view_from_pointer", "trap", "enum_value", "literal_int"]
+           "enum_value", "emit_trap"]
 
 
 @intrinsic
@@ -107,45 +104,9 @@ def typed_pointer(typingctx, ptr, dtype):
     return types.CPointer(elem)(ptr, dtype), codegen
 
 
-@intrinsic
-def view_from_pointer(typingctx, ptr, count, dtype):
-    """A 1-D C-contiguous array of ``count`` elements of ``dtype`` starting at ``ptr``."""
-    elem = dtype.instance_type if isinstance(dtype, types.NumberClass) else None
-    if elem is None:
-        return None
-    array_type = types.Array(elem, 1, "C")
-
-    def codegen(context, builder, sig, args):
-        ary = context.make_array(array_type)(context, builder)
-        itemsize = context.get_abi_sizeof(context.get_data_type(elem))
-        data = builder.bitcast(args[0], context.get_data_type(elem).as_pointer())
-        n = context.cast(builder, args[1], sig.args[1], types.intp)
-        populate_array(ary, data=data, shape=cgutils.pack_array(builder, [n]),
-                       strides=cgutils.pack_array(builder, [context.get_constant(types.intp, itemsize)]),
-                       itemsize=context.get_constant(types.intp, itemsize), meminfo=None)
-        return ary._getvalue()
-
-    return array_type(ptr, count, dtype), codegen
-
-
-@intrinsic
-def trap(typingctx):
-    """Abort the kernel (``trap``): the launch fails with an illegal-instruction error."""
-
-    def codegen(context, builder, sig, args):
-        builder.asm(ir.FunctionType(ir.VoidType(), []), "trap;", "", [], side_effect=True)
-        return context.get_dummy_value()
-
-    return types.void(), codegen
-
-
-def literal_int(ty, what: str) -> int:
-    """The compile-time value of an int or IntEnum argument, or a typing error naming ``what``."""
-    value = getattr(ty, "literal_value", None)
-    if isinstance(value, int):
-        return int(value)
-    raise NumbaTypeError(f"{what} must be a compile-time constant (a literal or an enum member such "
-                         f"as flowdsl.ThreadScope.DEVICE), got {ty}")
+def emit_trap(builder) -> None:
+    """Emit PTX ``trap``: the kernel stops and its launch fails."""
+    builder.asm(ir.FunctionType(ir.VoidType(), []), "trap;", "", [], side_effect=True)
 
 
 @intrinsic

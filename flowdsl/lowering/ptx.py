@@ -23,6 +23,7 @@ from numba.cuda.extending import intrinsic, overload
 
 from .. import mem
 from ..enums import MemoryOrder, ThreadScope
+from .intrinsics import emit_trap
 
 __all__ = ["bind", "PTX_TYPES"]
 
@@ -74,10 +75,6 @@ def _asm(builder, ret, operands, text, constraints):
     return builder.asm(fnty, text, constraints, operands, side_effect=True)
 
 
-def _trap(builder):
-    builder.asm(ir.FunctionType(ir.VoidType(), []), "trap;", "", [], side_effect=True)
-
-
 def _as_i64(context, builder, value, ty):
     if isinstance(ty, types.IntEnumMember):
         ty = ty.dtype
@@ -103,7 +100,7 @@ def _select(context, builder, selectors, table, result_type=None):
             if slot is not None:
                 builder.store(out, slot)
     with builder.if_then(builder.not_(matched), likely=False):
-        _trap(builder)
+        emit_trap(builder)
     return builder.load(slot) if slot is not None else None
 
 

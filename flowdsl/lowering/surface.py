@@ -31,7 +31,7 @@ from .checks import expect, expect_int, is_omitted
 from .declarations import DECLARED, call_extern
 from .externs import COOP_SUFFIX
 from .intrinsics import (array_ptr, devcomm_ptr, enum_value, make_coop, make_session, make_team,
-                         trap, typed_pointer)
+                         emit_trap, typed_pointer)
 from .types import CoopType, DevCommType, LsaBarrierSessionType, TeamType, WindowType
 
 __all__ = ["bind", "reduce_sum_impl", "copy_impl", "reduce_sum_copy_impl"]
@@ -236,7 +236,7 @@ def _view_error_function(module, op):
     vprintf = cgutils.get_or_insert_function(module, ir.FunctionType(ir.IntType(32), [voidptr, voidptr]),
                                              "vprintf")
     builder.call(vprintf, [builder.bitcast(fmt, voidptr), builder.bitcast(buf, voidptr)])
-    builder.asm(ir.FunctionType(ir.VoidType(), []), "trap;", "", [], side_effect=True)
+    emit_trap(builder)
     builder.unreachable()
     return fn
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from numba.core import types
 from numba.cuda import models
+from numba.cuda.datamodel.models import OpaqueModel
 from numba.cuda.extending import make_attribute_wrapper, register_model
 
 from ..enums import CoopKind
@@ -102,8 +103,7 @@ class ConstantEnumClass(types.Dummy):
         return self.instance_class
 
 
-register_model(ConstantEnumClass)(models.OpaqueModel if hasattr(models, "OpaqueModel") else
-                                  __import__("numba.cuda.datamodel.models", fromlist=["OpaqueModel"]).OpaqueModel)
+register_model(ConstantEnumClass)(OpaqueModel)
 
 
 @register_model(DevCommType)
