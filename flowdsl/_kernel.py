@@ -5,9 +5,11 @@ first launch: numba lowers it to LTO-IR, nvJitLink links it with the support
 build of the loaded NCCL, and the cubin is cached on disk (keyed by the
 kernel's source, the argument types, the NCCL release, the arch, the support
 build and the flowdsl/numba-cuda versions) so that a second process loads it
-instead of compiling. Launches go through numba-cuda's kernel launcher.
+instead of compiling. A launch types and flattens its arguments itself (as
+numba-cuda would) and calls ``cuda.core.launch``; kinds of argument it does
+not know go through numba-cuda's launcher.
 
-Contents: :func:`kernel`, :func:`device`, :class:`FlowKernel`.
+Contents: :func:`kernel`, :func:`device`, :class:`FlowKernel`, :func:`check_features`.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from .lowering.types import ArgumentMarshaller, DevCommType, WindowType
 __all__ = ["kernel", "device", "FlowKernel", "check_features"]
 
 
-def device(fn=None, **options):
-    """A helper device function callable from flowdsl kernels (inlined per target).
+def device(fn=None):
+    """A helper device function callable from flowdsl kernels (compiled per target).
 
     Device functions may not return arrays (numba-cuda restriction without NRT):
     pass output arrays in, or return scalars.
@@ -42,7 +44,7 @@ def device(fn=None, **options):
     from numba.cuda.extending import register_jitable  # noqa: PLC0415
 
     if fn is None:
-        return lambda f: device(f, **options)
+        return device
     jitted = register_jitable(fn)
     jitted.__flowdsl_device__ = True
     jitted.py_func = fn
