@@ -136,3 +136,23 @@ def test_ptx_spells_the_memory_model():
     # Enum arguments are constants: every other (order, scope) variant and the trap fold away.
     for absent in ("ld.acquire.gpu", "ld.acquire.cta", "st.release.sys", "fence.acq_rel", "trap"):
         assert absent not in ptx, absent
+
+
+@flowdsl.device
+def _scaled_sum(view, n, scale):
+    acc = float32(0.0)
+    for i in range(n):
+        acc += view[i]
+    return acc * scale
+
+
+@flowdsl.kernel
+def uses_device_function(comm, win, out):
+    out[0] = _scaled_sum(lsa.local_view(win), 4, float32(2.0))
+
+
+def test_device_functions_compile_into_kernels():
+    argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", np.float32), np.zeros(1, np.float32),
+                                               nccl="2.28.9")
+    compiled = uses_device_function.compile(argtypes, arch="sm_90", nccl="2.28.9")
+    assert not [s for s in compiled.function_symbols() if s.startswith("flowdsl_")]
