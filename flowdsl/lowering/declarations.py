@@ -28,6 +28,7 @@ NUMBA_TYPES = {
     "devcomm": types.voidptr,
     "window": types.voidptr,
     "int_out": types.voidptr,
+    "u64_out": types.voidptr,
     "order": types.int32,
     "team": (types.int32, types.int32, types.int32),
 }

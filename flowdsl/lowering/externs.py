@@ -6,9 +6,12 @@ in :data:`EXTERNS`. From this table come: the numba declarations
 (:func:`render_header`), and the test that every symbol exists in every built
 LTO-IR. A row with ``coop=True`` stands for one C function per coop kind,
 named ``<name>__<kind>``, whose first argument is the packed coop word.
+Rows of ``library="cft"`` make a separate support library (``flowdsl_cft.h``,
+``prebuilt/src/flowdsl_cft.cu``), built with a CUDA >= 13.3 nvcc for sm_100
+and linked only into kernels that use :mod:`flowdsl.cft`.
 
 Contents: :class:`Extern`, :data:`EXTERNS`, :data:`C_TYPES`, :data:`COOP_SUFFIX`,
-:func:`symbols`, :func:`render_header`, :func:`by_name`.
+:data:`CFT_SINCE`, :data:`CFT_ARCHS`, :data:`CFT_CUDA`, :data:`LIBRARIES`, :func:`symbols`, :func:`render_header`, :func:`by_name`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from dataclasses import dataclass
 
 from ..enums import CoopKind
 
-__all__ = ["Extern", "EXTERNS", "C_TYPES", "COOP_SUFFIX", "REMOTE_VARIANTS", "symbols", "render_header", "by_name"]
+__all__ = ["Extern", "EXTERNS", "C_TYPES", "COOP_SUFFIX", "REMOTE_VARIANTS", "CFT_SINCE", "CFT_ARCHS", "CFT_CUDA",
+           "LIBRARIES", "symbols", "render_header", "by_name"]
 
 #: Table C type key -> C spelling. Only pointers and scalars cross the C ABI.
 C_TYPES = {
@@ -31,6 +35,7 @@ C_TYPES = {
     "devcomm": "const ncclDevComm*",
     "window": "ncclWindow_t",
     "int_out": "int*",
+    "u64_out": "uint64_t*",
     "order": "int",  # cuda::memory_order
     # A team crosses the ABI as its three fields.
     "team": ("int", "int", "int"),
@@ -57,6 +62,8 @@ class Extern:
         coop: One function per coop kind, with a leading ``uint32_t coop`` word.
         since: Oldest NCCL release whose device API has it.
         archs: Targets it is built for.
+        library: ``"support"`` (every build) or ``"cft"`` (the separate CFT builds).
+        cuda: Oldest CUDA toolkit (nvcc for the build, nvJitLink for the link) it needs.
     """
 
     name: str
@@ -68,6 +75,8 @@ class Extern:
     archs: tuple[str, ...] = ("sm_80", "sm_90", "sm_100")
     #: One C function per variant ``(suffix, since)``, named ``<name>__<suffix>[__<coop>]``.
     variants: tuple[tuple[str, tuple[int, int, int]], ...] = ()
+    library: str = "support"
+    cuda: tuple[int, int] = (13, 0)
 
     def c_params(self) -> list[str]:
         params = ["uint32_t coop"] if self.coop else []
@@ -98,6 +107,12 @@ class Extern:
 def _e(name, ret, args, doc, **kw):
     return Extern(name, ret, tuple(args), doc, **kw)
 
+
+#: CFT needs NCCL 2.31, Blackwell (sm_100) and CUDA 13.3 (NCCL's headers compile it only then).
+CFT_SINCE = (2, 31, 0)
+CFT_ARCHS = ("sm_100",)
+CFT_CUDA = (13, 3)
+LIBRARIES = ("support", "cft")
 
 _COMM = ("devcomm", "comm")
 _WIN = ("window", "win")
@@ -184,6 +199,50 @@ EXTERNS: tuple[Extern, ...] = (
        "ncclGinBarrierSession (rail team)::sync.", coop=True),
     _e("flowdsl_hybrid_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
        "ncclBarrierSession (world: LSA inside, GIN across)::sync.", coop=True),
+) + tuple(
+    Extern(e.name, e.ret, e.args, e.doc, coop=e.coop, since=CFT_SINCE, archs=CFT_ARCHS, library="cft",
+           cuda=CFT_CUDA)
+    for e in (
+        # CFT (the separate "cft" library): teams, logical endpoints, sessions, counted writes, barriers.
+        _e("flowdsl_cft_team", "void", [_COMM, ("int_out", "out")], "ncclTeamCft (flat)."),
+        _e("flowdsl_cft_le_info", "void", [_COMM, _WIN, ("size_t", "offset"), _TEAM, ("int", "peer"),
+                                           ("u64_out", "out")],
+           "ncclGetCftLeInfo: out[0] = LE id, out[1] = LE offset."),
+        _e("flowdsl_cft_peer_le_info", "void", [_COMM, _WIN, ("size_t", "offset"), ("int", "peer"),
+                                                ("u64_out", "out")],
+           "ncclGetPeerLeInfo (world peer): out[0] = LE id, out[1] = LE offset."),
+        _e("flowdsl_cft_read_counter", "uint64", [_WIN, ("size_t", "offset"), ("order", "order")],
+           "Load of the u64 counter at a byte offset of the local counted window (no fabric fence)."),
+        _e("flowdsl_cft_session_open", "void", [("ptr", "session")],
+           "ncclCft constructor: initialises the session's mbarrier in shared memory.", coop=True),
+        _e("flowdsl_cft_session_close", "void", [("ptr", "session")],
+           "ncclCft destructor: invalidates the session's mbarrier.", coop=True),
+        _e("flowdsl_cft_put", "void", [("ptr", "session"), ("uint32", "le_id"), ("size_t", "le_offset"),
+                                       ("ptr", "src"), ("uint32", "bytes")], "ncclCft::put.", coop=True),
+        _e("flowdsl_cft_put_counted", "void", [("ptr", "session"), ("uint32", "le_id"), ("size_t", "le_offset"),
+                                               ("size_t", "counter_offset"), ("ptr", "src"), ("uint32", "bytes")],
+           "ncclCft::putCounted.", coop=True),
+        _e("flowdsl_cft_get", "void", [("ptr", "session"), ("uint32", "le_id"), ("size_t", "le_offset"),
+                                       ("ptr", "dst"), ("uint32", "bytes")], "ncclCft::get.", coop=True),
+        _e("flowdsl_cft_submit", "void", [("ptr", "session")], "ncclCft::submit.", coop=True),
+        _e("flowdsl_cft_flush", "uint32", [("ptr", "session")],
+           "ncclCft::flush; 0, or 0x100 | the fabric's report.", coop=True),
+        _e("flowdsl_cft_flush_smem", "void", [("ptr", "session")], "ncclCft::flushSmem.", coop=True),
+        _e("flowdsl_cft_wait_counted", "void", [_COMM, ("ptr", "session"), _WIN, ("size_t", "offset"),
+                                                ("uint64", "expected"), ("order", "order"), ("int", "consumer")],
+           "ncclCft::waitCounted (waits, then fences fabric -> consumer).", coop=True),
+        _e("flowdsl_cft_mem_fence", "void", [("order", "order"), ("int", "producer"), ("int", "consumer"),
+                                             ("int", "scope")], "ncclMemFence.", coop=True),
+        _e("flowdsl_cft_barrier_arrive", "void", [_COMM, ("uint32", "index"), ("order", "order"),
+                                                  ("int", "producer"), ("int", "consumer")],
+           "ncclCftBarrierSession::arrive.", coop=True),
+        _e("flowdsl_cft_barrier_wait", "void", [_COMM, ("uint32", "index"), ("order", "order"),
+                                                ("int", "producer"), ("int", "consumer")],
+           "ncclCftBarrierSession::wait.", coop=True),
+        _e("flowdsl_cft_barrier_sync", "void", [_COMM, ("uint32", "index"), ("order", "order"),
+                                                ("int", "producer"), ("int", "consumer")],
+           "ncclCftBarrierSession::sync.", coop=True),
+    )
 )
 
 
@@ -195,10 +254,13 @@ def by_name(name: str) -> Extern:
     raise KeyError(name)
 
 
-def symbols(nccl_version: tuple[int, int, int] | None = None, arch: str | None = None) -> list[str]:
-    """Every C symbol the table asks of a build for ``nccl_version`` and ``arch``."""
+def symbols(nccl_version: tuple[int, int, int] | None = None, arch: str | None = None,
+            library: str = "support") -> list[str]:
+    """Every C symbol the table asks of a build of ``library`` for ``nccl_version`` and ``arch``."""
     out = []
     for ext in EXTERNS:
+        if ext.library != library:
+            continue
         if nccl_version is not None and nccl_version < ext.since:
             continue
         if arch is not None and arch not in ext.archs:
@@ -207,10 +269,11 @@ def symbols(nccl_version: tuple[int, int, int] | None = None, arch: str | None =
     return out
 
 
-def render_header() -> str:
-    """The C prototype header for ``prebuilt/``, generated from :data:`EXTERNS`."""
+def render_header(library: str = "support") -> str:
+    """The C prototype header of ``library`` for ``prebuilt/``, generated from :data:`EXTERNS`."""
+    command = "python -m flowdsl.lowering.externs" + ("" if library == "support" else f" {library}")
     lines = [
-        "// Generated by `python -m flowdsl.lowering.externs` from flowdsl/lowering/externs.py.",
+        f"// Generated by `{command}` from flowdsl/lowering/externs.py.",
         "// Do not edit: change the table and regenerate.",
         "#pragma once",
         "#include <stddef.h>",
@@ -221,6 +284,8 @@ def render_header() -> str:
         "",
     ]
     for ext in EXTERNS:
+        if ext.library != library:
+            continue
         since = ".".join(map(str, ext.since))
         guard = ext.since > (2, 28, 9)
         if guard:
@@ -244,4 +309,4 @@ def render_header() -> str:
 
 
 if __name__ == "__main__":  # pragma: no cover - used by prebuilt/build.sh
-    sys.stdout.write(render_header())
+    sys.stdout.write(render_header(*sys.argv[1:2]))

@@ -1,7 +1,7 @@
 """Choosing the support-library build for the loaded NCCL and a target arch.
 
-Contents: :func:`manifest`, :func:`support_build`, :func:`abi_layout`,
-:func:`cache_dir`.
+Contents: :func:`manifest`, :func:`support_build_for`, :func:`cft_build_for`,
+:func:`abi_layout`, :func:`cache_dir`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from ..lowering.target import format_version
 from . import support_build
 
-__all__ = ["manifest", "support_build_for", "abi_layout", "cache_dir", "SupportBuild"]
+__all__ = ["manifest", "support_build_for", "cft_build_for", "abi_layout", "cache_dir", "SupportBuild"]
 
 
 def cache_dir() -> Path:
@@ -76,6 +76,37 @@ def support_build_for(nccl: tuple[int, int, int], arch: str) -> SupportBuild:
     return SupportBuild(path, nccl, chosen, layout)
 
 
+@functools.cache
+def cft_build_for(nccl: tuple[int, int, int], arch: str) -> SupportBuild:
+    """The CFT library build for NCCL ``nccl`` and ``arch`` (checked in; see ``build_cft``).
+
+    Raises:
+        RuntimeError: No CFT build fits (the compile-time gates refuse older NCCL
+            releases and archs first, so this names a release flowdsl has no build for).
+    """
+    version = format_version(nccl)
+    entry = manifest().get("cft", {}).get("abis", {}).get(version)
+    if entry is None:
+        have = ", ".join(sorted(manifest().get("cft", {}).get("abis", {}))) or "none"
+        raise RuntimeError(f"Cannot link flowdsl.cft for NCCL {version}: flowdsl has CFT builds for NCCL {have} "
+                           "only. Install nvidia-nccl-cu13==2.32.3, or build one with "
+                           f"`python -m flowdsl.runtime.support_build --cft --version {version}`.")
+    chosen = _pick_arch(arch, entry["builds"])
+    if chosen is None:
+        raise RuntimeError(f"Cannot link flowdsl.cft for {arch}: the CFT library is built for "
+                           f"{', '.join(sorted(entry['builds']))} only.")
+    path = support_build.PREBUILT_DIR / entry["builds"][chosen]["file"]
+    return SupportBuild(path, nccl, chosen, support_build_for(nccl, "sm_90").layout)
+
+
 def abi_layout(nccl: tuple[int, int, int]) -> dict:
-    """Struct layout of NCCL release ``nccl`` (from the manifest or a first-use build)."""
-    return support_build_for(nccl, "sm_90").layout
+    """Struct layout of NCCL release ``nccl`` (from the manifest or a first-use build).
+
+    For a release with a CFT build, the CFT requirement fields (``cftCaps``,
+    ``cftBarrierCount``) read by that build are added to ``requirements_fields``.
+    """
+    layout = support_build_for(nccl, "sm_90").layout
+    cft = manifest().get("cft", {}).get("abis", {}).get(format_version(nccl), {})
+    if cft.get("requirements_fields"):
+        layout = dict(layout, requirements_fields={**layout["requirements_fields"], **cft["requirements_fields"]})
+    return layout

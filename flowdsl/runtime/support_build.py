@@ -10,9 +10,17 @@ the host-side struct layouts the runtime needs (``ncclDevComm`` size,
 checked-in build gets one built at first use from its installed headers
 (:func:`build_for_installed`), cached on disk.
 
-Contents: :data:`SUPPORTED_VERSIONS`, :data:`ARCHS`, :func:`source_digest`,
-:func:`compile_ltoir`, :func:`read_layout`, :func:`build_all`,
-:func:`build_for_installed`, :func:`installed_include_dir`.
+CFT builds are separate (:func:`build_cft`, ``--cft``): ``prebuilt/src/flowdsl_cft.cu``
+compiled for sm_100 by a CUDA 13.3 nvcc (NCCL's headers compile CFT only with
+CUDA >= 13.3), which :func:`install_cft_toolkit` installs from PyPI at pinned
+versions into ``$FLOWDSL_CFT_TOOLKIT``. They are recorded under the manifest's
+``"cft"`` key with that toolkit's version, so the CUDA 13.0 builds stay as they are.
+
+Contents: :data:`SUPPORTED_VERSIONS`, :data:`ARCHS`, :data:`CFT_VERSIONS`,
+:data:`CFT_TOOLKIT`, :func:`source_digest`, :func:`compile_ltoir`,
+:func:`read_layout`, :func:`build_all`, :func:`build_cft`,
+:func:`install_cft_toolkit`, :func:`cft_nvcc_path`, :func:`build_for_installed`,
+:func:`installed_include_dir`.
 """
 
 from __future__ import annotations
@@ -32,16 +40,24 @@ from pathlib import Path
 __all__ = [
     "SUPPORTED_VERSIONS", "ARCHS", "PREBUILT_DIR", "source_digest", "compile_ltoir", "read_layout",
     "build_all", "build_for_installed", "installed_include_dir", "nvcc_path", "header_version_code",
-    "defined_symbols",
+    "defined_symbols", "CFT_VERSIONS", "CFT_SOURCES", "CFT_TOOLKIT", "cft_toolkit_dir", "cft_nvcc_path",
+    "install_cft_toolkit", "build_cft",
 ]
 
 #: NCCL releases with a checked-in build: what PyTorch 2.11 pins, and the newest.
 SUPPORTED_VERSIONS = ("2.28.9", "2.32.3")
-#: Targets of every build. sm_100 also carries CFT once it lands.
+#: Targets of every build.
 ARCHS = ("sm_80", "sm_90", "sm_100")
+#: NCCL releases with a checked-in CFT build (CFT needs NCCL >= 2.31), and its targets.
+CFT_VERSIONS = ("2.32.3",)
+CFT_ARCHS = ("sm_100",)
+#: The CUDA 13.3 compiler the CFT builds are made with (PyPI wheels, installed by install_cft_toolkit).
+CFT_TOOLKIT = {"nvidia-cuda-nvcc": "13.3.73", "nvidia-cuda-crt": "13.3.73", "nvidia-nvvm": "13.3.73",
+               "nvidia-cuda-runtime": "13.3.29", "nvidia-cuda-cccl": "13.3.5.0.6"}
 
 PREBUILT_DIR = Path(os.environ.get("FLOWDSL_PREBUILT_DIR", Path(__file__).resolve().parents[2] / "prebuilt"))
 SOURCES = ("src/flowdsl_support.cu", "include/flowdsl_support.h")
+CFT_SOURCES = ("src/flowdsl_cft.cu", "include/flowdsl_cft.h")
 
 # Host program that prints what the runtime must know about the ABI's structs.
 _LAYOUT_PROGRAM = r"""
@@ -87,9 +103,9 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def source_digest(prebuilt_dir: Path = PREBUILT_DIR) -> dict[str, str]:
-    """sha256 of each support-library source, as recorded in the manifest."""
-    return {name: _sha256(prebuilt_dir / name) for name in SOURCES}
+def source_digest(prebuilt_dir: Path = PREBUILT_DIR, sources=SOURCES) -> dict[str, str]:
+    """sha256 of each support-library source (or of ``sources``), as recorded in the manifest."""
+    return {name: _sha256(prebuilt_dir / name) for name in sources}
 
 
 def _nvcc_version(nvcc: str) -> str:
@@ -97,9 +113,10 @@ def _nvcc_version(nvcc: str) -> str:
     return out.strip().splitlines()[-1]
 
 
-def compile_ltoir(include_dir: Path, arch: str, out: Path, prebuilt_dir: Path = PREBUILT_DIR) -> None:
-    """Compile the support library for ``arch`` against the NCCL headers in ``include_dir``."""
-    nvcc = nvcc_path()
+def compile_ltoir(include_dir: Path, arch: str, out: Path, prebuilt_dir: Path = PREBUILT_DIR, *,
+                  source: str = "src/flowdsl_support.cu", nvcc: str | None = None) -> None:
+    """Compile the support library (or ``source``) for ``arch`` against the NCCL headers in ``include_dir``."""
+    nvcc = nvcc or nvcc_path()
     if nvcc is None:
         raise RuntimeError(
             "Cannot build the flowdsl support library: nvcc was not found. "
@@ -109,14 +126,15 @@ def compile_ltoir(include_dir: Path, arch: str, out: Path, prebuilt_dir: Path = 
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = [nvcc, "-std=c++17", "-O3", "-rdc=true", "-dlto", "--ltoir", f"-arch={arch}",
            "-I", str(prebuilt_dir / "include"), "-I", str(include_dir),
-           str(prebuilt_dir / "src" / "flowdsl_support.cu"), "-o", str(out)]
+           str(prebuilt_dir / source), "-o", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"Cannot build the flowdsl support library for {arch}:\n"
                            f"{' '.join(cmd)}\n{proc.stderr}")
 
 
-def defined_symbols(include_dir: Path, arch: str, prebuilt_dir: Path = PREBUILT_DIR) -> list[str]:
+def defined_symbols(include_dir: Path, arch: str, prebuilt_dir: Path = PREBUILT_DIR, *,
+                    source: str = "src/flowdsl_support.cu", nvcc: str | None = None) -> list[str]:
     """The functions the support source defines against these headers (read after preprocessing).
 
     LTO-IR cannot be inspected and a full PTX build of the library takes minutes, so the
@@ -124,9 +142,9 @@ def defined_symbols(include_dir: Path, arch: str, prebuilt_dir: Path = PREBUILT_
     ``flowdsl_*`` functions in the manifest (the support code has no arch-specific
     definitions; ``arch`` is passed for the record).
     """
-    out = subprocess.run([nvcc_path(), "-std=c++17", "-E", "-x", "cu", f"-arch={arch}",
+    out = subprocess.run([nvcc or nvcc_path(), "-std=c++17", "-E", "-x", "cu", f"-arch={arch}",
                           "-I", str(prebuilt_dir / "include"), "-I", str(include_dir),
-                          str(prebuilt_dir / "src" / "flowdsl_support.cu")],
+                          str(prebuilt_dir / source)],
                          check=True, capture_output=True, text=True).stdout
     return sorted(set(re.findall(r"\b(flowdsl_\w+)\s*\([^;{}]*\)\s*\{", out)))
 
@@ -179,8 +197,95 @@ def build_all(prebuilt_dir: Path = PREBUILT_DIR, versions=SUPPORTED_VERSIONS, ar
                                          "symbols": defined_symbols(include_dir, arch, prebuilt_dir)}
                 print(f"built {rel}", flush=True)
         manifest["abis"][version] = entry
-    (prebuilt_dir / "build" / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    previous = _read_manifest(prebuilt_dir)
+    if "cft" in previous:  # built by build_cft with another toolkit: kept as it is
+        manifest["cft"] = previous["cft"]
+    _write_manifest(prebuilt_dir, manifest)
     return manifest
+
+
+_CFT_LAYOUT_PROGRAM = r"""
+#include <cstdio>
+#include <cstddef>
+#include <nccl_device.h>
+#define FIELD(f) std::printf("\"%s\": [%zu, %zu]", #f, offsetof(ncclDevCommRequirements, f), \
+                             sizeof(((ncclDevCommRequirements*)0)->f))
+int main() { std::printf("{"); FIELD(cftCaps); std::printf(", "); FIELD(cftBarrierCount); std::printf("}\n"); }
+"""
+
+
+def read_cft_fields(include_dir: Path, nvcc: str) -> dict:
+    """Offsets and sizes of the CFT fields of ``ncclDevCommRequirements`` (NCCL >= 2.31)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, exe = Path(tmp) / "cft_layout.cu", Path(tmp) / "cft_layout"
+        src.write_text(_CFT_LAYOUT_PROGRAM)
+        subprocess.run([nvcc, "-std=c++17", "-I", str(include_dir), str(src), "-o", str(exe)],
+                       check=True, capture_output=True, text=True)
+        return json.loads(subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout)
+
+
+def _read_manifest(prebuilt_dir: Path) -> dict:
+    path = prebuilt_dir / "build" / "manifest.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _write_manifest(prebuilt_dir: Path, manifest: dict) -> None:
+    (prebuilt_dir / "build" / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def cft_toolkit_dir() -> Path:
+    """Where the CUDA 13.3 compiler for CFT builds is installed (``$FLOWDSL_CFT_TOOLKIT``)."""
+    root = os.environ.get("FLOWDSL_CFT_TOOLKIT")
+    if root:
+        return Path(root)
+    cache = os.environ.get("FLOWDSL_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "flowdsl")
+    return Path(cache) / "cuda-13.3"
+
+
+def cft_nvcc_path() -> str | None:
+    """The nvcc for CFT builds: ``$FLOWDSL_CFT_NVCC``, else the one :func:`install_cft_toolkit` installed."""
+    cand = os.environ.get("FLOWDSL_CFT_NVCC") or str(cft_toolkit_dir() / "nvidia" / "cu13" / "bin" / "nvcc")
+    return cand if os.path.exists(cand) else None
+
+
+def install_cft_toolkit(prefix: Path | None = None) -> str:
+    """Install the pinned CUDA 13.3 compiler wheels (:data:`CFT_TOOLKIT`) into ``prefix``; return its nvcc."""
+    prefix = prefix or cft_toolkit_dir()
+    nvcc = prefix / "nvidia" / "cu13" / "bin" / "nvcc"
+    if not nvcc.exists():
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(prefix)]
+                       + [f"{name}=={version}" for name, version in CFT_TOOLKIT.items()], check=True)
+    return str(nvcc)
+
+
+def build_cft(prebuilt_dir: Path = PREBUILT_DIR, versions=CFT_VERSIONS, archs=CFT_ARCHS,
+              headers: Path | None = None) -> dict:
+    """Build the CFT library for each (version, arch) and record it under the manifest's ``"cft"`` key.
+
+    Args:
+        headers: NCCL include dir to use instead of downloading the wheel (one version only).
+    """
+    nvcc = cft_nvcc_path() or install_cft_toolkit()
+    entry = {"generator": "python -m flowdsl.runtime.support_build --cft", "nvcc": _nvcc_version(nvcc),
+             "toolkit": dict(CFT_TOOLKIT), "sources": source_digest(prebuilt_dir, CFT_SOURCES), "abis": {}}
+    for version in versions:
+        with tempfile.TemporaryDirectory() as tmp:
+            include_dir = headers if headers is not None else _fetch_headers(version, Path(tmp))[0]
+            builds = {}
+            for arch in archs:
+                rel = Path("build") / f"nccl-{version}" / f"{arch}-cft.ltoir"
+                compile_ltoir(include_dir, arch, prebuilt_dir / rel, prebuilt_dir, source=CFT_SOURCES[0], nvcc=nvcc)
+                builds[arch] = {"file": str(rel), "sha256": _sha256(prebuilt_dir / rel),
+                                "symbols": defined_symbols(include_dir, arch, prebuilt_dir, source=CFT_SOURCES[0],
+                                                           nvcc=nvcc)}
+                print(f"built {rel}", flush=True)
+            fields = read_cft_fields(include_dir, nvcc)
+        entry["abis"][version] = {"requirements_fields": fields, "builds": builds}
+    manifest = _read_manifest(prebuilt_dir)
+    manifest["cft"] = entry
+    _write_manifest(prebuilt_dir, manifest)
+    return entry
 
 
 def installed_include_dir() -> Path | None:
@@ -238,9 +343,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--all", action="store_true", help="build every supported (NCCL, arch)")
     parser.add_argument("--version", action="append", help="only this NCCL release (repeatable)")
+    parser.add_argument("--cft", action="store_true",
+                        help="build the CFT library (installs the pinned CUDA 13.3 nvcc into $FLOWDSL_CFT_TOOLKIT)")
+    parser.add_argument("--headers", type=Path, help="with --cft and one --version: use these NCCL headers")
     args = parser.parse_args(argv)
-    if not (args.all or args.version):
-        parser.error("say --all or --version X")
+    if not (args.all or args.version or args.cft):
+        parser.error("say --all, --cft or --version X")
+    if args.cft:
+        build_cft(versions=tuple(args.version) if args.version else CFT_VERSIONS, headers=args.headers)
+        return 0
     build_all(versions=tuple(args.version) if args.version else SUPPORTED_VERSIONS)
     return 0
 

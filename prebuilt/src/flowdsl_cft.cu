@@ -1,0 +1,202 @@
+// flowdsl CFT support library: extern "C" wrappers over NCCL's CFT device API.
+//
+// Built apart from flowdsl_support.cu: NCCL's headers compile CFT only for
+// sm_100+ with CUDA >= 13.3, and LTO-IR of CUDA 13.3 cannot be read by an older
+// nvJitLink, so the CUDA 13.0 builds stay as they are and this library is
+// linked only into kernels that use flowdsl.cft. Prototypes come from
+// include/flowdsl_cft.h, generated from flowdsl/lowering/externs.py.
+#include <new>
+
+#include "flowdsl_cft.h"
+
+#if NCCL_VERSION_CODE >= 23100
+
+namespace {
+
+// The coop word, as in flowdsl_support.cu (lane mask; warp0 | nWarps << 8 | id << 16).
+__device__ __forceinline__ ncclCoopThread coop_thread(uint32_t) { return ncclCoopThread(); }
+__device__ __forceinline__ ncclCoopWarp coop_warp(uint32_t) { return ncclCoopWarp(); }
+__device__ __forceinline__ ncclCoopLanes coop_lanes(uint32_t w) { return ncclCoopLanes(w); }
+__device__ __forceinline__ ncclCoopWarpSpan coop_warp_span(uint32_t w) {
+  return ncclCoopWarpSpan(w & 0xff, (w >> 8) & 0xff, (w >> 16) & 0xff);
+}
+__device__ __forceinline__ ncclCoopCta coop_cta(uint32_t) { return ncclCoopCta(); }
+
+__device__ __forceinline__ ncclTeam make_team(int nranks, int rank, int stride) {
+  ncclTeam t;
+  t.nRanks = nranks;
+  t.rank = rank;
+  t.stride = stride;
+  return t;
+}
+
+// A session lives in 32 bytes of shared memory that the kernel provides: the
+// mbarrier NCCL's ncclCft drives, and the two words of ncclCft's own state
+// (bytes announced to the mbarrier, phase parity). Keeping the state there
+// lets one session span many C calls without a C++ object crossing the ABI.
+struct Session {
+  ncclCftSmem smem;
+  uint32_t tx_count;
+  uint32_t phase_parity;
+};
+static_assert(sizeof(Session) == 32, "flowdsl.cft.SESSION_BYTES");
+
+// ncclCft<Coop> adds no data members to ncclCft_internal<Coop>, so a state
+// loaded from shared memory is used as the session without re-running the
+// constructor (which would re-initialise the mbarrier). Every call starts with
+// a coop sync, so the state a previous call stored is visible to all threads.
+template <typename Coop>
+struct Bound {
+  Session* s;
+  ncclCft_internal<Coop> state;
+  __device__ __forceinline__ Bound(Coop c, void* p)
+      : s(static_cast<Session*>(p)),
+        state{(c.sync(), c), static_cast<Session*>(p)->smem, static_cast<Session*>(p)->tx_count,
+              static_cast<Session*>(p)->phase_parity} {}
+  __device__ __forceinline__ ncclCft<Coop>& cft() { return static_cast<ncclCft<Coop>&>(state); }
+  // Only the thread NCCL elects changes txCount: that thread stores it back.
+  __device__ __forceinline__ void store_tx(uint32_t before) {
+    if (state.txCount != before) s->tx_count = state.txCount;
+  }
+};
+
+}  // namespace
+
+#define FLOWDSL_FOR_EACH_COOP(X) X(thread) X(warp) X(lanes) X(warp_span) X(cta)
+
+// ---- teams and logical endpoints -------------------------------------------------
+FLOWDSL_API void flowdsl_cft_team(const ncclDevComm* comm, int* out) {
+  ncclTeam t = ncclTeamCft(*comm);
+  out[0] = t.nRanks;
+  out[1] = t.rank;
+  out[2] = t.stride;
+}
+FLOWDSL_API void flowdsl_cft_le_info(const ncclDevComm* comm, ncclWindow_t win, size_t offset, int team_nranks,
+                                     int team_rank, int team_stride, int peer, uint64_t* out) {
+  ncclCftLeId id;
+  size_t le_offset;
+  ncclGetCftLeInfo(win, offset, peer, make_team(team_nranks, team_rank, team_stride), *comm, &id, &le_offset);
+  out[0] = id;
+  out[1] = le_offset;
+}
+FLOWDSL_API void flowdsl_cft_peer_le_info(const ncclDevComm* comm, ncclWindow_t win, size_t offset, int peer,
+                                          uint64_t* out) {
+  ncclCftLeId id;
+  size_t le_offset;
+  ncclGetPeerLeInfo(win, offset, peer, *comm, &id, &le_offset);
+  out[0] = id;
+  out[1] = le_offset;
+}
+FLOWDSL_API uint64_t flowdsl_cft_read_counter(ncclWindow_t win, size_t offset, int order) {
+  cuda::atomic_ref<uint64_t, cuda::thread_scope_system> counter(*(uint64_t*)ncclGetLocalPointer(win, offset));
+  return counter.load((cuda::memory_order)order);
+}
+
+// ---- sessions -------------------------------------------------------------------------
+#define FLOWDSL_CFT_SESSION_FUNCS(K)                                                                    \
+  FLOWDSL_API void flowdsl_cft_session_open__##K(uint32_t coop, void* session) {                       \
+    auto c = coop_##K(coop);                                                                            \
+    Session* s = static_cast<Session*>(session);                                                        \
+    /* Constructed in place and never destroyed here: close() runs the destructor. */                  \
+    alignas(ncclCft<decltype(c)>) unsigned char storage[sizeof(ncclCft<decltype(c)>)];                 \
+    auto* cft = new (storage) ncclCft<decltype(c)>(c, s->smem);                                        \
+    if (c.thread_rank() == 0) {                                                                         \
+      s->tx_count = cft->txCount;                                                                       \
+      s->phase_parity = cft->phaseParity;                                                               \
+    }                                                                                                   \
+    c.sync();                                                                                           \
+  }                                                                                                     \
+  FLOWDSL_API void flowdsl_cft_session_close__##K(uint32_t coop, void* session) {                      \
+    Bound<decltype(coop_##K(coop))> b(coop_##K(coop), session);                                        \
+    b.cft().~ncclCft();                                                                                 \
+  }                                                                                                     \
+  FLOWDSL_API void flowdsl_cft_put__##K(uint32_t coop, void* session, uint32_t le_id, size_t le_offset, \
+                                        void* src, uint32_t bytes) {                                    \
+    auto c = coop_##K(coop);                                                                            \
+    Bound<decltype(c)> b(c, session);                                                                   \
+    uint32_t before = b.state.txCount;                                                                  \
+    b.cft().put(c, le_id, le_offset, src, bytes);                                                       \
+    b.store_tx(before);                                                                                 \
+  }                                                                                                     \
+  FLOWDSL_API void flowdsl_cft_put_counted__##K(uint32_t coop, void* session, uint32_t le_id,          \
+                                                size_t le_offset, size_t counter_offset, void* src,     \
+                                                uint32_t bytes) {                                       \
+    auto c = coop_##K(coop);                                                                            \
+    Bound<decltype(c)> b(c, session);                                                                   \
+    uint32_t before = b.state.txCount;                                                                  \
+    b.cft().putCounted(c, le_id, le_offset, counter_offset, src, bytes);                                \
+    b.store_tx(before);                                                                                 \
+  }                                                                                                     \
+  FLOWDSL_API void flowdsl_cft_get__##K(uint32_t coop, void* session, uint32_t le_id, size_t le_offset, \
+                                        void* dst, uint32_t bytes) {                                    \
+    auto c = coop_##K(coop);                                                                            \
+    Bound<decltype(c)> b(c, session);                                                                   \
+    uint32_t before = b.state.txCount;                                                                  \
+    b.cft().get(c, le_id, le_offset, dst, bytes);                                                       \
+    b.store_tx(before);                                                                                 \
+  }                                                                                                     \
+  FLOWDSL_API void flowdsl_cft_submit__##K(uint32_t coop, void* session) {                             \
+    auto c = coop_##K(coop);                                                                            \
+    Bound<decltype(c)> b(c, session);                                                                   \
+    uint32_t before = b.state.txCount;                                                                  \
+    b.cft().submit(c);                                                                                  \
+    b.store_tx(before);                                                                                 \
+  }                                                                                                     \
+  FLOWDSL_API uint32_t flowdsl_cft_flush__##K(uint32_t coop, void* session) {                          \
+    auto c = coop_##K(coop);                                                                            \
+    Bound<decltype(c)> b(c, session);                                                                   \
+    bool has_report = false;                                                                            \
+    uint32_t report = 0;                                                                                \
+    b.cft().flush(c, &has_report, &report);                                                             \
+    /* Every thread flipped its parity; one stores it (read again after the next call's sync). */       \
+    if (c.thread_rank() == 0) b.s->phase_parity = b.state.phaseParity;                                  \
+    return has_report ? (0x100u | report) : 0u;                                                        \
+  }                                                                                                     \
+  FLOWDSL_API void flowdsl_cft_flush_smem__##K(uint32_t coop, void* session) {                         \
+    auto c = coop_##K(coop);                                                                            \
+    Bound<decltype(c)> b(c, session);                                                                   \
+    b.cft().flushSmem(c);                                                                               \
+  }                                                                                                     \
+  FLOWDSL_API void flowdsl_cft_wait_counted__##K(uint32_t coop, const ncclDevComm* comm, void* session, \
+                                                 ncclWindow_t win, size_t offset, uint64_t expected,    \
+                                                 int order, int consumer) {                             \
+    auto c = coop_##K(coop);                                                                            \
+    Bound<decltype(c)> b(c, session);                                                                   \
+    b.cft().waitCounted(c, (cuda::memory_order)order, (ncclMemProxyType)consumer,                      \
+                        (uint64_t*)ncclGetLocalPointer(win, offset), expected, comm->abortFlag);        \
+  }                                                                                                     \
+  FLOWDSL_API void flowdsl_cft_mem_fence__##K(uint32_t coop, int order, int producer, int consumer,    \
+                                              int scope) {                                              \
+    ncclMemFence(coop_##K(coop), (cuda::memory_order)order, (ncclMemProxyType)producer,                 \
+                 (ncclMemProxyType)consumer, (ncclMemFenceScope)scope);                                 \
+  }
+FLOWDSL_FOR_EACH_COOP(FLOWDSL_CFT_SESSION_FUNCS)
+
+// ---- CFT barrier sessions ----------------------------------------------------------------
+// As the LSA barrier wrappers: each call opens a session (loading the barrier's
+// epoch) and closes it (storing it back), so later calls continue the sequence.
+#define FLOWDSL_CFT_BARRIER_FUNCS(K)                                                                 \
+  FLOWDSL_API void flowdsl_cft_barrier_arrive__##K(uint32_t coop, const ncclDevComm* comm,          \
+                                                   uint32_t index, int order, int producer,         \
+                                                   int consumer) {                                  \
+    auto c = coop_##K(coop);                                                                         \
+    ncclCftBarrierSession<decltype(c)> s{c, *comm, index};                                          \
+    s.arrive(c, (cuda::memory_order)order, (ncclMemProxyType)producer, (ncclMemProxyType)consumer);  \
+  }                                                                                                  \
+  FLOWDSL_API void flowdsl_cft_barrier_wait__##K(uint32_t coop, const ncclDevComm* comm,            \
+                                                 uint32_t index, int order, int producer,           \
+                                                 int consumer) {                                    \
+    auto c = coop_##K(coop);                                                                         \
+    ncclCftBarrierSession<decltype(c)> s{c, *comm, index};                                          \
+    s.wait(c, (cuda::memory_order)order, (ncclMemProxyType)producer, (ncclMemProxyType)consumer);    \
+  }                                                                                                  \
+  FLOWDSL_API void flowdsl_cft_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm,            \
+                                                 uint32_t index, int order, int producer,           \
+                                                 int consumer) {                                    \
+    auto c = coop_##K(coop);                                                                         \
+    ncclCftBarrierSession<decltype(c)> s{c, *comm, index};                                          \
+    s.sync(c, (cuda::memory_order)order, (ncclMemProxyType)producer, (ncclMemProxyType)consumer);    \
+  }
+FLOWDSL_FOR_EACH_COOP(FLOWDSL_CFT_BARRIER_FUNCS)
+
+#endif  // NCCL_VERSION_CODE >= 23100
