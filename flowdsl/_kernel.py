@@ -142,8 +142,9 @@ class FlowKernel:
 
         Barrier sessions get one barrier per block (the usual ``index=blockIdx.x``):
         ``lsa.barrier`` an LSA barrier, ``gin.barrier`` a rail GIN barrier,
-        ``gin.hybrid_barrier`` both (``barrier_count``). GIN signal and counter counts
-        depend on run-time ids: pass ``gin_signal_count`` / ``gin_counter_count``.
+        ``gin.hybrid_barrier`` both (``barrier_count``), ``cft.barrier`` a CFT barrier
+        (``cft_barrier_count``). GIN signal and counter counts depend on run-time ids:
+        pass ``gin_signal_count`` / ``gin_counter_count``.
         """
         pairs = _attribute_pairs(self.py_func.__code__)
         blocks = 1
@@ -156,6 +157,8 @@ class FlowKernel:
             reqs["rail_gin_barrier_count"] = blocks
         if ("gin", "hybrid_barrier") in pairs:
             reqs["barrier_count"] = blocks
+        if ("cft", "barrier") in pairs:
+            reqs["cft_barrier_count"] = blocks
         return reqs
 
     # -- compilation ---------------------------------------------------------------------------
@@ -175,26 +178,31 @@ class FlowKernel:
             "source": self._source_digest(), "qualname": self.py_func.__qualname__,
             "module": self.py_func.__module__, "args": [str(t) for t in argtypes],
             "nccl": format_version(target.nccl), "arch": target.arch,
-            "support": hashlib.sha256(support.ltoir).hexdigest(),
+            "support": hashlib.sha256(support.ltoir).hexdigest(), "cft": _cft_digest(target),
             "options": [self.fastmath, self.lineinfo],
         }, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
-    def compile(self, argtypes, *, arch: str = "sm_90", nccl: str | tuple | None = None) -> CompiledKernel:
+    def compile(self, argtypes, *, arch: str = "sm_90", nccl: str | tuple | None = None,
+                cuda: str | tuple | None = None) -> CompiledKernel:
         """Compile and link for explicit argument types and target; needs no GPU.
 
         Args:
             argtypes: numba types of the parameters (see :meth:`argtypes_for`).
             arch: ``sm_80``, ``sm_90``, ``sm_100``, ...
             nccl: NCCL release of the device ABI (default: the loaded libnccl).
+            cuda: CUDA release of the linker, ``"13.3"`` (default: the installed nvJitLink's);
+                gates features that need a newer one (CFT needs 13.3).
         """
         from .runtime import nccl as nccl_runtime  # noqa: PLC0415
         from .runtime.support import support_build_for  # noqa: PLC0415
 
         version = parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version()
         support = support_build_for(version, arch)
-        return compile_kernel(self.py_func, tuple(argtypes), Target(version, arch), support.ltoir,
-                              fastmath=self.fastmath, lineinfo=self.lineinfo, support_arch=support.arch)
+        target = Target(version, arch, _cuda_version(cuda))
+        return compile_kernel(self.py_func, tuple(argtypes), target, support.ltoir,
+                              fastmath=self.fastmath, lineinfo=self.lineinfo, support_arch=support.arch,
+                              link_for_features=_feature_libraries(target))
 
     @staticmethod
     def argtypes_for(*args, nccl: str | tuple | None = None):
@@ -246,7 +254,8 @@ class FlowKernel:
             source = "disk"
         else:
             compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath,
-                                      lineinfo=self.lineinfo, support_arch=support.arch)
+                                      lineinfo=self.lineinfo, support_arch=support.arch,
+                                      link_for_features=_feature_libraries(target))
             cubin, entry, features, source = compiled.cubin, compiled.entry_name, compiled.features, "compiled"
             root.mkdir(parents=True, exist_ok=True)
             meta = json.dumps({"entry_name": entry, "features": sorted(features)}).encode()
@@ -375,7 +384,38 @@ def _device_target() -> Target:
     from .runtime import nccl as nccl_runtime  # noqa: PLC0415
 
     cc = cuda.get_current_device().compute_capability
-    return Target(nccl_runtime.loaded_version(), f"sm_{cc[0]}{cc[1]}")
+    return Target(nccl_runtime.loaded_version(), f"sm_{cc[0]}{cc[1]}", _cuda_version(None))
+
+
+def _cft_digest(target: Target):
+    """sha256 of the CFT build a kernel for ``target`` would link, or None (part of the cache key)."""
+    from .runtime.support import manifest  # noqa: PLC0415
+
+    builds = manifest().get("cft", {}).get("abis", {}).get(format_version(target.nccl), {}).get("builds", {})
+    return sorted(b["sha256"] for b in builds.values()) or None
+
+
+def _cuda_version(cuda) -> tuple[int, int]:
+    """``(major, minor)`` of ``cuda`` ("13.3", a tuple), or of the installed nvJitLink when None."""
+    from .lowering.target import linker_cuda_version  # noqa: PLC0415
+
+    if cuda is None:
+        return linker_cuda_version()
+    if isinstance(cuda, str):
+        cuda = cuda.split(".")
+    return int(cuda[0]), int(cuda[1])
+
+
+def _feature_libraries(target: Target):
+    """Libraries a kernel's features add to its link: the CFT build when it uses flowdsl.cft."""
+    def libraries(features):
+        from .lowering.cft_surface import CFT_FEATURE  # noqa: PLC0415
+        from .runtime.support import cft_build_for  # noqa: PLC0415
+
+        if CFT_FEATURE not in features:
+            return []
+        return [("flowdsl_cft", cft_build_for(target.nccl, target.arch).ltoir)]
+    return libraries
 
 
 def _numba_kernel(entry_name: str, cubin: bytes, argtypes):

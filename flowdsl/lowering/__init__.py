@@ -10,7 +10,7 @@ from numba.cuda.extending import lower_getattr_generic, typeof_impl
 from numba.cuda.typing.templates import AttributeTemplate, infer_getattr
 
 from ..enums import ConstantEnumMeta
-from . import surface
+from . import cft_surface, surface
 from .types import ConstantEnumClass
 
 
@@ -35,3 +35,4 @@ def _lower_constant_enum_member(context, builder, ty, value, attr):
 
 
 surface.bind()
+cft_surface.bind()

@@ -13,6 +13,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Callable
 
 from cuda.core import Linker, LinkerOptions, ObjectCode
 from numba.core import types
@@ -69,11 +70,16 @@ def _device_functions_for(target: Target):
 
 
 def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fastmath: bool = False,
-                   lineinfo: bool = False, support_arch: str = "") -> CompiledKernel:
+                   lineinfo: bool = False, support_arch: str = "",
+                   link_for_features: Callable[[frozenset], list[tuple[str, bytes]]] | None = None
+                   ) -> CompiledKernel:
     """Type, lower and link ``pyfunc`` for ``argtypes`` on ``target``.
 
     Typing errors (wrong argument types, a feature the target's NCCL lacks)
     are raised by numba with flowdsl's messages before anything is linked.
+    ``link_for_features`` maps the features the kernel uses to further
+    ``(name, LTO-IR)`` libraries to link (the CFT library for ``cft``), so a
+    kernel without them links exactly as before.
     """
     start = time.perf_counter()
     with compiling_for(target), _device_functions_for(target):
@@ -81,9 +87,12 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
             pyfunc, types.void(*argtypes), device=False, cc=target.cc, lto=True, abi="numba",
             fastmath=fastmath, lineinfo=lineinfo)
         features = noted_features()
+        features = _check_cft(lib, target, features)
     ltoir = lib.get_ltoir(cc=target.cc)
     objects = [ObjectCode.from_ltoir(ltoir, name=pyfunc.__name__),
                ObjectCode.from_ltoir(support_ltoir, name="flowdsl_support")]
+    if link_for_features is not None:
+        objects += [ObjectCode.from_ltoir(data, name=name) for name, data in link_for_features(features)]
     linker = Linker(*objects, options=LinkerOptions(arch=target.arch, link_time_optimization=True,
                                                     lineinfo=lineinfo or None))
     try:
@@ -93,6 +102,19 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
         linker.close()
     return CompiledKernel(lib._entry_name, bytes(cubin), target, tuple(argtypes), log,
                           time.perf_counter() - start, support_arch, features=features)
+
+
+def _check_cft(lib, target: Target, features: frozenset) -> frozenset:
+    """Gate and record CFT from the calls the code makes (the typers' own checks may have been cached)."""
+    from .cft_surface import CFT_FEATURE, cft_primitives_called  # noqa: PLC0415
+    from .externs import CFT_CUDA, CFT_SINCE  # noqa: PLC0415
+    from .target import require  # noqa: PLC0415
+
+    used = cft_primitives_called(lib.get_llvm_str())
+    if not used:
+        return features
+    require(used[0], nccl=CFT_SINCE, min_cc=(10, 0), cuda=CFT_CUDA)
+    return features | {CFT_FEATURE}
 
 
 def elf_function_symbols(elf: bytes, defined_only: bool = True) -> list[str]:

@@ -6,7 +6,7 @@ asks :func:`current` and raises :class:`FeatureUnavailableError` through
 
 Contents: :class:`Target`, :func:`compiling_for`, :func:`current`,
 :func:`require`, :class:`FeatureUnavailableError`, :func:`parse_version`,
-:func:`format_version`.
+:func:`format_version`, :func:`note_feature`, :func:`noted_features`, :func:`linker_cuda_version`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from numba.core.errors import NumbaTypeError
 
 __all__ = ["Target", "compiling_for", "current", "require", "FeatureUnavailableError",
-           "parse_version", "format_version", "note_feature", "noted_features"]
+           "parse_version", "format_version", "note_feature", "noted_features", "linker_cuda_version"]
 
 
 class FeatureUnavailableError(NumbaTypeError):
@@ -27,10 +27,15 @@ class FeatureUnavailableError(NumbaTypeError):
 
 @dataclass(frozen=True)
 class Target:
-    """What a kernel is compiled for: NCCL device ABI release and ``sm_XX`` arch."""
+    """What a kernel is compiled for: NCCL device ABI release, ``sm_XX`` arch, linking CUDA.
+
+    ``cuda`` is the ``(major, minor)`` of the nvJitLink that links the kernel (it must
+    read the LTO-IR of every support build linked in); ``None`` when not known.
+    """
 
     nccl: tuple[int, int, int]
     arch: str
+    cuda: tuple[int, int] | None = None
 
     @property
     def cc(self) -> tuple[int, int]:
@@ -79,8 +84,19 @@ def current() -> Target | None:
     return getattr(_local, "target", None)
 
 
-def require(feature: str, *, nccl: tuple[int, int, int] | None = None, min_cc: tuple[int, int] | None = None):
-    """Raise at compile time when the current target lacks ``feature``."""
+def linker_cuda_version() -> tuple[int, int]:
+    """``(major, minor)`` of the nvJitLink that links kernels here."""
+    from cuda.bindings import nvjitlink  # noqa: PLC0415
+
+    return tuple(nvjitlink.version())[:2]  # type: ignore[return-value]
+
+
+def require(feature: str, *, nccl: tuple[int, int, int] | None = None, min_cc: tuple[int, int] | None = None,
+            cuda: tuple[int, int] | None = None):
+    """Raise at compile time when the current target lacks ``feature``.
+
+    Checked in this order: the NCCL release, the arch, the linking CUDA (nvJitLink).
+    """
     target = current()
     if target is None:
         return
@@ -93,4 +109,11 @@ def require(feature: str, *, nccl: tuple[int, int, int] | None = None, min_cc: t
         raise FeatureUnavailableError(
             f"{feature} requires sm_{min_cc[0]}{min_cc[1]} or newer, but this kernel is compiled "
             f"for {target.arch}. Run it on a newer GPU."
+        )
+    if cuda is not None and target.cuda is not None and target.cuda < cuda:
+        found = format_version(target.cuda)
+        raise FeatureUnavailableError(
+            f"{feature} requires CUDA >= {format_version(cuda)} (nvJitLink), but this kernel is linked by "
+            f"nvJitLink {found} (CUDA {found}). Install nvidia-nvjitlink>={format_version(cuda)} and a driver "
+            f"of CUDA {format_version(cuda)} or newer."
         )

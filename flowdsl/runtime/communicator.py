@@ -27,6 +27,8 @@ REQUIREMENT_FIELDS = {
     "gin_signal_count": "ginSignalCount",
     "gin_counter_count": "ginCounterCount",
     "gin_force_enable": "ginForceEnable",
+    "cft_caps": "cftCaps",
+    "cft_barrier_count": "cftBarrierCount",
 }
 
 _SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
@@ -202,8 +204,13 @@ class Communicator:
                 raise UsageError("Cannot free this buffer: a window is still registered over it. Close it first.")
         allocation.close()
 
-    def register(self, buf) -> Window:
+    def register(self, buf, *, cft_counted: bool = False) -> Window:
         """Register ``buf`` (from :meth:`alloc`) as a symmetric window. Collective.
+
+        Args:
+            buf: A buffer from :meth:`alloc`.
+            cft_counted: Register it for CFT counted writes (``NCCL_WIN_CFT_COUNTED``):
+                the destination of :func:`flowdsl.cft.put_counted`, holding its counters.
 
         Raises:
             UsageError: ``buf`` is not (part of) a buffer from ``comm.alloc`` of
@@ -225,7 +232,7 @@ class Communicator:
             raise UsageError("Cannot register this buffer: symmetric windows need memory from comm.alloc "
                              "(ncclMemAlloc) of this communicator. Allocate it with comm.alloc(shape, dtype) "
                              "and copy your data in.")
-        return Window(self, buf, nbytes, ptr, dtype)
+        return Window(self, buf, nbytes, ptr, dtype, cft_counted=cft_counted)
 
     # -- device communicator ---------------------------------------------------------------
     def device_communicator(self, *, for_kernel=None, grid=None, **requirements) -> DevComm:
@@ -237,7 +244,8 @@ class Communicator:
             grid: The launch grid of ``for_kernel``.
             **requirements: ``lsa_barrier_count``, ``barrier_count``,
                 ``rail_gin_barrier_count``, ``gin_context_count``, ``gin_signal_count``,
-                ``gin_counter_count``, ``gin_force_enable``.
+                ``gin_counter_count``, ``gin_force_enable``, ``cft_barrier_count``,
+                ``cft_caps`` (NCCL >= 2.31; ``cft_barrier_count`` > 0 also asks for CFT, ``cft_caps=1``).
         """
         self._check_open("create a device communicator")
         unknown = set(requirements) - set(REQUIREMENT_FIELDS)
@@ -250,8 +258,16 @@ class Communicator:
         for key, value in requirements.items():
             if int(value) < 0:
                 raise UsageError(f"Cannot create a device communicator: {key} must be >= 0, got {value}")
+        if requirements.get("cft_barrier_count"):
+            requirements["cft_caps"] = int(requirements.get("cft_caps", 0)) | 1  # NCCL_CFT
+        layout = abi_layout(self.nccl_version)
+        for key in requirements:
+            if REQUIREMENT_FIELDS[key] not in layout["requirements_fields"]:
+                raise UsageError(f"Cannot create a device communicator with {key}: NCCL "
+                                 f"{format_version(self.nccl_version)} has no {REQUIREMENT_FIELDS[key]} "
+                                 "(CFT needs NCCL >= 2.31). Install nvidia-nccl-cu13>=2.32.3.")
         fields = {REQUIREMENT_FIELDS[k]: int(v) for k, v in requirements.items()}
-        return DevComm(self, fields, abi_layout(self.nccl_version), self.nccl_version)
+        return DevComm(self, fields, layout, self.nccl_version)
 
     # -- synchronisation and teardown -----------------------------------------------------------
     def synchronize(self) -> None:

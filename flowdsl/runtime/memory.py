@@ -115,7 +115,7 @@ class Window(Resource):
 
     kind = "window"
 
-    def __init__(self, comm, array, nbytes: int, ptr: int, dtype: np.dtype):
+    def __init__(self, comm, array, nbytes: int, ptr: int, dtype: np.dtype, cft_counted: bool = False):
         from nccl.core import WindowFlag  # noqa: PLC0415
 
         super().__init__(comm)
@@ -123,8 +123,11 @@ class Window(Resource):
         self.nbytes = nbytes
         self.ptr = ptr
         self.dtype = np.dtype(dtype)
+        self.cft_counted = bool(cft_counted)
         try:
-            self._nccl_window = comm._nccl.register_window(array, WindowFlag.COLL_SYMMETRIC)
+            # NCCL_WIN_CFT_COUNTED (0x08): CFT counted writes may target it (flowdsl.cft.put_counted).
+            flags = WindowFlag.COLL_SYMMETRIC | (WindowFlag(0x08) if cft_counted else WindowFlag.DEFAULT)
+            self._nccl_window = comm._nccl.register_window(array, flags)
         except Exception:
             self._closed = True
             comm._untrack(self)

@@ -1,0 +1,171 @@
+"""CFT (Compute Fabric Transport): puts and gets addressed by logical endpoint, counted writes, barriers.
+
+CFT (NCCL >= 2.31, Blackwell sm_100 or newer, CUDA >= 13.3) moves data
+between shared memory of this block and a peer's window through the fabric.
+A peer's window is addressed by a **logical endpoint** (LE) id and a byte
+offset in it, not by a pointer: :func:`le_info` gives both for a window,
+an offset and a peer of a team (:func:`team` is the CFT team).
+
+Operations run in a **session** (``ncclCft``) that a coop opens over 32 bytes
+of shared memory (:data:`SESSION_WORDS` u64 words, 16-byte aligned:
+``cuda.shared.array(4, uint64, alignment=16)``): :func:`put`,
+:func:`put_counted` and :func:`get` queue operations, :func:`submit` hands
+them to the fabric, :func:`flush` waits until they have completed (puts
+written at the peer, gets landed in shared memory) and :func:`flush_smem`
+only until the fabric has read their shared-memory sources. Sources and
+destinations are shared memory, 16-byte aligned, sizes multiples of 16 bytes.
+:func:`close` ends the session. Each concurrent session (one per warp, say)
+needs its own storage.
+
+**Counted writes**: :func:`put_counted` writes into a window registered with
+``comm.register(buf, cft_counted=True)`` (``NCCL_WIN_CFT_COUNTED``) and then
+adds the number of bytes written to a u64 **counter** in that window, after
+the data. The sender needs no fence and no flag; the receiver waits until the
+counter reaches the bytes it expects (:func:`wait_counted`) and must **fence
+between reading the counter and reading the data** (:func:`fence`, fabric to
+generic proxy). :func:`wait_counted` includes that fence; :func:`read_counter`
+does not.
+
+:func:`barrier` is a barrier session over the CFT team (``ncclCftBarrierSession``;
+the device communicator needs ``cft_barrier_count``), with ``arrive``,
+``wait`` and ``sync(order, producer, consumer)``.
+
+Contents: :data:`SESSION_WORDS`, :class:`MemProxyType`, :class:`MemFenceScope`,
+:func:`team`, :func:`le_info`, :func:`peer_le_info`, :func:`session`,
+:func:`put`, :func:`put_counted`, :func:`get`, :func:`submit`, :func:`flush`,
+:func:`flush_smem`, :func:`close`, :func:`read_counter`, :func:`wait_counted`,
+:func:`fence`, :func:`barrier`. Offsets and sizes are in bytes, as in NCCL.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from ._stubs import primitive
+from .enums import ConstantEnumMeta
+
+__all__ = [
+    "SESSION_WORDS", "MemProxyType", "MemFenceScope", "team", "le_info", "peer_le_info", "session", "put",
+    "put_counted", "get", "submit", "flush", "flush_smem", "close", "read_counter", "wait_counted", "fence",
+    "barrier",
+]
+
+#: u64 words of shared memory one session needs (its mbarrier and NCCL's session state).
+SESSION_WORDS = 4
+
+
+class MemProxyType(enum.IntEnum, metaclass=ConstantEnumMeta):
+    """Which proxy produced or consumes memory (``ncclMemProxyType``; values match NCCL).
+
+    ``GENERIC``: ordinary loads and stores. ``FABRIC``: CFT operations.
+    """
+
+    GENERIC = 1
+    FABRIC = 2
+
+
+class MemFenceScope(enum.IntEnum, metaclass=ConstantEnumMeta):
+    """Scope of :func:`fence` (``ncclMemFenceScope``; values match NCCL)."""
+
+    CTA = 1
+    SYS = 2
+
+
+@primitive
+def team(comm):
+    """The CFT team of the device communicator (``ncclTeamCft``, flat: every rank with CFT)."""
+
+
+@primitive
+def le_info(comm, win, offset, team, peer):
+    """``(le_id, le_offset)`` of byte ``offset`` of ``team``'s rank ``peer``'s ``win`` (``ncclGetCftLeInfo``)."""
+
+
+@primitive
+def peer_le_info(comm, win, offset, peer):
+    """``(le_id, le_offset)`` of byte ``offset`` of world rank ``peer``'s ``win`` (``ncclGetPeerLeInfo``)."""
+
+
+@primitive
+def session(comm, coop, storage):
+    """Open a CFT session of ``coop`` over ``storage`` (``ncclCft(coop, smem)``).
+
+    ``storage`` is a shared-memory u64 array of at least :data:`SESSION_WORDS`
+    elements, 16-byte aligned, used by no other open session. Every thread of
+    ``coop`` calls it and every later operation of the session.
+    """
+
+
+@primitive
+def put(session, le_id, le_offset, src, nbytes):
+    """Queue a write of ``nbytes`` from the shared array ``src`` to the LE ``le_id`` at ``le_offset``."""
+
+
+@primitive
+def put_counted(session, le_id, le_offset, counter_offset, src, nbytes):
+    """Queue a counted write: the data, then ``nbytes`` added to the u64 counter at ``counter_offset``.
+
+    Both offsets are LE offsets of the same counted window (from :func:`le_info`).
+    """
+
+
+@primitive
+def get(session, le_id, le_offset, dst, nbytes):
+    """Queue a read of ``nbytes`` from the LE ``le_id`` at ``le_offset`` into the shared array ``dst``."""
+
+
+@primitive
+def submit(session):
+    """Hand the operations queued since the last submit to the fabric (``ncclCft::submit``)."""
+
+
+@primitive
+def flush(session):
+    """Wait until every submitted operation has completed; 0, or ``0x100 | report`` if the fabric reported one."""
+
+
+@primitive
+def flush_smem(session):
+    """Wait until the fabric has read the shared-memory sources of the submitted puts (they may be reused)."""
+
+
+@primitive
+def close(session):
+    """End the session (``~ncclCft``: its mbarrier is invalidated; the storage may be reused)."""
+
+
+@primitive
+def read_counter(win, offset, order=None):
+    """The u64 counter at byte ``offset`` of this rank's counted ``win`` (``order`` default relaxed).
+
+    It does not order the data the counter covers: :func:`fence` before reading it.
+    """
+
+
+@primitive
+def wait_counted(session, win, offset, expected, order=None, consumer=None):
+    """Wait until the counter at byte ``offset`` of this rank's ``win`` reaches ``expected`` bytes, then fence.
+
+    ``order`` (default ``MemoryOrder.ACQUIRE``) and ``consumer`` (default
+    ``MemProxyType.GENERIC``) choose the fence from the fabric to whoever
+    reads the data next (``ncclCft::waitCounted``).
+    """
+
+
+@primitive
+def fence(coop, order=None, producer=None, consumer=None, scope=None):
+    """``ncclMemFence``: order ``producer``'s memory accesses before ``consumer``'s.
+
+    Defaults (``ACQUIRE``, ``FABRIC`` to ``GENERIC``, ``SYS``) are the receiver-side
+    fence between reading a counter (:func:`read_counter`) and reading the data it counts.
+    """
+
+
+@primitive
+def barrier(comm, coop, index):
+    """A barrier session over the CFT team (``ncclCftBarrierSession``, barrier ``index``).
+
+    ``index`` must be below the device communicator's ``cft_barrier_count``. The
+    session's ``arrive``, ``wait`` and ``sync`` take ``(order, producer=GENERIC,
+    consumer=GENERIC)`` and are collective on ``coop``.
+    """
