@@ -11,8 +11,10 @@ table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
 :class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
 :class:`UsageError`, :class:`GinCoverageError`, :class:`GinResourceError`,
-:class:`GinBackendError`, and :func:`last_stats`. GIN (puts, signals, counters,
-GIN barriers over a simulated network) is modelled in :mod:`flowdsl.sim.gin`.
+:class:`GinBackendError`, :class:`CftCoverageError`, and :func:`last_stats`. GIN
+(puts, signals, counters, GIN barriers over a simulated network) is modelled in
+:mod:`flowdsl.sim.gin`, CFT (LE-addressed puts and gets, counted writes and the
+receiver's fence rule, CFT barriers) in :mod:`flowdsl.sim.cft`, on the same network.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from .. import _stubs
 from . import _state
 from . import host as _host
 from . import gin as _gin  # noqa: F401 - registers flowdsl.gin's semantics
-from .errors import (BarrierIndexError, CollectiveMismatchError, DeadlockError, GinBackendError,
+from . import cft as _cft  # noqa: F401 - registers flowdsl.cft's semantics
+from .errors import (BarrierIndexError, CftCoverageError, CollectiveMismatchError, DeadlockError, GinBackendError,
                      GinCoverageError, GinResourceError, LivelockError, SimulationError,
                      UnsupportedFeatureError, UsageError, WindowAccessError)
 from .host import launch, spawn
@@ -31,7 +34,7 @@ __all__ = [
     "spawn", "SEMANTICS", "implements", "last_stats",
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
-    "GinCoverageError", "GinResourceError", "GinBackendError",
+    "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError",
 ]
 
 

@@ -74,9 +74,18 @@ def _thread():
     return t
 
 
+def _aligned_copy(a, alignment):
+    """``a``'s contents in memory aligned to ``alignment`` bytes (CFT needs 16-byte aligned shared memory)."""
+    raw = np.empty(a.nbytes + alignment, np.uint8)
+    start = -raw.__array_interface__["data"][0] % alignment
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
 class _Shared:
     @staticmethod
-    def array(shape, dtype):
+    def array(shape, dtype, alignment=None):
         """Block-shared array: the k-th call in a block returns the block's k-th array."""
         t = _thread()
         blk = t.blk
@@ -85,6 +94,8 @@ class _Shared:
         if k < len(blk.shared):
             return blk.shared[k]
         a = poisoned(shape, as_dtype(dtype))
+        if alignment and a.__array_interface__["data"][0] % int(alignment):
+            a = _aligned_copy(a, int(alignment))
         blk.shared.append(a)
         _state.sched.world.add_region(a, f"shared array #{k} of rank {t.rank} {blk.name()}")
         return a

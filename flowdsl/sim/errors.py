@@ -4,7 +4,7 @@ Contents: :class:`SimulationError` (base), :class:`UnsupportedFeatureError`,
 :class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
 :class:`UsageError`, and for GIN :class:`GinCoverageError`,
-:class:`GinResourceError`, :class:`GinBackendError`.
+:class:`GinResourceError`, :class:`GinBackendError`, and for CFT :class:`CftCoverageError`.
 
 Every message reads "Cannot {operation}: {reason}. {fix}" and, when raised
 inside a simulation, names the rank (block, thread) and the seed that replays it.
@@ -18,7 +18,7 @@ from ..errors import UsageError as _UsageError
 __all__ = [
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
-    "GinCoverageError", "GinResourceError", "GinBackendError",
+    "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError",
 ]
 
 
@@ -72,3 +72,7 @@ class GinResourceError(UsageError, IndexError):
 
 class GinBackendError(UnsupportedFeatureError):
     """The kernel needs something the chosen GIN backend does not offer (e.g. strong signals on EFA GDA)."""
+
+
+class CftCoverageError(SimulationError):
+    """A thread read data of a CFT counted write without reading a counter that covers it and then fencing."""

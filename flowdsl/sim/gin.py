@@ -108,7 +108,7 @@ class Op:
 
     __slots__ = ("id", "kind", "src", "dst", "ctx", "chan", "idx", "data", "group", "off", "n", "remote",
                  "counter", "read", "landed", "issuer", "state", "bar", "lgroup", "loff", "who", "landed_step",
-                 "applied")
+                 "applied", "hooks")
 
     def __init__(self, kind, src, dst, ctx, state):
         self.kind, self.src, self.dst, self.ctx, self.state = kind, src, dst, ctx, state
@@ -116,6 +116,8 @@ class Op:
         self.off = self.n = self.loff = 0
         self.read = self.landed = self.applied = False
         self.landed_step = None
+        #: Set by other transports on the same network (CFT): read(op), land(op), check_read(...).
+        self.hooks = None
 
     def name(self):
         return f"put #{self.idx}" if self.kind in ("put", "value") else f"{self.kind} #{self.idx}"
@@ -273,7 +275,9 @@ class Network:
 
     def _read(self, op):
         op.read = True
-        if op.kind == "put":
+        if op.hooks is not None:
+            op.hooks.read(op)
+        elif op.kind == "put":
             op.data = op.lgroup.bytes[op.src][op.loff:op.loff + op.n].copy()
         elif op.kind == "get":
             op.data = op.group.bytes[op.dst][op.off:op.off + op.n].copy()
@@ -285,7 +289,7 @@ class Network:
             c = op.counter.ident
             st.counters[op.src][c] = (st.counters[op.src][c] + 1) & _M64
             st.ctr_cond[op.src].notify(_state.sched)
-        if op.kind != "get":
+        if op.kind != "get" and op.hooks is None:  # hooked ops are done when they land
             self._flush_done(op)
 
     def _flush_done(self, op):
@@ -298,7 +302,10 @@ class Network:
         self.inflight.remove(op)
         ch = op.chan
         ch.pending.remove(op)
-        if op.kind in ("put", "value") and op.n:
+        if op.hooks is not None:
+            op.hooks.land(op)
+            self._flush_done(op)
+        elif op.kind in ("put", "value") and op.n:
             op.group.bytes[op.dst][op.off:op.off + op.n] = op.data
         elif op.kind == "get":
             op.lgroup.bytes[op.src][op.loff:op.loff + op.n] = op.data
@@ -384,6 +391,9 @@ class Network:
         if not pid:
             return
         op = self.ops[pid]
+        if op.hooks is not None:
+            op.hooks.check_read(self, view, i, op, t)
+            return
         if self.covered(t.rank, op):
             return
         raise sim_error(GinCoverageError, (

@@ -24,7 +24,7 @@ __all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch"]
 _OPTIONS = {"livelock_rounds": 100, "max_steps": None, "gin_delivery": "ordered", "gin_backend": "proxy"}
 #: Requirements device_communicator() accepts (as the GPU runtime).
 _REQUIREMENTS = ("lsa_barrier_count", "barrier_count", "rail_gin_barrier_count", "gin_context_count",
-                 "gin_signal_count", "gin_counter_count", "gin_force_enable")
+                 "gin_signal_count", "gin_counter_count", "gin_force_enable", "cft_barrier_count", "cft_caps")
 
 
 class _Collective:
@@ -135,8 +135,8 @@ class SimComm:
         self.world.add_region(buf, f"buffer {tuple(np.shape(buf))} of rank {self.rank}")
         return buf
 
-    def register(self, buf) -> Window:
-        """Register ``buf`` as a window (collective over ranks)."""
+    def register(self, buf, *, cft_counted=False) -> Window:
+        """Register ``buf`` as a window (collective over ranks); ``cft_counted`` for CFT counted writes."""
         self._host("register a buffer")
         if not isinstance(buf, np.ndarray):
             raise sim_error(UsageError, f"Cannot register {type(buf).__name__}: not a buffer. "
@@ -151,6 +151,7 @@ class SimComm:
             else:
                 self.world.nwindows += 1
                 c.result = WindowGroup(self.world.nwindows - 1, bufs, bufs[0].dtype)
+                c.result.cft_counted = bool(cft_counted)
         if isinstance(c.result, Exception):
             raise c.result
         return Window(c.result, self.rank, self)

@@ -107,6 +107,8 @@ class WindowGroup:
         self.closed = False
         #: per rank, the GIN put id (int64) that last targeted each byte (None until a GIN put targets it).
         self.gin_tags = None
+        #: Registered for CFT counted writes (``register(buf, cft_counted=True)``).
+        self.cft_counted = False
 
     def name(self) -> str:
         return f"window #{self.wid}"

@@ -1,0 +1,547 @@
+"""CFT (Compute Fabric Transport) in the simulator: LE-addressed puts and gets, counted writes, the fence rule.
+
+Registers one :func:`~flowdsl.sim.semantics.implements` entry per primitive of
+:mod:`flowdsl.cft` in the simulator's one semantics table. CFT operations go
+over the same simulated network as GIN (:class:`~flowdsl.sim.gin.Network`),
+so ``gin_delivery="ordered"`` lands the operations of one (session's
+communicator, source, peer) in issue order and ``"reordered"`` in a seeded
+random order. An operation is queued by ``put``/``put_counted``/``get``,
+enters the network at ``submit``, has its source read at a later step (shared
+memory for a put, the peer's window for a get) and lands later still;
+``flush`` waits until every submitted operation of the session has landed,
+``flush_smem`` until their sources have been read.
+
+Logical endpoints: ``le_info`` gives an LE id naming (window, world rank) and
+an LE offset that starts at a per-window base (as NCCL's offsets start at the
+window's place in the LE), so a raw window offset passed as an LE offset is
+reported.
+
+Counted writes: the destination window must be registered with
+``cft_counted=True``. When the data has landed, the write's byte count is
+added to the u64 counter at its counter offset. The bytes a counted write will
+write are tagged with it at submit; a thread that reads them before its rank
+has both read a counter value that includes the write (``read_counter`` or
+``wait_counted``) and then fenced fabric to generic (``fence``, or the fence
+inside an acquiring ``wait_counted``) gets a
+:class:`~flowdsl.sim.errors.CftCoverageError` naming the write and which of
+the two is missing.
+
+Contents: :class:`CftState` (LE registry, sessions, counter coverage),
+:class:`Session`, :class:`CftSession`, :class:`CftBarrierSession`,
+:data:`LE_STRIDE`, and one implementation per primitive of ``flowdsl.cft``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..cft import MemProxyType
+from ..enums import MemoryOrder
+from . import _state
+from .errors import BarrierIndexError, CftCoverageError, UsageError, WindowAccessError
+from .gin import Op, _roll_ge
+from .memory import Window
+from .scheduler import Cond, Wait, sim_error
+from .semantics import Team, _coop_sync, _cur, implements
+
+__all__ = ["CftState", "Session", "CftSession", "CftBarrierSession", "LE_STRIDE"]
+
+#: LE ids are ``LE_STRIDE * (window id + 1) + world rank``.
+LE_STRIDE = 0x1000
+_M64 = (1 << 64) - 1
+_ACQUIRING = (MemoryOrder.ACQUIRE, MemoryOrder.ACQ_REL, MemoryOrder.SEQ_CST, MemoryOrder.CONSUME)
+
+
+def _le_base(group) -> int:
+    """LE offset of byte 0 of ``group`` (distinct per window, far above any window size here)."""
+    return (group.wid + 1) << 32
+
+
+class CftState:
+    """CFT state of one simulation run (hung on the network)."""
+
+    def __init__(self, nranks):
+        self.groups = {}
+        self.sessions = {}
+        self.nsessions = 0
+        #: (window id, rank, counter byte offset) -> counted writes applied there, not yet read.
+        self.applied = {}
+        #: per rank: counted-write id -> the counter read that observed it, not fenced since.
+        self.unfenced = [{} for _ in range(nranks)]
+        #: per rank: ids of counted writes whose data this rank may read.
+        self.covered = [set() for _ in range(nranks)]
+        self.ctr_cond = [Cond() for _ in range(nranks)]
+
+
+class Session:
+    """The shared state of one open ``ncclCft`` session (one per coop and storage)."""
+
+    def __init__(self, sid, rank, who, comm, coop):
+        self.sid, self.rank, self.who, self.comm, self.coop = sid, rank, who, comm, coop
+        self.queued = []
+        self.issued = []
+        self.closed = False
+        self.issuer = ("cft", rank, sid)
+
+
+class CftSession:
+    """A thread's handle on a CFT session."""
+
+    __slots__ = ("state", "coop", "comm")
+
+    def __init__(self, state, coop, comm):
+        self.state, self.coop, self.comm = state, coop, comm
+
+    def __repr__(self):
+        return f"<sim CFT session #{self.state.sid} of rank {self.state.rank}>"
+
+
+def _net():
+    return _state.sched.world.net
+
+
+def _cft():
+    net = _net()
+    st = getattr(net, "cft", None)
+    if st is None:
+        st = net.cft = CftState(net.world.nranks)
+    return st
+
+
+def _ptr(a) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _window(win, op):
+    if not isinstance(win, Window):
+        raise sim_error(UsageError, f"Cannot {op}: {win!r} is not a window. Pass a window from comm.register()")
+    if win.rank != _cur().rank:
+        raise sim_error(UsageError, f"Cannot {op}: the window belongs to rank {win.rank}. Pass this rank's window")
+    return win
+
+
+def _le(comm, win, offset, world_peer, op):
+    w = _window(win, op)
+    g = w.group
+    offset = int(offset)
+    if not 0 <= offset <= g.nbytes:
+        raise sim_error(WindowAccessError, f"Cannot {op}: byte offset {offset} is outside {g.name()} "
+                        f"({g.nbytes} bytes). Check the offset arithmetic")
+    if not 0 <= world_peer < comm.nranks:
+        raise sim_error(UsageError, f"Cannot {op}: world rank {world_peer} is outside the {comm.nranks} ranks. "
+                        "Use a peer of the CFT team")
+    _cft().groups[g.wid] = g
+    return LE_STRIDE * (g.wid + 1) + world_peer, _le_base(g) + offset
+
+
+def _decode(le_id, le_offset, n, op, what):
+    """(window group, world rank, window byte offset) of an LE address, checked."""
+    le_id, le_offset, n = int(le_id), int(le_offset), int(n)
+    g = _cft().groups.get(le_id // LE_STRIDE - 1)
+    rank = le_id % LE_STRIDE
+    if g is None or rank >= len(g.bytes):
+        raise sim_error(UsageError, f"Cannot {op}: {le_id} is not a logical endpoint id. Pass the le_id from "
+                        "flowdsl.cft.le_info(comm, win, offset, team, peer)")
+    off = le_offset - _le_base(g)
+    if off < 0 or off + n > g.nbytes:
+        hint = (" (it looks like a window offset: pass the le_offset from flowdsl.cft.le_info)"
+                if 0 <= le_offset < _le_base(g) else "")
+        raise sim_error(WindowAccessError, (
+            f"Cannot {op}: {what} LE offset {le_offset} ({n} bytes) is outside {g.name()} of rank {rank} "
+            f"({g.nbytes} bytes){hint}. Check the offset and size arithmetic (CFT offsets are in bytes)"))
+    return g, rank, off
+
+
+def _session(s, op):
+    if not isinstance(s, CftSession):
+        raise sim_error(UsageError, f"Cannot {op}: {s!r} is not a CFT session. "
+                        "Open one with flowdsl.cft.session(comm, coop, storage)")
+    if s.state.closed:
+        raise sim_error(UsageError, f"Cannot {op}: CFT session #{s.state.sid} is closed. "
+                        "Use it between flowdsl.cft.session(...) and flowdsl.cft.close(session)")
+    return s.state
+
+
+def _smem(arr, n, op, what):
+    if not isinstance(arr, np.ndarray):
+        raise sim_error(UsageError, f"Cannot {op}: {what} {arr!r} is not shared memory. CFT moves data between "
+                        "shared memory and windows: pass a cuda.shared.array")
+    n = int(n)
+    if n <= 0 or n % 16:
+        raise sim_error(UsageError, f"Cannot {op}: {n} bytes is not a positive multiple of 16. CFT moves "
+                        "16-byte units: round the size up to a multiple of 16")
+    if n > arr.nbytes:
+        raise sim_error(WindowAccessError, f"Cannot {op}: {n} bytes do not fit the {what} shared array of "
+                        f"{arr.nbytes} bytes. Use a larger array or fewer bytes")
+    if _ptr(arr) % 16:
+        raise sim_error(UsageError, f"Cannot {op}: the {what} shared array is not 16-byte aligned. Allocate it "
+                        "with cuda.shared.array(shape, dtype, alignment=16)")
+    return n
+
+
+def _coop_issue(coop):
+    if coop.nthreads == 1:
+        return True
+    _coop_sync(coop)
+    return coop.trank == 0
+
+
+class _Hooks:
+    """How the network reads and lands a CFT operation (see :class:`flowdsl.sim.gin.Op`).
+
+    ``counter`` is the window byte offset of a counted write's counter (None otherwise).
+    """
+
+    __slots__ = ("counter",)
+
+    def __init__(self, counter):
+        self.counter = counter
+
+    @staticmethod
+    def read(op):
+        if op.kind == "cft_get":
+            op.data = op.group.bytes[op.dst][op.off:op.off + op.n].copy()
+        else:
+            op.data = op.lgroup.reshape(-1).view(np.uint8)[:op.n].copy()
+        _net().flush_cond[op.src].notify(_state.sched)
+
+    def land(self, op):
+        sched = _state.sched
+        if op.kind == "cft_get":
+            op.lgroup.reshape(-1).view(np.uint8)[:op.n] = op.data
+            return
+        g = op.group
+        g.bytes[op.dst][op.off:op.off + op.n] = op.data
+        if self.counter is None:
+            if g.gin_tags is not None:  # a plain write replaces what a counted one wrote there
+                g.gin_tags[op.dst][op.off:op.off + op.n] = 0
+            sched.stale = 0
+            return
+        cell = g.bytes[op.dst][self.counter:self.counter + 8].view(np.uint64)
+        cell[0] = np.uint64((int(cell[0]) + op.n) & _M64)
+        st = _cft()
+        st.applied.setdefault((g.wid, op.dst, self.counter), []).append(op)
+        st.ctr_cond[op.dst].notify(sched)
+        sched.stale = 0
+
+    def check_read(self, net, view, i, op, t):
+        st = _cft()
+        if op.id in st.covered[t.rank]:
+            return
+        b = (view.start + int(i)) * view._a.itemsize
+        counter = f"its counter at byte {self.counter} of {op.group.name()}"
+        seen = st.unfenced[t.rank].get(op.id)
+        if seen is not None:
+            why = (f"rank {t.rank} read {counter} ({seen}) but has not fenced since: call "
+                   "flowdsl.cft.fence(coop) (fabric to generic, acquire) between reading the counter and reading "
+                   "the data, or wait with flowdsl.cft.wait_counted, which fences")
+        elif not op.landed:
+            why = f"the write had not landed ({counter} had not counted it)"
+        else:
+            why = f"the write had landed, but rank {t.rank} has not read {counter} since"
+        raise sim_error(CftCoverageError, (
+            f"Cannot read element {view.start + int(i)} ({view._a.dtype.name}, byte offset {b}) of "
+            f"{view.group.name()} on rank {view.wrank}: it holds data of counted CFT write #{op.idx} (from rank "
+            f"{op.src} to rank {op.dst}, issued by {op.who}), and {why}. Read the data of a counted write only "
+            "after a counter value that includes it, and a fence after reading that counter"))
+
+
+def _queue(s, kind, le_id, le_offset, arr, nbytes, op_name, counter_offset=None):
+    st = _session(s, op_name)
+    n = _smem(arr, nbytes, op_name, "destination" if kind == "cft_get" else "source")
+    g, dst, off = _decode(le_id, le_offset, n, op_name, "the")
+    coff = None
+    if counter_offset is not None:
+        if not g.cft_counted:
+            raise sim_error(UsageError, (
+                f"Cannot {op_name}: {g.name()} was not registered for counted writes. Register the destination "
+                "with comm.register(buf, cft_counted=True) (NCCL_WIN_CFT_COUNTED)"))
+        g2, _, coff = _decode(le_id, counter_offset, 8, op_name, "the counter")
+        if coff % 8:
+            raise sim_error(UsageError, f"Cannot {op_name}: the counter's byte offset {coff} is not 8-byte "
+                            "aligned. Place counters at 8-byte aligned offsets")
+        if coff < off + n and off < coff + 8:
+            raise sim_error(UsageError, f"Cannot {op_name}: the counter (bytes {coff}..{coff + 7}) lies inside "
+                            f"the data (bytes {off}..{off + n - 1}). Keep counters apart from the data")
+    if not _coop_issue(s.coop):
+        return None
+    t = _cur()
+    op = Op(kind, t.rank, dst, "cft", SimpleNamespace(group=s.comm.group))
+    op.group, op.off, op.n, op.lgroup, op.hooks = g, off, n, arr, _Hooks(coff)
+    st.queued.append(op)
+    return None
+
+
+# ---------------------------------------------------------------- teams and LEs
+@implements("flowdsl.cft.team")
+def _cft_team(comm):
+    return Team(comm.nranks, comm.rank, 1)
+
+
+@implements("flowdsl.cft.le_info")
+def _cft_le_info(comm, win, offset, team, peer):
+    if not isinstance(team, Team):
+        raise sim_error(UsageError, f"Cannot get LE info: {team!r} is not a team. Pass flowdsl.cft.team(comm)")
+    peer = int(peer)
+    if not 0 <= peer < team.nranks:
+        raise sim_error(UsageError, f"Cannot get LE info: peer {peer} is outside the team of {team.nranks} ranks. "
+                        "Use 0 <= peer < team.nranks")
+    return _le(comm, win, offset, comm.rank + (peer - team.rank) * team.stride, "get LE info")
+
+
+@implements("flowdsl.cft.peer_le_info")
+def _cft_peer_le_info(comm, win, offset, peer):
+    return _le(comm, win, offset, int(peer), "get peer LE info")
+
+
+# ---------------------------------------------------------------- sessions
+@implements("flowdsl.cft.session")
+def _cft_session(comm, coop, storage):
+    t = _cur()
+    if not isinstance(storage, np.ndarray) or storage.dtype != np.uint64 or storage.size < 4:
+        raise sim_error(UsageError, f"Cannot open a CFT session over {storage!r}: it needs a shared u64 array of "
+                        "flowdsl.cft.SESSION_WORDS (4) elements. Pass cuda.shared.array(4, uint64, alignment=16)")
+    if _ptr(storage) % 16:
+        raise sim_error(UsageError, "Cannot open a CFT session: its storage is not 16-byte aligned. Allocate it "
+                        "with cuda.shared.array(4, uint64, alignment=16)")
+    st = _cft()
+    key = (t.rank, _ptr(storage))
+    _coop_sync(coop)
+    if coop.trank == 0:
+        other = st.sessions.get(key)
+        if other is not None and not other.closed:
+            raise sim_error(UsageError, (
+                f"Cannot open a CFT session over this storage: CFT session #{other.sid} (opened by {other.who}) "
+                "is still open over it. Give each concurrent session its own storage, or close the other first"))
+        st.nsessions += 1
+        st.sessions[key] = Session(st.nsessions, t.rank, t.name(), comm, coop)
+    _coop_sync(coop)
+    return CftSession(st.sessions[key], coop, comm)
+
+
+@implements("flowdsl.cft.put")
+def _cft_put(session, le_id, le_offset, src, nbytes):
+    return _queue(session, "cft_put", le_id, le_offset, src, nbytes, "queue flowdsl.cft.put")
+
+
+@implements("flowdsl.cft.put_counted")
+def _cft_put_counted(session, le_id, le_offset, counter_offset, src, nbytes):
+    return _queue(session, "cft_put", le_id, le_offset, src, nbytes, "queue flowdsl.cft.put_counted",
+                  counter_offset)
+
+
+@implements("flowdsl.cft.get")
+def _cft_get(session, le_id, le_offset, dst, nbytes):
+    return _queue(session, "cft_get", le_id, le_offset, dst, nbytes, "queue flowdsl.cft.get")
+
+
+@implements("flowdsl.cft.submit")
+def _cft_submit(session):
+    st = _session(session, "submit a CFT session")
+    if not _coop_issue(session.coop):
+        return None
+    net = _net()
+    t = _cur()
+    for op in st.queued:
+        net.issue(op, st.issuer, t.name())
+        st.issued.append(op)
+        if op.hooks.counter is not None:  # its bytes are the counted write's until a thread overwrites them
+            g = op.group
+            if g.gin_tags is None:
+                g.gin_tags = [np.zeros(g.nbytes, np.int64) for _ in g.bytes]
+            g.gin_tags[op.dst][op.off:op.off + op.n] = op.id
+    st.queued = []
+    return None
+
+
+def _wait_ops(session, done, what, op):
+    st = _session(session, op)
+    _coop_sync(session.coop)  # what the coop's issuing thread queued and submitted is in place
+    if st.queued:
+        raise sim_error(UsageError, f"Cannot {op}: {len(st.queued)} operations of CFT session #{st.sid} were "
+                        "queued but not submitted. Call flowdsl.cft.submit(session) first")
+    t = _cur()
+    net = _net()
+    sched = _state.sched
+    while not all(done(o) for o in st.issued):
+        left = sum(1 for o in st.issued if not done(o))
+        net.flush_cond[t.rank].waiters.append(t)
+        sched.block(t, Wait(f"{op} (CFT session #{st.sid}, {left} operations not yet {what})"))
+    _coop_sync(session.coop)
+
+
+@implements("flowdsl.cft.flush")
+def _cft_flush(session):
+    _wait_ops(session, lambda o: o.landed, "complete", "flush a CFT session")
+    st = session.state
+    if session.coop.trank == 0:
+        st.issued = [o for o in st.issued if not o.landed]
+    _coop_sync(session.coop)
+    return 0
+
+
+@implements("flowdsl.cft.flush_smem")
+def _cft_flush_smem(session):
+    _wait_ops(session, lambda o: o.read, "read from shared memory", "flush_smem a CFT session")
+
+
+@implements("flowdsl.cft.close")
+def _cft_close(session):
+    st = _session(session, "close a CFT session")
+    _coop_sync(session.coop)
+    left = [o for o in st.issued if not o.landed] + st.queued
+    if left:
+        raise sim_error(UsageError, f"Cannot close CFT session #{st.sid}: {len(left)} operations are queued or "
+                        "in flight. Submit and flush them before closing")
+    _coop_sync(session.coop)
+    st.closed = True
+    return None
+
+
+# ---------------------------------------------------------------- counters and the fence rule
+def _counter(win, offset, op):
+    w = _window(win, op)
+    g = w.group
+    offset = int(offset)
+    if offset % 8 or not 0 <= offset <= g.nbytes - 8:
+        raise sim_error(WindowAccessError, f"Cannot {op}: byte offset {offset} is not an 8-byte aligned u64 inside "
+                        f"{g.name()} ({g.nbytes} bytes). Place counters at 8-byte aligned offsets")
+    return g, offset
+
+
+def _observe(rank, g, offset, fenced, how):
+    """A counter read: the counted writes applied there so far become readable (after a fence)."""
+    st = _cft()
+    ops = st.applied.pop((g.wid, rank, offset), [])
+    for op in ops:
+        if fenced:
+            st.covered[rank].add(op.id)
+        else:
+            st.unfenced[rank][op.id] = how
+
+
+def _value(g, rank, offset):
+    return int(g.bytes[rank][offset:offset + 8].view(np.uint64)[0])
+
+
+@implements("flowdsl.cft.read_counter")
+def _cft_read_counter(win, offset, order=None):
+    g, offset = _counter(win, offset, "read a CFT counter")
+    t = _cur()
+    v = _value(g, t.rank, offset)
+    _state.sched.yield_spin(t, ("cft-counter", g.wid, t.rank, offset, v))
+    _observe(t.rank, g, offset, False, f"flowdsl.cft.read_counter by {t.name()}")
+    return _value(g, t.rank, offset)
+
+
+@implements("flowdsl.cft.wait_counted")
+def _cft_wait_counted(session, win, offset, expected, order=None, consumer=None):
+    _session(session, "wait for a CFT counter")
+    g, offset = _counter(win, offset, "wait for a CFT counter")
+    t = _cur()
+    sched = _state.sched
+    st = _cft()
+    while not _roll_ge(_value(g, t.rank, offset), int(expected), 64):
+        st.ctr_cond[t.rank].waiters.append(t)
+        sched.block(t, Wait(f"cft.wait_counted(counter at byte {offset} of {g.name()} >= {int(expected)} bytes; "
+                            f"now {_value(g, t.rank, offset)})"))
+    order = MemoryOrder.ACQUIRE if order is None else MemoryOrder(int(order))
+    _observe(t.rank, g, offset, order in _ACQUIRING, f"a relaxed flowdsl.cft.wait_counted by {t.name()}")
+    _coop_sync(session.coop)
+
+
+def _fence(rank, order, producer):
+    if producer == MemProxyType.FABRIC and order in _ACQUIRING:
+        st = _cft()
+        st.covered[rank].update(st.unfenced[rank])
+        st.unfenced[rank].clear()
+
+
+@implements("flowdsl.cft.fence")
+def _cft_fence(coop, order=None, producer=None, consumer=None, scope=None):
+    order = MemoryOrder.ACQUIRE if order is None else MemoryOrder(int(order))
+    producer = MemProxyType.FABRIC if producer is None else MemProxyType(int(producer))
+    _fence(_cur().rank, order, producer)
+    if coop.nthreads > 1:
+        _coop_sync(coop)
+
+
+# ---------------------------------------------------------------- barrier
+class CftBarrierSession:
+    """A CFT barrier session over the CFT team (every rank), barrier ``index``."""
+
+    __slots__ = ("comm", "coop", "index", "epoch")
+
+    def __init__(self, comm, coop, index, epoch):
+        self.comm, self.coop, self.index, self.epoch = comm, coop, index, epoch
+
+    def arrive(self, order, producer=None, consumer=None):
+        _bar_arrive(self)
+
+    def wait(self, order, producer=None, consumer=None):
+        _bar_wait(self, order, producer)
+
+    def sync(self, order, producer=None, consumer=None):
+        _bar_arrive(self)
+        _bar_wait(self, order, producer)
+
+
+def _bar_state(g):
+    bs = getattr(g, "cft_bar", None)
+    if bs is None:
+        n = g.world.nranks
+        count = int(g.reqs.get("cft_barrier_count", 0))
+        bs = g.cft_bar = SimpleNamespace(count=count, inbox=[[[0] * n for _ in range(count)] for _ in range(n)],
+                                         epoch=[[0] * count for _ in range(n)],
+                                         conds=[[Cond() for _ in range(count)] for _ in range(n)])
+    return bs
+
+
+@implements("flowdsl.cft.barrier")
+def _cft_barrier(comm, coop, index):
+    g = getattr(comm, "group", None)
+    if g is None or not hasattr(g, "inbox"):
+        raise sim_error(UsageError, f"Cannot open a CFT barrier on {comm!r}: it is not a device communicator. "
+                        "Pass the DevComm from comm.device_communicator()")
+    bs = _bar_state(g)
+    index = int(index)
+    if not 0 <= index < bs.count:
+        raise sim_error(BarrierIndexError, (
+            f"Cannot open CFT barrier {index}: the device communicator has cft_barrier_count={bs.count} "
+            f"(valid indices 0..{bs.count - 1}). Create it with comm.device_communicator(cft_barrier_count="
+            f"{index + 1}) or more, or use a smaller index"))
+    return CftBarrierSession(comm, coop, index, bs.epoch[_cur().rank][index])
+
+
+def _bar_arrive(s):
+    _coop_sync(s.coop)
+    if s.coop.trank == 0:
+        bs = _bar_state(s.comm.group)
+        me, val = s.comm.rank, s.epoch + 1
+        for q in range(s.comm.nranks):
+            if q != me:
+                box = bs.inbox[q][s.index]
+                box[me] = max(box[me], val)
+                bs.conds[q][s.index].notify(_state.sched)
+
+
+def _bar_wait(s, order, producer):
+    t = _cur()
+    bs = _bar_state(s.comm.group)
+    me, need = s.comm.rank, s.epoch + 1
+    box = bs.inbox[me][s.index]
+    while any(v < need for q, v in enumerate(box) if q != me):
+        bs.conds[me][s.index].waiters.append(t)
+
+        def detail(sch, box=box, me=me, need=need):
+            return "\n".join(f"rank {q} has not arrived (its arrival count here is {v}, need {need}): "
+                             f"{sch.rank_summary(q)}" for q, v in enumerate(box) if q != me and v < need)
+        sched = _state.sched
+        sched.block(t, Wait(f"cft barrier {s.index} wait (epoch {s.epoch} -> {need})", detail))
+    _fence(me, MemoryOrder(int(order)), MemProxyType.GENERIC if producer is None else MemProxyType(int(producer)))
+    _coop_sync(s.coop)
+    s.epoch = need
+    if s.coop.trank == 0:
+        bs.epoch[me][s.index] = need
