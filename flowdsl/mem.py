@@ -9,8 +9,11 @@ Contents: :func:`load_acquire`, :func:`load_relaxed`, :func:`store_release`,
 :func:`store_relaxed`, :func:`fence`, :func:`atomic_add`, :func:`atomic_cas`,
 :func:`atomic_exch`, :func:`red_add`. Supported element types: int32, uint32,
 int64, uint64 (and float32/float64 for ``atomic_add``/``red_add``).
-Wide accesses: :func:`load_vec`, :func:`store_vec` move 16 bytes in one
+Wide accesses: :func:`load_vec`, :func:`store_vec` move 16 bytes (any integer or
+float element type: 2 to 16 lanes) in one
 instruction (``ld.v4``/``st.v4``), what bandwidth-bound copies need.
+Bits: :func:`to_bits` and :func:`from_bits` move a value's bits in and out of
+a uint64 (what packing data and flags into one word needs).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from ._stubs import primitive
 
 __all__ = [
     "load_acquire", "load_relaxed", "store_release", "store_relaxed", "fence",
-    "atomic_add", "atomic_cas", "atomic_exch", "red_add", "load_vec", "store_vec",
+    "atomic_add", "atomic_cas", "atomic_exch", "red_add", "load_vec", "store_vec", "to_bits", "from_bits",
 ]
 
 
@@ -80,3 +83,19 @@ def load_vec(array, index):
 @primitive
 def store_vec(array, index, values):
     """Store a tuple of ``16 // itemsize`` elements at ``array[index:]`` in one 16-byte store."""
+
+
+@primitive
+def to_bits(value):
+    """``value``'s bits, zero-extended to a uint64 (``__float_as_uint`` and friends).
+
+    Any integer or float scalar of 1, 2, 4 or 8 bytes.
+    """
+
+
+@primitive
+def from_bits(bits, dtype):
+    """The ``dtype`` whose bits are the low bits of the uint64 ``bits`` (inverse of :func:`to_bits`).
+
+    ``dtype`` is a numba or NumPy scalar type, e.g. ``numba.float32``.
+    """

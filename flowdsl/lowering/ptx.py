@@ -208,27 +208,48 @@ def _atomic_cas(typingctx, array, index, expected, desired, order, scope):
     return elem(array, index, expected, desired, order, scope), codegen
 
 
+#: Narrow elements a 16-byte vector may hold; they travel in four 32-bit registers.
+_NARROW = (types.int8, types.uint8, types.int16, types.uint16, types.float16)
+
+
 def _vector_shape(op, array):
-    elem = _element(op, array, _ARITH)
+    elem = _element(op, array, _ARITH + _NARROW)
     lanes = 16 // (elem.bitwidth // 8)
+    if elem in _NARROW:
+        return elem, lanes, "b32", "r"
     ptx, reg = PTX_TYPES[elem]
     return elem, lanes, ("b" + ptx[1:]) if ptx[0] in "su" else ptx, reg
+
+
+def _registers(elem, lanes):
+    """(registers, register LLVM type) that carry ``lanes`` elements: 4 x i32 for narrow ones."""
+    return (4, ir.IntType(32)) if elem in _NARROW else (lanes, None)
 
 
 @intrinsic
 def _load_vec(typingctx, array, index):
     elem, lanes, ptx, reg = _vector_shape("load_vec", array)
-    outs = ", ".join(f"${i}" for i in range(lanes))
-    text = f"ld.v{lanes}.{ptx} {{{outs}}}, [${lanes}];"
+    nreg, reg_type = _registers(elem, lanes)
+    outs = ", ".join(f"${i}" for i in range(nreg))
+    text = f"ld.v{nreg}.{ptx} {{{outs}}}, [${nreg}];"
     result = types.UniTuple(elem, lanes)
 
     def codegen(context, builder, sig, args):
         ptr = _item_pointer(context, builder, array, args[0], index, args[1])
         lane_type = context.get_value_type(elem)
-        fnty = ir.FunctionType(ir.LiteralStructType([lane_type] * lanes), [ptr.type])
+        rtype = reg_type or lane_type
+        fnty = ir.FunctionType(ir.LiteralStructType([rtype] * nreg), [ptr.type])
         # Not volatile: a plain load the compiler may schedule like any other.
-        packed = builder.asm(fnty, text, ",".join([f"={reg}"] * lanes) + ",l", [ptr], side_effect=False)
-        return context.make_tuple(builder, result, [builder.extract_value(packed, i) for i in range(lanes)])
+        packed = builder.asm(fnty, text, ",".join([f"={reg}"] * nreg) + ",l", [ptr], side_effect=False)
+        regs = [builder.extract_value(packed, i) for i in range(nreg)]
+        if reg_type is None:
+            return context.make_tuple(builder, result, regs)
+        vec = ir.Constant(ir.VectorType(rtype, nreg), None)
+        for i, r in enumerate(regs):
+            vec = builder.insert_element(vec, r, ir.Constant(ir.IntType(32), i))
+        narrow = builder.bitcast(vec, ir.VectorType(lane_type, lanes))
+        return context.make_tuple(builder, result, [builder.extract_element(narrow, ir.Constant(ir.IntType(32), i))
+                                                    for i in range(lanes)])
 
     return result(array, index), codegen
 
@@ -239,17 +260,67 @@ def _store_vec(typingctx, array, index, values):
     if not isinstance(values, types.BaseTuple) or len(values) != lanes:
         raise NumbaTypeError(f"flowdsl.mem.store_vec requires a tuple of {lanes} {elem} values "
                              f"(16 bytes), got {values}")
-    ins = ", ".join(f"${i + 1}" for i in range(lanes))
-    text = f"st.v{lanes}.{ptx} [$0], {{{ins}}};"
+    nreg, reg_type = _registers(elem, lanes)
+    ins = ", ".join(f"${i + 1}" for i in range(nreg))
+    text = f"st.v{nreg}.{ptx} [$0], {{{ins}}};"
 
     def codegen(context, builder, sig, args):
         ptr = _item_pointer(context, builder, array, args[0], index, args[1])
         lanes_in = [context.cast(builder, builder.extract_value(args[2], i), values[i], elem)
                     for i in range(lanes)]
-        _asm(builder, ir.VoidType(), [ptr] + lanes_in, text, "l," + ",".join([reg] * lanes) + ",~{memory}")
+        if reg_type is not None:
+            lane_type = context.get_value_type(elem)
+            vec = ir.Constant(ir.VectorType(lane_type, lanes), None)
+            for i, v in enumerate(lanes_in):
+                vec = builder.insert_element(vec, v, ir.Constant(ir.IntType(32), i))
+            wide = builder.bitcast(vec, ir.VectorType(reg_type, nreg))
+            lanes_in = [builder.extract_element(wide, ir.Constant(ir.IntType(32), i)) for i in range(nreg)]
+        _asm(builder, ir.VoidType(), [ptr] + lanes_in, text, "l," + ",".join([reg] * nreg) + ",~{memory}")
         return context.get_dummy_value()
 
     return types.void(array, index, values), codegen
+
+
+def _scalar_class(op, dtype):
+    if isinstance(dtype, types.NumberClass):
+        return dtype.instance_type
+    if isinstance(dtype, types.DType):
+        return dtype.dtype
+    raise NumbaTypeError(f"flowdsl.mem.{op} requires dtype to be a numba or NumPy scalar type, got {dtype}")
+
+
+def _bits_type(op, ty):
+    if not isinstance(ty, (types.Integer, types.Float)) or ty.bitwidth not in (8, 16, 32, 64):
+        raise NumbaTypeError(f"flowdsl.mem.{op} requires an integer or float scalar of 1, 2, 4 or 8 bytes, "
+                             f"got {ty}")
+    return ir.IntType(ty.bitwidth)
+
+
+# LLVM bitcasts, not PTX: the register is reused as is.
+@intrinsic
+def _to_bits(typingctx, value):
+    same = _bits_type("to_bits", value)
+
+    def codegen(context, builder, sig, args):
+        return builder.zext(builder.bitcast(args[0], same), ir.IntType(64)) if same.width < 64 else \
+            builder.bitcast(args[0], same)
+
+    return types.uint64(value), codegen
+
+
+@intrinsic
+def _from_bits(typingctx, bits, dtype):
+    target = _scalar_class("from_bits", dtype)
+    same = _bits_type("from_bits", target)
+    if not isinstance(bits, types.Integer):
+        raise NumbaTypeError(f"flowdsl.mem.from_bits requires integer bits, got {bits}")
+
+    def codegen(context, builder, sig, args):
+        word = context.cast(builder, args[0], bits, types.uint64)
+        low = builder.trunc(word, same) if same.width < 64 else word
+        return builder.bitcast(low, context.get_value_type(target))
+
+    return target(bits, dtype), codegen
 
 
 _load_acquire = _load("load_acquire", "acquire")
@@ -303,3 +374,5 @@ def bind():
         array, index, expected, desired, order, scope), order_at=4, scope_at=5)
     register(mem.load_vec, lambda array, index: _load_vec(array, index))
     register(mem.store_vec, lambda array, index, values: _store_vec(array, index, values))
+    register(mem.to_bits, lambda value: _to_bits(value))
+    register(mem.from_bits, lambda bits, dtype: _from_bits(bits, dtype))

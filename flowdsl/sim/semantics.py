@@ -628,9 +628,9 @@ def _vec(array, index, op):
     a = raw(array)
     n = 16 // a.itemsize
     index = int(index)
-    if a.itemsize not in (4, 8):
-        raise sim_error(UsageError, f"Cannot {op} on {a.dtype.name} elements: 16-byte vectors need 4- or 8-byte "
-                        "elements. Reinterpret the view with dtype=int32/float32/int64/float64")
+    if a.itemsize not in (1, 2, 4, 8) or a.dtype.kind not in "iuf":
+        raise sim_error(UsageError, f"Cannot {op} on {a.dtype.name} elements: 16-byte vectors need integer or "
+                        "float elements of 1, 2, 4 or 8 bytes")
     if isinstance(array, WindowView):
         if index < 0 or index + n > array._n:
             array._oob(index + n - 1 if index >= 0 else index, op)
@@ -659,3 +659,32 @@ def _mem_store_vec(array, index, values):
         raise sim_error(UsageError, f"Cannot store_vec {len(values)} values: a 16-byte vector of "
                         f"{a.dtype.name} has {n}. Pass a tuple of {n} values")
     a[i:i + n] = values
+
+
+
+def _scalar_dtype(value):
+    import numpy as np  # noqa: PLC0415
+
+    if isinstance(value, np.generic):
+        return value.dtype
+    return np.dtype(np.float64) if isinstance(value, float) else np.dtype(np.int64)
+
+
+@implements("flowdsl.mem.to_bits")
+def _mem_to_bits(value):
+    import numpy as np  # noqa: PLC0415
+
+    source = _scalar_dtype(value)
+    unsigned = np.dtype(f"u{source.itemsize}")
+    return np.uint64(np.array(value, dtype=source).view(unsigned)[()])
+
+
+@implements("flowdsl.mem.from_bits")
+def _mem_from_bits(bits, dtype):
+    import numpy as np  # noqa: PLC0415
+
+    from .memory import as_dtype  # noqa: PLC0415
+
+    target = as_dtype(dtype)
+    low = np.array(int(bits) & ((1 << (8 * target.itemsize)) - 1), dtype=f"u{target.itemsize}")
+    return low.view(target)[()]

@@ -10,7 +10,8 @@ import inspect
 
 import numpy as np
 import pytest
-from numba import cuda, float32, int32, uint32
+from numba import cuda, float32, int32, uint32, uint64
+from numba.core.types import float16
 
 import flowdsl
 from flowdsl import MemoryOrder, ThreadScope, coop, lsa, mem, team
@@ -83,6 +84,9 @@ def every_primitive(comm, win, flags, out):
     mem.red_add(out, 9, float32(1.0), MemoryOrder.RELAXED, ThreadScope.DEVICE)
     vec = mem.load_vec(v, 16)
     mem.store_vec(v, 20, vec)
+    halves = lsa.local_view(win, 0, 32, dtype=float16)  # narrow lanes travel in 32-bit registers
+    mem.store_vec(halves, 8, mem.load_vec(halves, 0))
+    out[10] = mem.from_bits(mem.to_bits(out[11]) ^ uint64(1 << 31), float32)
 
 
 ARGS = ("devcomm", ("window", np.float32), np.zeros(8, np.uint32), np.zeros(16, np.float32))
