@@ -35,31 +35,39 @@ from .lowering.types import ArgumentMarshaller, DevCommType, WindowType
 __all__ = ["kernel", "device", "FlowKernel", "check_features"]
 
 
-def device(fn=None):
+def device(fn=None, *, inline: bool = True):
     """A helper device function callable from flowdsl kernels (compiled per target).
 
     Device functions may not return arrays (numba-cuda restriction without NRT):
-    pass output arrays in, or return scalars.
+    pass output arrays in, or return scalars. ``inline=False`` keeps one copy of a
+    large function that many call sites share (NVVM inlines every call otherwise,
+    which multiplies code size and link time).
     """
     from numba.cuda.extending import register_jitable  # noqa: PLC0415
 
     if fn is None:
-        return device
+        return functools.partial(device, inline=inline)
+    if not inline:
+        from .lowering.compiler import never_inline  # noqa: PLC0415
+
+        never_inline(f"{fn.__module__}.{fn.__qualname__}")
     jitted = register_jitable(fn)
     jitted.__flowdsl_device__ = True
     jitted.py_func = fn
     return jitted
 
 
-def kernel(fn=None, *, fastmath: bool = False, lineinfo: bool = False):
+def kernel(fn=None, *, fastmath: bool = False, lineinfo: bool = False, max_registers: int | None = None):
     """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
 
     ``k[grid, block, stream, shared_bytes](*args)`` also takes a stream
     (CuPy, PyTorch, numba or cuda.core) and dynamic shared memory in bytes.
+    ``max_registers`` caps registers per thread (``-maxrregcount``): more threads fit
+    on an SM, which bandwidth-bound loops need, at the price of spills elsewhere.
     """
     if fn is None:
-        return lambda f: kernel(f, fastmath=fastmath, lineinfo=lineinfo)
-    return FlowKernel(fn, fastmath=fastmath, lineinfo=lineinfo)
+        return lambda f: kernel(f, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers)
+    return FlowKernel(fn, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers)
 
 
 def _cache_root() -> Path:
@@ -108,12 +116,13 @@ def _as_stream(stream):
 class FlowKernel:
     """A flowdsl kernel: compiled at first launch per argument types, cached on disk."""
 
-    def __init__(self, py_func, *, fastmath: bool = False, lineinfo: bool = False):
+    def __init__(self, py_func, *, fastmath: bool = False, lineinfo: bool = False, max_registers: int | None = None):
         self.py_func = py_func
         self.__name__ = py_func.__name__
         self.__doc__ = py_func.__doc__
         self.__wrapped__ = py_func
         self.fastmath = fastmath
+        self.max_registers = max_registers
         self.lineinfo = lineinfo
         self._loaded: dict = {}
         #: Last compile/load: {"source": "compiled"|"disk", "seconds": float}
@@ -163,6 +172,16 @@ class FlowKernel:
 
     # -- compilation ---------------------------------------------------------------------------
     def _source_digest(self) -> str:
+        digest = self.__dict__.get("_digest")
+        if digest is None:
+            digest = self._digest = self._compute_source_digest()
+        return digest
+
+    def _compute_source_digest(self) -> str:
+        # The kernel's module and flowdsl itself (device functions it calls live there).
+        return hashlib.sha256((self._module_digest() + _package_digest()).encode()).hexdigest()
+
+    def _module_digest(self) -> str:
         module = sys.modules.get(self.py_func.__module__)
         try:
             source = inspect.getsource(module) if module is not None else inspect.getsource(self.py_func)
@@ -177,9 +196,10 @@ class FlowKernel:
             "flowdsl": __version__, "numba_cuda": getattr(numba_cuda, "__version__", "?"),
             "source": self._source_digest(), "qualname": self.py_func.__qualname__,
             "module": self.py_func.__module__, "args": [str(t) for t in argtypes],
+            "closure": _closure_key(self.py_func),
             "nccl": format_version(target.nccl), "arch": target.arch,
-            "support": hashlib.sha256(support.ltoir).hexdigest(), "cft": _cft_digest(target),
-            "options": [self.fastmath, self.lineinfo],
+            "support": _digest_of(support.ltoir), "cft": _cft_digest(target),
+            "options": [self.fastmath, self.lineinfo, self.max_registers],
         }, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
@@ -202,6 +222,7 @@ class FlowKernel:
         target = Target(version, arch, _cuda_version(cuda))
         return compile_kernel(self.py_func, tuple(argtypes), target, support.ltoir,
                               fastmath=self.fastmath, lineinfo=self.lineinfo, support_arch=support.arch,
+                              max_registers=self.max_registers,
                               link_for_features=_feature_libraries(target))
 
     @staticmethod
@@ -239,35 +260,101 @@ class FlowKernel:
             self._loaded[argtypes] = loaded
         return loaded
 
-    def _load_or_compile(self, argtypes, target: Target):
+    def load(self, argtypes) -> str:
+        """Load (or compile) the kernel for ``argtypes`` on this GPU now, not at first launch.
+
+        Returns ``"disk"``, ``"compiled"`` or ``"loaded"`` (already in this process).
+        """
+        argtypes = tuple(argtypes)
+        if argtypes in self._loaded:
+            return "loaded"
+        self._loaded[argtypes] = _Loaded(self._load_or_compile(argtypes, _device_target()), argtypes)
+        return self.last_build["source"]
+
+    def build(self, argtypes, target: Target) -> str:
+        """Compile for ``argtypes`` and ``target`` into the disk cache unless it is there already.
+
+        Needs no GPU. Returns ``"compiled"`` or ``"cached"``.
+        """
+        return "cached" if self._cached_or_compiled(argtypes, target)[3] == "disk" else "compiled"
+
+    def _cached_or_compiled(self, argtypes, target: Target):
+        """``(key, cubin, meta, source)`` from the disk cache, or compiled and stored there."""
         from .runtime.support import support_build_for  # noqa: PLC0415
 
-        start = time.perf_counter()
         support = support_build_for(target.nccl, target.arch)
         key = self._cache_key(argtypes, target, support)
         root = _cache_root()
         cubin_path, meta_path = root / f"{key}.cubin", root / f"{key}.json"
         if cubin_path.exists() and meta_path.exists():
-            cubin = cubin_path.read_bytes()
-            meta = json.loads(meta_path.read_text())
-            entry, features = meta["entry_name"], frozenset(meta.get("features", ()))
-            source = "disk"
-        else:
-            compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath,
-                                      lineinfo=self.lineinfo, support_arch=support.arch,
-                                      link_for_features=_feature_libraries(target))
-            cubin, entry, features, source = compiled.cubin, compiled.entry_name, compiled.features, "compiled"
-            root.mkdir(parents=True, exist_ok=True)
-            meta = json.dumps({"entry_name": entry, "features": sorted(features)}).encode()
-            for path, data in ((cubin_path, cubin), (meta_path, meta)):
-                tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-                tmp.write_bytes(data)
-                os.replace(tmp, path)
-        loaded = _numba_kernel(entry, cubin, argtypes)
+            return key, cubin_path.read_bytes(), json.loads(meta_path.read_text()), "disk"
+        compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath,
+                                  max_registers=self.max_registers,
+                                  lineinfo=self.lineinfo, support_arch=support.arch,
+                                  link_for_features=_feature_libraries(target))
+        meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features)}
+        root.mkdir(parents=True, exist_ok=True)
+        for path, data in ((cubin_path, compiled.cubin), (meta_path, json.dumps(meta).encode())):
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        return key, compiled.cubin, meta, "compiled"
+
+    def _load_or_compile(self, argtypes, target: Target):
+        start = time.perf_counter()
+        key, cubin, meta, source = self._cached_or_compiled(argtypes, target)
+        loaded = _numba_kernel(meta["entry_name"], cubin, argtypes)
         loaded.bind()  # load the module now, so that the time below includes it
-        loaded.flowdsl_features = features
+        loaded.flowdsl_features = frozenset(meta.get("features", ()))
         self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key}
         return loaded
+
+
+_DIGESTS: dict = {}
+
+
+def _digest_of(data: bytes) -> str:
+    """sha256 of a support build, once per process (it is megabytes, hashed per kernel otherwise)."""
+    key = (id(data), len(data))
+    hit = _DIGESTS.get(key)
+    if hit is None or hit[0] is not data:
+        hit = _DIGESTS[key] = (data, hashlib.sha256(data).hexdigest())
+    return hit[1]
+
+
+#: flowdsl sources that cannot change a compiled kernel (host side, simulator, examples, tests).
+_HOST_ONLY = ("sim/", "runtime/", "examples/", "__main__.py", "testing.py", "collectives/_host.py",
+              "collectives/_library.py", "collectives/cost.py", "collectives/check.py", "collectives/__init__.py")
+
+
+@functools.cache
+def _package_digest() -> str:
+    """sha256 of flowdsl's Python sources that device code is built from."""
+    h = hashlib.sha256()
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(_HOST_ONLY):
+            continue
+        h.update(rel.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _closure_key(fn) -> list[str]:
+    """What a kernel made by a factory captured (an operator, a flag): part of its cache key."""
+    out = []
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            out.append("<empty>")
+            continue
+        if isinstance(value, (int, float, str, bool, type(None))):
+            out.append(repr(value))
+        else:
+            out.append(f"{type(value).__module__}.{getattr(value, '__qualname__', type(value).__qualname__)}")
+    return out
 
 
 _SCALARS = {int: types.int64, float: types.float64, bool: types.boolean}
@@ -323,6 +410,22 @@ class _Loaded:
         self.cu_kernel = numba_kernel._codelibrary.get_cufunc().kernel if self.fast else None
         self._configs: dict = {}
 
+    def prepared(self, args, grid, block, stream, shared):
+        """A no-argument launcher of these ``args`` (packed once)."""
+        if not self.fast:
+            return lambda: self.launch(args, grid, block, stream, shared)
+        from cuda.core import LaunchConfig, launch  # noqa: PLC0415
+
+        flat: list = []
+        for pack, arg in zip(self.packers, args):
+            pack(arg, flat)
+        try:
+            return _driver_launcher(self.cu_kernel, flat, grid, block, stream, shared)
+        except Exception:  # noqa: BLE001 - an unexpected handle type: the general path still works
+            config = LaunchConfig(grid=grid, block=block, shmem_size=shared)
+            kernel = self.cu_kernel
+            return lambda: launch(stream, config, kernel, *flat)
+
     def launch(self, args, grid, block, stream, shared):
         if not self.fast:
             self.numba_kernel.launch(args, grid, block, stream=stream, sharedmem=shared)
@@ -337,6 +440,28 @@ class _Loaded:
         for pack, arg in zip(self.packers, args):
             pack(arg, flat)
         launch(stream, config, self.cu_kernel, *flat)
+
+
+def _driver_launcher(kernel, flat, grid, block, stream, shared):
+    """``cuLaunchKernel`` over parameters packed once into C memory (about a microsecond a call)."""
+    import ctypes  # noqa: PLC0415
+
+    from cuda.bindings import driver  # noqa: PLC0415
+
+    holders = [v if isinstance(v, ctypes._SimpleCData) else ctypes.c_uint64(int(v) & 0xFFFFFFFFFFFFFFFF)
+               for v in flat]
+    params = (ctypes.c_void_p * max(1, len(holders)))(*[ctypes.addressof(h) for h in holders])
+    g = tuple(grid) + (1,) * (3 - len(grid)) if isinstance(grid, tuple) else (int(grid), 1, 1)
+    b = tuple(block) + (1,) * (3 - len(block)) if isinstance(block, tuple) else (int(block), 1, 1)
+    handle, hstream, address = kernel.handle, stream.handle, ctypes.addressof(params)
+    success = driver.CUresult.CUDA_SUCCESS
+
+    def launch():
+        err = driver.cuLaunchKernel(handle, *g, *b, shared, hstream, address, 0)[0]
+        if err != success:
+            raise UsageError(f"Cannot launch: cuLaunchKernel returned {err.name}")
+    launch.keep_alive = (holders, params)
+    return launch
 
 
 def _packer(ty):
@@ -462,6 +587,24 @@ class _Launch:
         if loaded.features:
             check_features(name, loaded.features, args)
         loaded.launch(args, grid, block, _as_stream(self.stream), int(self.shared))
+
+    def prepare(self, *args):
+        """Check, type and pack ``args`` once; return a callable that launches with them again.
+
+        For a launch repeated with the same arguments (a collective in a loop): a call
+        of the result costs only the driver's launch.
+        """
+        name = self.kernel.__name__
+        if _stubs._simulator_launch is not None and (
+                _stubs._simulator_active() or any(getattr(a, "__flowdsl_sim__", False) for a in args)):
+            return lambda: self(*args)
+        grid = _dims(self.grid, "the grid", name)
+        block = _dims(self.block, "the block", name)
+        _check_resources(name, args)
+        loaded = self.kernel._specialize(args)
+        if loaded.features:
+            check_features(name, loaded.features, args)
+        return loaded.prepared(args, grid, block, _as_stream(self.stream), int(self.shared))
 
 
 def _check_resources(name: str, args) -> None:

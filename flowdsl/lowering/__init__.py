@@ -9,7 +9,7 @@ from numba.core import types as numba_types
 from numba.cuda.extending import lower_getattr_generic, typeof_impl
 from numba.cuda.typing.templates import AttributeTemplate, infer_getattr
 
-from ..enums import ConstantEnumMeta
+from ..enums import ConstantEnumMeta, MemoryOrder, Protocol, RedOp, ThreadScope
 from . import cft_surface, surface
 from .types import ConstantEnumClass
 
@@ -17,6 +17,15 @@ from .types import ConstantEnumClass
 @typeof_impl.register(ConstantEnumMeta)
 def _typeof_constant_enum(val, c):
     return ConstantEnumClass(val)
+
+
+def _typeof_constant_member(val, c):
+    """A member captured as a constant (a factory's closure) is its integer value."""
+    return numba_types.IntegerLiteral(int(val))
+
+
+for _enum in (MemoryOrder, ThreadScope, Protocol, RedOp):
+    typeof_impl.register(_enum)(_typeof_constant_member)
 
 
 @infer_getattr

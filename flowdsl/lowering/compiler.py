@@ -8,6 +8,8 @@ Contents: :class:`CompiledKernel`, :func:`compile_kernel`, :func:`elf_function_s
 
 from __future__ import annotations
 
+import re
+
 import contextlib
 import struct
 import time
@@ -69,8 +71,30 @@ def _device_functions_for(target: Target):
         numba_dispatcher.get_current_device = real
 
 
+_NEVER_INLINE: set[str] = set()
+
+
+def never_inline(qualified_name: str) -> None:
+    """Keep device function ``module.qualname`` out of line in every kernel that calls it."""
+    parts = qualified_name.split(".")
+    _NEVER_INLINE.add("_ZN" + "".join(f"{len(p)}{p}" for p in parts))
+
+
+def _mark_never_inline(lib) -> None:
+    if not _NEVER_INLINE:
+        return
+    for mod in lib.modules:
+        for fn in mod.functions:
+            name = fn.name
+            if not fn.is_declaration and name.startswith("_ZN") and any(
+                    name.startswith(prefix) and name[len(prefix)] in "BE" for prefix in _NEVER_INLINE
+                    if len(name) > len(prefix)):
+                fn.attributes.add("noinline")
+    lib._llvm_strs = None  # numba caches the IR text
+
+
 def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fastmath: bool = False,
-                   lineinfo: bool = False, support_arch: str = "",
+                   lineinfo: bool = False, support_arch: str = "", max_registers: int | None = None,
                    link_for_features: Callable[[frozenset], list[tuple[str, bytes]]] | None = None
                    ) -> CompiledKernel:
     """Type, lower and link ``pyfunc`` for ``argtypes`` on ``target``.
@@ -86,7 +110,8 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
         lib, _ = numba_compiler._compile_pyfunc_with_fixup(
             pyfunc, types.void(*argtypes), device=False, cc=target.cc, lto=True, abi="numba",
             fastmath=fastmath, lineinfo=lineinfo)
-        features = noted_features()
+        _mark_never_inline(lib)
+        features = noted_features() | features_in_code(lib.get_llvm_str())
         features = _check_cft(lib, target, features)
     ltoir = lib.get_ltoir(cc=target.cc)
     objects = [ObjectCode.from_ltoir(ltoir, name=pyfunc.__name__),
@@ -94,7 +119,7 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
     if link_for_features is not None:
         objects += [ObjectCode.from_ltoir(data, name=name) for name, data in link_for_features(features)]
     linker = Linker(*objects, options=LinkerOptions(arch=target.arch, link_time_optimization=True,
-                                                    lineinfo=lineinfo or None))
+                                                    lineinfo=lineinfo or None, max_register_count=max_registers))
     try:
         cubin = linker.link("cubin").code
         log = linker.get_info_log()
@@ -102,6 +127,25 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
         linker.close()
     return CompiledKernel(lib._entry_name, bytes(cubin), target, tuple(argtypes), log,
                           time.perf_counter() - start, support_arch, features=features)
+
+
+_STRONG_CALL = re.compile(r'@"?flowdsl_gin_\w*__strong_')
+_MARKER = re.compile(r"flowdsl-feature:([\w.]+)")
+
+
+def features_in_code(llvm_ir: str) -> frozenset:
+    """Launch-checked features the lowered code uses, read from the code itself.
+
+    numba types and lowers each device function once per signature and process, so a
+    note made while typing is missing from the next kernel that reuses the function;
+    the calls (and markers, :func:`flowdsl.lowering.intrinsics.feature_marker`) stay.
+    """
+    from .gin_surface import STRONG_SIGNAL_FEATURE  # noqa: PLC0415
+
+    found = set(_MARKER.findall(llvm_ir))
+    if _STRONG_CALL.search(llvm_ir):
+        found.add(STRONG_SIGNAL_FEATURE)
+    return frozenset(found)
 
 
 def _check_cft(lib, target: Target, features: frozenset) -> frozenset:

@@ -2,7 +2,7 @@
 
 Contents: :func:`devcomm_ptr`, :func:`array_ptr`, :func:`make_coop`,
 :func:`make_team`, :func:`make_session`, :func:`typed_pointer`,
-:func:`enum_value`, :func:`emit_trap`.
+:func:`enum_value`, :func:`emit_trap`, :func:`feature_marker`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ..enums import CoopKind
 from .types import CoopType, DevCommType, LsaBarrierSessionType, team_type
 
 __all__ = ["devcomm_ptr", "array_ptr", "make_coop", "make_team", "make_session", "typed_pointer",
-           "enum_value", "emit_trap"]
+           "enum_value", "emit_trap", "feature_marker"]
 
 
 @intrinsic
@@ -122,3 +122,21 @@ def enum_value(typingctx, value):  # noqa: D401
         return context.cast(builder, args[0], src, types.int32)
 
     return types.int32(value), codegen
+
+
+@intrinsic
+def feature_marker(typingctx, name):
+    """A PTX comment ``// flowdsl-feature:<name>`` where the code relies on ``name``.
+
+    The compiler reads features back from the lowered code (numba reuses a device
+    function's typing and lowering across kernels, so a typing-time note can be lost).
+    """
+    if not isinstance(name, types.StringLiteral):
+        return None
+    text = f"// flowdsl-feature:{name.literal_value}"
+
+    def codegen(context, builder, sig, args):
+        builder.asm(ir.FunctionType(ir.VoidType(), []), text, "", [], side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(name), codegen
