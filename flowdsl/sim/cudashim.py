@@ -331,7 +331,8 @@ def simulate_function(fn, cache):
         fn: The user's Python function (a kernel's or device function's ``py_func``).
         cache: Dict reused across calls of one simulation.
     """
-    key = id(fn.__code__), id(fn.__globals__)
+    # Kernels made by one factory share code and globals but not their closure cells.
+    key = id(fn.__code__), id(fn.__globals__), tuple(id(c) for c in fn.__closure__ or ())
     hit = cache.get(key)
     if hit is not None:
         return hit
@@ -352,12 +353,29 @@ def simulate_function(fn, cache):
     return new
 
 
+class _SimModule:
+    """A module of device functions (``flowdsl.flow``) whose functions run simulated."""
+
+    def __init__(self, module, cache):
+        self._module, self._cache = module, cache
+
+    def __getattr__(self, name):
+        v = getattr(self._module, name)
+        r = _sim_value(v, self._cache)
+        return v if r is None else r
+
+
 def _sim_value(v, cache):
     r = _REPLACE.get(id(v))
     if r is not None:
         return r
     if _is_device_function(v) and not getattr(v, "__flowdsl_primitive__", None):
         return simulate_function(v.py_func, cache)
+    if isinstance(v, types.ModuleType) and getattr(v, "__flowdsl_device_module__", False):
+        key = ("module", id(v))
+        if key not in cache:
+            cache[key] = _SimModule(v, cache)
+        return cache[key]
     return None
 
 

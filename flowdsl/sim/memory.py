@@ -215,6 +215,10 @@ class WindowView:
     def dtype(self):
         return self._a.dtype
 
+    @property
+    def itemsize(self):
+        return self._a.itemsize
+
     def __array__(self, dtype=None, copy=None):
         return self._a if dtype is None else self._a.astype(dtype)
 
