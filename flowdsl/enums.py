@@ -1,6 +1,7 @@
 """Enums shared by the device surface, the lowering and the simulator.
 
-Contents: :class:`MemoryOrder`, :class:`ThreadScope`, :class:`CoopKind`.
+Contents: :class:`MemoryOrder`, :class:`ThreadScope`, :class:`CoopKind`,
+:class:`Protocol`, :class:`RedOp`.
 Values mirror libcu++ (``cuda::memory_order``, ``cuda::thread_scope``) exactly,
 so they pass straight through to the support library.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["MemoryOrder", "ThreadScope", "CoopKind", "ConstantEnumMeta"]
+__all__ = ["MemoryOrder", "ThreadScope", "CoopKind", "Protocol", "RedOp", "ConstantEnumMeta"]
 
 
 class ConstantEnumMeta(enum.EnumMeta):
@@ -53,3 +54,26 @@ class CoopKind(enum.IntEnum):
     LANES = 2
     WARP_SPAN = 3
     CTA = 4
+
+
+class Protocol(enum.IntEnum, metaclass=ConstantEnumMeta):
+    """How :mod:`flowdsl.flow` moves a slot of data to a peer (NCCL's three protocols).
+
+    ``SIMPLE``: bulk data, then one flag per slot (bandwidth). ``LL``: 8-byte lines of
+    4 data bytes and a 4-byte flag written together (latency). ``LL128``: 128-byte
+    lines of 120 data bytes and an 8-byte flag (in between).
+    """
+
+    SIMPLE = 0
+    LL = 1
+    LL128 = 2
+
+
+class RedOp(enum.IntEnum, metaclass=ConstantEnumMeta):
+    """Reduction operators of the collectives (values match ``ncclRedOp_t``)."""
+
+    SUM = 0
+    PROD = 1
+    MAX = 2
+    MIN = 3
+    AVG = 4

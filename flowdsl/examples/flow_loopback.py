@@ -1,0 +1,57 @@
+"""Flow's protocols through a real connection on one GPU: a rank sends to itself.
+
+Block 0 sends ``src`` on connection 1 of channel 0 to this same rank; block 1 holds
+the other end of that connection (``processor(..., channel=0)``) and receives,
+combining what arrives with ``src`` by ``op`` into ``dst`` (``recv_reduce_copy``).
+The message is many slots long, so the two blocks run the credit and flag
+protocol against each other through memory exactly as two ranks would. The
+expected result is ``finish(op, src op src)``.
+
+Contents: :func:`loopback` (the kernel), :func:`run`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+import flowdsl
+from flowdsl import Protocol, RedOp, flow
+from flowdsl.collectives import check
+
+__all__ = ["loopback", "run"]
+
+
+@flowdsl.kernel
+def loopback(comm, stage, src, dst, n, op, channels, nslots, slot_words, protocol):
+    proc = flow.processor(comm, stage, None, channels, nslots, slot_words, protocol, 0)
+    conn = flow.connect(proc, comm.rank, 1, 1)
+    if cuda.blockIdx.x == 0:
+        flow.send(proc, conn, src, 0, n)
+    else:
+        flow.recv_reduce_copy(proc, conn, src, dst, 0, n, flow.reduction(op, 2))
+
+
+def run(comm, protocol=Protocol.SIMPLE, dtype="float32", op="sum", n=100_003, seed=0,
+        nslots=4, slot_bytes=4096, threads=256):
+    """Run the loopback on ``comm``; return ``(result, reference)`` (values as float64/int64)."""
+    from flowdsl.collectives._host import OPS  # noqa: PLC0415
+    from flowdsl.flow import staging_words  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    x = check.inputs(rng, dtype, op, 2, n)[0]
+    store = check.storage_dtype(dtype)
+    src = comm.alloc(n, store)
+    if hasattr(src, "set"):  # CuPy
+        src.set(x)
+    else:  # the simulator's buffers
+        src[:] = x
+    dst = comm.alloc(n, store)
+    stage = comm.alloc(staging_words(1, nslots, slot_bytes // 8, False), np.uint64)
+    stage.fill(0)
+    with comm.register(stage) as win, comm.device_communicator() as dcomm:
+        loopback[2, threads](dcomm, win, src, dst, n, int(OPS[op]), 1, nslots, slot_bytes // 8, int(protocol))
+        comm.synchronize()
+        result = dst.get() if hasattr(dst, "get") else np.array(dst)
+    expected = check.reference("all_reduce", [x, x], dtype, op)[0]
+    return result, expected

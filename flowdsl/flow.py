@@ -1,0 +1,636 @@
+"""Flow: connections to peers over LSA or GIN, and the steps collectives are made of.
+
+Flow is written in flowdsl itself, on :mod:`flowdsl.lsa`, :mod:`flowdsl.gin` and
+:mod:`flowdsl.mem`: the same code is compiled for the GPU and run by the
+simulator. A kernel builds a :func:`processor` per CTA (one *channel* per block)
+over a staging window, opens :func:`connect`-ions to peers, and moves data with
+the steps below. Every step is collective over the CTA and moves ``n`` elements
+starting at element ``offset`` of the user's arrays, slot by slot.
+
+Transport, chosen per connection at run time: a peer in this rank's LSA team is
+reached by stores into its window (NVLink or PCIe P2P), any other peer by GIN
+puts with *strong* signals (a strong signal also covers the earlier puts on the
+connection). Both kinds go through one code path per step: only posting a slot
+and waiting for it differ (:func:`_post`, :func:`_wait_ready`).
+
+Staging: every connection has ``nslots`` slots in the receiver's window; the
+sender may run ``nslots`` slots ahead of the receiver (credits). Counters live
+in the window, so connections continue where the previous launch stopped.
+Protocols (:class:`flowdsl.Protocol`): ``SIMPLE`` writes a slot, then one
+release flag (GIN: the put's signal); ``LL`` writes 8-byte lines of 4 data bytes
+and a 4-byte flag with one store each, so the receiver needs no separate flag;
+``LL128`` writes 128-byte lines of 120 data bytes whose last 8 bytes are a flag
+stored with release semantics.
+
+Steps (the ``op`` steps take a :func:`reduction`): :func:`send`, :func:`recv`,
+:func:`copy_send`, :func:`recv_reduce_send`, :func:`recv_reduce_copy`,
+:func:`recv_reduce_copy_send`, :func:`recv_copy_send`, and :func:`copy` (local).
+Direct variants (:func:`direct_send`, :func:`direct_recv`,
+:func:`direct_copy_send`, :func:`direct_recv_copy_send`) skip the staging
+slot: the sender writes straight into the receiver's registered output window
+and the receiver only waits for it. Element arithmetic: :func:`combine`,
+:func:`finish` (uint16 elements are bfloat16 bits: NCCL has no uint16).
+
+Layout of the staging window (uint64 words): per (channel, connection) four
+state words, then the inbox slots, then (when GIN is possible) the outbox slots
+GIN puts are made from. :func:`staging_words` gives its size.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import cuda, int64, uint64
+
+from . import coop, gin, lsa, mem, team
+from ._kernel import device
+from .enums import MemoryOrder, Protocol, RedOp, ThreadScope
+
+__all__ = [
+    "MAX_CONNECTIONS", "Processor", "Connection", "Reduction", "staging_words", "processor", "connect",
+    "reduction", "combine", "finish", "strong_signal_inc", "slot_elements",
+    "send", "recv", "copy_send", "recv_reduce_send", "recv_reduce_copy", "recv_reduce_copy_send",
+    "recv_copy_send", "copy", "direct_send", "direct_recv", "direct_copy_send", "direct_recv_copy_send",
+]
+
+#: Tells the simulator that this module's functions are device code.
+__flowdsl_device_module__ = True
+
+#: Connection numbers per channel: the ring programs use 0, the tree programs 1-3 (parent, children).
+MAX_CONNECTIONS = 4
+
+_STATE = 4  # words per (channel, connection)
+_READY, _CREDIT, _SENT, _RECEIVED = 0, 1, 2, 3
+_LL128_LINE = 16  # words: 15 of data, then the flag
+_PROTOCOLS = 3
+_SYS = ThreadScope.SYSTEM
+
+Processor = namedtuple("Processor", ["comm", "stage", "ctx", "channel", "nchannels", "channels", "nslots",
+                                     "slot_words", "protocol", "inbox_at", "outbox_at"])
+Processor.__doc__ = "One CTA's side of Flow: its channel, staging window and protocol (see :func:`processor`)."
+Connection = namedtuple("Connection", ["peer", "number", "remote_number", "gin"])
+Connection.__doc__ = """A connection to ``peer`` (see :func:`connect`).
+
+``number`` is this side's connection number, ``remote_number`` the peer's number for the
+same connection; ``gin`` is 1 when the peer is outside the LSA team."""
+Reduction = namedtuple("Reduction", ["op", "nranks"])
+Reduction.__doc__ = "A reduction operator (:class:`flowdsl.RedOp`) over ``nranks`` contributions."
+
+
+@device
+def _state_words(nchannels):
+    return (nchannels * MAX_CONNECTIONS * _STATE + 15) // 16 * 16
+
+
+@device
+def staging_words(channels, nslots, slot_words, with_outbox):
+    """Size of a staging window in uint64 words (host and device).
+
+    Each protocol has its own slots: a line flag must never be read from bytes another
+    protocol left in the slot.
+    """
+    boxes = _PROTOCOLS * channels * MAX_CONNECTIONS * nslots * slot_words
+    return _state_words(channels) + boxes * (2 if with_outbox else 1)
+
+
+@device
+def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=-1):
+    """This CTA's processor: channel ``blockIdx.x`` of ``gridDim.x`` (or ``channel``), over ``stage``.
+
+    Args:
+        comm: The device communicator.
+        stage: The staging window (uint64, :func:`staging_words` long, the same on every rank).
+        ctx: A GIN context (``gin.context(comm, 0)``), used for peers outside the LSA team, or
+            None for a kernel that only ever talks to its LSA team (no GIN code is compiled).
+        channels: Channels the staging window was laid out for (``gridDim.x`` may be fewer:
+            the layout must not move between launches, or a slot's old flags would be read).
+        nslots: Slots per connection (how far a sender may run ahead).
+        slot_words: Size of one slot in uint64 words (a multiple of 16).
+        protocol: A :class:`flowdsl.Protocol`.
+        channel: The channel to use instead of ``blockIdx.x`` (two blocks may then hold the
+            two ends of one connection, e.g. a rank sending to itself).
+    """
+    inbox_at = _state_words(channels)
+    outbox_at = inbox_at + _PROTOCOLS * channels * MAX_CONNECTIONS * nslots * slot_words
+    mine = cuda.blockIdx.x if channel < 0 else channel
+    return Processor(comm, stage, ctx, mine, cuda.gridDim.x, channels, nslots, slot_words, protocol,
+                     inbox_at, outbox_at)
+
+
+@device
+def connect(proc, peer, number, remote_number):
+    """A connection to world rank ``peer``: LSA if ``peer`` is in this rank's LSA team, else GIN.
+
+    For a connection this rank sends on, ``number`` numbers it among this rank's send
+    connections and ``remote_number`` among the peer's receive connections; for one it
+    receives on, the other way round. Both ends must agree.
+    """
+    comm = proc.comm
+    first = comm.rank - comm.lsa_rank
+    remote = 0 if first <= peer < first + comm.lsa_size else 1
+    return Connection(peer, number, remote_number, remote)
+
+
+@device
+def reduction(op, nranks):
+    """A :class:`Reduction` for ``op`` over ``nranks`` ranks (``nranks`` divides for ``AVG``)."""
+    return Reduction(op, nranks)
+
+
+# ---- element arithmetic ----------------------------------------------------------------------
+# On the GPU these are overloaded per element type (lowering/flow_surface.py) so that the result
+# keeps the element type; the bodies below are their meaning, which the simulator runs.
+
+def _bf16_to_float(bits):
+    return np.array(np.uint32(int(bits) << 16)).view(np.float32)[()]
+
+
+def _float_to_bf16(value):
+    bits = int(np.array(np.float32(value)).view(np.uint32)[()])
+    if (bits & 0x7FFFFFFF) > 0x7F800000:  # NaN stays a quiet NaN
+        return np.uint16((bits >> 16) | 0x40)
+    return np.uint16((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)  # round to nearest even
+
+
+def combine(op, a, b):
+    """``a op b`` in the element type of ``a`` (wrapping for integers, bfloat16 for uint16)."""
+    if isinstance(a, np.uint16):
+        return _float_to_bf16(combine(op, _bf16_to_float(a), _bf16_to_float(b)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        if op == RedOp.PROD:
+            r = a * b
+        elif op == RedOp.MIN:
+            r = a if a < b else b
+        elif op == RedOp.MAX:
+            r = a if a > b else b
+        else:
+            r = a + b
+    return np.asarray(r).astype(np.asarray(a).dtype)[()]
+
+
+def finish(op, value, nranks):
+    """The reduction's last touch: ``AVG`` divides by ``nranks`` (integers truncate); others keep."""
+    if op != RedOp.AVG:
+        return value
+    if isinstance(value, np.uint16):
+        return _float_to_bf16(_bf16_to_float(value) / nranks)
+    dt = np.asarray(value).dtype
+    if dt.kind == "f":
+        return dt.type(value / nranks)
+    q = abs(int(value)) // nranks
+    return np.array(-q if int(value) < 0 else q).astype(dt)[()]
+
+
+def strong_signal_inc(signal):
+    """A signal increment that covers every earlier put of the connection (strong).
+
+    ``gin.strong_signal_inc`` on NCCL >= 2.32; before, the legacy signal, which the
+    backends of those releases (GIN proxy, GDAKI) apply in order. Either way a launch
+    on a backend with weak signals only (EFA GDA) is refused.
+    """
+    return gin.strong_signal_inc(signal)
+
+
+# ---- layout ------------------------------------------------------------------------------------
+
+@device
+def _state_at(proc, which, number):
+    return (proc.channel * MAX_CONNECTIONS + number) * _STATE + which
+
+
+@device
+def _box_at(proc, base, number, slot):
+    at = ((proc.protocol * proc.channels + proc.channel) * MAX_CONNECTIONS + number) * proc.nslots + slot
+    return base + at * proc.slot_words
+
+
+@device
+def _ready_signal(proc, number):
+    return 2 * (proc.channel * MAX_CONNECTIONS + number)
+
+
+@device
+def _credit_signal(proc, number):
+    return 2 * (proc.channel * MAX_CONNECTIONS + number) + 1
+
+
+@device
+def _lines_per_element(itemsize):
+    return 2 if itemsize == 8 else 1
+
+
+@device
+def slot_elements(proc, itemsize):
+    """Elements of ``itemsize`` bytes one slot carries under the processor's protocol."""
+    if proc.protocol == Protocol.LL:
+        return proc.slot_words // _lines_per_element(itemsize)
+    if proc.protocol == Protocol.LL128:
+        return proc.slot_words // _LL128_LINE * (_LL128_LINE - 1) * (8 // itemsize)
+    return proc.slot_words * 8 // itemsize
+
+
+# ---- the transport: waiting and posting (thread 0 of the CTA) -----------------------------------
+
+# ``ctx`` is None in kernels built for one LSA team: numba then drops the GIN branches before
+# typing them, which keeps GIN code (and its compile time) out of those kernels.
+
+@device(inline=False)
+def _wait_credit(proc, ctx, out, step):
+    """Wait until the receiver has freed the slot of ``step`` (consumed ``step - nslots + 1`` slots)."""
+    need = step + 1 - proc.nslots
+    if need <= 0:
+        return
+    if ctx is not None and out.gin:
+        gin.wait_signal(ctx, coop.thread(), _credit_signal(proc, out.number), uint64(need))
+    else:
+        words = lsa.local_view(proc.stage)
+        at = _state_at(proc, _CREDIT, out.number)
+        while int64(mem.load_acquire(words, at, _SYS)) < need:
+            pass
+
+
+@device(inline=False)
+def _wait_ready(proc, ctx, inp, step):
+    """Wait until the sender has posted the slot of ``step``."""
+    if ctx is not None and inp.gin:
+        gin.wait_signal(ctx, coop.thread(), _ready_signal(proc, inp.number), uint64(step + 1))
+    else:
+        words = lsa.local_view(proc.stage)
+        at = _state_at(proc, _READY, inp.number)
+        while int64(mem.load_acquire(words, at, _SYS)) < step + 1:
+            pass
+
+
+@device(inline=False)
+def _give_credit(proc, ctx, inp, step):
+    """Tell the sender the slot of ``step`` is read (release: the reads come first)."""
+    if ctx is not None and inp.gin:
+        gin.signal(ctx, team.world(proc.comm), inp.peer,
+                   strong_signal_inc(_credit_signal(proc, inp.remote_number)), coop.thread())
+    else:
+        words = lsa.peer_view(proc.stage, inp.peer)
+        mem.store_release(words, _state_at(proc, _CREDIT, inp.remote_number), uint64(step + 1), _SYS)
+
+
+@device(inline=False)
+def _post(proc, ctx, out, step, slot, words):
+    """Publish the slot of ``step``: GIN puts the outbox slot (``words`` long) with a strong signal;
+    LSA releases a flag for SIMPLE (LL and LL128 lines carry their own flags)."""
+    if ctx is not None and out.gin:
+        mem.fence(MemoryOrder.ACQ_REL, _SYS)  # the CTA's outbox stores before the NIC reads them
+        gin.put(ctx, team.world(proc.comm), out.peer, proc.stage,
+                _box_at(proc, proc.inbox_at, out.remote_number, slot) * 8, proc.stage,
+                _box_at(proc, proc.outbox_at, out.number, slot) * 8, words * 8,
+                remote=strong_signal_inc(_ready_signal(proc, out.remote_number)), coop=coop.thread())
+    elif proc.protocol == Protocol.SIMPLE:
+        _release_ready(proc, out, step)
+
+
+@device(inline=False)
+def _post_direct(proc, ctx, out, win, byte_offset, nbytes, step):
+    """Publish a direct write: GIN puts ``win``'s bytes to the same place of the peer's ``win``
+    with a strong signal; over LSA the stores are done and a flag releases them."""
+    if ctx is not None and out.gin:
+        mem.fence(MemoryOrder.ACQ_REL, _SYS)
+        gin.put(ctx, team.world(proc.comm), out.peer, win, byte_offset, win, byte_offset, nbytes,
+                remote=strong_signal_inc(_ready_signal(proc, out.remote_number)), coop=coop.thread())
+    else:
+        _release_ready(proc, out, step)
+
+
+@device
+def _release_ready(proc, out, step):
+    flags = lsa.peer_view(proc.stage, out.peer)
+    mem.store_release(flags, _state_at(proc, _READY, out.remote_number), uint64(step + 1), _SYS)
+
+
+# ---- the one step engine -----------------------------------------------------------------------
+
+@device
+def _line_word(bits, flag):
+    return (uint64(flag) << uint64(32)) | (uint64(bits) & uint64(0xFFFFFFFF))
+
+
+@device
+def _ll_read(view, line, flag):
+    """Spin until LL ``line`` carries ``flag``; return its 4 data bytes."""
+    w = mem.load_relaxed(view, line, _SYS)
+    while (w >> uint64(32)) != flag:
+        w = mem.load_relaxed(view, line, _SYS)
+    return w & uint64(0xFFFFFFFF)
+
+
+@device
+def _value(recv_value, src, i, red, has_recv, has_src):
+    if has_recv and has_src:
+        return combine(red.op, recv_value, src[i])
+    if has_recv:
+        return recv_value
+    return src[i]
+
+
+@device(inline=False)
+def _simple_slot(proc, inp, out, src, dst, base, m, red, flags, rstep, sstep, slot):
+    has_recv, has_send, has_src, has_dst, last = flags[0], flags[1], flags[2], flags[3], flags[4]
+    itemsize = dst.itemsize
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    rslot = rstep % proc.nslots
+    inbox = lsa.local_view(proc.stage, _box_at(proc, proc.inbox_at, inp.number, rslot) * 8 // itemsize, m,
+                           dst.dtype)
+    if out.gin:
+        outbox = lsa.local_view(proc.stage, _box_at(proc, proc.outbox_at, out.number, slot) * 8 // itemsize, m,
+                                dst.dtype)
+    else:
+        outbox = lsa.peer_view(proc.stage, out.peer,
+                               _box_at(proc, proc.inbox_at, out.remote_number, slot) * 8 // itemsize, m, dst.dtype)
+    for i in range(tid, m, nt):
+        r = inbox[i] if has_recv else dst[0]
+        v = _value(r, src, base + i, red, has_recv, has_src)
+        if has_dst:
+            if last:
+                v = finish(red.op, v, red.nranks)
+            dst[base + i] = v
+        if has_send:
+            outbox[i] = v
+
+
+@device(inline=False)
+def _ll_slot(proc, inp, out, src, dst, base, m, red, flags, rstep, sstep, slot):
+    has_recv, has_send, has_src, has_dst, last = flags[0], flags[1], flags[2], flags[3], flags[4]
+    lines = _lines_per_element(dst.itemsize)
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    words = proc.slot_words
+    rflag = uint64((rstep + 1) & 0xFFFFFFFF)
+    sflag = uint64((sstep + 1) & 0xFFFFFFFF)
+    inbox = lsa.local_view(proc.stage, _box_at(proc, proc.inbox_at, inp.number, rstep % proc.nslots), words)
+    if out.gin:
+        outbox = lsa.local_view(proc.stage, _box_at(proc, proc.outbox_at, out.number, slot), words)
+    else:
+        outbox = lsa.peer_view(proc.stage, out.peer, _box_at(proc, proc.inbox_at, out.remote_number, slot), words)
+    for i in range(tid, m, nt):
+        r = dst[0]
+        if has_recv:
+            bits = _ll_read(inbox, i * lines, rflag)
+            if lines == 2:
+                bits |= _ll_read(inbox, i * lines + 1, rflag) << uint64(32)
+            r = mem.from_bits(bits, dst.dtype)
+        v = _value(r, src, base + i, red, has_recv, has_src)
+        if has_dst:
+            if last:
+                v = finish(red.op, v, red.nranks)
+            dst[base + i] = v
+        if has_send:
+            bits = mem.to_bits(v)
+            mem.store_relaxed(outbox, i * lines, _line_word(bits, sflag), _SYS)
+            if lines == 2:
+                mem.store_relaxed(outbox, i * lines + 1, _line_word(bits >> uint64(32), sflag), _SYS)
+
+
+@device(inline=False)
+def _ll128_slot(proc, inp, out, src, dst, base, m, red, flags, rstep, sstep, slot):
+    has_recv, has_send, has_src, has_dst, last = flags[0], flags[1], flags[2], flags[3], flags[4]
+    itemsize = dst.itemsize
+    per_word = 8 // itemsize
+    per_line = (_LL128_LINE - 1) * per_word
+    width = uint64(8 * itemsize)
+    mask = (uint64(1) << width) - uint64(1) if itemsize < 8 else ~uint64(0)
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    words = proc.slot_words
+    rflag = uint64(rstep + 1)
+    sflag = uint64(sstep + 1)
+    inbox = lsa.local_view(proc.stage, _box_at(proc, proc.inbox_at, inp.number, rstep % proc.nslots), words)
+    if out.gin:
+        outbox = lsa.local_view(proc.stage, _box_at(proc, proc.outbox_at, out.number, slot), words)
+    else:
+        outbox = lsa.peer_view(proc.stage, out.peer, _box_at(proc, proc.inbox_at, out.remote_number, slot), words)
+    nlines = (m + per_line - 1) // per_line
+    for line in range(tid, nlines, nt):
+        at = line * _LL128_LINE
+        if has_recv:
+            while mem.load_acquire(inbox, at + _LL128_LINE - 1, _SYS) != rflag:
+                pass
+        for w in range(_LL128_LINE - 1):
+            packed = uint64(0)
+            word_in = inbox[at + w] if has_recv else uint64(0)
+            for j in range(per_word):
+                i = line * per_line + w * per_word + j
+                if i < m:
+                    r = dst[0]
+                    if has_recv:
+                        r = mem.from_bits(word_in >> (width * uint64(j)), dst.dtype)
+                    v = _value(r, src, base + i, red, has_recv, has_src)
+                    if has_dst:
+                        if last:
+                            v = finish(red.op, v, red.nranks)
+                        dst[base + i] = v
+                    packed |= (mem.to_bits(v) & mask) << (width * uint64(j))
+            if has_send:
+                outbox[at + w] = packed
+        if has_send:
+            mem.store_release(outbox, at + _LL128_LINE - 1, sflag, _SYS)
+
+
+@device(inline=False)
+def _step(proc, inp, out, src, dst, offset, n, red, flags):
+    """Move ``n`` elements from ``offset`` slot by slot: receive from ``inp`` and/or send to ``out``.
+
+    ``flags`` = (recv, send, reduce-with-src, store-to-dst, finish). The step counters
+    are read once (after the CTA barrier that makes the previous step's update visible)
+    and written back by thread 0 at the end.
+    """
+    has_recv, has_send = flags[0], flags[1]
+    tid = cuda.threadIdx.x
+    cuda.syncthreads()
+    state = lsa.local_view(proc.stage)
+    rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)])
+    sstep = int64(state[_state_at(proc, _SENT, out.number)])
+    per_slot = slot_elements(proc, dst.itemsize)
+    done = 0
+    while done < n:
+        m = min(per_slot, n - done)
+        slot = sstep % proc.nslots
+        if tid == 0:
+            if has_send:
+                _wait_credit(proc, proc.ctx, out, sstep)
+            if has_recv and (proc.protocol == Protocol.SIMPLE or inp.gin):
+                _wait_ready(proc, proc.ctx, inp, rstep)
+        cuda.syncthreads()
+        if proc.protocol == Protocol.LL:
+            _ll_slot(proc, inp, out, src, dst, offset + done, m, red, flags, rstep, sstep, slot)
+        elif proc.protocol == Protocol.LL128:
+            _ll128_slot(proc, inp, out, src, dst, offset + done, m, red, flags, rstep, sstep, slot)
+        else:
+            _simple_slot(proc, inp, out, src, dst, offset + done, m, red, flags, rstep, sstep, slot)
+        cuda.syncthreads()
+        if tid == 0:
+            if has_recv:
+                _give_credit(proc, proc.ctx, inp, rstep)
+            if has_send:
+                _post(proc, proc.ctx, out, sstep, slot, _slot_words_used(proc, m, dst.itemsize))
+        rstep += has_recv
+        sstep += has_send
+        done += m
+    if tid == 0:
+        state[_state_at(proc, _RECEIVED, inp.number)] = uint64(rstep)
+        state[_state_at(proc, _SENT, out.number)] = uint64(sstep)
+
+
+@device
+def _slot_words_used(proc, m, itemsize):
+    """Words of a slot that carry ``m`` elements (what a GIN put must move)."""
+    if proc.protocol == Protocol.LL:
+        return m * _lines_per_element(itemsize)
+    if proc.protocol == Protocol.LL128:
+        per_line = (_LL128_LINE - 1) * (8 // itemsize)
+        return (m + per_line - 1) // per_line * _LL128_LINE
+    return (m * itemsize + 7) // 8
+
+
+@device(inline=False)
+def _direct_step(proc, inp, out, src, src_offset, win, offset, n, flags):
+    """One direct step over ``win[offset:offset+n]`` (the same place on every rank).
+
+    ``flags`` = (recv, send, copy-from-src). Receiving waits until the sender's elements
+    are in this rank's ``win``; copying stores ``src[src_offset:]`` there first; sending
+    writes this rank's elements into the receiver's ``win`` (LSA stores, or one GIN put
+    from this rank's ``win``) and publishes them with one flag or strong signal. One
+    slot's credit per call, so a sender runs at most ``nslots`` calls ahead.
+    """
+    has_recv, has_send, has_copy = flags[0], flags[1], flags[2]
+    tid = cuda.threadIdx.x
+    nt = cuda.blockDim.x
+    cuda.syncthreads()
+    state = lsa.local_view(proc.stage)
+    rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)])
+    sstep = int64(state[_state_at(proc, _SENT, out.number)])
+    if tid == 0:
+        if has_recv:
+            _wait_ready(proc, proc.ctx, inp, rstep)
+        if has_send:
+            _wait_credit(proc, proc.ctx, out, sstep)
+    cuda.syncthreads()
+    mine = lsa.local_view(win, offset, n)
+    if has_copy:
+        for i in range(tid, n, nt):
+            mine[i] = src[src_offset + i]
+    if has_send and not out.gin:
+        theirs = lsa.peer_view(win, out.peer, offset, n)
+        for i in range(tid, n, nt):
+            theirs[i] = mine[i]
+    cuda.syncthreads()
+    if tid == 0:
+        if has_recv:
+            _give_credit(proc, proc.ctx, inp, rstep)
+            state[_state_at(proc, _RECEIVED, inp.number)] = uint64(rstep + 1)
+        if has_send:
+            _post_direct(proc, proc.ctx, out, win, offset * mine.itemsize, n * mine.itemsize, sstep)
+            state[_state_at(proc, _SENT, out.number)] = uint64(sstep + 1)
+
+
+# ---- the steps ---------------------------------------------------------------------------------
+
+@device
+def send(proc, out, src, offset, n):
+    """Send ``src[offset:offset+n]`` on ``out``."""
+    _step(proc, out, out, src, src, offset, n, Reduction(RedOp.SUM, 1), (0, 1, 1, 0, 0))
+
+
+@device
+def recv(proc, inp, dst, offset, n):
+    """Receive ``n`` elements from ``inp`` into ``dst[offset:]``."""
+    _step(proc, inp, inp, dst, dst, offset, n, Reduction(RedOp.SUM, 1), (1, 0, 0, 1, 0))
+
+
+@device
+def copy_send(proc, out, src, dst, offset, n):
+    """``dst[offset:offset+n] = src[...]`` and send the same elements on ``out``."""
+    _step(proc, out, out, src, dst, offset, n, Reduction(RedOp.SUM, 1), (0, 1, 1, 1, 0))
+
+
+@device
+def recv_reduce_send(proc, inp, out, src, offset, n, red):
+    """Receive from ``inp``, combine with ``src`` by ``red``, send the result on ``out``."""
+    _step(proc, inp, out, src, src, offset, n, red, (1, 1, 1, 0, 0))
+
+
+@device
+def recv_reduce_copy(proc, inp, src, dst, offset, n, red):
+    """Receive from ``inp``, combine with ``src``, finish (``AVG`` divides) into ``dst``."""
+    _step(proc, inp, inp, src, dst, offset, n, red, (1, 0, 1, 1, 1))
+
+
+@device
+def recv_reduce_copy_send(proc, inp, out, src, dst, offset, n, red):
+    """Receive, combine with ``src``, finish into ``dst`` and send the finished values on ``out``."""
+    _step(proc, inp, out, src, dst, offset, n, red, (1, 1, 1, 1, 1))
+
+
+@device
+def recv_copy_send(proc, inp, out, dst, offset, n):
+    """Receive into ``dst`` and send the same elements on ``out``."""
+    _step(proc, inp, out, dst, dst, offset, n, Reduction(RedOp.SUM, 1), (1, 1, 0, 1, 0))
+
+
+@device
+def direct_send(proc, out, win, offset, n):
+    """Write this rank's ``win[offset:offset+n]`` into ``out``'s receiver's ``win`` at the same place.
+
+    Direct steps skip the staging slots: ``win`` is a registered window (the output)
+    with the same layout on every rank.
+    """
+    _direct_step(proc, out, out, lsa.local_view(win), 0, win, offset, n, (0, 1, 0))
+
+
+@device
+def direct_copy_send(proc, out, src, src_offset, win, offset, n):
+    """``win[offset:offset+n] = src[src_offset:src_offset+n]`` here and in ``out``'s receiver's ``win``."""
+    _direct_step(proc, out, out, src, src_offset, win, offset, n, (0, 1, 1))
+
+
+@device
+def direct_recv(proc, inp, win, offset, n):
+    """Wait until ``inp``'s sender has written ``win[offset:offset+n]`` here."""
+    _direct_step(proc, inp, inp, lsa.local_view(win), 0, win, offset, n, (1, 0, 0))
+
+
+@device
+def direct_recv_copy_send(proc, inp, out, win, offset, n):
+    """Wait for ``win[offset:offset+n]`` from ``inp``, then write it into ``out``'s receiver's ``win``."""
+    _direct_step(proc, inp, out, lsa.local_view(win), 0, win, offset, n, (1, 1, 0))
+
+
+@device
+def copy(src, src_offset, dst, dst_offset, n, first, stride, vectors):
+    """``dst[dst_offset + i] = src[src_offset + i]`` for ``i < n``, by threads ``first, first+stride, ...``.
+
+    With ``vectors`` (both arrays start 16-byte aligned, which the host checks), elements
+    move in 16-byte vectors where the offsets allow; the rest element by element.
+    """
+    lanes = 16 // src.itemsize
+    done = 0
+    if vectors and (src_offset % lanes) == 0 and (dst_offset % lanes) == 0:
+        nvec = n // lanes
+        v = first
+        # Four loads in flight per thread before their stores: HBM needs megabytes in flight.
+        while v + 3 * stride < nvec:
+            a = mem.load_vec(src, src_offset + v * lanes)
+            b = mem.load_vec(src, src_offset + (v + stride) * lanes)
+            c = mem.load_vec(src, src_offset + (v + 2 * stride) * lanes)
+            d = mem.load_vec(src, src_offset + (v + 3 * stride) * lanes)
+            mem.store_vec(dst, dst_offset + v * lanes, a)
+            mem.store_vec(dst, dst_offset + (v + stride) * lanes, b)
+            mem.store_vec(dst, dst_offset + (v + 2 * stride) * lanes, c)
+            mem.store_vec(dst, dst_offset + (v + 3 * stride) * lanes, d)
+            v += 4 * stride
+        while v < nvec:
+            mem.store_vec(dst, dst_offset + v * lanes, mem.load_vec(src, src_offset + v * lanes))
+            v += stride
+        done = nvec * lanes
+    i = done + first
+    while i < n:
+        dst[dst_offset + i] = src[src_offset + i]
+        i += stride
