@@ -5,6 +5,9 @@ Verbs:
             on the GPU(s) when there are any (one rank per process; under torchrun,
             one per GPU), otherwise on 4 simulated ranks on the CPU (``--sim`` forces it).
     info    versions, the loaded NCCL, and the support-library builds.
+    precompile
+            compile the collectives library (flowdsl.collectives) into the disk cache,
+            with a progress bar; ``--arch sm_90`` builds without a GPU.
 """
 
 from __future__ import annotations
@@ -90,12 +93,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, default=512, help="hidden size (default 512)")
     p.add_argument("--seed", type=int, default=0)
     sub.add_parser("info", help="versions and support builds")
+    p = sub.add_parser("precompile", help="compile the collectives library into the disk cache")
+    p.add_argument("--arch", help="target such as sm_90 (default: this GPU; needed without one)")
+    p.add_argument("--nccl", help="NCCL release of the device ABI (default: the loaded libnccl)")
+    p.add_argument("--dtypes", nargs="*", help="subset of element types (default: all)")
+    p.add_argument("--ops", nargs="*", help="subset of operators: sum prod min max avg (default: all)")
+    p.add_argument("--gin", action="store_true", help="the kernels for communicators spanning several nodes")
+    p.add_argument("--jobs", type=int, help="worker processes (default: one per CPU)")
     args = parser.parse_args(argv)
     if args.verb in (None, "demo"):
         if args.verb is None:
             args = parser.parse_args(["demo"])
         return demo(args)
+    if args.verb == "precompile":
+        return precompile(args)
     return info(args)
+
+
+def precompile(args) -> int:
+    """``python -m flowdsl precompile``: build the collectives library ahead of time."""
+    from .collectives import OPS  # noqa: PLC0415
+    from .collectives import precompile as build  # noqa: PLC0415
+
+    ops = [OPS[name] for name in args.ops] if args.ops else None
+    counts = build(arch=args.arch, nccl=args.nccl, dtypes=args.dtypes, ops=ops, gin_peers=args.gin,
+                   jobs=args.jobs)
+    print(f"{counts['kernels']} kernels: {counts['compiled']} compiled, {counts['cached']} already cached, "
+          f"{counts['seconds']:.1f} s")
+    return 0
 
 
 if __name__ == "__main__":

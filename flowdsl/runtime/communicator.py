@@ -31,8 +31,10 @@ REQUIREMENT_FIELDS = {
     "cft_barrier_count": "cftBarrierCount",
 }
 
+# uint16 and int16 too: bfloat16 travels as uint16 bits (CuPy and NumPy have no bfloat16).
 _SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
-    np.float16, np.float32, np.float64, np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64))
+    np.float16, np.float32, np.float64, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
+    np.uint64))
 
 
 def _require_gpu(operation: str) -> None:

@@ -1,0 +1,381 @@
+"""Host side of the collectives: checks, staging resources, the launch.
+
+Everything about the arguments is checked before anything is launched. Each
+communicator gets one :class:`_FlowState` per :class:`FlowConfig` (a staging
+window and a device communicator), created at first use and closed with the
+communicator.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..enums import Protocol, RedOp
+from ..errors import UsageError
+from . import cost
+
+__all__ = ["DTYPES", "OPS", "FlowConfig", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"]
+
+#: Element types of the collectives. bfloat16 is a torch.bfloat16 tensor, or a uint16 CuPy/NumPy
+#: array of its bits (neither has a bfloat16 dtype; NCCL has no uint16).
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8")
+#: Reduction operators by name.
+OPS = {"sum": RedOp.SUM, "prod": RedOp.PROD, "min": RedOp.MIN, "max": RedOp.MAX, "avg": RedOp.AVG}
+_TORCH_DTYPES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16",
+                 "torch.float64": "float64", "torch.int32": "int32", "torch.int64": "int64",
+                 "torch.uint8": "uint8"}
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    """Staging and launch shape of the collectives.
+
+    Attributes:
+        channels: Blocks (channels) at most; each has its own slots and counters.
+        nslots: Slots per connection (how far a sender runs ahead).
+        slot_bytes: Bytes of one slot (a multiple of 128).
+        threads: Threads per block.
+        protocol: ``None`` lets the cost model choose per call, or a :class:`flowdsl.Protocol`.
+    """
+
+    channels: int = 32
+    nslots: int = 4
+    slot_bytes: int = 64 * 1024
+    threads: int = 256
+    protocol: Protocol | None = None
+
+    def __post_init__(self):
+        if self.channels < 1 or self.nslots < 2 or self.threads < 32 or self.threads % 32:
+            raise UsageError(f"Cannot use {self}: channels >= 1, nslots >= 2 and threads a multiple of 32 "
+                             "are needed")
+        if self.slot_bytes < 128 or self.slot_bytes % 128:
+            raise UsageError(f"Cannot use slot_bytes={self.slot_bytes}: give a multiple of 128 bytes")
+
+
+DEFAULT_CONFIG = FlowConfig()
+
+
+class _FlowState:
+    """A communicator's staging window and device communicator for one :class:`FlowConfig`."""
+
+    def __init__(self, comm, config: FlowConfig):
+        from ..flow import MAX_CONNECTIONS, staging_words  # noqa: PLC0415
+
+        self.comm, self.config = comm, config
+        self.lsa_size = _lsa_size(comm)
+        self.gin = self.lsa_size < comm.nranks
+        words = staging_words(config.channels, config.nslots, config.slot_bytes // 8, self.gin)
+        self.buffer = comm.alloc(words, np.uint64)
+        _fill(self.buffer, 0)
+        self.window = comm.register(self.buffer)
+        reqs = {}
+        if self.gin:  # ready and credit signals per (channel, connection), one context
+            reqs = {"gin_context_count": 1, "gin_signal_count": 2 * config.channels * MAX_CONNECTIONS}
+        self.devcomm = comm.device_communicator(**reqs)
+        comm.synchronize()
+
+    def close(self):
+        for res in (self.devcomm, self.window):
+            res.close()
+        free = getattr(self.comm, "free", None)
+        if free is not None:
+            free(self.buffer)
+
+
+def _fill(buf, value):
+    if hasattr(buf, "fill"):
+        buf.fill(value)
+    else:
+        buf[...] = value
+
+
+def _lsa_size(comm) -> int:
+    size = getattr(comm, "lsa_size", None)
+    if size:
+        return int(size)
+    local = os.environ.get("LOCAL_WORLD_SIZE")
+    return int(local) if local and comm.nranks % int(local) == 0 else comm.nranks
+
+
+def _state(comm, config: FlowConfig) -> _FlowState:
+    states = comm.__dict__.setdefault("_flowdsl_collectives", {})
+    st = states.get(config)
+    if st is None:
+        if getattr(comm, "closed", False) or getattr(comm, "_closed", False):
+            raise UsageError("Cannot run a collective: the communicator is closed. Create one with flowdsl.init()")
+        st = states[config] = _FlowState(comm, config)
+        track = getattr(comm, "_track", None)
+        if track is not None:
+            track(st)
+    return st
+
+
+# ---- argument checks ---------------------------------------------------------------------------
+
+class _Buffer:
+    """What the launch needs of one array argument."""
+
+    __slots__ = ("array", "dtype", "size", "ptr", "device", "name")
+
+    def __init__(self, array, name, operation):
+        self.array, self.name = array, name
+        cai = getattr(array, "__cuda_array_interface__", None)
+        if cai is not None:
+            self._from_cai(array, cai, operation)
+        elif isinstance(array, np.ndarray) and getattr(array, "__flowdsl_sim__", False) is not False:
+            self.dtype, self.size, self.ptr, self.device = array.dtype.name, array.size, array.ctypes.data, None
+        elif isinstance(array, np.ndarray):
+            raise UsageError(f"Cannot {operation}: {name} is a NumPy array in host memory. Pass a CuPy array "
+                             "or a PyTorch CUDA tensor (e.g. from comm.alloc)")
+        else:
+            raise UsageError(f"Cannot {operation}: {name} ({type(array).__name__}) is not a device array. Pass a "
+                             "CuPy array or a PyTorch CUDA tensor")
+        if self.dtype == "uint16":  # NumPy and CuPy have no bfloat16: uint16 arrays carry its bits
+            self.dtype = "bfloat16"
+        if self.dtype not in DTYPES:
+            raise UsageError(f"Cannot {operation}: {name} has dtype {self.dtype}; the collectives take "
+                             f"{', '.join(DTYPES)}")
+
+    def _from_cai(self, array, cai, operation):
+        shape, strides = cai["shape"], cai.get("strides")
+        itemsize = np.dtype(cai["typestr"]).itemsize
+        if strides is not None and any(s != itemsize * int(np.prod(shape[i + 1:], dtype=np.int64))
+                                       for i, s in enumerate(strides)):
+            raise UsageError(f"Cannot {operation}: {self.name} is not contiguous. Pass a contiguous array "
+                             "(.contiguous() / cupy.ascontiguousarray)")
+        torch_dtype = str(getattr(array, "dtype", ""))
+        self.dtype = _TORCH_DTYPES.get(torch_dtype) or np.dtype(cai["typestr"]).name
+        self.size = int(np.prod(shape, dtype=np.int64))
+        self.ptr = cai["data"][0]
+        dev = getattr(array, "device", None)
+        self.device = getattr(dev, "id", None) if not hasattr(dev, "index") else dev.index
+
+    def kernel_array(self):
+        """The array as the kernel sees it: 1-D, bfloat16 as uint16."""
+        a = self.array
+        if self.dtype == "bfloat16" and hasattr(a, "view") and "torch" in type(a).__module__:
+            import torch  # noqa: PLC0415
+
+            a = a.view(torch.uint16) if hasattr(torch, "uint16") else a.view(torch.int16)
+        return a.reshape(-1)
+
+
+def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", ratio_in=1, ratio_out=1):
+    """Check the arguments; return (src, dst, count, redop)."""
+    if comm is None or not hasattr(comm, "alloc"):
+        raise UsageError(f"Cannot {operation}: {comm!r} is not a flowdsl communicator. Pass the one "
+                         "from flowdsl.init() (or the simulator's)")
+    s = _Buffer(src, "src", operation)
+    d = s if dst is None or dst is src else _Buffer(dst, "dst", operation)
+    if d.dtype != s.dtype:
+        raise UsageError(f"Cannot {operation}: src is {s.dtype} but dst is {d.dtype}. Pass arrays of one dtype")
+    want_dev = getattr(comm, "device", None)
+    for b in (s, d):
+        if b.device is not None and want_dev is not None and b.device != want_dev:
+            raise UsageError(f"Cannot {operation}: {b.name} is on device {b.device} but the communicator "
+                             f"uses device {want_dev}. Move it there first")
+    n = comm.nranks
+    # src holds ratio_in * count elements, dst ratio_out * count.
+    if s.size % ratio_in:
+        raise UsageError(f"Cannot {operation}: src has {s.size} elements, not a multiple of nranks={n}. "
+                         f"Pass nranks * count elements")
+    count = s.size // ratio_in
+    if d.size != count * ratio_out:
+        raise UsageError(f"Cannot {operation}: dst has {d.size} elements but {count * ratio_out} are needed "
+                         f"({'nranks * ' if ratio_out > 1 else ''}count with count={count} from src)")
+    redop = None
+    if op is not None:
+        redop = OPS.get(op) if isinstance(op, str) else (RedOp(op) if op in tuple(RedOp) else None)
+        if redop is None:
+            raise UsageError(f"Cannot {operation}: unknown op {op!r}. Use one of {', '.join(OPS)}")
+    if root is not None and not 0 <= int(root) < n:
+        raise UsageError(f"Cannot {operation}: root {root} is not a rank of this communicator (0..{n - 1})")
+    if algorithm not in ("auto", "ring", "tree", "nccl"):
+        raise UsageError(f"Cannot {operation}: unknown algorithm {algorithm!r}. Use 'ring', 'tree', 'nccl' "
+                         "or 'auto'")
+    return s, d, count, redop
+
+
+class _Plan:
+    """A checked, typed and packed call: what a repeated call with the same arrays launches."""
+
+    __slots__ = ("launch", "src", "dst", "ptrs", "result")
+
+    def __init__(self, launch, src, dst, result):
+        self.launch, self.src, self.dst, self.result = launch, src, dst, result
+        self.ptrs = (_pointer(src), _pointer(dst))
+
+    def valid(self, src, dst) -> bool:
+        return (_pointer(src), _pointer(dst)) == self.ptrs
+
+
+def _pointer(array):
+    """Data pointer and size, cheaply for CuPy and PyTorch (they may be re-pointed in place)."""
+    if array is None:
+        return None
+    data = getattr(array, "data", None)
+    ptr = getattr(data, "ptr", None)
+    if ptr is not None:  # CuPy
+        return ptr, array.size
+    data_ptr = getattr(array, "data_ptr", None)
+    if data_ptr is not None:  # PyTorch
+        return data_ptr(), array.numel()
+    cai = getattr(array, "__cuda_array_interface__", None)
+    if cai is not None:
+        return cai["data"][0], tuple(cai["shape"])
+    return id(array), None
+
+
+_MAX_PLANS = 64
+
+
+def _remember(comm, key, plan):
+    plans = comm.__dict__.setdefault("_flowdsl_plans", {})
+    if len(plans) >= _MAX_PLANS:
+        plans.pop(next(iter(plans)))
+    plans[key] = plan
+
+
+def _planned(comm, key, src, dst):
+    """The plan of an earlier call with the same arrays and options, or None (the fast path)."""
+    plans = getattr(comm, "__dict__", None)
+    plans = plans.get("_flowdsl_plans") if plans else None
+    if plans:
+        plan = plans.get(key)
+        if plan is not None and plan.valid(src, dst):
+            return plan
+    return None
+
+
+def _first_call(collective, comm, src, dst, key, stream, algorithm, config, **check_kwargs):
+    """Check everything, plan, remember the plan under ``key`` and launch it."""
+    s, d, count, redop = _check(collective, comm, src, dst, algorithm=algorithm, **check_kwargs)
+    plan = _plan(collective, comm, s, d, count, redop, check_kwargs.get("root", 0), algorithm, stream, config)
+    _remember(comm, key, plan)
+    plan.launch()
+    return plan.result
+
+
+def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config) -> _Plan:
+    config = config or DEFAULT_CONFIG
+    nbytes = count * np.dtype(np.uint16 if s.dtype == "bfloat16" else s.dtype).itemsize
+    if algorithm == "auto":
+        algorithm = cost.choose(collective, comm.nranks, _lsa_size(comm), nbytes,
+                                nccl_available=hasattr(comm, "_nccl"))
+    if algorithm == "tree" and collective != "all_reduce":
+        raise UsageError(f"Cannot {collective} with algorithm='tree': only all_reduce has a tree program. "
+                         "Use 'ring' or 'auto'")
+    if algorithm == "nccl":
+        if getattr(comm, "_nccl", None) is None:
+            raise UsageError(f"Cannot {collective} with algorithm='nccl': this communicator has no NCCL host "
+                             "communicator (the simulator). Use 'ring' or 'tree'")
+        return _Plan(lambda: _run_nccl(collective, comm, s, d, redop, root, stream), s.array, d.array, d.array)
+    st = _state(comm, config)
+    protocol = config.protocol if config.protocol is not None else cost.protocol_for(nbytes, comm.nranks)
+    from ._library import kernel_for  # noqa: PLC0415
+
+    kernel = kernel_for(algorithm, collective, redop if redop is not None else RedOp.SUM, st.gin)
+    channels = cost.channels_for(nbytes, comm.nranks, config)
+    src, dst = s.kernel_array(), d.kernel_array()
+    vectors = int(s.ptr % 16 == 0 and d.ptr % 16 == 0)
+    launch = kernel[channels, config.threads, stream].prepare(
+        st.devcomm, st.window, src, dst, count, int(root or 0), int(s is d or s.ptr == d.ptr), config.channels,
+        config.nslots, config.slot_bytes // 8, int(protocol), vectors)
+    return _Plan(launch, s.array, d.array, d.array)
+
+
+def _nranks(comm):
+    nranks = getattr(comm, "nranks", None)
+    if nranks is None:
+        raise UsageError(f"Cannot run a collective: {comm!r} is not a flowdsl communicator. Pass the one "
+                         "from flowdsl.init() (or the simulator's)")
+    return nranks
+
+
+def _run_nccl(collective, comm, s, d, redop, root, stream):
+    nccl_comm = getattr(comm, "_nccl", None)
+    if nccl_comm is None:
+        raise UsageError(f"Cannot {collective} with algorithm='nccl': this communicator has no NCCL host "
+                         "communicator (the simulator). Use 'ring' or 'tree'")
+    from nccl.core import NcclRedOp  # noqa: PLC0415
+
+    ops = {RedOp.SUM: NcclRedOp.SUM, RedOp.PROD: NcclRedOp.PROD, RedOp.MIN: NcclRedOp.MIN,
+           RedOp.MAX: NcclRedOp.MAX, RedOp.AVG: NcclRedOp.AVG}
+    kw = {"stream": _stream_handle(stream)}
+    if collective == "all_reduce":
+        nccl_comm.allreduce(s.array, d.array, ops[redop], **kw)
+    elif collective == "all_gather":
+        nccl_comm.allgather(s.array, d.array, **kw)
+    elif collective == "reduce_scatter":
+        nccl_comm.reduce_scatter(s.array, d.array, ops[redop], **kw)
+    elif collective == "broadcast":
+        nccl_comm.broadcast(s.array, d.array, int(root), **kw)
+    else:
+        nccl_comm.reduce(s.array, d.array, ops[redop], int(root), **kw)
+    return d.array
+
+
+def _stream_handle(stream):
+    if stream is None:
+        return None
+    for attr in ("ptr", "cuda_stream", "handle"):
+        h = getattr(stream, attr, None)
+        if isinstance(h, int):
+            return h
+    return stream
+
+
+# ---- public entry points -----------------------------------------------------------------------
+
+def all_reduce(comm, src, dst=None, *, op="sum", algorithm="auto", stream=None, config=None):
+    """``dst = op over ranks of src`` on every rank; ``dst=None`` works in place. Returns ``dst``."""
+    key = ("all_reduce", id(src), id(dst), op, 0, algorithm, id(stream), config)
+    plan = _planned(comm, key, src, dst)
+    if plan is not None:
+        plan.launch()
+        return plan.result
+    return _first_call("all_reduce", comm, src, dst, key, stream, algorithm, config, op=op)
+
+
+def all_gather(comm, src, dst, *, algorithm="auto", stream=None, config=None):
+    """``dst[r*count:(r+1)*count] = src@r`` (``dst`` has ``nranks * src.size`` elements)."""
+    key = ("all_gather", id(src), id(dst), None, 0, algorithm, id(stream), config)
+    plan = _planned(comm, key, src, dst)
+    if plan is not None:
+        plan.launch()
+        return plan.result
+    return _first_call("all_gather", comm, src, dst, key, stream, algorithm, config, ratio_out=_nranks(comm))
+
+
+def reduce_scatter(comm, src, dst, *, op="sum", algorithm="auto", stream=None, config=None):
+    """``dst@r = op over ranks q of src@q[r*count:(r+1)*count]`` (``src`` has ``nranks * dst.size``)."""
+    key = ("reduce_scatter", id(src), id(dst), op, 0, algorithm, id(stream), config)
+    plan = _planned(comm, key, src, dst)
+    if plan is not None:
+        plan.launch()
+        return plan.result
+    return _first_call("reduce_scatter", comm, src, dst, key, stream, algorithm, config, op=op,
+                       ratio_in=_nranks(comm))
+
+
+def broadcast(comm, src, dst=None, *, root=0, algorithm="auto", stream=None, config=None):
+    """``dst = src@root`` on every rank (``src`` is read on ``root`` only; ``dst=None``: in place)."""
+    key = ("broadcast", id(src), id(dst), None, root, algorithm, id(stream), config)
+    plan = _planned(comm, key, src, dst)
+    if plan is not None:
+        plan.launch()
+        return plan.result
+    return _first_call("broadcast", comm, src, dst, key, stream, algorithm, config, root=root)
+
+
+def reduce(comm, src, dst=None, *, op="sum", root=0, algorithm="auto", stream=None, config=None):
+    """``dst@root = op over ranks of src`` (``dst`` is written on ``root`` only; ``None``: in place)."""
+    key = ("reduce", id(src), id(dst), op, root, algorithm, id(stream), config)
+    plan = _planned(comm, key, src, dst)
+    if plan is not None:
+        plan.launch()
+        return plan.result
+    return _first_call("reduce", comm, src, dst, key, stream, algorithm, config, op=op, root=root)

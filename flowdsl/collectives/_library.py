@@ -1,0 +1,125 @@
+"""The compiled library: which kernel a call uses, and building all of them ahead of time.
+
+Contents: :func:`kernel_for`, :func:`library`, :func:`precompile`, :func:`load`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+from ..enums import RedOp
+from .programs import PROGRAMS
+
+__all__ = ["kernel_for", "library", "precompile", "load"]
+
+# Collectives whose result does not depend on the operator get one kernel.
+_NO_OP = ("all_gather", "broadcast")
+
+
+def kernel_for(algorithm: str, collective: str, op: RedOp, gin_peers: bool = False):
+    """The ``@flowdsl.kernel`` of a program for ``op`` (``gin_peers``: peers beyond the LSA team)."""
+    return PROGRAMS[(algorithm, collective)](RedOp.SUM if collective in _NO_OP else RedOp(op), bool(gin_peers))
+
+
+def library(dtypes=None, ops=None) -> list[tuple[str, str, RedOp, str]]:
+    """Every (algorithm, collective, op, dtype) the library holds."""
+    from ._host import DTYPES  # noqa: PLC0415
+
+    dtypes = tuple(dtypes or DTYPES)
+    ops = tuple(ops or tuple(RedOp))
+    out = []
+    for (algorithm, collective) in PROGRAMS:
+        for op in ((RedOp.SUM,) if collective in _NO_OP else ops):
+            out.extend((algorithm, collective, op, dt) for dt in dtypes)
+    return out
+
+
+def _argtypes(dtype: str, nccl):
+    from .._kernel import FlowKernel  # noqa: PLC0415
+
+    kernel_dtype = np.uint16 if dtype == "bfloat16" else np.dtype(dtype)
+    sample = np.zeros(1, kernel_dtype)
+    return FlowKernel.argtypes_for("devcomm", ("window", np.uint64), sample, sample, *([0] * 8), nccl=nccl)
+
+
+def _build(entry, target, gin_peers) -> str:
+    """Compile one library entry into the disk cache (runs in a worker process)."""
+    algorithm, collective, op, dtype = entry
+    return kernel_for(algorithm, collective, op, gin_peers).build(_argtypes(dtype, target.nccl), target)
+
+
+def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin_peers: bool = False,
+               jobs: int | None = None, progress: bool = True) -> dict:
+    """Compile the whole library into the disk cache (no GPU needed when ``arch`` is given).
+
+    Args:
+        arch: Target such as ``"sm_90"`` (default: this machine's GPU).
+        nccl: NCCL release of the device ABI (default: the loaded libnccl).
+        dtypes, ops: Subsets to build (default: all).
+        gin_peers: Build the kernels for communicators spanning several nodes (GIN).
+        jobs: Worker processes (default: the CPUs this process may use; each kernel
+            compiles on one core).
+        progress: Print a progress bar on stderr.
+
+    Returns:
+        ``{"kernels": n, "compiled": n, "cached": n, "seconds": s}``.
+    """
+    from .._kernel import _device_target  # noqa: PLC0415
+    from ..lowering.target import Target, parse_version  # noqa: PLC0415
+    from ..runtime import nccl as nccl_runtime  # noqa: PLC0415
+
+    if arch is None:
+        target = _device_target()
+    else:
+        target = Target(parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version(), arch)
+    entries = library(dtypes, ops)
+    start = time.perf_counter()
+    counts = {"kernels": len(entries), "compiled": 0, "cached": 0}
+    jobs = max(1, min(jobs or len(os.sched_getaffinity(0)), len(entries)))
+
+    def report(i, entry, source):
+        counts[source] += 1
+        if progress:
+            done = int(30 * i / len(entries))
+            algorithm, collective, op, dtype = entry
+            sys.stderr.write(f"\rprecompile [{'#' * done}{'.' * (30 - done)}] {i}/{len(entries)} "
+                             f"{algorithm} {collective} {op.name.lower()} {dtype}        ")
+            sys.stderr.flush()
+
+    if jobs == 1:
+        for i, entry in enumerate(entries, 1):
+            report(i, entry, _build(entry, target, gin_peers))
+    else:  # numba compiles one kernel at a time per process: spread the kernels over processes
+        import multiprocessing  # noqa: PLC0415
+        from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: PLC0415
+
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(_build, entry, target, gin_peers): entry for entry in entries}
+            for i, future in enumerate(as_completed(futures), 1):
+                report(i, futures[future], future.result())
+    if progress:
+        sys.stderr.write("\n")
+    counts["seconds"] = time.perf_counter() - start
+    return counts
+
+
+def load(*, dtypes=None, ops=None, gin_peers: bool = False) -> dict:
+    """Load the library's kernels onto this GPU now (from the disk cache; compiling what is missing).
+
+    Returns ``{"kernels": n, "disk": n, "compiled": n, "seconds": s}``.
+    """
+    from .._kernel import _device_target  # noqa: PLC0415
+
+    start = time.perf_counter()
+    nccl = _device_target().nccl
+    counts = {"kernels": 0, "disk": 0, "compiled": 0, "loaded": 0}
+    for algorithm, collective, op, dtype in library(dtypes, ops):
+        source = kernel_for(algorithm, collective, op, gin_peers).load(_argtypes(dtype, nccl))
+        counts["kernels"] += 1
+        counts[source] += 1
+    counts["seconds"] = time.perf_counter() - start
+    return counts

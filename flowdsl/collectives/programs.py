@@ -1,0 +1,316 @@
+"""The GENK collectives as flowdsl programs on :mod:`flowdsl.flow`: read them, copy them, fuse them.
+
+Ring: :func:`ring_all_gather`, :func:`ring_reduce_scatter`, :func:`ring_broadcast`,
+:func:`ring_reduce`, :func:`ring_all_reduce`. Tree: :func:`tree_all_reduce`
+(double binary tree). Each is a kernel factory: ``ring_all_reduce(RedOp.SUM)``
+returns the ``@flowdsl.kernel`` for that operator (the operator is a compile-time
+constant; the element type comes from the arrays). Every kernel takes::
+
+    (comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors)
+
+``channels`` is what the staging window was laid out for (the grid may be smaller).
+``count`` is the element count per rank (what NCCL calls ``count``); ``src`` and
+``dst`` are device arrays (``inplace`` says they are the same memory); ``stage``
+is the staging window; ``vectors`` says both arrays start 16-byte aligned. Each
+block is one channel and takes an equal share of every chunk. With one rank each
+collective is the local copy it reduces to. ``gin_peers=True`` builds the kernel for
+communicators that span several LSA teams (nodes): connections to peers outside
+the team use GIN; without it no GIN code is compiled (faster to build, smaller).
+
+Contents: :data:`PROGRAMS` (name → factory) and the factories above.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from numba import cuda
+
+import flowdsl
+from flowdsl import flow, gin
+from flowdsl.enums import RedOp
+
+__all__ = ["PROGRAMS", "ring_all_gather", "ring_reduce_scatter", "ring_broadcast", "ring_reduce",
+           "ring_all_reduce", "tree_all_reduce"]
+
+# Elements a channel's share is rounded to: keeps every channel's start 16-byte aligned.
+_ALIGN = 16
+# Registers per thread: uncapped, the protocol code takes ~170 and one 256-thread block fits
+# an SM, too few loads in flight for HBM (0.76 of a device copy at one rank); 128 gives 0.90.
+_MAX_REGISTERS = 128
+
+
+@flowdsl.device
+def channel_range(count, proc):
+    """``[lo, hi)``: this channel's share of ``count`` elements."""
+    per = (count + proc.nchannels - 1) // proc.nchannels
+    per = (per + _ALIGN - 1) // _ALIGN * _ALIGN
+    lo = min(proc.channel * per, count)
+    return lo, min(lo + per, count)
+
+
+@flowdsl.device
+def chunk_elements(proc, itemsize):
+    """Elements per pipeline chunk: half the slots, so a sender can fill the next while one drains."""
+    return flow.slot_elements(proc, itemsize) * max(1, proc.nslots // 2)
+
+
+@flowdsl.device
+def gin_context(comm):
+    """GIN context 0: the kernel reaches peers outside its LSA team (several nodes)."""
+    return gin.context(comm, 0)
+
+
+@flowdsl.device
+def no_gin_context(comm):
+    """No GIN: every peer is in the LSA team, and Flow compiles no GIN code."""
+    return None
+
+
+@flowdsl.device
+def local_copy(src, dst, count, inplace, vectors):
+    """One rank: ``dst = src``, strided over the whole grid (each DRAM page is read by many SMs at
+    once, which streams faster than one contiguous share per block)."""
+    if not inplace:
+        flow.copy(src, 0, dst, 0, count, cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x,
+                  cuda.gridDim.x * cuda.blockDim.x, vectors)
+
+
+@functools.cache
+def ring_all_gather(op=RedOp.SUM, gin_peers=False):
+    """Ring AllGather: ``dst[r*count:(r+1)*count] = src@r`` on every rank (``op`` unused)."""
+    context = gin_context if gin_peers else no_gin_context
+
+    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    def ring_all_gather(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
+        n, r = comm.nranks, comm.rank
+        lo, hi = channel_range(count, proc)
+        if n == 1:
+            local_copy(src, dst[r * count:(r + 1) * count], count, inplace, vectors)
+            return
+        nxt = flow.connect(proc, (r + 1) % n, 0, 0)
+        prv = flow.connect(proc, (r + n - 1) % n, 0, 0)
+        chunk = chunk_elements(proc, dst.itemsize)
+        for base in range(lo, hi, chunk):
+            m = min(chunk, hi - base)
+            flow.copy_send(proc, nxt, src, dst[r * count:(r + 1) * count], base, m)
+            for s in range(1, n - 1):
+                j = (r + n - s) % n
+                flow.recv_copy_send(proc, prv, nxt, dst[j * count:(j + 1) * count], base, m)
+            j = (r + 1) % n
+            flow.recv(proc, prv, dst[j * count:(j + 1) * count], base, m)
+
+    return ring_all_gather
+
+
+@functools.cache
+def ring_reduce_scatter(op=RedOp.SUM, gin_peers=False):
+    """Ring ReduceScatter: ``dst@r = op over ranks of src@q[r*count:(r+1)*count]``."""
+    context = gin_context if gin_peers else no_gin_context
+
+    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    def ring_reduce_scatter(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words,
+                            protocol, vectors):
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
+        n, r = comm.nranks, comm.rank
+        red = flow.reduction(op, n)
+        lo, hi = channel_range(count, proc)
+        if n == 1:
+            local_copy(src, dst, count, inplace, vectors)
+            return
+        nxt = flow.connect(proc, (r + 1) % n, 0, 0)
+        prv = flow.connect(proc, (r + n - 1) % n, 0, 0)
+        chunk = chunk_elements(proc, dst.itemsize)
+        for base in range(lo, hi, chunk):
+            m = min(chunk, hi - base)
+            j = (r + n - 1) % n
+            flow.send(proc, nxt, src[j * count:(j + 1) * count], base, m)
+            for s in range(1, n - 1):
+                j = (r + 2 * n - s - 1) % n
+                flow.recv_reduce_send(proc, prv, nxt, src[j * count:(j + 1) * count], base, m, red)
+            flow.recv_reduce_copy(proc, prv, src[r * count:(r + 1) * count], dst, base, m, red)
+
+    return ring_reduce_scatter
+
+
+@functools.cache
+def ring_broadcast(op=RedOp.SUM, gin_peers=False):
+    """Ring Broadcast: ``dst@r = src@root`` (a chain from ``root``; ``op`` unused)."""
+    context = gin_context if gin_peers else no_gin_context
+
+    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    def ring_broadcast(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
+        n, r = comm.nranks, comm.rank
+        lo, hi = channel_range(count, proc)
+        if n == 1:
+            local_copy(src, dst, count, inplace, vectors)
+            return
+        nxt = flow.connect(proc, (r + 1) % n, 0, 0)
+        prv = flow.connect(proc, (r + n - 1) % n, 0, 0)
+        pos = (r + n - root) % n  # place in the chain that starts at root
+        chunk = chunk_elements(proc, dst.itemsize)
+        for base in range(lo, hi, chunk):
+            m = min(chunk, hi - base)
+            if pos == 0:
+                flow.copy_send(proc, nxt, src, dst, base, m)
+            elif pos == n - 1:
+                flow.recv(proc, prv, dst, base, m)
+            else:
+                flow.recv_copy_send(proc, prv, nxt, dst, base, m)
+
+    return ring_broadcast
+
+
+@functools.cache
+def ring_reduce(op=RedOp.SUM, gin_peers=False):
+    """Ring Reduce: ``dst@root = op over ranks of src`` (a chain that ends at ``root``)."""
+    context = gin_context if gin_peers else no_gin_context
+
+    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    def ring_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
+        n, r = comm.nranks, comm.rank
+        red = flow.reduction(op, n)
+        lo, hi = channel_range(count, proc)
+        if n == 1:
+            local_copy(src, dst, count, inplace, vectors)
+            return
+        nxt = flow.connect(proc, (r + 1) % n, 0, 0)
+        prv = flow.connect(proc, (r + n - 1) % n, 0, 0)
+        pos = (r + 2 * n - root - 1) % n  # root + 1 starts, root ends
+        chunk = chunk_elements(proc, dst.itemsize)
+        for base in range(lo, hi, chunk):
+            m = min(chunk, hi - base)
+            if pos == 0:
+                flow.send(proc, nxt, src, base, m)
+            elif pos == n - 1:
+                flow.recv_reduce_copy(proc, prv, src, dst, base, m, red)
+            else:
+                flow.recv_reduce_send(proc, prv, nxt, src, base, m, red)
+
+    return ring_reduce
+
+
+@functools.cache
+def ring_all_reduce(op=RedOp.SUM, gin_peers=False):
+    """Ring AllReduce: a reduce-scatter then an all-gather around the ring, chunk by chunk."""
+    context = gin_context if gin_peers else no_gin_context
+
+    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    def ring_all_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
+        n, r = comm.nranks, comm.rank
+        red = flow.reduction(op, n)
+        lo, hi = channel_range(count, proc)
+        if n == 1:
+            local_copy(src, dst, count, inplace, vectors)
+            return
+        nxt = flow.connect(proc, (r + 1) % n, 0, 0)
+        prv = flow.connect(proc, (r + n - 1) % n, 0, 0)
+        chunk = chunk_elements(proc, dst.itemsize)
+        base = lo
+        while base < hi:
+            size = min(n * chunk, hi - base)
+            per = (size + n - 1) // n
+            # Piece j of this round is [base + j*per, base + min((j+1)*per, size)).
+            j = (r + n - 1) % n
+            flow.send(proc, nxt, src, base + j * per, _piece(size, per, j))
+            for s in range(1, n - 1):
+                j = (r + 2 * n - s - 1) % n
+                flow.recv_reduce_send(proc, prv, nxt, src, base + j * per, _piece(size, per, j), red)
+            flow.recv_reduce_copy_send(proc, prv, nxt, src, dst, base + r * per, _piece(size, per, r), red)
+            for s in range(1, n - 1):
+                j = (r + n - s) % n
+                flow.recv_copy_send(proc, prv, nxt, dst, base + j * per, _piece(size, per, j))
+            j = (r + 1) % n
+            flow.recv(proc, prv, dst, base + j * per, _piece(size, per, j))
+            base += size
+
+    return ring_all_reduce
+
+
+@flowdsl.device
+def _piece(size, per, j):
+    return max(0, min(per, size - j * per))
+
+
+@flowdsl.device
+def tree_rank(n, tree, pos):
+    """World rank at heap position ``pos`` of tree ``tree``: tree 1 mirrors tree 0, so a leaf of
+    one tree is an inner node of the other (for even ``n``)."""
+    return pos if tree == 0 else n - 1 - pos
+
+
+@functools.cache
+def tree_all_reduce(op=RedOp.SUM, gin_peers=False):
+    """Double-binary-tree AllReduce: reduce up to the root, broadcast down; even channels use
+    tree 0, odd channels tree 1."""
+    context = gin_context if gin_peers else no_gin_context
+
+    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    def tree_all_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
+        n, r = comm.nranks, comm.rank
+        lo, hi = channel_range(count, proc)
+        if n == 1:
+            local_copy(src, dst, count, inplace, vectors)
+            return
+        red = flow.reduction(op, n)
+        partial = flow.reduction(op, 1)  # dividing by 1 leaves AVG's partial sums as they are
+        tree = proc.channel % 2
+        pos = r if tree == 0 else n - 1 - r
+        nkids = max(0, min(2, n - (2 * pos + 1)))
+        # Connection numbers 1 (parent), 2 and 3 (children), both ways; the ring uses 0. A number
+        # always joins the same two ranks, so their step counters stay matched across launches.
+        parent = tree_rank(n, tree, (pos - 1) // 2)
+        which = 2 + (pos - 1) % 2  # the parent's number for this rank
+        kid0, kid1 = tree_rank(n, tree, 2 * pos + 1), tree_rank(n, tree, 2 * pos + 2)
+        up = flow.connect(proc, parent, 1, which)
+        down = flow.connect(proc, parent, 1, which)
+        kid0_in = flow.connect(proc, kid0, 2, 1)
+        kid1_in = flow.connect(proc, kid1, 3, 1)
+        kid0_out = flow.connect(proc, kid0, 2, 1)
+        kid1_out = flow.connect(proc, kid1, 3, 1)
+        chunk = chunk_elements(proc, dst.itemsize)
+        for base in range(lo, hi, chunk):
+            m = min(chunk, hi - base)
+            # Up: children's sums into this rank's, then to the parent (the root finishes).
+            if pos == 0:
+                if nkids == 1:
+                    flow.recv_reduce_copy(proc, kid0_in, src, dst, base, m, red)
+                else:
+                    flow.recv_reduce_copy(proc, kid0_in, src, dst, base, m, partial)
+                    flow.recv_reduce_copy(proc, kid1_in, dst, dst, base, m, red)
+            elif nkids == 0:
+                flow.send(proc, up, src, base, m)
+            elif nkids == 1:
+                flow.recv_reduce_send(proc, kid0_in, up, src, base, m, red)
+            else:
+                flow.recv_reduce_copy(proc, kid0_in, src, dst, base, m, partial)
+                flow.recv_reduce_send(proc, kid1_in, up, dst, base, m, red)
+            # Down: the result from the parent to the children.
+            if pos == 0:
+                flow.send(proc, kid0_out, dst, base, m)
+                if nkids == 2:
+                    flow.send(proc, kid1_out, dst, base, m)
+            elif nkids == 0:
+                flow.recv(proc, down, dst, base, m)
+            else:
+                flow.recv_copy_send(proc, down, kid0_out, dst, base, m)
+                if nkids == 2:
+                    flow.send(proc, kid1_out, dst, base, m)
+
+    return tree_all_reduce
+
+
+#: (algorithm, collective) → kernel factory.
+PROGRAMS = {
+    ("ring", "all_gather"): ring_all_gather,
+    ("ring", "reduce_scatter"): ring_reduce_scatter,
+    ("ring", "broadcast"): ring_broadcast,
+    ("ring", "reduce"): ring_reduce,
+    ("ring", "all_reduce"): ring_all_reduce,
+    ("tree", "all_reduce"): tree_all_reduce,
+}
