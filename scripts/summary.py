@@ -26,6 +26,9 @@ def main(out: str) -> None:
     if bench.exists():
         for row in json.loads(bench.read_text()):
             rows.append((row["name"], row["value"]))
+    if (out_dir / "precompile.txt").exists():
+        rows.append(("precompile (python -m flowdsl precompile)",
+                     " ".join((out_dir / "precompile.txt").read_text().split())))
     for line in (out_dir / "sanitizer.txt").read_text().splitlines() if (out_dir / "sanitizer.txt").exists() else []:
         tool, _, verdict = line.partition(": ")
         rows.append((tool, verdict))
