@@ -78,6 +78,7 @@ class _FlowState:
         comm.synchronize()
 
     def close(self):
+        self.comm.__dict__.pop("_flowdsl_plans", None)  # their launches hold this device communicator
         for res in (self.devcomm, self.window):
             res.close()
         free = getattr(self.comm, "free", None)
@@ -100,12 +101,17 @@ def _lsa_size(comm) -> int:
     return int(local) if local and comm.nranks % int(local) == 0 else comm.nranks
 
 
+def _closed(comm) -> bool:
+    return bool(getattr(comm, "closed", False) or getattr(comm, "_closed", False))
+
+
 def _state(comm, config: FlowConfig) -> _FlowState:
+    if _closed(comm):
+        raise UsageError("Cannot run a collective: the communicator is closed, and with it its device "
+                         "communicator. Create one with flowdsl.init()")
     states = comm.__dict__.setdefault("_flowdsl_collectives", {})
     st = states.get(config)
     if st is None:
-        if getattr(comm, "closed", False) or getattr(comm, "_closed", False):
-            raise UsageError("Cannot run a collective: the communicator is closed. Create one with flowdsl.init()")
         st = states[config] = _FlowState(comm, config)
         track = getattr(comm, "_track", None)
         if track is not None:
@@ -243,6 +249,8 @@ def _planned(comm, key, src, dst):
     """The plan of an earlier call with the same arrays and options, or None (the fast path)."""
     plans = getattr(comm, "__dict__", None)
     plans = plans.get("_flowdsl_plans") if plans else None
+    if plans and _closed(comm):  # the first-call path reports it
+        return None
     if plans:
         plan = plans.get(key)
         if plan is not None and plan.valid(src, dst):

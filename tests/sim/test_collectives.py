@@ -156,6 +156,8 @@ def test_bad_input_is_refused_before_launch():
             lambda: coll.all_reduce(comm, comm.alloc(10, np.int16)),
             lambda: coll.all_reduce(comm, x, algorithm="nccl"),
             lambda: coll.all_reduce(None, x),
+            lambda: (coll.all_reduce(comm, x, algorithm="ring"), comm.close(),
+                     coll.all_reduce(comm, x, algorithm="ring")),
         ]
         for case in cases:
             try:
@@ -179,6 +181,8 @@ def test_bad_input_is_refused_before_launch():
         "has dtype int16; the collectives take",
         "this communicator has no NCCL host communicator",
         "is not a flowdsl communicator",
+        "the communicator is closed, and with it its device communicator",
     ]
+    assert len(errors) == len(expected)
     for got, want in zip(errors, expected):
         assert want in got, (want, got)
