@@ -24,9 +24,12 @@ CONSTANTS = {
     # Latency of one pipeline step over a connection, microseconds.
     "step_us": {"lsa": {Protocol.SIMPLE: 2.0, Protocol.LL: 0.8, Protocol.LL128: 1.2},
                 "gin": {Protocol.SIMPLE: 6.0, Protocol.LL: 4.0, Protocol.LL128: 5.0}},
-    # Bandwidth of one link direction, GB/s: NVLink 4 on H200 (~350 measured by the
-    # LSA all-gather on 2 GPUs at 288 bus), a 400 Gb/s NIC, and HBM copy (local).
-    "link_gbps": {"lsa": 300.0, "gin": 45.0, "local": 3800.0},
+    # Bandwidth of one link direction, GB/s: NVLink 4 on H200 (the LSA all-gather on 2 GPUs
+    # reached 288 bus), a 400 Gb/s NIC (assumed).
+    "link_gbps": {"lsa": 300.0, "gin": 45.0},
+    # One rank: bytes per second of the local copy (H200, 1 GiB, measured): flowdsl's copy
+    # loop, and NCCL's copy-engine memcpy.
+    "local_gbps": {"flowdsl": 1950.0, "nccl": 2016.0},
     # Share of a slot's bytes that are data.
     "efficiency": {Protocol.SIMPLE: 1.0, Protocol.LL: 0.5, Protocol.LL128: 120 / 128},
     # Protocol by message size per rank (bytes): LL up to the first, LL128 up to the second.
@@ -62,8 +65,8 @@ def estimate(collective: str, algorithm: str, nranks: int, lsa_size: int, nbytes
     c = CONSTANTS
     proto = protocol_for(nbytes, nranks)
     if nranks == 1:
-        launch = c["launch_us"]["nccl" if algorithm == "nccl" else "flowdsl"]
-        return launch + nbytes / (c["link_gbps"]["local"] * 1e3)
+        who = "nccl" if algorithm == "nccl" else "flowdsl"
+        return c["launch_us"][who] + nbytes / (c["local_gbps"][who] * 1e3)
     transport = "gin" if lsa_size < nranks else "lsa"
     bw = c["link_gbps"][transport] * 1e3 * c["efficiency"][proto]  # bytes per microsecond
     step = c["step_us"][transport][proto]

@@ -69,8 +69,10 @@ def test_flow_loopback_compiles_for_every_narrow_type():
 
 
 def test_cost_model_choices():
-    # One rank: flowdsl's local copy beats NCCL's 22 us floor.
+    # One rank: flowdsl's launch beats NCCL's 22 us floor; NCCL's copy engine wins past ~800 MB.
     assert cost.choose("all_reduce", 1, 1, 8, nccl_available=True) == "ring"
+    assert cost.choose("all_reduce", 1, 1, 1 << 30, nccl_available=True) == "nccl"
+    assert cost.choose("all_reduce", 1, 1, 1 << 30, nccl_available=False) == "ring"
     # Latency-bound across nodes: the tree's log steps beat the ring's 2(n-1).
     assert cost.choose("all_reduce", 64, 8, 4096, nccl_available=False) == "tree"
     # Bandwidth-bound on one node: the ring.
