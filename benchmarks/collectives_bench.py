@@ -6,7 +6,9 @@
 2. Latency of small all-reduce calls (8 B to 64 KiB): flowdsl (planned calls) vs
    NCCL's host all-reduce; time per call of a burst of back-to-back calls, host
    included (the goal is at most half of NCCL's one-rank floor).
-3. Cold compile of each collective (empty cache, one fresh process for all, so the
+3. A collective fused with computation (examples/allreduce_bias_gelu.py) against
+   the all-reduce (flowdsl's or NCCL's) followed by a CuPy elementwise epilogue.
+4. Cold compile of each collective (empty cache, one fresh process for all, so the
    first includes numba's start-up) and the warm load of the whole library from
    the disk cache (fresh process).
 
@@ -116,6 +118,44 @@ def latency(comm, sizes, rounds, reps=500):
     return rows
 
 
+def fused(comm, sizes, rounds):
+    """The all-reduce + bias + GELU example, fused in one kernel, against an all-reduce (flowdsl's
+    or NCCL's) followed by a CuPy elementwise kernel."""
+    from flowdsl.examples.allreduce_bias_gelu import allreduce_bias_gelu
+    from flowdsl.flow import staging_words
+
+    epilogue = cupy.ElementwiseKernel(
+        "float32 s, float32 b", "float32 y",
+        "float v = s + b; y = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)))",
+        "bias_gelu")
+    stream = cupy.cuda.get_current_stream()
+    rows = []
+    channels, nslots, slot_words = 32, 4, 8192
+    stage = comm.alloc(staging_words(channels, nslots, slot_words, False), np.uint64)
+    stage.fill(0)
+    with comm.register(stage) as win, comm.device_communicator() as dcomm:
+        for nbytes in sizes:
+            n = nbytes // 4
+            x, b, y, tmp = (comm.alloc(n, np.float32) for _ in range(4))
+            x.set(np.random.default_rng(1).standard_normal(n).astype(np.float32))
+            b.set(np.random.default_rng(2).standard_normal(n).astype(np.float32))
+            kernel = allreduce_bias_gelu(False)
+            blocks = min(channels, max(1, nbytes // (64 * 1024)))
+            versions = {
+                "fused": lambda: kernel[blocks, 256](dcomm, win, x, b, y, n, channels, nslots, slot_words, 0),
+                "flowdsl+cupy": lambda: (coll.all_reduce(comm, x, tmp, algorithm="ring"), epilogue(tmp, b, y)),
+                "nccl+cupy": lambda: (coll.all_reduce(comm, x, tmp, algorithm="nccl"), epilogue(tmp, b, y)),
+            }
+            times = {k: [] for k in versions}
+            for _ in range(rounds):
+                for k, f in versions.items():
+                    times[k].append(_timed(f, 20, stream))
+            rows.append({"bytes": nbytes, **{k: float(np.median(v)) for k, v in times.items()}})
+            for buf in (x, b, y, tmp):
+                comm.free(buf)
+    return rows
+
+
 _COMPILE = r"""
 import json, time, sys
 import numpy as np
@@ -173,6 +213,7 @@ def main():
     with flowdsl.init() as comm:
         bw = bandwidth(comm, big, args.rounds)
         lat = latency(comm, small, args.rounds)
+        fuse = fused(comm, [1 << 20, 1 << 26], args.rounds)
     print(f"\n{'collective':<22}{'bytes':>12}{'flowdsl GB/s':>14}{'NCCL GB/s':>11}{'copy GB/s':>11}"
           f"{'vs NCCL':>9}{'vs copy':>9}")
     for r in bw:
@@ -192,6 +233,14 @@ def main():
     summary.append({"name": "small all_reduce 8 B-64 KiB, worst: flowdsl vs NCCL us (goal <= half)",
                     "value": f"{worst['flowdsl_us']:.1f} vs {worst['nccl_us']:.1f} at {worst['bytes']} B "
                              f"({worst['flowdsl_us'] / worst['nccl_us']:.2f}x)"})
+    print(f"\n{'all_reduce + bias + GELU':<26}{'fused us':>10}{'flowdsl+CuPy us':>17}{'NCCL+CuPy us':>14}"
+          f"{'fused / NCCL+CuPy':>19}")
+    for r in fuse:
+        print(f"{r['bytes']:<26}{r['fused']:>10.1f}{r['flowdsl+cupy']:>17.1f}{r['nccl+cupy']:>14.1f}"
+              f"{r['fused'] / r['nccl+cupy']:>19.3f}")
+    summary.append({"name": "all_reduce + bias + GELU @64 MiB: fused / (NCCL + CuPy epilogue) time",
+                    "value": f"{fuse[-1]['fused'] / fuse[-1]['nccl+cupy']:.3f} ({fuse[-1]['fused']:.0f} vs "
+                             f"{fuse[-1]['nccl+cupy']:.0f} us)"})
     compile_times, load = compile_and_load()
     print("\ncold compile (fresh cache, one process; the first includes numba start-up):")
     for name, (seconds, source) in compile_times.items():
@@ -210,7 +259,8 @@ def main():
         rows = json.loads(path.read_text()) if path.exists() else []
         path.write_text(json.dumps(rows + summary, indent=1))
     (Path(os.environ.get("OUT", "/tmp")) / "collectives_bench_raw.json").write_text(
-        json.dumps({"bandwidth": bw, "latency": lat, "compile": compile_times, "load": load}, indent=1))
+        json.dumps({"bandwidth": bw, "latency": lat, "fused": fuse, "compile": compile_times, "load": load},
+                   indent=1))
 
 
 if __name__ == "__main__":

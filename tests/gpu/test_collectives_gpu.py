@@ -148,3 +148,11 @@ def test_bad_input_on_the_gpu(comm):
         coll.all_reduce(comm, x, cupy.zeros(64, cupy.int32))
     with pytest.raises(flowdsl.UsageError, match="unknown algorithm"):
         coll.reduce(comm, x, algorithm="butterfly")
+
+
+def test_all_reduce_fused_with_bias_gelu(comm):
+    from flowdsl.examples import allreduce_bias_gelu
+
+    result, reference = allreduce_bias_gelu.run(comm, count=(1 << 20) + 7, channels=32, threads=256,
+                                                nslots=4, slot_bytes=64 * 1024)
+    np.testing.assert_allclose(result, reference, rtol=1e-5, atol=1e-5)

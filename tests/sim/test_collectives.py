@@ -186,3 +186,23 @@ def test_bad_input_is_refused_before_launch():
     assert len(errors) == len(expected)
     for got, want in zip(errors, expected):
         assert want in got, (want, got)
+
+
+@pytest.mark.parametrize("nranks,nodes", [(1, 1), (3, 1), (8, 2)])
+def test_all_reduce_fused_with_bias_gelu(nranks, nodes):
+    """The example that fuses an epilogue into the ring all-reduce, every protocol."""
+    from flowdsl.examples import allreduce_bias_gelu
+
+    for protocol in PROTOCOLS:
+        for result, reference in spawn(lambda comm: allreduce_bias_gelu.run(comm, count=301, protocol=protocol),
+                                       nranks=nranks, nodes=nodes, seed=nranks, gin_delivery="reordered"):
+            np.testing.assert_allclose(result, reference, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("nranks,nodes", [(1, 1), (2, 1), (4, 1), (8, 2)])
+def test_direct_steps_all_gather(nranks, nodes):
+    from flowdsl.examples import allgather_direct
+
+    for result, reference in spawn(lambda comm: allgather_direct.run(comm, count=301), nranks=nranks, nodes=nodes,
+                                   seed=nranks, gin_delivery="reordered"):
+        np.testing.assert_array_equal(result, reference)

@@ -1,0 +1,110 @@
+"""A collective fused with computation: ring all-reduce with a bias + GELU epilogue.
+
+``y = gelu(sum over ranks of x + bias)`` on every rank, in one kernel. It is the ring
+all-reduce of ``flowdsl/collectives/programs.py`` with one change. Once a rank holds
+the fully reduced piece of a round (``recv_reduce_copy``), it applies the epilogue to
+that piece in place, then starts the all-gather half with it (``copy_send``).
+So each element is transformed once, by one rank, before it travels; NCCL followed by
+a separate kernel would read and write the whole output again.
+
+Contents: :func:`allreduce_bias_gelu` (kernel factory), :func:`run`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda
+
+import flowdsl
+from flowdsl import Protocol, RedOp, flow
+from flowdsl.collectives.programs import channel_range, chunk_elements, gin_context, no_gin_context
+
+__all__ = ["allreduce_bias_gelu", "run"]
+
+
+@flowdsl.device
+def _gelu(x):
+    return 0.5 * x * (1.0 + math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+@functools.cache
+def allreduce_bias_gelu(gin_peers=False):
+    """The kernel; ``gin_peers`` when the ring leaves the LSA team (several nodes)."""
+    context = gin_context if gin_peers else no_gin_context
+
+    @flowdsl.kernel(max_registers=128)
+    def allreduce_bias_gelu(comm, stage, x, bias, y, count, channels, nslots, slot_words, protocol):
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
+        n, r = comm.nranks, comm.rank
+        red = flow.reduction(RedOp.SUM, n)
+        lo, hi = channel_range(count, proc)
+        nxt = flow.connect(proc, (r + 1) % n, 0, 0)
+        prv = flow.connect(proc, (r + n - 1) % n, 0, 0)
+        chunk = chunk_elements(proc, y.itemsize)
+        base = lo
+        while base < hi:
+            size = min(n * chunk, hi - base)
+            per = (size + n - 1) // n
+            if n > 1:  # reduce-scatter half: this rank ends with piece r of the round summed
+                j = (r + n - 1) % n
+                flow.send(proc, nxt, x, base + j * per, _piece(size, per, j))
+                for s in range(1, n - 1):
+                    j = (r + 2 * n - s - 1) % n
+                    flow.recv_reduce_send(proc, prv, nxt, x, base + j * per, _piece(size, per, j), red)
+                flow.recv_reduce_copy(proc, prv, x, y, base + r * per, _piece(size, per, r), red)
+            else:
+                flow.copy(x, base, y, base, size, cuda.threadIdx.x, cuda.blockDim.x, 0)
+            # The epilogue, on this rank's finished piece only.
+            start = base + r * per
+            for i in range(start + cuda.threadIdx.x, start + _piece(size, per, r), cuda.blockDim.x):
+                y[i] = _gelu(y[i] + bias[i])
+            if n > 1:  # all-gather half: the transformed pieces go around the ring
+                flow.copy_send(proc, nxt, y, y, start, _piece(size, per, r))
+                for s in range(1, n - 1):
+                    j = (r + n - s) % n
+                    flow.recv_copy_send(proc, prv, nxt, y, base + j * per, _piece(size, per, j))
+                j = (r + 1) % n
+                flow.recv(proc, prv, y, base + j * per, _piece(size, per, j))
+            base += size
+
+    return allreduce_bias_gelu
+
+
+@flowdsl.device
+def _piece(size, per, j):
+    return max(0, min(per, size - j * per))
+
+
+def run(comm, count=1000, channels=2, threads=64, nslots=2, slot_bytes=512, protocol=Protocol.SIMPLE,
+        seed=0):
+    """Run it on ``comm`` (GPU or simulator); return ``(result, reference)``."""
+    from flowdsl.flow import MAX_CONNECTIONS, staging_words  # noqa: PLC0415
+
+    n = comm.nranks
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal(count).astype(np.float32) for _ in range(n)]
+    b = rng.standard_normal(count).astype(np.float32)
+    x, bias, y = comm.alloc(count, np.float32), comm.alloc(count, np.float32), comm.alloc(count, np.float32)
+    gin_peers = getattr(comm, "lsa_size", n) < n
+    stage = comm.alloc(staging_words(channels, nslots, slot_bytes // 8, gin_peers), np.uint64)
+    if hasattr(x, "set"):  # CuPy
+        x.set(xs[comm.rank])
+        bias.set(b)
+        y.fill(np.nan)
+        stage.fill(0)
+    else:  # the simulator's buffers
+        x[:] = xs[comm.rank]
+        bias[:] = b
+        stage[:] = 0
+    reqs = {"gin_context_count": 1, "gin_signal_count": 2 * channels * MAX_CONNECTIONS} if gin_peers else {}
+    with comm.register(stage) as win, comm.device_communicator(**reqs) as dcomm:
+        allreduce_bias_gelu(gin_peers)[channels, threads](dcomm, win, x, bias, y, count, channels, nslots,
+                                                          slot_bytes // 8, int(protocol))
+        comm.synchronize()
+        result = y.get() if hasattr(y, "get") else np.array(y)
+    s = np.sum(xs, axis=0, dtype=np.float64) + b
+    reference = 0.5 * s * (1.0 + np.tanh(0.7978845608028654 * (s + 0.044715 * s ** 3)))
+    return result, reference
