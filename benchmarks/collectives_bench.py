@@ -140,7 +140,7 @@ def fused(comm, sizes, rounds):
             x.set(np.random.default_rng(1).standard_normal(n).astype(np.float32))
             b.set(np.random.default_rng(2).standard_normal(n).astype(np.float32))
             kernel = allreduce_bias_gelu(False)
-            blocks = min(channels, max(1, nbytes // (64 * 1024)))
+            blocks = coll.cost.channels_for(nbytes, comm.nranks, coll.FlowConfig(channels=channels))
             versions = {
                 "fused": lambda: kernel[blocks, 256](dcomm, win, x, b, y, n, channels, nslots, slot_words, 0),
                 "flowdsl+cupy": lambda: (coll.all_reduce(comm, x, tmp, algorithm="ring"), epilogue(tmp, b, y)),

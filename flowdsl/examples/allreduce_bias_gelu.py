@@ -16,7 +16,7 @@ import functools
 import math
 
 import numpy as np
-from numba import cuda
+from numba import cuda, float32
 
 import flowdsl
 from flowdsl import Protocol, RedOp, flow
@@ -27,7 +27,9 @@ __all__ = ["allreduce_bias_gelu", "run"]
 
 @flowdsl.device
 def _gelu(x):
-    return 0.5 * x * (1.0 + math.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    # float32 constants: a Python float would promote the whole expression to float64.
+    return float32(0.5) * x * (float32(1.0) + math.tanh(float32(0.7978845608028654) *
+                                                        (x + float32(0.044715) * x * x * x)))
 
 
 @functools.cache
@@ -37,8 +39,13 @@ def allreduce_bias_gelu(gin_peers=False):
 
     @flowdsl.kernel(max_registers=128)
     def allreduce_bias_gelu(comm, stage, x, bias, y, count, channels, nslots, slot_words, protocol):
-        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
         n, r = comm.nranks, comm.rank
+        if n == 1:  # nothing to exchange: one pass over the whole grid
+            stride = cuda.gridDim.x * cuda.blockDim.x
+            for i in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, count, stride):
+                y[i] = _gelu(x[i] + bias[i])
+            return
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
         red = flow.reduction(RedOp.SUM, n)
         lo, hi = channel_range(count, proc)
         nxt = flow.connect(proc, (r + 1) % n, 0, 0)
@@ -48,26 +55,25 @@ def allreduce_bias_gelu(gin_peers=False):
         while base < hi:
             size = min(n * chunk, hi - base)
             per = (size + n - 1) // n
-            if n > 1:  # reduce-scatter half: this rank ends with piece r of the round summed
-                j = (r + n - 1) % n
-                flow.send(proc, nxt, x, base + j * per, _piece(size, per, j))
-                for s in range(1, n - 1):
-                    j = (r + 2 * n - s - 1) % n
-                    flow.recv_reduce_send(proc, prv, nxt, x, base + j * per, _piece(size, per, j), red)
-                flow.recv_reduce_copy(proc, prv, x, y, base + r * per, _piece(size, per, r), red)
-            else:
-                flow.copy(x, base, y, base, size, cuda.threadIdx.x, cuda.blockDim.x, 0)
+            # Reduce-scatter half: this rank ends with piece r of the round summed.
+            j = (r + n - 1) % n
+            flow.send(proc, nxt, x, base + j * per, _piece(size, per, j))
+            for s in range(1, n - 1):
+                j = (r + 2 * n - s - 1) % n
+                flow.recv_reduce_send(proc, prv, nxt, x, base + j * per, _piece(size, per, j), red)
+            flow.recv_reduce_copy(proc, prv, x, y, base + r * per, _piece(size, per, r), red)
             # The epilogue, on this rank's finished piece only.
             start = base + r * per
             for i in range(start + cuda.threadIdx.x, start + _piece(size, per, r), cuda.blockDim.x):
                 y[i] = _gelu(y[i] + bias[i])
-            if n > 1:  # all-gather half: the transformed pieces go around the ring
-                flow.copy_send(proc, nxt, y, y, start, _piece(size, per, r))
-                for s in range(1, n - 1):
-                    j = (r + n - s) % n
-                    flow.recv_copy_send(proc, prv, nxt, y, base + j * per, _piece(size, per, j))
-                j = (r + 1) % n
-                flow.recv(proc, prv, y, base + j * per, _piece(size, per, j))
+            # All-gather half: the transformed pieces go around the ring (copy_send's own
+            # barrier orders the epilogue's stores before the piece is sent).
+            flow.copy_send(proc, nxt, y, y, start, _piece(size, per, r))
+            for s in range(1, n - 1):
+                j = (r + n - s) % n
+                flow.recv_copy_send(proc, prv, nxt, y, base + j * per, _piece(size, per, j))
+            j = (r + 1) % n
+            flow.recv(proc, prv, y, base + j * per, _piece(size, per, j))
             base += size
 
     return allreduce_bias_gelu
@@ -79,8 +85,11 @@ def _piece(size, per, j):
 
 
 def run(comm, count=1000, channels=2, threads=64, nslots=2, slot_bytes=512, protocol=Protocol.SIMPLE,
-        seed=0):
-    """Run it on ``comm`` (GPU or simulator); return ``(result, reference)``."""
+        seed=0, blocks=None):
+    """Run it on ``comm`` (GPU or simulator); return ``(result, reference)``.
+
+    ``blocks`` defaults to ``channels``; with one rank any number may be used.
+    """
     from flowdsl.flow import MAX_CONNECTIONS, staging_words  # noqa: PLC0415
 
     n = comm.nranks
@@ -101,7 +110,7 @@ def run(comm, count=1000, channels=2, threads=64, nslots=2, slot_bytes=512, prot
         stage[:] = 0
     reqs = {"gin_context_count": 1, "gin_signal_count": 2 * channels * MAX_CONNECTIONS} if gin_peers else {}
     with comm.register(stage) as win, comm.device_communicator(**reqs) as dcomm:
-        allreduce_bias_gelu(gin_peers)[channels, threads](dcomm, win, x, bias, y, count, channels, nslots,
+        allreduce_bias_gelu(gin_peers)[blocks or channels, threads](dcomm, win, x, bias, y, count, channels, nslots,
                                                           slot_bytes // 8, int(protocol))
         comm.synchronize()
         result = y.get() if hasattr(y, "get") else np.array(y)
