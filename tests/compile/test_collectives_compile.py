@@ -94,3 +94,23 @@ def test_config_is_checked():
         FlowConfig(slot_bytes=100)
     with pytest.raises(UsageError, match="threads a multiple of 32"):
         FlowConfig(threads=100)
+
+
+class _DeviceArray:
+    """A stand-in for a CuPy array on another GPU (only what the checks read)."""
+
+    def __init__(self, device):
+        self.device = type("Device", (), {"id": device})()
+        self.__cuda_array_interface__ = {"shape": (16,), "typestr": "<f4", "data": (0x7F0000000000, False),
+                                         "strides": None, "version": 3}
+
+
+def test_arrays_on_another_gpu_are_refused_before_launch():
+    from flowdsl import UsageError
+    from flowdsl import collectives as coll
+
+    comm = type("Comm", (), {"nranks": 1, "device": 0, "alloc": None})()
+    with pytest.raises(UsageError, match="src is on device 1 but the communicator uses device 0. Move it there"):
+        coll.all_reduce(comm, _DeviceArray(1))
+    with pytest.raises(UsageError, match="dst is on device 2 but the communicator uses device 0"):
+        coll.broadcast(comm, _DeviceArray(0), _DeviceArray(2))

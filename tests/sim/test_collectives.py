@@ -206,3 +206,17 @@ def test_direct_steps_all_gather(nranks, nodes):
     for result, reference in spawn(lambda comm: allgather_direct.run(comm, count=301), nranks=nranks, nodes=nodes,
                                    seed=nranks, gin_delivery="reordered"):
         np.testing.assert_array_equal(result, reference)
+
+
+def test_auto_picks_a_program_and_matches():
+    """``algorithm="auto"`` on the simulator (no NCCL host collective there): ring or tree by the cost model."""
+    def main(comm):
+        x = comm.alloc(517, np.float32)
+        x[:] = np.arange(517, dtype=np.float32) * (comm.rank + 1)
+        y = comm.alloc(517, np.float32)
+        coll.all_reduce(comm, x, y, op="max", config=coll.FlowConfig(channels=2, nslots=2, slot_bytes=256,
+                                                                     threads=32))
+        comm.synchronize()
+        return np.array(y)
+    for result in spawn(main, nranks=4, nodes=2, seed=3, gin_delivery="reordered"):
+        np.testing.assert_array_equal(result, np.arange(517, dtype=np.float32) * 4)
