@@ -29,7 +29,8 @@ Direct variants (:func:`direct_send`, :func:`direct_recv`,
 :func:`direct_copy_send`, :func:`direct_recv_copy_send`) skip the staging
 slot: the sender writes straight into the receiver's registered output window
 and the receiver only waits for it. Element arithmetic: :func:`combine`,
-:func:`finish` (uint16 elements are bfloat16 bits: NCCL has no uint16).
+:func:`finish` (uint16 elements are bfloat16 bits: NCCL has no uint16; uint8
+elements are fp8 when the :class:`Reduction` says so).
 
 Layout of the staging window (uint64 words): per (channel, connection) four
 state words, then the inbox slots, then (when GIN is possible) the outbox slots
@@ -43,13 +44,13 @@ from collections import namedtuple
 import numpy as np
 from numba import cuda, int64, uint64
 
-from . import coop, gin, lsa, mem, team
+from . import _fp8, coop, gin, lsa, mem, team
 from ._kernel import device
 from .enums import MemoryOrder, Protocol, RedOp, ThreadScope
 
 __all__ = [
     "MAX_CONNECTIONS", "Processor", "Connection", "Reduction", "staging_words", "processor", "connect",
-    "reduction", "combine", "finish", "strong_signal_inc", "slot_elements",
+    "reduction", "combine", "finish", "strong_signal_inc", "slot_elements", "E4M3", "E5M2",
     "send", "recv", "copy_send", "recv_reduce_send", "recv_reduce_copy", "recv_reduce_copy_send",
     "recv_copy_send", "copy", "direct_send", "direct_recv", "direct_copy_send", "direct_recv_copy_send",
 ]
@@ -74,8 +75,13 @@ Connection.__doc__ = """A connection to ``peer`` (see :func:`connect`).
 
 ``number`` is this side's connection number, ``remote_number`` the peer's number for the
 same connection; ``gin`` is 1 when the peer is outside the LSA team."""
-Reduction = namedtuple("Reduction", ["op", "nranks"])
-Reduction.__doc__ = "A reduction operator (:class:`flowdsl.RedOp`) over ``nranks`` contributions."
+Reduction = namedtuple("Reduction", ["op", "nranks", "fp8"])
+Reduction.__doc__ = """A reduction operator (:class:`flowdsl.RedOp`) over ``nranks`` contributions.
+
+``fp8`` says how to read uint8 elements: 0 as integers, :data:`E4M3` or :data:`E5M2` as fp8."""
+
+#: fp8 formats of uint8 elements (``Reduction.fp8``): e4m3fn and e5m2.
+E4M3, E5M2 = _fp8.E4M3, _fp8.E5M2
 
 
 @device
@@ -133,9 +139,10 @@ def connect(proc, peer, number, remote_number):
 
 
 @device
-def reduction(op, nranks):
-    """A :class:`Reduction` for ``op`` over ``nranks`` ranks (``nranks`` divides for ``AVG``)."""
-    return Reduction(op, nranks)
+def reduction(op, nranks, fp8=0):
+    """A :class:`Reduction` for ``op`` over ``nranks`` ranks (``nranks`` divides for ``AVG``);
+    ``fp8`` = :data:`E4M3` or :data:`E5M2` reads uint8 elements as fp8."""
+    return Reduction(op, nranks, fp8)
 
 
 # ---- element arithmetic ----------------------------------------------------------------------
@@ -153,10 +160,18 @@ def _float_to_bf16(value):
     return np.uint16((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)  # round to nearest even
 
 
-def combine(op, a, b):
-    """``a op b`` in the element type of ``a`` (wrapping for integers, bfloat16 for uint16)."""
+def _fp8_op(fn, fmt, *codes):
+    values = [np.float32(_fp8.from_fp8(c, fmt)) for c in codes]
+    return np.uint8(_fp8.to_fp8(fn(*values), fmt))
+
+
+def combine(op, a, b, fp8=0):
+    """``a op b`` in the element type of ``a`` (wrapping for integers, bfloat16 for uint16,
+    fp8 for uint8 when ``fp8`` names a format; 16- and 8-bit floats are combined in float32)."""
     if isinstance(a, np.uint16):
         return _float_to_bf16(combine(op, _bf16_to_float(a), _bf16_to_float(b)))
+    if fp8 and isinstance(a, np.uint8):
+        return _fp8_op(lambda x, y: combine(op, x, y), fp8, a, b)
     with np.errstate(over="ignore", invalid="ignore"):
         if op == RedOp.PROD:
             r = a * b
@@ -169,12 +184,14 @@ def combine(op, a, b):
     return np.asarray(r).astype(np.asarray(a).dtype)[()]
 
 
-def finish(op, value, nranks):
+def finish(op, value, nranks, fp8=0):
     """The reduction's last touch: ``AVG`` divides by ``nranks`` (integers truncate); others keep."""
     if op != RedOp.AVG:
         return value
     if isinstance(value, np.uint16):
         return _float_to_bf16(_bf16_to_float(value) / nranks)
+    if fp8 and isinstance(value, np.uint8):
+        return _fp8_op(lambda x: np.float32(x / nranks), fp8, value)
     dt = np.asarray(value).dtype
     if dt.kind == "f":
         return dt.type(value / nranks)
@@ -324,7 +341,7 @@ def _ll_read(view, line, flag):
 @device
 def _value(recv_value, src, i, red, has_recv, has_src):
     if has_recv and has_src:
-        return combine(red.op, recv_value, src[i])
+        return combine(red.op, recv_value, src[i], red.fp8)
     if has_recv:
         return recv_value
     return src[i]
@@ -350,7 +367,7 @@ def _simple_slot(proc, inp, out, src, dst, base, m, red, flags, rstep, sstep, sl
         v = _value(r, src, base + i, red, has_recv, has_src)
         if has_dst:
             if last:
-                v = finish(red.op, v, red.nranks)
+                v = finish(red.op, v, red.nranks, red.fp8)
             dst[base + i] = v
         if has_send:
             outbox[i] = v
@@ -380,7 +397,7 @@ def _ll_slot(proc, inp, out, src, dst, base, m, red, flags, rstep, sstep, slot):
         v = _value(r, src, base + i, red, has_recv, has_src)
         if has_dst:
             if last:
-                v = finish(red.op, v, red.nranks)
+                v = finish(red.op, v, red.nranks, red.fp8)
             dst[base + i] = v
         if has_send:
             bits = mem.to_bits(v)
@@ -425,7 +442,7 @@ def _ll128_slot(proc, inp, out, src, dst, base, m, red, flags, rstep, sstep, slo
                     v = _value(r, src, base + i, red, has_recv, has_src)
                     if has_dst:
                         if last:
-                            v = finish(red.op, v, red.nranks)
+                            v = finish(red.op, v, red.nranks, red.fp8)
                         dst[base + i] = v
                     packed |= (mem.to_bits(v) & mask) << (width * uint64(j))
             if has_send:
@@ -536,19 +553,19 @@ def _direct_step(proc, inp, out, src, src_offset, win, offset, n, flags):
 @device
 def send(proc, out, src, offset, n):
     """Send ``src[offset:offset+n]`` on ``out``."""
-    _step(proc, out, out, src, src, offset, n, Reduction(RedOp.SUM, 1), (0, 1, 1, 0, 0))
+    _step(proc, out, out, src, src, offset, n, Reduction(RedOp.SUM, 1, 0), (0, 1, 1, 0, 0))
 
 
 @device
 def recv(proc, inp, dst, offset, n):
     """Receive ``n`` elements from ``inp`` into ``dst[offset:]``."""
-    _step(proc, inp, inp, dst, dst, offset, n, Reduction(RedOp.SUM, 1), (1, 0, 0, 1, 0))
+    _step(proc, inp, inp, dst, dst, offset, n, Reduction(RedOp.SUM, 1, 0), (1, 0, 0, 1, 0))
 
 
 @device
 def copy_send(proc, out, src, dst, offset, n):
     """``dst[offset:offset+n] = src[...]`` and send the same elements on ``out``."""
-    _step(proc, out, out, src, dst, offset, n, Reduction(RedOp.SUM, 1), (0, 1, 1, 1, 0))
+    _step(proc, out, out, src, dst, offset, n, Reduction(RedOp.SUM, 1, 0), (0, 1, 1, 1, 0))
 
 
 @device
@@ -572,7 +589,7 @@ def recv_reduce_copy_send(proc, inp, out, src, dst, offset, n, red):
 @device
 def recv_copy_send(proc, inp, out, dst, offset, n):
     """Receive into ``dst`` and send the same elements on ``out``."""
-    _step(proc, inp, out, dst, dst, offset, n, Reduction(RedOp.SUM, 1), (1, 1, 0, 1, 0))
+    _step(proc, inp, out, dst, dst, offset, n, Reduction(RedOp.SUM, 1, 0), (1, 1, 0, 1, 0))
 
 
 @device

@@ -20,13 +20,15 @@ from . import cost
 __all__ = ["DTYPES", "OPS", "FlowConfig", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"]
 
 #: Element types of the collectives. bfloat16 is a torch.bfloat16 tensor, or a uint16 CuPy/NumPy
-#: array of its bits (neither has a bfloat16 dtype; NCCL has no uint16).
-DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8")
+#: array of its bits (neither has a bfloat16 dtype; NCCL has no uint16). fp8 is a torch float8
+#: tensor, or a uint8 array with ``dtype="float8_e4m3fn"`` / ``"float8_e5m2"`` in the call.
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8", "float8_e4m3fn", "float8_e5m2")
 #: Reduction operators by name.
 OPS = {"sum": RedOp.SUM, "prod": RedOp.PROD, "min": RedOp.MIN, "max": RedOp.MAX, "avg": RedOp.AVG}
 _TORCH_DTYPES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16",
                  "torch.float64": "float64", "torch.int32": "int32", "torch.int64": "int64",
-                 "torch.uint8": "uint8"}
+                 "torch.uint8": "uint8", "torch.float8_e4m3fn": "float8_e4m3fn",
+                 "torch.float8_e5m2": "float8_e5m2"}
 
 
 @dataclass(frozen=True)
@@ -128,8 +130,10 @@ class _Buffer:
 
     def __init__(self, array, name, operation):
         self.array, self.name = array, name
-        cai = getattr(array, "__cuda_array_interface__", None)
-        if cai is not None:
+        cai = getattr(array, "__cuda_array_interface__", None) if not _is_torch(array) else None
+        if _is_torch(array):
+            self._from_torch(array, operation)  # torch has no __cuda_array_interface__ for fp8
+        elif cai is not None:
             self._from_cai(array, cai, operation)
         elif isinstance(array, np.ndarray) and getattr(array, "__flowdsl_sim__", False) is not False:
             self.dtype, self.size, self.ptr, self.device = array.dtype.name, array.size, array.ctypes.data, None
@@ -144,6 +148,16 @@ class _Buffer:
         if self.dtype not in DTYPES:
             raise UsageError(f"Cannot {operation}: {name} has dtype {self.dtype}; the collectives take "
                              f"{', '.join(DTYPES)}")
+
+    def _from_torch(self, t, operation):
+        if not t.is_cuda:
+            raise UsageError(f"Cannot {operation}: {self.name} is a PyTorch tensor in host memory. Move it to "
+                             "the GPU (.cuda())")
+        if not t.is_contiguous():
+            raise UsageError(f"Cannot {operation}: {self.name} is not contiguous. Pass a contiguous array "
+                             "(.contiguous() / cupy.ascontiguousarray)")
+        self.dtype = _TORCH_DTYPES.get(str(t.dtype), str(t.dtype).removeprefix("torch."))
+        self.size, self.ptr, self.device = t.numel(), t.data_ptr(), t.device.index
 
     def _from_cai(self, array, cai, operation):
         shape, strides = cai["shape"], cai.get("strides")
@@ -160,22 +174,41 @@ class _Buffer:
         self.device = getattr(dev, "id", None) if not hasattr(dev, "index") else dev.index
 
     def kernel_array(self):
-        """The array as the kernel sees it: 1-D, bfloat16 as uint16."""
+        """The array as the kernel sees it: 1-D, bfloat16 as uint16, fp8 as uint8."""
         a = self.array
-        if self.dtype == "bfloat16" and hasattr(a, "view") and "torch" in type(a).__module__:
+        if "torch" in type(a).__module__ and self.dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
             import torch  # noqa: PLC0415
 
-            a = a.view(torch.uint16) if hasattr(torch, "uint16") else a.view(torch.int16)
+            a = a.view(torch.uint16 if self.dtype == "bfloat16" else torch.uint8)
         return a.reshape(-1)
 
 
-def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", ratio_in=1, ratio_out=1):
+#: dtype= overrides: the storage each element type may be given in.
+_OVERRIDES = {"float8_e4m3fn": "uint8", "float8_e5m2": "uint8", "bfloat16": "bfloat16"}
+
+
+def _is_torch(array) -> bool:
+    return type(array).__module__.startswith("torch") and hasattr(array, "data_ptr")
+
+
+def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", ratio_in=1, ratio_out=1,
+           dtype=None):
     """Check the arguments; return (src, dst, count, redop)."""
     if comm is None or not hasattr(comm, "alloc"):
         raise UsageError(f"Cannot {operation}: {comm!r} is not a flowdsl communicator. Pass the one "
                          "from flowdsl.init() (or the simulator's)")
     s = _Buffer(src, "src", operation)
     d = s if dst is None or dst is src else _Buffer(dst, "dst", operation)
+    if dtype is not None:
+        storage = _OVERRIDES.get(str(dtype))
+        if storage is None:
+            raise UsageError(f"Cannot {operation} with dtype={dtype!r}: dtype= names what uint8 or uint16 "
+                             f"arrays hold: one of {', '.join(_OVERRIDES)}")
+        for b in {id(s): s, id(d): d}.values():
+            if b.dtype != storage:
+                raise UsageError(f"Cannot {operation} with dtype={dtype!r}: {b.name} is {b.dtype}; {dtype} "
+                                 f"travels in {'uint16' if storage == 'bfloat16' else storage} arrays")
+            b.dtype = str(dtype)
     if d.dtype != s.dtype:
         raise UsageError(f"Cannot {operation}: src is {s.dtype} but dst is {d.dtype}. Pass arrays of one dtype")
     want_dev = getattr(comm, "device", None)
@@ -269,10 +302,19 @@ def _first_call(collective, comm, src, dst, key, stream, algorithm, config, **ch
 
 def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config) -> _Plan:
     config = config or DEFAULT_CONFIG
-    nbytes = count * np.dtype(np.uint16 if s.dtype == "bfloat16" else s.dtype).itemsize
+    from ._library import kernel_for, storage  # noqa: PLC0415
+
+    kernel_dtype, fp8 = storage(s.dtype)
+    nbytes = count * np.dtype(kernel_dtype).itemsize
+    # NCCL's host collective reads the element type from the array: a uint8 or uint16 array
+    # standing for fp8 or bfloat16 would be summed as integers there.
+    nccl_knows = hasattr(comm, "_nccl") and (kernel_dtype == s.dtype or "torch" in type(s.array).__module__)
     if algorithm == "auto":
-        algorithm = cost.choose(collective, comm.nranks, _lsa_size(comm), nbytes,
-                                nccl_available=hasattr(comm, "_nccl"))
+        algorithm = cost.choose(collective, comm.nranks, _lsa_size(comm), nbytes, nccl_available=nccl_knows)
+    if algorithm == "nccl" and hasattr(comm, "_nccl") and not nccl_knows:
+        raise UsageError(f"Cannot {collective} {s.dtype} held in {kernel_dtype} arrays with algorithm='nccl': "
+                         "NCCL would take them for integers. Pass torch tensors of that dtype, or use "
+                         "'ring', 'tree' or 'auto'")
     if algorithm == "tree" and collective != "all_reduce":
         raise UsageError(f"Cannot {collective} with algorithm='tree': only all_reduce has a tree program. "
                          "Use 'ring' or 'auto'")
@@ -283,9 +325,7 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config)
         return _Plan(lambda: _run_nccl(collective, comm, s, d, redop, root, stream), s.array, d.array, d.array)
     st = _state(comm, config)
     protocol = config.protocol if config.protocol is not None else cost.protocol_for(nbytes, comm.nranks)
-    from ._library import kernel_for  # noqa: PLC0415
-
-    kernel = kernel_for(algorithm, collective, redop if redop is not None else RedOp.SUM, st.gin)
+    kernel = kernel_for(algorithm, collective, redop if redop is not None else RedOp.SUM, st.gin, fp8)
     channels = cost.channels_for(nbytes, comm.nranks, config)
     src, dst = s.kernel_array(), d.kernel_array()
     vectors = int(s.ptr % 16 == 0 and d.ptr % 16 == 0)
@@ -338,52 +378,54 @@ def _stream_handle(stream):
 
 # ---- public entry points -----------------------------------------------------------------------
 
-def all_reduce(comm, src, dst=None, *, op="sum", algorithm="auto", stream=None, config=None):
+def all_reduce(comm, src, dst=None, *, op="sum", algorithm="auto", stream=None, config=None, dtype=None):
     """``dst = op over ranks of src`` on every rank; ``dst=None`` works in place. Returns ``dst``."""
-    key = ("all_reduce", id(src), id(dst), op, 0, algorithm, id(stream), config)
+    key = ("all_reduce", id(src), id(dst), op, 0, algorithm, id(stream), config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
         plan.launch()
         return plan.result
-    return _first_call("all_reduce", comm, src, dst, key, stream, algorithm, config, op=op)
+    return _first_call("all_reduce", comm, src, dst, key, stream, algorithm, config, op=op, dtype=dtype)
 
 
-def all_gather(comm, src, dst, *, algorithm="auto", stream=None, config=None):
+def all_gather(comm, src, dst, *, algorithm="auto", stream=None, config=None, dtype=None):
     """``dst[r*count:(r+1)*count] = src@r`` (``dst`` has ``nranks * src.size`` elements)."""
-    key = ("all_gather", id(src), id(dst), None, 0, algorithm, id(stream), config)
+    key = ("all_gather", id(src), id(dst), None, 0, algorithm, id(stream), config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
         plan.launch()
         return plan.result
-    return _first_call("all_gather", comm, src, dst, key, stream, algorithm, config, ratio_out=_nranks(comm))
+    return _first_call("all_gather", comm, src, dst, key, stream, algorithm, config, ratio_out=_nranks(comm),
+                       dtype=dtype)
 
 
-def reduce_scatter(comm, src, dst, *, op="sum", algorithm="auto", stream=None, config=None):
+def reduce_scatter(comm, src, dst, *, op="sum", algorithm="auto", stream=None, config=None, dtype=None):
     """``dst@r = op over ranks q of src@q[r*count:(r+1)*count]`` (``src`` has ``nranks * dst.size``)."""
-    key = ("reduce_scatter", id(src), id(dst), op, 0, algorithm, id(stream), config)
+    key = ("reduce_scatter", id(src), id(dst), op, 0, algorithm, id(stream), config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
         plan.launch()
         return plan.result
     return _first_call("reduce_scatter", comm, src, dst, key, stream, algorithm, config, op=op,
-                       ratio_in=_nranks(comm))
+                       ratio_in=_nranks(comm), dtype=dtype)
 
 
-def broadcast(comm, src, dst=None, *, root=0, algorithm="auto", stream=None, config=None):
+def broadcast(comm, src, dst=None, *, root=0, algorithm="auto", stream=None, config=None, dtype=None):
     """``dst = src@root`` on every rank (``src`` is read on ``root`` only; ``dst=None``: in place)."""
-    key = ("broadcast", id(src), id(dst), None, root, algorithm, id(stream), config)
+    key = ("broadcast", id(src), id(dst), None, root, algorithm, id(stream), config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
         plan.launch()
         return plan.result
-    return _first_call("broadcast", comm, src, dst, key, stream, algorithm, config, root=root)
+    return _first_call("broadcast", comm, src, dst, key, stream, algorithm, config, root=root, dtype=dtype)
 
 
-def reduce(comm, src, dst=None, *, op="sum", root=0, algorithm="auto", stream=None, config=None):
+def reduce(comm, src, dst=None, *, op="sum", root=0, algorithm="auto", stream=None, config=None, dtype=None):
     """``dst@root = op over ranks of src`` (``dst`` is written on ``root`` only; ``None``: in place)."""
-    key = ("reduce", id(src), id(dst), op, root, algorithm, id(stream), config)
+    key = ("reduce", id(src), id(dst), op, root, algorithm, id(stream), config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
         plan.launch()
         return plan.result
-    return _first_call("reduce", comm, src, dst, key, stream, algorithm, config, op=op, root=root)
+    return _first_call("reduce", comm, src, dst, key, stream, algorithm, config, op=op, root=root,
+                       dtype=dtype)

@@ -14,15 +14,27 @@ import numpy as np
 from ..enums import RedOp
 from .programs import PROGRAMS
 
-__all__ = ["kernel_for", "library", "precompile", "load"]
+__all__ = ["kernel_for", "library", "precompile", "load", "storage"]
 
 # Collectives whose result does not depend on the operator get one kernel.
 _NO_OP = ("all_gather", "broadcast")
 
 
-def kernel_for(algorithm: str, collective: str, op: RedOp, gin_peers: bool = False):
-    """The ``@flowdsl.kernel`` of a program for ``op`` (``gin_peers``: peers beyond the LSA team)."""
-    return PROGRAMS[(algorithm, collective)](RedOp.SUM if collective in _NO_OP else RedOp(op), bool(gin_peers))
+#: Element types stored as another NumPy type in kernels, and the fp8 format code.
+_STORAGE = {"bfloat16": ("uint16", 0), "float8_e4m3fn": ("uint8", 1), "float8_e5m2": ("uint8", 2)}
+
+
+def storage(dtype: str) -> tuple[str, int]:
+    """(NumPy dtype the kernel sees, fp8 format code) for a collectives dtype name."""
+    return _STORAGE.get(dtype, (dtype, 0))
+
+
+def kernel_for(algorithm: str, collective: str, op: RedOp, gin_peers: bool = False, fp8: int = 0):
+    """The ``@flowdsl.kernel`` of a program for ``op`` (``gin_peers``: peers beyond the LSA team;
+    ``fp8``: the format of uint8 elements, for the collectives that combine them)."""
+    if collective in _NO_OP:  # a copy: neither the operator nor the fp8 format matters
+        return PROGRAMS[(algorithm, collective)](RedOp.SUM, bool(gin_peers), 0)
+    return PROGRAMS[(algorithm, collective)](RedOp(op), bool(gin_peers), int(fp8))
 
 
 def library(dtypes=None, ops=None) -> list[tuple[str, str, RedOp, str]]:
@@ -34,22 +46,27 @@ def library(dtypes=None, ops=None) -> list[tuple[str, str, RedOp, str]]:
     out = []
     for (algorithm, collective) in PROGRAMS:
         for op in ((RedOp.SUM,) if collective in _NO_OP else ops):
-            out.extend((algorithm, collective, op, dt) for dt in dtypes)
+            seen = set()
+            for dt in dtypes:
+                kernel_type = storage(dt)[0] if collective in _NO_OP else dt  # fp8 copies are uint8 copies
+                if kernel_type not in seen:
+                    seen.add(kernel_type)
+                    out.append((algorithm, collective, op, kernel_type if collective in _NO_OP else dt))
     return out
 
 
 def _argtypes(dtype: str, nccl):
     from .._kernel import FlowKernel  # noqa: PLC0415
 
-    kernel_dtype = np.uint16 if dtype == "bfloat16" else np.dtype(dtype)
-    sample = np.zeros(1, kernel_dtype)
+    sample = np.zeros(1, storage(dtype)[0])
     return FlowKernel.argtypes_for("devcomm", ("window", np.uint64), sample, sample, *([0] * 8), nccl=nccl)
 
 
 def _build(entry, target, gin_peers) -> str:
     """Compile one library entry into the disk cache (runs in a worker process)."""
     algorithm, collective, op, dtype = entry
-    return kernel_for(algorithm, collective, op, gin_peers).build(_argtypes(dtype, target.nccl), target)
+    kernel = kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1])
+    return kernel.build(_argtypes(dtype, target.nccl), target)
 
 
 def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin_peers: bool = False,
@@ -118,7 +135,8 @@ def load(*, dtypes=None, ops=None, gin_peers: bool = False) -> dict:
     nccl = _device_target().nccl
     counts = {"kernels": 0, "disk": 0, "compiled": 0, "loaded": 0}
     for algorithm, collective, op, dtype in library(dtypes, ops):
-        source = kernel_for(algorithm, collective, op, gin_peers).load(_argtypes(dtype, nccl))
+        kernel = kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1])
+        source = kernel.load(_argtypes(dtype, nccl))
         counts["kernels"] += 1
         counts[source] += 1
     counts["seconds"] = time.perf_counter() - start

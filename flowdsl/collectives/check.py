@@ -2,24 +2,42 @@
 
 Inputs are random but kept where the operator cannot overflow the element type
 (so that wrapping or infinities do not make the comparison meaningless), and
-bfloat16 is carried as uint16 bits. :func:`reference` computes each collective
+bfloat16 is carried as uint16 bits and fp8 as uint8 codes (``flowdsl/_fp8.py``).
+:func:`reference` computes each collective
 with NumPy in float64/int64; :func:`compare` applies a tolerance that depends
 only on the element type and the number of ranks.
 
 Contents: :func:`inputs`, :func:`reference`, :func:`compare`, :func:`storage_dtype`,
-:func:`bf16_bits`, :func:`bf16_values`.
+:func:`poison`, :func:`bf16_bits`, :func:`bf16_values`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["inputs", "reference", "compare", "storage_dtype", "bf16_bits", "bf16_values"]
+from .. import _fp8
+
+__all__ = ["inputs", "reference", "compare", "storage_dtype", "poison", "bf16_bits", "bf16_values"]
+
+
+_FP8 = {"float8_e4m3fn": _fp8.E4M3, "float8_e5m2": _fp8.E5M2}
 
 
 def storage_dtype(dtype: str) -> np.dtype:
-    """The NumPy dtype that holds ``dtype`` (uint16 for bfloat16)."""
-    return np.dtype(np.uint16) if dtype == "bfloat16" else np.dtype(dtype)
+    """The NumPy dtype that holds ``dtype`` (uint16 for bfloat16, uint8 for fp8)."""
+    if dtype == "bfloat16":
+        return np.dtype(np.uint16)
+    return np.dtype(np.uint8) if dtype in _FP8 else np.dtype(dtype)
+
+
+def poison(dtype: str):
+    """A value no input holds, in the storage dtype: NaN for floats (fp8 too), 0xA5... for integers."""
+    if dtype in _FP8:
+        return np.uint8(0x7F)
+    st = storage_dtype(dtype)
+    if dtype == "bfloat16":
+        return np.uint16(0x7FC0)
+    return st.type(np.nan) if st.kind == "f" else np.frombuffer(b"\xa5" * st.itemsize, st)[0]
 
 
 def bf16_bits(values) -> np.ndarray:
@@ -37,9 +55,12 @@ def inputs(rng, dtype: str, op: str, nranks: int, size: int) -> list[np.ndarray]
     """One input array per rank, in the storage dtype, safe for ``op`` over ``nranks``."""
     out = []
     for _ in range(nranks):
-        if dtype in ("float32", "float64", "float16", "bfloat16"):
+        if dtype in ("float32", "float64", "float16", "bfloat16") or dtype in _FP8:
             x = rng.uniform(0.5, 1.5, size) if op == "prod" else rng.uniform(-2.0, 2.0, size)
-            out.append(bf16_bits(x) if dtype == "bfloat16" else x.astype(dtype))
+            if dtype in _FP8:
+                out.append(_fp8.to_fp8(x, _FP8[dtype]))
+            else:
+                out.append(bf16_bits(x) if dtype == "bfloat16" else x.astype(dtype))
         elif dtype == "uint8":
             hi = 2 if op == "prod" else 256 // nranks
             out.append(rng.integers(0, hi, size).astype(np.uint8))
@@ -53,6 +74,8 @@ def _values(x, dtype):
     x = np.asarray(x)
     if dtype == "bfloat16":
         return bf16_values(x).astype(np.float64)
+    if dtype in _FP8:
+        return _fp8.from_fp8(x, _FP8[dtype])
     return x.astype(np.float64 if x.dtype.kind == "f" else np.int64)
 
 
@@ -91,7 +114,9 @@ def reference(collective: str, ins: list[np.ndarray], dtype: str, op: str | None
     raise ValueError(collective)
 
 
-_RTOL = {"float64": 1e-12, "float32": 2e-6, "float16": 2e-3, "bfloat16": 1.6e-2}
+# Per rank: one rounding per combine at most (fp8: half the spacing of 3 or 2 mantissa bits).
+_RTOL = {"float64": 1e-12, "float32": 2e-6, "float16": 2e-3, "bfloat16": 1.6e-2, "float8_e4m3fn": 0.0625,
+         "float8_e5m2": 0.125}
 
 
 def compare(result, expected, dtype: str, nranks: int, what: str = "") -> None:

@@ -16,6 +16,7 @@ block is one channel and takes an equal share of every chunk. With one rank each
 collective is the local copy it reduces to. ``gin_peers=True`` builds the kernel for
 communicators that span several LSA teams (nodes): connections to peers outside
 the team use GIN; without it no GIN code is compiled (faster to build, smaller).
+``fp8`` (``flow.E4M3`` or ``flow.E5M2``) reads uint8 elements as fp8.
 
 Contents: :data:`PROGRAMS` (name → factory) and the factories above.
 """
@@ -77,7 +78,7 @@ def local_copy(src, dst, count, inplace, vectors):
 
 
 @functools.cache
-def ring_all_gather(op=RedOp.SUM, gin_peers=False):
+def ring_all_gather(op=RedOp.SUM, gin_peers=False, fp8=0):
     """Ring AllGather: ``dst[r*count:(r+1)*count] = src@r`` on every rank (``op`` unused)."""
     context = gin_context if gin_peers else no_gin_context
 
@@ -105,7 +106,7 @@ def ring_all_gather(op=RedOp.SUM, gin_peers=False):
 
 
 @functools.cache
-def ring_reduce_scatter(op=RedOp.SUM, gin_peers=False):
+def ring_reduce_scatter(op=RedOp.SUM, gin_peers=False, fp8=0):
     """Ring ReduceScatter: ``dst@r = op over ranks of src@q[r*count:(r+1)*count]``."""
     context = gin_context if gin_peers else no_gin_context
 
@@ -114,7 +115,7 @@ def ring_reduce_scatter(op=RedOp.SUM, gin_peers=False):
                             protocol, vectors):
         proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
         n, r = comm.nranks, comm.rank
-        red = flow.reduction(op, n)
+        red = flow.reduction(op, n, fp8)
         lo, hi = channel_range(count, proc)
         if n == 1:
             local_copy(src, dst, count, inplace, vectors)
@@ -135,7 +136,7 @@ def ring_reduce_scatter(op=RedOp.SUM, gin_peers=False):
 
 
 @functools.cache
-def ring_broadcast(op=RedOp.SUM, gin_peers=False):
+def ring_broadcast(op=RedOp.SUM, gin_peers=False, fp8=0):
     """Ring Broadcast: ``dst@r = src@root`` (a chain from ``root``; ``op`` unused)."""
     context = gin_context if gin_peers else no_gin_context
 
@@ -164,7 +165,7 @@ def ring_broadcast(op=RedOp.SUM, gin_peers=False):
 
 
 @functools.cache
-def ring_reduce(op=RedOp.SUM, gin_peers=False):
+def ring_reduce(op=RedOp.SUM, gin_peers=False, fp8=0):
     """Ring Reduce: ``dst@root = op over ranks of src`` (a chain that ends at ``root``)."""
     context = gin_context if gin_peers else no_gin_context
 
@@ -172,7 +173,7 @@ def ring_reduce(op=RedOp.SUM, gin_peers=False):
     def ring_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
         proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
         n, r = comm.nranks, comm.rank
-        red = flow.reduction(op, n)
+        red = flow.reduction(op, n, fp8)
         lo, hi = channel_range(count, proc)
         if n == 1:
             local_copy(src, dst, count, inplace, vectors)
@@ -194,7 +195,7 @@ def ring_reduce(op=RedOp.SUM, gin_peers=False):
 
 
 @functools.cache
-def ring_all_reduce(op=RedOp.SUM, gin_peers=False):
+def ring_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0):
     """Ring AllReduce: a reduce-scatter then an all-gather around the ring, chunk by chunk."""
     context = gin_context if gin_peers else no_gin_context
 
@@ -202,7 +203,7 @@ def ring_all_reduce(op=RedOp.SUM, gin_peers=False):
     def ring_all_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
         proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
         n, r = comm.nranks, comm.rank
-        red = flow.reduction(op, n)
+        red = flow.reduction(op, n, fp8)
         lo, hi = channel_range(count, proc)
         if n == 1:
             local_copy(src, dst, count, inplace, vectors)
@@ -244,7 +245,7 @@ def tree_rank(n, tree, pos):
 
 
 @functools.cache
-def tree_all_reduce(op=RedOp.SUM, gin_peers=False):
+def tree_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0):
     """Double-binary-tree AllReduce: reduce up to the root, broadcast down; even channels use
     tree 0, odd channels tree 1."""
     context = gin_context if gin_peers else no_gin_context
@@ -257,8 +258,8 @@ def tree_all_reduce(op=RedOp.SUM, gin_peers=False):
         if n == 1:
             local_copy(src, dst, count, inplace, vectors)
             return
-        red = flow.reduction(op, n)
-        partial = flow.reduction(op, 1)  # dividing by 1 leaves AVG's partial sums as they are
+        red = flow.reduction(op, n, fp8)
+        partial = flow.reduction(op, 1, fp8)  # dividing by 1 leaves AVG's partial sums as they are
         tree = proc.channel % 2
         pos = r if tree == 0 else n - 1 - r
         nkids = max(0, min(2, n - (2 * pos + 1)))

@@ -32,8 +32,11 @@ def test_precompile_builds_every_program_then_finds_them_cached(tmp_path, monkey
 
 def test_library_lists_every_collective_dtype_and_op():
     entries = _library.library()
-    assert len(entries) == 2 * 7 + 4 * 7 * 5  # all_gather and broadcast have no operator
+    # all_gather and broadcast have no operator, and copy fp8 as uint8 and bfloat16 as uint16
+    assert len(entries) == 2 * 7 + 4 * 9 * 5
     assert ("tree", "all_reduce", RedOp.AVG, "bfloat16") in entries
+    assert ("ring", "reduce", RedOp.MAX, "float8_e5m2") in entries
+    assert ("ring", "all_gather", RedOp.SUM, "uint16") in entries
 
 
 @pytest.mark.parametrize("nccl,arch", [("2.28.9", "sm_90"), ("2.32.3", "sm_100")])
@@ -114,3 +117,41 @@ def test_arrays_on_another_gpu_are_refused_before_launch():
         coll.all_reduce(comm, _DeviceArray(1))
     with pytest.raises(UsageError, match="dst is on device 2 but the communicator uses device 0"):
         coll.broadcast(comm, _DeviceArray(0), _DeviceArray(2))
+
+
+def _host_version(fn):
+    """A device helper runnable on the host: ``mem.to_bits`` on float32 via NumPy."""
+    import types
+
+    import flowdsl.lowering.flow_surface as fs
+
+    class Mem:
+        @staticmethod
+        def to_bits(x):
+            return int(np.array(np.float32(x)).view(np.uint32)[()])
+
+    g = dict(fs.__dict__, mem=Mem, uint64=int, uint8=int, int32=int, float32=lambda x: float(np.float32(x)))
+    return types.FunctionType(fn.__code__, g, fn.__name__)
+
+
+@pytest.mark.parametrize("fmt", [1, 2], ids=["e4m3fn", "e5m2"])
+def test_fp8_bit_conversions_match_the_table(fmt):
+    """The GPU's fp8 conversions (bit arithmetic) against flowdsl/_fp8.py's table, every code
+    and every tie, run on the host with the same code."""
+    from flowdsl import _fp8
+    from flowdsl.lowering import flow_surface
+
+    decode, encode = _host_version(flow_surface._fp8_to_float), _host_version(flow_surface._float_to_fp8)
+    table = _fp8.values(fmt)
+    for code in range(256):
+        got = decode(code, fmt)
+        assert (np.isnan(got) and np.isnan(table[code])) or got == table[code], (code, got, table[code])
+    finite = np.sort(table[np.isfinite(table)])
+    mids = (finite[1:] + finite[:-1]) / 2  # exact ties: rounding goes to the even code
+    probes = np.concatenate([finite, mids, np.nextafter(mids, 0), np.nextafter(mids, np.inf),
+                             np.random.default_rng(0).standard_normal(2000) * finite.max() / 8,
+                             [finite.max() * 1.01, 1e30, -1e30, 0.0, -0.0, 1e-30]]).astype(np.float32)
+    expected = _fp8.to_fp8(probes.astype(np.float64), fmt)
+    got = np.array([encode(float(x), fmt) for x in probes], np.uint8)
+    bad = np.flatnonzero(got != expected)
+    assert bad.size == 0, [(float(probes[i]), int(got[i]), int(expected[i])) for i in bad[:5]]

@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8")
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8", "float8_e4m3fn", "float8_e5m2")
 OPS = ("sum", "prod", "min", "max", "avg")
 
 
@@ -27,10 +27,14 @@ def comm():
         yield c
 
 
-def _poison(buf):
+def _poison(buf, dtype=None):
     import cupy
 
-    if buf.dtype.kind == "f":
+    from flowdsl.collectives import check
+
+    if dtype is not None:
+        buf.fill(check.poison(dtype))
+    elif buf.dtype.kind == "f":
         buf.fill(np.nan)
     else:
         buf.view(cupy.uint8).fill(0xA5)
@@ -66,8 +70,10 @@ def test_every_collective_dtype_op_matches_numpy(comm, inplace):
             dst = None
         else:
             dst = comm.alloc(count, store)
-            _poison(dst)
+            _poison(dst, dtype)
         kwargs = {"algorithm": alg}
+        if dtype.startswith("float8"):  # CuPy has no fp8: uint8 arrays, and the call says what they hold
+            kwargs["dtype"] = dtype
         if op:
             kwargs["op"] = op
         getattr(coll, collective)(comm, src, dst, **kwargs)
@@ -97,7 +103,7 @@ def test_flow_protocols_through_a_real_connection(comm, protocol, dtype, op):
     check.compare(result, expected, dtype, 2, f"loopback {protocol} {dtype} {op}")
 
 
-def test_torch_tensors_and_bfloat16(comm):
+def test_torch_tensors_bfloat16_and_fp8(comm):
     torch = pytest.importorskip("torch", reason="PyTorch is not installed")
     from flowdsl import collectives as coll
 
@@ -113,6 +119,11 @@ def test_torch_tensors_and_bfloat16(comm):
     coll.broadcast(comm, x, out, algorithm="ring")
     torch.cuda.synchronize()
     assert torch.equal(out, x)
+    f8 = x.to(torch.float8_e4m3fn)
+    f8_out = torch.full((1000,), float("nan"), device=x.device).to(torch.float8_e4m3fn)
+    coll.all_reduce(comm, f8, f8_out, op="avg", algorithm="tree")
+    torch.cuda.synchronize()
+    assert torch.equal(f8_out.view(torch.uint8), f8.view(torch.uint8))
 
 
 def test_nccl_algorithm_and_repeated_calls_agree(comm):
