@@ -576,16 +576,9 @@ class _Launch:
         self.shared = shared
 
     def __call__(self, *args):
-        name = self.kernel.__name__
-        if _stubs._simulator_launch is not None and (
-                _stubs._simulator_active() or any(getattr(a, "__flowdsl_sim__", False) for a in args)):
+        if self._on_simulator(args):
             return _stubs._simulator_launch(self.kernel, self.grid, self.block, self.stream, self.shared, args)
-        grid = _dims(self.grid, "the grid", name)
-        block = _dims(self.block, "the block", name)
-        _check_resources(name, args)
-        loaded = self.kernel._specialize(args)
-        if loaded.features:
-            check_features(name, loaded.features, args)
+        loaded, grid, block = self._checked(args)
         loaded.launch(args, grid, block, _as_stream(self.stream), int(self.shared))
 
     def prepare(self, *args):
@@ -594,17 +587,26 @@ class _Launch:
         For a launch repeated with the same arguments (a collective in a loop): a call
         of the result costs only the driver's launch.
         """
-        name = self.kernel.__name__
-        if _stubs._simulator_launch is not None and (
-                _stubs._simulator_active() or any(getattr(a, "__flowdsl_sim__", False) for a in args)):
+        if self._on_simulator(args):
             return lambda: self(*args)
+        loaded, grid, block = self._checked(args)
+        return loaded.prepared(args, grid, block, _as_stream(self.stream), int(self.shared))
+
+    @staticmethod
+    def _on_simulator(args) -> bool:
+        return _stubs._simulator_launch is not None and (
+            _stubs._simulator_active() or any(getattr(a, "__flowdsl_sim__", False) for a in args))
+
+    def _checked(self, args):
+        """The loaded kernel for ``args`` and the launch shape, after every check before a launch."""
+        name = self.kernel.__name__
         grid = _dims(self.grid, "the grid", name)
         block = _dims(self.block, "the block", name)
         _check_resources(name, args)
         loaded = self.kernel._specialize(args)
         if loaded.features:
             check_features(name, loaded.features, args)
-        return loaded.prepared(args, grid, block, _as_stream(self.stream), int(self.shared))
+        return loaded, grid, block
 
 
 def _check_resources(name: str, args) -> None:
