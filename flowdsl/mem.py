@@ -13,7 +13,8 @@ Wide accesses: :func:`load_vec`, :func:`store_vec` move 16 bytes (any integer or
 float element type: 2 to 16 lanes) in one
 instruction (``ld.v4``/``st.v4``), what bandwidth-bound copies need.
 Bits: :func:`to_bits` and :func:`from_bits` move a value's bits in and out of
-a uint64 (what packing data and flags into one word needs).
+a uint64 (what packing data and flags into one word needs). :func:`address`
+gives an element's byte address (to choose a 16-byte path when it is aligned).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ._stubs import primitive
 
 __all__ = [
     "load_acquire", "load_relaxed", "store_release", "store_relaxed", "fence",
-    "atomic_add", "atomic_cas", "atomic_exch", "red_add", "load_vec", "store_vec", "to_bits", "from_bits",
+    "atomic_add", "atomic_cas", "atomic_exch", "red_add", "load_vec", "store_vec", "to_bits", "from_bits", "address",
 ]
 
 
@@ -99,3 +100,9 @@ def from_bits(bits, dtype):
 
     ``dtype`` is a numba or NumPy scalar type, e.g. ``numba.float32``.
     """
+
+
+@primitive
+def address(array, index):
+    """Byte address of ``array[index]`` as a uint64 (``address(a, i) % 16 == 0``: a 16-byte
+    vector may start there). Nothing is read; ``index`` may be one past the end."""

@@ -239,8 +239,10 @@ def _load_vec(typingctx, array, index):
         lane_type = context.get_value_type(elem)
         rtype = reg_type or lane_type
         fnty = ir.FunctionType(ir.LiteralStructType([rtype] * nreg), [ptr.type])
-        # Not volatile: a plain load the compiler may schedule like any other.
-        packed = builder.asm(fnty, text, ",".join([f"={reg}"] * nreg) + ",l", [ptr], side_effect=False)
+        # A plain ld (ptxas schedules it like any other), but LLVM must not hoist or merge it:
+        # without a side effect an asm reads no memory as far as LLVM knows, and a load of a
+        # staging slot could then be moved above the barrier that made the slot's data visible.
+        packed = builder.asm(fnty, text, ",".join([f"={reg}"] * nreg) + ",l", [ptr], side_effect=True)
         regs = [builder.extract_value(packed, i) for i in range(nreg)]
         if reg_type is None:
             return context.make_tuple(builder, result, regs)
@@ -323,6 +325,20 @@ def _from_bits(typingctx, bits, dtype):
     return target(bits, dtype), codegen
 
 
+@intrinsic
+def _address(typingctx, array, index):
+    if not isinstance(array, types.Array):
+        raise NumbaTypeError(f"flowdsl.mem.address requires an array (a window view or device array), got {array}")
+    if not isinstance(index, types.Integer):
+        raise NumbaTypeError(f"flowdsl.mem.address requires an integer index, got {index}")
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_pointer(context, builder, array, args[0], index, args[1])
+        return builder.ptrtoint(ptr, ir.IntType(64))
+
+    return types.uint64(array, index), codegen
+
+
 _load_acquire = _load("load_acquire", "acquire")
 _load_relaxed = _load("load_relaxed", "relaxed")
 _store_release = _store("store_release", "release")
@@ -376,3 +392,4 @@ def bind():
     register(mem.store_vec, lambda array, index, values: _store_vec(array, index, values))
     register(mem.to_bits, lambda value: _to_bits(value))
     register(mem.from_bits, lambda bits, dtype: _from_bits(bits, dtype))
+    register(mem.address, lambda array, index: _address(array, index))

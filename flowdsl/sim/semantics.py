@@ -652,6 +652,17 @@ def _mem_load_vec(array, index):
     return tuple(a[i:i + n])
 
 
+@implements("flowdsl.mem.address")
+def _mem_address(array, index):
+    import numpy as np  # noqa: PLC0415
+
+    a = raw(array)
+    start = array.start if isinstance(array, WindowView) else 0
+    if isinstance(array, WindowView):  # windows are laid out from a 16-byte aligned base, as on the GPU
+        return np.uint64((start + int(index)) * a.itemsize)
+    return np.uint64(a.__array_interface__["data"][0] + int(index) * a.itemsize)
+
+
 @implements("flowdsl.mem.store_vec")
 def _mem_store_vec(array, index, values):
     a, i, n = _vec(array, index, "store_vec")

@@ -87,6 +87,7 @@ def every_primitive(comm, win, flags, out):
     halves = lsa.local_view(win, 0, 32, dtype=float16)  # narrow lanes travel in 32-bit registers
     mem.store_vec(halves, 8, mem.load_vec(halves, 0))
     out[10] = mem.from_bits(mem.to_bits(out[11]) ^ uint64(1 << 31), float32)
+    flags[8] = uint32(mem.address(out, 3) & uint64(15))  # 16-byte alignment of an element
 
 
 ARGS = ("devcomm", ("window", np.float32), np.zeros(8, np.uint32), np.zeros(16, np.float32))

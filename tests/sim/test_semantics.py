@@ -366,3 +366,24 @@ def test_vector_load_store_and_alignment():
     np.testing.assert_array_equal(out[1][8:], np.arange(8))
     with pytest.raises(sim.UsageError, match="not 16-byte aligned"):
         run_ranks(lambda c: main(c, 1), nranks=2)
+
+
+@flowdsl.kernel
+def element_addresses(comm, win, out):
+    v = lsa.local_view(win, 0, 8, np.float32)
+    out[0] = mem.address(v, 4) - mem.address(v, 0)
+    out[1] = mem.address(v, 1) & 15
+    out[2] = mem.address(out, 2) - mem.address(out, 0)
+
+
+def test_element_addresses_for_alignment_checks():
+    """mem.address: byte addresses (a window's start is 16-byte aligned, as on the GPU)."""
+    def main(comm):
+        buf = comm.alloc(16, np.float32)
+        out = comm.alloc(4, np.uint64)
+        with comm.register(buf) as win, comm.device_communicator() as dc:
+            element_addresses[1, 1](dc, win, out)
+            comm.synchronize()
+            return out.get()
+    for got in run_ranks(main, nranks=2):
+        assert list(got[:3]) == [16, 4, 16]
