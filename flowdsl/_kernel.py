@@ -31,6 +31,7 @@ from .errors import UsageError
 from .lowering.compiler import CompiledKernel, compile_kernel
 from .lowering.target import Target, format_version, parse_version
 from .lowering.types import ArgumentMarshaller, DevCommType, WindowType
+from .runtime.streams import refuse_during_capture, stream_handle
 
 __all__ = ["kernel", "device", "FlowKernel", "check_features"]
 
@@ -60,8 +61,12 @@ def device(fn=None, *, inline: bool = True):
 def kernel(fn=None, *, fastmath: bool = False, lineinfo: bool = False, max_registers: int | None = None):
     """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
 
-    ``k[grid, block, stream, shared_bytes](*args)`` also takes a stream
-    (CuPy, PyTorch, numba or cuda.core) and dynamic shared memory in bytes.
+    ``k[grid, block, stream, shared_bytes](*args)`` also takes a stream (anything with
+    ``__cuda_stream__``, a CuPy, PyTorch, numba or cuda.core stream, or a handle) and dynamic
+    shared memory in bytes. Without a stream (or ``None``) the kernel goes on the current stream
+    of the framework its PyTorch or CuPy arrays come from, else on the legacy default stream.
+    A launch on a capturing stream is captured into the CUDA graph; the first launch for new
+    argument types compiles or loads the kernel, which cannot be captured.
     ``max_registers`` caps registers per thread (``-maxrregcount``): more threads fit
     on an SM, which bandwidth-bound loops need, at the price of spills elsewhere.
     """
@@ -93,24 +98,12 @@ def _attribute_pairs(code) -> set[tuple[str, str]]:
     return pairs
 
 
-@functools.cache
-def _default_stream():
+@functools.lru_cache(maxsize=32)
+def _core_stream(handle: int):
+    """A cuda.core stream over the driver handle (for the launch paths that take a stream object)."""
     from numba.cuda.cudadrv import driver  # noqa: PLC0415
 
-    return driver._to_core_stream(0)
-
-
-def _as_stream(stream):
-    """Any common stream object → a cuda.core stream."""
-    from numba.cuda.cudadrv import driver  # noqa: PLC0415
-
-    if not stream:
-        return _default_stream()
-    for attr in ("ptr", "cuda_stream", "handle"):  # CuPy, PyTorch, numba/cuda.core
-        handle = getattr(stream, attr, None)
-        if isinstance(handle, int):
-            return driver.ExperimentalStream.from_handle(handle)
-    return driver._to_core_stream(stream)
+    return driver.ExperimentalStream.from_handle(handle)
 
 
 class FlowKernel:
@@ -124,6 +117,7 @@ class FlowKernel:
         self.fastmath = fastmath
         self.max_registers = max_registers
         self.lineinfo = lineinfo
+        self._launch_operation = f"launch {py_func.__name__}"  # for errors; built once, not per launch
         self._loaded: dict = {}
         #: Last compile/load: {"source": "compiled"|"disk", "seconds": float}
         self.last_build: dict = {}
@@ -139,7 +133,9 @@ class FlowKernel:
         if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
             raise UsageError(f"Cannot launch {self.__name__}: write {self.__name__}[grid, block] or "
                              f"{self.__name__}[grid, block, stream, shared_bytes]")
-        grid, block, stream, shared = (tuple(config) + (0, 0))[:4]
+        grid, block, *rest = config
+        stream = rest[0] if rest else None  # None: the arrays' framework's current stream
+        shared = rest[1] if len(rest) > 1 else 0
         launch = _Launch(self, grid, block, stream, shared)
         _dims(launch.grid, "the grid", self.__name__)
         _dims(launch.block, "the block", self.__name__)
@@ -250,11 +246,17 @@ class FlowKernel:
                 out.append(typeof(arg, Purpose.argument))
         return tuple(out)
 
-    def _specialize(self, args):
-        """The loaded kernel for these launch arguments (compiled, or loaded from disk, once)."""
+    def _specialize(self, args, stream: int | None = None):
+        """The loaded kernel for these launch arguments (compiled, or loaded from disk, once).
+
+        ``stream``: the launch's stream handle; loading is refused while it captures a graph.
+        """
         argtypes = tuple(_argument_type(self.__name__, i, arg) for i, arg in enumerate(args))
         loaded = self._loaded.get(argtypes)
         if loaded is None:
+            if stream is not None:
+                refuse_during_capture(stream, self._launch_operation, "its first launch for these argument "
+                                      "types compiles or loads the kernel's module (not capturable)")
             target = _device_target()
             loaded = _Loaded(self._load_or_compile(argtypes, target), argtypes)
             self._loaded[argtypes] = loaded
@@ -410,8 +412,8 @@ class _Loaded:
         self.cu_kernel = numba_kernel._codelibrary.get_cufunc().kernel if self.fast else None
         self._configs: dict = {}
 
-    def prepared(self, args, grid, block, stream, shared):
-        """A no-argument launcher of these ``args`` (packed once)."""
+    def prepared(self, args, grid, block, stream: int, shared):
+        """A no-argument launcher of these ``args`` on stream handle ``stream`` (packed once)."""
         if not self.fast:
             return lambda: self.launch(args, grid, block, stream, shared)
         from cuda.core import LaunchConfig, launch  # noqa: PLC0415
@@ -423,12 +425,13 @@ class _Loaded:
             return _driver_launcher(self.cu_kernel, flat, grid, block, stream, shared)
         except Exception:  # noqa: BLE001 - an unexpected handle type: the general path still works
             config = LaunchConfig(grid=grid, block=block, shmem_size=shared)
-            kernel = self.cu_kernel
-            return lambda: launch(stream, config, kernel, *flat)
+            kernel, core_stream = self.cu_kernel, _core_stream(stream)
+            return lambda: launch(core_stream, config, kernel, *flat)
 
-    def launch(self, args, grid, block, stream, shared):
+    def launch(self, args, grid, block, stream: int, shared):
+        """Launch on stream handle ``stream``."""
         if not self.fast:
-            self.numba_kernel.launch(args, grid, block, stream=stream, sharedmem=shared)
+            self.numba_kernel.launch(args, grid, block, stream=_core_stream(stream), sharedmem=shared)
             return
         from cuda.core import LaunchConfig, launch  # noqa: PLC0415
 
@@ -439,7 +442,7 @@ class _Loaded:
         flat: list = []
         for pack, arg in zip(self.packers, args):
             pack(arg, flat)
-        launch(stream, config, self.cu_kernel, *flat)
+        launch(_core_stream(stream), config, self.cu_kernel, *flat)
 
 
 def _driver_launcher(kernel, flat, grid, block, stream, shared):
@@ -453,15 +456,30 @@ def _driver_launcher(kernel, flat, grid, block, stream, shared):
     params = (ctypes.c_void_p * max(1, len(holders)))(*[ctypes.addressof(h) for h in holders])
     g = tuple(grid) + (1,) * (3 - len(grid)) if isinstance(grid, tuple) else (int(grid), 1, 1)
     b = tuple(block) + (1,) * (3 - len(block)) if isinstance(block, tuple) else (int(block), 1, 1)
-    handle, hstream, address = kernel.handle, stream.handle, ctypes.addressof(params)
+    # cuLaunchKernel on the stream handle: on a capturing stream the launch is captured.
+    handle, hstream, address = kernel.handle, driver.CUstream(stream), ctypes.addressof(params)
     success = driver.CUresult.CUDA_SUCCESS
 
     def launch():
         err = driver.cuLaunchKernel(handle, *g, *b, shared, hstream, address, 0)[0]
         if err != success:
-            raise UsageError(f"Cannot launch: cuLaunchKernel returned {err.name}")
+            raise UsageError(f"Cannot launch: cuLaunchKernel returned {err.name}{_capture_hint(err.name)}")
     launch.keep_alive = (holders, params)
     return launch
+
+
+#: Launch errors of CUDA-graph capture -> why, and the fix.
+_CAPTURE_HINTS = {
+    "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT": ". The launch went to the legacy default stream while another stream "
+    "captures a CUDA graph: pass the capturing stream as stream=, or launch inside `with stream:` (CuPy) or "
+    "torch.cuda.graph (PyTorch)",
+    "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED": ". An earlier call that cannot be captured invalidated this "
+    "stream's CUDA-graph capture: end it, warm up outside capture, and capture again",
+}
+
+
+def _capture_hint(error_name: str) -> str:
+    return _CAPTURE_HINTS.get(error_name, "")
 
 
 def _packer(ty):
@@ -576,34 +594,38 @@ class _Launch:
         self.shared = shared
 
     def __call__(self, *args):
+        # One resolution for the GPU and the simulator: both accept and refuse the same streams.
+        stream = stream_handle(self.stream, args, self.kernel._launch_operation)
         if self._on_simulator(args):
-            return _stubs._simulator_launch(self.kernel, self.grid, self.block, self.stream, self.shared, args)
-        loaded, grid, block = self._checked(args)
-        loaded.launch(args, grid, block, _as_stream(self.stream), int(self.shared))
+            return _stubs._simulator_launch(self.kernel, self.grid, self.block, stream, self.shared, args)
+        loaded, grid, block = self._checked(args, stream)
+        loaded.launch(args, grid, block, stream, int(self.shared))
 
     def prepare(self, *args):
         """Check, type and pack ``args`` once; return a callable that launches with them again.
 
         For a launch repeated with the same arguments (a collective in a loop): a call
-        of the result costs only the driver's launch.
+        of the result costs only the driver's launch. The stream is resolved now: with
+        ``stream=None`` the arrays' framework's current stream at this call.
         """
+        stream = stream_handle(self.stream, args, self.kernel._launch_operation)
         if self._on_simulator(args):
             return lambda: self(*args)
-        loaded, grid, block = self._checked(args)
-        return loaded.prepared(args, grid, block, _as_stream(self.stream), int(self.shared))
+        loaded, grid, block = self._checked(args, stream)
+        return loaded.prepared(args, grid, block, stream, int(self.shared))
 
     @staticmethod
     def _on_simulator(args) -> bool:
         return _stubs._simulator_launch is not None and (
             _stubs._simulator_active() or any(getattr(a, "__flowdsl_sim__", False) for a in args))
 
-    def _checked(self, args):
+    def _checked(self, args, stream: int):
         """The loaded kernel for ``args`` and the launch shape, after every check before a launch."""
         name = self.kernel.__name__
         grid = _dims(self.grid, "the grid", name)
         block = _dims(self.block, "the block", name)
         _check_resources(name, args)
-        loaded = self.kernel._specialize(args)
+        loaded = self.kernel._specialize(args, stream)
         if loaded.features:
             check_features(name, loaded.features, args)
         return loaded, grid, block

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import NoDeviceError, ResourceClosedError, UsageError
 from ..lowering.target import format_version
-from . import nccl
+from . import nccl, streams
 from .memory import DevComm, SymmetricAllocation, Window, device_pointer
 from .support import abi_layout
 
@@ -273,9 +273,19 @@ class Communicator:
 
     # -- synchronisation and teardown -----------------------------------------------------------
     def synchronize(self) -> None:
-        """Wait for all work on this rank's device."""
+        """Wait for all work on this rank's device.
+
+        Raises:
+            UsageError: The current CuPy or PyTorch stream is capturing a CUDA graph: waiting
+                for the whole device is illegal then and would invalidate the capture.
+        """
         import cupy  # noqa: PLC0415
 
+        for handle in streams.current_streams(self.device):
+            streams.refuse_during_capture(
+                handle, "synchronize", "waiting for the whole device is illegal while a stream captures (it "
+                "would invalidate the capture)",
+                fix="Synchronize after the capture ends (after end_capture() or the torch.cuda.graph block)")
         cupy.cuda.Device(self.device).synchronize()
 
     def close(self) -> None:

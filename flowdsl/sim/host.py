@@ -365,7 +365,9 @@ def launch(kernel_obj, griddim, blockdim, stream, sharedmem, args):
     """The kernel-launch hook: queue ``kernel_obj`` on the calling rank's stream.
 
     Installed into ``flowdsl._stubs`` when :mod:`flowdsl.sim` is imported; the
-    real ``@flowdsl.kernel`` object calls it when an argument is simulated.
+    real ``@flowdsl.kernel`` object calls it when an argument is simulated, with
+    ``stream`` already resolved to a handle by the checks the GPU launch makes
+    (:mod:`flowdsl.runtime.streams`). A rank has one stream: the handle is not used.
     """
     t = _state.cur
     name = getattr(kernel_obj, "__name__", None) or getattr(getattr(kernel_obj, "py_func", None),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime.streams import stream_handle
 from . import _state
 from .errors import UsageError, WindowAccessError
 from .scheduler import sim_error
@@ -71,6 +72,7 @@ class SymBuffer(np.ndarray):
 
     def set(self, arr, stream=None):
         """Copy host array ``arr`` (same number of elements) into the buffer."""
+        stream_handle(stream, (), "set a buffer")  # refuse what the GPU refuses; a rank has one stream
         arr = np.asarray(arr)
         if arr.size != self.size:
             raise UsageError(
@@ -81,6 +83,7 @@ class SymBuffer(np.ndarray):
 
     def get(self, stream=None, out=None):
         """A numpy copy of the buffer (after the rank's queued kernels finished)."""
+        stream_handle(stream, (), "get a buffer")
         self._sync()
         if out is not None:
             np.copyto(out, self.view(np.ndarray))
