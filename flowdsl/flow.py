@@ -20,7 +20,8 @@ Protocols (:class:`flowdsl.Protocol`): ``SIMPLE`` writes a slot, then one
 release flag (GIN: the put's signal); ``LL`` writes 8-byte lines of 4 data bytes
 and a 4-byte flag with one store each, so the receiver needs no separate flag;
 ``LL128`` writes 128-byte lines of 120 data bytes whose last 8 bytes are a flag
-stored with release semantics.
+stored with release semantics. LL and LL128 carry small messages: their slots are
+at most :data:`SMALL_SLOT_BYTES`.
 
 Steps (the ``op`` steps take a :func:`reduction`): :func:`send`, :func:`recv`,
 :func:`copy_send`, :func:`recv_reduce_send`, :func:`recv_reduce_copy`,
@@ -32,9 +33,25 @@ and the receiver only waits for it. Element arithmetic: :func:`combine`,
 :func:`finish` (uint16 elements are bfloat16 bits: NCCL has no uint16; uint8
 elements are fp8 when the :class:`Reduction` says so).
 
+How a step is fast (the data-movement core, ``_step_kind`` and ``_simple_move``):
+
+- What a step does (receive? send? reduce? store? finish?) is fixed when it is
+  compiled: each step is its own specialised function, so the inner loop has no
+  run-time flags. A :func:`reduction` carries its operator and fp8 format in its
+  type on the GPU, so each operator gets its own loop too.
+- SIMPLE moves 16-byte packs (``mem.load_vec``/``store_vec``), four per thread in
+  flight before their stores, when the arrays allow it (16-byte aligned at the
+  step's offset); elements one by one otherwise and for the tail.
+- Roles: the last warp of a block of 64 threads or more is the *sync warp*: its
+  first thread publishes a slot (fence, flag, credit) while the other warps move the
+  next one, so the system fence is off the data path. Thread 0 waits for each slot
+  (credit, ready flag) and the workers sync on their own named barrier; one block
+  barrier per slot joins them with the sync warp. With fewer threads, thread 0 does
+  both jobs in turn (same order, same result).
+
 Layout of the staging window (uint64 words): per (channel, connection) four
-state words, then the inbox slots, then (when GIN is possible) the outbox slots
-GIN puts are made from. :func:`staging_words` gives its size.
+state words, then the inbox slots of each protocol, then (when GIN is possible)
+the outbox slots GIN puts are made from. :func:`staging_words` gives its size.
 """
 
 from __future__ import annotations
@@ -49,8 +66,9 @@ from ._kernel import device
 from .enums import MemoryOrder, Protocol, RedOp, ThreadScope
 
 __all__ = [
-    "MAX_CONNECTIONS", "Processor", "Connection", "Reduction", "staging_words", "processor", "connect",
-    "reduction", "combine", "finish", "strong_signal_inc", "slot_elements", "E4M3", "E5M2",
+    "MAX_CONNECTIONS", "SMALL_SLOT_BYTES", "Processor", "Connection", "Reduction", "staging_words", "processor",
+    "connect", "reduction", "combine", "finish", "combine_packs", "finish_pack", "strong_signal_inc",
+    "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "E4M3", "E5M2",
     "send", "recv", "copy_send", "recv_reduce_send", "recv_reduce_copy", "recv_reduce_copy_send",
     "recv_copy_send", "copy", "direct_send", "direct_recv", "direct_copy_send", "direct_recv_copy_send",
 ]
@@ -60,16 +78,23 @@ __flowdsl_device_module__ = True
 
 #: Connection numbers per channel: the ring programs use 0, the tree programs 1-3 (parent, children).
 MAX_CONNECTIONS = 4
+#: Largest LL / LL128 slot: those protocols carry small messages, SIMPLE's slots may be larger.
+SMALL_SLOT_BYTES = 4 * 1024
 
 _STATE = 4  # words per (channel, connection)
 _READY, _CREDIT, _SENT, _RECEIVED = 0, 1, 2, 3
 _LL128_LINE = 16  # words: 15 of data, then the flag
-_PROTOCOLS = 3
+_SMALL_SLOT_WORDS = SMALL_SLOT_BYTES // 8
 _SYS = ThreadScope.SYSTEM
+_WARP = 32
 
 Processor = namedtuple("Processor", ["comm", "stage", "ctx", "channel", "nchannels", "channels", "nslots",
-                                     "slot_words", "protocol", "inbox_at", "outbox_at"])
-Processor.__doc__ = "One CTA's side of Flow: its channel, staging window and protocol (see :func:`processor`)."
+                                     "slot_words", "protocol", "inbox_at", "outbox_at", "workers",
+                                     "sync_thread"])
+Processor.__doc__ = """One CTA's side of Flow: its channel, staging window and protocol (see :func:`processor`).
+
+``slot_words`` and ``inbox_at`` / ``outbox_at`` are those of the processor's protocol;
+threads below ``workers`` move data, thread ``sync_thread`` waits and publishes."""
 Connection = namedtuple("Connection", ["peer", "number", "remote_number", "gin"])
 Connection.__doc__ = """A connection to ``peer`` (see :func:`connect`).
 
@@ -78,15 +103,31 @@ same connection; ``gin`` is 1 when the peer is outside the LSA team."""
 Reduction = namedtuple("Reduction", ["op", "nranks", "fp8"])
 Reduction.__doc__ = """A reduction operator (:class:`flowdsl.RedOp`) over ``nranks`` contributions.
 
-``fp8`` says how to read uint8 elements: 0 as integers, :data:`E4M3` or :data:`E5M2` as fp8."""
+``fp8`` says how to read uint8 elements: 0 as integers, :data:`E4M3` or :data:`E5M2` as fp8.
+On the GPU, ``op`` and ``fp8`` given as constants are part of the value's type."""
 
 #: fp8 formats of uint8 elements (``Reduction.fp8``): e4m3fn and e5m2.
 E4M3, E5M2 = _fp8.E4M3, _fp8.E5M2
 
 
+# ---- layout ------------------------------------------------------------------------------------
+
 @device
 def _state_words(nchannels):
     return (nchannels * MAX_CONNECTIONS * _STATE + 15) // 16 * 16
+
+
+@device
+def _protocol_slot_words(slot_words, protocol):
+    if protocol == Protocol.SIMPLE:
+        return slot_words
+    return min(slot_words, _SMALL_SLOT_WORDS)
+
+
+@device
+def _region_words(channels, nslots, slot_words, protocol):
+    """Words of one protocol's slots for every (channel, connection)."""
+    return channels * MAX_CONNECTIONS * nslots * _protocol_slot_words(slot_words, protocol)
 
 
 @device
@@ -96,7 +137,9 @@ def staging_words(channels, nslots, slot_words, with_outbox):
     Each protocol has its own slots: a line flag must never be read from bytes another
     protocol left in the slot.
     """
-    boxes = _PROTOCOLS * channels * MAX_CONNECTIONS * nslots * slot_words
+    boxes = (_region_words(channels, nslots, slot_words, Protocol.SIMPLE)
+             + _region_words(channels, nslots, slot_words, Protocol.LL)
+             + _region_words(channels, nslots, slot_words, Protocol.LL128))
     return _state_words(channels) + boxes * (2 if with_outbox else 1)
 
 
@@ -106,31 +149,45 @@ def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=
 
     Args:
         comm: The device communicator.
-        stage: The staging window (uint64, :func:`staging_words` long, the same on every rank).
+        stage: The staging window (uint64, :func:`staging_words` long, the same on every
+            rank, zero before its first use: counters and line flags start at 0).
         ctx: A GIN context (``gin.context(comm, 0)``), used for peers outside the LSA team, or
             None for a kernel that only ever talks to its LSA team (no GIN code is compiled).
         channels: Channels the staging window was laid out for (``gridDim.x`` may be fewer:
             the layout must not move between launches, or a slot's old flags would be read).
-        nslots: Slots per connection (how far a sender may run ahead).
-        slot_words: Size of one slot in uint64 words (a multiple of 16).
+        nslots: Slots per connection (how far a sender may run ahead; at least 2).
+        slot_words: Size of one SIMPLE slot in uint64 words (a multiple of 16); LL and LL128
+            slots are at most :data:`SMALL_SLOT_BYTES`.
         protocol: A :class:`flowdsl.Protocol`.
         channel: The channel to use instead of ``blockIdx.x`` (two blocks may then hold the
             two ends of one connection, e.g. a rank sending to itself).
     """
-    inbox_at = _state_words(channels)
-    outbox_at = inbox_at + _PROTOCOLS * channels * MAX_CONNECTIONS * nslots * slot_words
+    state = _state_words(channels)
+    before = 0  # words of the protocols laid out before this one
+    if protocol >= Protocol.LL:
+        before += _region_words(channels, nslots, slot_words, Protocol.SIMPLE)
+    if protocol >= Protocol.LL128:
+        before += _region_words(channels, nslots, slot_words, Protocol.LL)
+    boxes = staging_words(channels, nslots, slot_words, False) - state
     mine = cuda.blockIdx.x if channel < 0 else channel
-    return Processor(comm, stage, ctx, mine, cuda.gridDim.x, channels, nslots, slot_words, protocol,
-                     inbox_at, outbox_at)
+    nt = cuda.blockDim.x
+    workers = nt - _WARP if nt >= 2 * _WARP else nt
+    sync_thread = nt - _WARP if nt >= 2 * _WARP else 0
+    return Processor(comm, stage, ctx, mine, cuda.gridDim.x, channels, nslots,
+                     _protocol_slot_words(slot_words, protocol), protocol, state + before,
+                     state + boxes + before, workers, sync_thread)
 
 
 @device
 def connect(proc, peer, number, remote_number):
     """A connection to world rank ``peer``: LSA if ``peer`` is in this rank's LSA team, else GIN.
 
-    For a connection this rank sends on, ``number`` numbers it among this rank's send
-    connections and ``remote_number`` among the peer's receive connections; for one it
-    receives on, the other way round. Both ends must agree.
+    A connection number names one inbox per channel: for a connection this rank sends
+    on, ``number`` numbers it among this rank's send connections and ``remote_number``
+    is the inbox it fills on the peer; for one it receives on, ``number`` is this rank's
+    inbox and ``remote_number`` the peer's send connection. Both ends must agree, and
+    one inbox must have one sender (its counters count that sender's slots). Send and
+    receive connections with one number are independent (separate counters).
     """
     comm = proc.comm
     first = comm.rank - comm.lsa_rank
@@ -138,10 +195,14 @@ def connect(proc, peer, number, remote_number):
     return Connection(peer, number, remote_number, remote)
 
 
-@device
 def reduction(op, nranks, fp8=0):
     """A :class:`Reduction` for ``op`` over ``nranks`` ranks (``nranks`` divides for ``AVG``);
-    ``fp8`` = :data:`E4M3` or :data:`E5M2` reads uint8 elements as fp8."""
+    ``fp8`` = :data:`E4M3` or :data:`E5M2` reads uint8 elements as fp8.
+
+    On the GPU a constant ``op`` and ``fp8`` (a kernel factory's, as in the collectives)
+    become part of the reduction's type: the steps given it are compiled for that
+    operator alone.
+    """
     return Reduction(op, nranks, fp8)
 
 
@@ -189,7 +250,8 @@ def finish(op, value, nranks, fp8=0):
     if op != RedOp.AVG:
         return value
     if isinstance(value, np.uint16):
-        return _float_to_bf16(_bf16_to_float(value) / nranks)
+        with np.errstate(invalid="ignore"):  # a signalling NaN stays NaN, quietly (as on the GPU)
+            return _float_to_bf16(_bf16_to_float(value) / nranks)
     if fp8 and isinstance(value, np.uint8):
         return _fp8_op(lambda x: np.float32(x / nranks), fp8, value)
     dt = np.asarray(value).dtype
@@ -197,6 +259,16 @@ def finish(op, value, nranks, fp8=0):
         return dt.type(value / nranks)
     q = abs(int(value)) // nranks
     return np.array(-q if int(value) < 0 else q).astype(dt)[()]
+
+
+def combine_packs(red, a, b):
+    """Lane by lane :func:`combine` of two 16-byte packs (tuples from ``mem.load_vec``) by ``red``."""
+    return tuple(combine(red.op, x, y, red.fp8) for x, y in zip(a, b))
+
+
+def finish_pack(red, a):
+    """Lane by lane :func:`finish` of a 16-byte pack by ``red``."""
+    return tuple(finish(red.op, x, red.nranks, red.fp8) for x in a)
 
 
 def strong_signal_inc(signal):
@@ -209,7 +281,7 @@ def strong_signal_inc(signal):
     return gin.strong_signal_inc(signal)
 
 
-# ---- layout ------------------------------------------------------------------------------------
+# ---- where things are ----------------------------------------------------------------------------
 
 @device
 def _state_at(proc, which, number):
@@ -218,8 +290,8 @@ def _state_at(proc, which, number):
 
 @device
 def _box_at(proc, base, number, slot):
-    at = ((proc.protocol * proc.channels + proc.channel) * MAX_CONNECTIONS + number) * proc.nslots + slot
-    return base + at * proc.slot_words
+    """Word offset of slot ``slot`` of connection ``number`` in the region starting at ``base``."""
+    return base + ((proc.channel * MAX_CONNECTIONS + number) * proc.nslots + slot) * proc.slot_words
 
 
 @device
@@ -233,21 +305,42 @@ def _credit_signal(proc, number):
 
 
 @device
-def _lines_per_element(itemsize):
-    return 2 if itemsize == 8 else 1
-
-
-@device
 def slot_elements(proc, itemsize):
     """Elements of ``itemsize`` bytes one slot carries under the processor's protocol."""
     if proc.protocol == Protocol.LL:
-        return proc.slot_words // _lines_per_element(itemsize)
+        return proc.slot_words // ll_lines_per_element(itemsize)
     if proc.protocol == Protocol.LL128:
         return proc.slot_words // _LL128_LINE * (_LL128_LINE - 1) * (8 // itemsize)
     return proc.slot_words * 8 // itemsize
 
 
-# ---- the transport: waiting and posting (thread 0 of the CTA) -----------------------------------
+@device
+def _slot_words_used(proc, m, itemsize):
+    """Words of a slot that carry ``m`` elements (what a GIN put must move)."""
+    if proc.protocol == Protocol.LL:
+        return m * ll_lines_per_element(itemsize)
+    if proc.protocol == Protocol.LL128:
+        per_line = (_LL128_LINE - 1) * (8 // itemsize)
+        return (m + per_line - 1) // per_line * _LL128_LINE
+    return (m * itemsize + 7) // 8
+
+
+@device
+def _inbox_at(proc, inp, rstep):
+    """Word offset of this rank's inbox slot of receive step ``rstep``."""
+    return _box_at(proc, proc.inbox_at, inp.number, rstep % proc.nslots)
+
+
+@device
+def _outbox_at(proc, out, sstep):
+    """Word offset of where send step ``sstep`` writes: the peer's inbox slot (LSA), or this
+    rank's outbox slot (GIN, put from there)."""
+    if out.gin:
+        return _box_at(proc, proc.outbox_at, out.number, sstep % proc.nslots)
+    return _box_at(proc, proc.inbox_at, out.remote_number, sstep % proc.nslots)
+
+
+# ---- the transport: waiting and publishing (the sync thread) -------------------------------------
 
 # ``ctx`` is None in kernels built for one LSA team: numba then drops the GIN branches before
 # typing them, which keeps GIN code (and its compile time) out of those kernels.
@@ -291,9 +384,10 @@ def _give_credit(proc, ctx, inp, step):
 
 
 @device(inline=False)
-def _post(proc, ctx, out, step, slot, words):
+def _post(proc, ctx, out, step, words):
     """Publish the slot of ``step``: GIN puts the outbox slot (``words`` long) with a strong signal;
     LSA releases a flag for SIMPLE (LL and LL128 lines carry their own flags)."""
+    slot = step % proc.nslots
     if ctx is not None and out.gin:
         mem.fence(MemoryOrder.ACQ_REL, _SYS)  # the CTA's outbox stores before the NIC reads them
         gin.put(ctx, team.world(proc.comm), out.peer, proc.stage,
@@ -322,16 +416,130 @@ def _release_ready(proc, out, step):
     mem.store_release(flags, _state_at(proc, _READY, out.remote_number), uint64(step + 1), _SYS)
 
 
-# ---- the one step engine -----------------------------------------------------------------------
+@device
+def _wait_slot(proc, inp, out, rstep, sstep, recv, send):
+    """Before a slot: the receiver has room for what this rank sends (credit), and what this
+    rank receives has arrived (SIMPLE's flag, or GIN's signal; LL lines carry their flags)."""
+    if send:
+        _wait_credit(proc, proc.ctx, out, sstep)
+    if recv and (proc.protocol == Protocol.SIMPLE or inp.gin):
+        _wait_ready(proc, proc.ctx, inp, rstep)
+
 
 @device
-def _line_word(bits, flag):
+def _publish_slot(proc, inp, out, rstep, sstep, m, itemsize, recv, send):
+    """After a slot: free the inbox slot for the sender, and post what was sent."""
+    if recv:
+        _give_credit(proc, proc.ctx, inp, rstep)
+    if send:
+        _post(proc, proc.ctx, out, sstep, _slot_words_used(proc, m, itemsize))
+
+
+@device
+def _workers_sync(proc):
+    """Barrier of the worker threads alone (named barrier 1), or of the CTA when all work."""
+    if proc.workers == cuda.blockDim.x:
+        cuda.syncthreads()
+    else:
+        coop.sync(coop.warp_span(0, proc.workers // _WARP, 1))
+
+
+# ---- the data-movement core: one slot ------------------------------------------------------------
+
+@device
+def _aligned(src, dst, offset):
+    """Whether ``src[offset:]`` and ``dst[offset:]`` start on 16 bytes (16-byte packs possible)."""
+    return ((mem.address(src, offset) | mem.address(dst, offset)) & uint64(15)) == uint64(0)
+
+
+@device
+def _pack_in(inbox, src, base, i, red, recv, reduce):
+    """The 16-byte pack at element ``i`` of the slot: received, from ``src``, or their combination."""
+    if recv and reduce:
+        return combine_packs(red, mem.load_vec(inbox, i), mem.load_vec(src, base + i))
+    if recv:
+        return mem.load_vec(inbox, i)
+    return mem.load_vec(src, base + i)
+
+
+@device
+def _pack_out(outbox, dst, base, i, x, red, send, store, last):
+    """Store pack ``x`` (finished if ``last``) to ``dst`` and/or the outgoing slot."""
+    if store:
+        if last:
+            x = finish_pack(red, x)
+        mem.store_vec(dst, base + i, x)
+    if send:
+        mem.store_vec(outbox, i, x)
+
+
+@device
+def _element_in(inbox, src, base, i, red, recv, reduce):
+    if recv and reduce:
+        return combine(red.op, inbox[i], src[base + i], red.fp8)
+    if recv:
+        return inbox[i]
+    return src[base + i]
+
+
+@device
+def _element_out(outbox, dst, base, i, v, red, send, store, last):
+    if store:
+        if last:
+            v = finish(red.op, v, red.nranks, red.fp8)
+        dst[base + i] = v
+    if send:
+        outbox[i] = v
+
+
+@device
+def _simple_move(proc, inbox, outbox, src, dst, base, m, red, vectors, recv, send, reduce, store, last):
+    """SIMPLE: move ``m`` elements of one slot by the worker threads.
+
+    16-byte packs, four per thread loaded before any is stored (loads in flight are what
+    HBM and NVLink need); then single packs; then element by element. ``vectors``: the
+    arrays are 16-byte aligned at ``base`` (slots always are).
+    """
+    tid = cuda.threadIdx.x
+    workers = proc.workers
+    lanes = 16 // dst.itemsize
+    done = 0
+    if vectors:
+        npacks = m // lanes
+        stride = workers * lanes
+        i = tid * lanes
+        while i + 3 * stride < npacks * lanes:
+            x0 = _pack_in(inbox, src, base, i, red, recv, reduce)
+            x1 = _pack_in(inbox, src, base, i + stride, red, recv, reduce)
+            x2 = _pack_in(inbox, src, base, i + 2 * stride, red, recv, reduce)
+            x3 = _pack_in(inbox, src, base, i + 3 * stride, red, recv, reduce)
+            _pack_out(outbox, dst, base, i, x0, red, send, store, last)
+            _pack_out(outbox, dst, base, i + stride, x1, red, send, store, last)
+            _pack_out(outbox, dst, base, i + 2 * stride, x2, red, send, store, last)
+            _pack_out(outbox, dst, base, i + 3 * stride, x3, red, send, store, last)
+            i += 4 * stride
+        while i < npacks * lanes:
+            _pack_out(outbox, dst, base, i, _pack_in(inbox, src, base, i, red, recv, reduce), red, send, store,
+                      last)
+            i += stride
+        done = npacks * lanes
+    i = done + tid
+    while i < m:
+        _element_out(outbox, dst, base, i, _element_in(inbox, src, base, i, red, recv, reduce), red, send, store,
+                     last)
+        i += workers
+
+
+@device
+def ll_line(bits, flag):
+    """An LL line: 4 data bytes (the low half of ``bits``) and a 4-byte ``flag``, one uint64
+    stored with one relaxed store, so a reader sees the data and the flag together."""
     return (uint64(flag) << uint64(32)) | (uint64(bits) & uint64(0xFFFFFFFF))
 
 
 @device
-def _ll_read(view, line, flag):
-    """Spin until LL ``line`` carries ``flag``; return its 4 data bytes."""
+def ll_read(view, line, flag):
+    """Spin until LL line ``view[line]`` carries ``flag``; return its 4 data bytes."""
     w = mem.load_relaxed(view, line, _SYS)
     while (w >> uint64(32)) != flag:
         w = mem.load_relaxed(view, line, _SYS)
@@ -339,173 +547,212 @@ def _ll_read(view, line, flag):
 
 
 @device
-def _value(recv_value, src, i, red, has_recv, has_src):
-    if has_recv and has_src:
-        return combine(red.op, recv_value, src[i], red.fp8)
-    if has_recv:
-        return recv_value
-    return src[i]
+def ll_lines_per_element(itemsize):
+    """LL lines one element takes (8-byte elements travel in two)."""
+    return 2 if itemsize == 8 else 1
 
 
-@device(inline=False)
-def _simple_slot(proc, inp, out, src, dst, base, m, red, flags, rstep, sstep, slot):
-    has_recv, has_send, has_src, has_dst, last = flags[0], flags[1], flags[2], flags[3], flags[4]
-    itemsize = dst.itemsize
-    tid = cuda.threadIdx.x
-    nt = cuda.blockDim.x
-    rslot = rstep % proc.nslots
-    inbox = lsa.local_view(proc.stage, _box_at(proc, proc.inbox_at, inp.number, rslot) * 8 // itemsize, m,
-                           dst.dtype)
-    if out.gin:
-        outbox = lsa.local_view(proc.stage, _box_at(proc, proc.outbox_at, out.number, slot) * 8 // itemsize, m,
-                                dst.dtype)
-    else:
-        outbox = lsa.peer_view(proc.stage, out.peer,
-                               _box_at(proc, proc.inbox_at, out.remote_number, slot) * 8 // itemsize, m, dst.dtype)
-    for i in range(tid, m, nt):
-        r = inbox[i] if has_recv else dst[0]
-        v = _value(r, src, base + i, red, has_recv, has_src)
-        if has_dst:
-            if last:
-                v = finish(red.op, v, red.nranks, red.fp8)
-            dst[base + i] = v
-        if has_send:
-            outbox[i] = v
-
-
-@device(inline=False)
-def _ll_slot(proc, inp, out, src, dst, base, m, red, flags, rstep, sstep, slot):
-    has_recv, has_send, has_src, has_dst, last = flags[0], flags[1], flags[2], flags[3], flags[4]
-    lines = _lines_per_element(dst.itemsize)
-    tid = cuda.threadIdx.x
-    nt = cuda.blockDim.x
+@device
+def _ll_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, reduce, store, last):
+    """LL: each element travels in 8-byte lines of 4 data bytes and the step's flag."""
+    lines = ll_lines_per_element(dst.itemsize)
     words = proc.slot_words
     rflag = uint64((rstep + 1) & 0xFFFFFFFF)
     sflag = uint64((sstep + 1) & 0xFFFFFFFF)
-    inbox = lsa.local_view(proc.stage, _box_at(proc, proc.inbox_at, inp.number, rstep % proc.nslots), words)
+    inbox = lsa.local_view(proc.stage, _inbox_at(proc, inp, rstep), words)
     if out.gin:
-        outbox = lsa.local_view(proc.stage, _box_at(proc, proc.outbox_at, out.number, slot), words)
+        outbox = lsa.local_view(proc.stage, _outbox_at(proc, out, sstep), words)
     else:
-        outbox = lsa.peer_view(proc.stage, out.peer, _box_at(proc, proc.inbox_at, out.remote_number, slot), words)
-    for i in range(tid, m, nt):
-        r = dst[0]
-        if has_recv:
-            bits = _ll_read(inbox, i * lines, rflag)
+        outbox = lsa.peer_view(proc.stage, out.peer, _outbox_at(proc, out, sstep), words)
+    i = cuda.threadIdx.x
+    while i < m:
+        if recv:
+            bits = ll_read(inbox, i * lines, rflag)
             if lines == 2:
-                bits |= _ll_read(inbox, i * lines + 1, rflag) << uint64(32)
-            r = mem.from_bits(bits, dst.dtype)
-        v = _value(r, src, base + i, red, has_recv, has_src)
-        if has_dst:
+                bits |= ll_read(inbox, i * lines + 1, rflag) << uint64(32)
+            v = mem.from_bits(bits, dst.dtype)
+            if reduce:
+                v = combine(red.op, v, src[base + i], red.fp8)
+        else:
+            v = src[base + i]
+        if store:
             if last:
                 v = finish(red.op, v, red.nranks, red.fp8)
             dst[base + i] = v
-        if has_send:
+        if send:
             bits = mem.to_bits(v)
-            mem.store_relaxed(outbox, i * lines, _line_word(bits, sflag), _SYS)
+            mem.store_relaxed(outbox, i * lines, ll_line(bits, sflag), _SYS)
             if lines == 2:
-                mem.store_relaxed(outbox, i * lines + 1, _line_word(bits >> uint64(32), sflag), _SYS)
+                mem.store_relaxed(outbox, i * lines + 1, ll_line(bits >> uint64(32), sflag), _SYS)
+        i += proc.workers
 
 
-@device(inline=False)
-def _ll128_slot(proc, inp, out, src, dst, base, m, red, flags, rstep, sstep, slot):
-    has_recv, has_send, has_src, has_dst, last = flags[0], flags[1], flags[2], flags[3], flags[4]
+@device
+def _ll128_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, reduce, store, last):
+    """LL128: 128-byte lines of 15 data words and a flag word stored last, with release."""
     itemsize = dst.itemsize
     per_word = 8 // itemsize
     per_line = (_LL128_LINE - 1) * per_word
     width = uint64(8 * itemsize)
     mask = (uint64(1) << width) - uint64(1) if itemsize < 8 else ~uint64(0)
-    tid = cuda.threadIdx.x
-    nt = cuda.blockDim.x
     words = proc.slot_words
     rflag = uint64(rstep + 1)
     sflag = uint64(sstep + 1)
-    inbox = lsa.local_view(proc.stage, _box_at(proc, proc.inbox_at, inp.number, rstep % proc.nslots), words)
+    inbox = lsa.local_view(proc.stage, _inbox_at(proc, inp, rstep), words)
     if out.gin:
-        outbox = lsa.local_view(proc.stage, _box_at(proc, proc.outbox_at, out.number, slot), words)
+        outbox = lsa.local_view(proc.stage, _outbox_at(proc, out, sstep), words)
     else:
-        outbox = lsa.peer_view(proc.stage, out.peer, _box_at(proc, proc.inbox_at, out.remote_number, slot), words)
+        outbox = lsa.peer_view(proc.stage, out.peer, _outbox_at(proc, out, sstep), words)
     nlines = (m + per_line - 1) // per_line
-    for line in range(tid, nlines, nt):
+    line = cuda.threadIdx.x
+    while line < nlines:
         at = line * _LL128_LINE
-        if has_recv:
+        if recv:
             while mem.load_acquire(inbox, at + _LL128_LINE - 1, _SYS) != rflag:
                 pass
         for w in range(_LL128_LINE - 1):
             packed = uint64(0)
-            word_in = inbox[at + w] if has_recv else uint64(0)
+            word_in = inbox[at + w] if recv else uint64(0)
             for j in range(per_word):
                 i = line * per_line + w * per_word + j
                 if i < m:
-                    r = dst[0]
-                    if has_recv:
-                        r = mem.from_bits(word_in >> (width * uint64(j)), dst.dtype)
-                    v = _value(r, src, base + i, red, has_recv, has_src)
-                    if has_dst:
+                    if recv:
+                        v = mem.from_bits(word_in >> (width * uint64(j)), dst.dtype)
+                        if reduce:
+                            v = combine(red.op, v, src[base + i], red.fp8)
+                    else:
+                        v = src[base + i]
+                    if store:
                         if last:
                             v = finish(red.op, v, red.nranks, red.fp8)
                         dst[base + i] = v
                     packed |= (mem.to_bits(v) & mask) << (width * uint64(j))
-            if has_send:
+            if send:
                 outbox[at + w] = packed
-        if has_send:
+        if send:
             mem.store_release(outbox, at + _LL128_LINE - 1, sflag, _SYS)
-
-
-@device(inline=False)
-def _step(proc, inp, out, src, dst, offset, n, red, flags):
-    """Move ``n`` elements from ``offset`` slot by slot: receive from ``inp`` and/or send to ``out``.
-
-    ``flags`` = (recv, send, reduce-with-src, store-to-dst, finish). The step counters
-    are read once (after the CTA barrier that makes the previous step's update visible)
-    and written back by thread 0 at the end.
-    """
-    has_recv, has_send = flags[0], flags[1]
-    tid = cuda.threadIdx.x
-    cuda.syncthreads()
-    state = lsa.local_view(proc.stage)
-    rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)])
-    sstep = int64(state[_state_at(proc, _SENT, out.number)])
-    per_slot = slot_elements(proc, dst.itemsize)
-    done = 0
-    while done < n:
-        m = min(per_slot, n - done)
-        slot = sstep % proc.nslots
-        if tid == 0:
-            if has_send:
-                _wait_credit(proc, proc.ctx, out, sstep)
-            if has_recv and (proc.protocol == Protocol.SIMPLE or inp.gin):
-                _wait_ready(proc, proc.ctx, inp, rstep)
-        cuda.syncthreads()
-        if proc.protocol == Protocol.LL:
-            _ll_slot(proc, inp, out, src, dst, offset + done, m, red, flags, rstep, sstep, slot)
-        elif proc.protocol == Protocol.LL128:
-            _ll128_slot(proc, inp, out, src, dst, offset + done, m, red, flags, rstep, sstep, slot)
-        else:
-            _simple_slot(proc, inp, out, src, dst, offset + done, m, red, flags, rstep, sstep, slot)
-        cuda.syncthreads()
-        if tid == 0:
-            if has_recv:
-                _give_credit(proc, proc.ctx, inp, rstep)
-            if has_send:
-                _post(proc, proc.ctx, out, sstep, slot, _slot_words_used(proc, m, dst.itemsize))
-        rstep += has_recv
-        sstep += has_send
-        done += m
-    if tid == 0:
-        state[_state_at(proc, _RECEIVED, inp.number)] = uint64(rstep)
-        state[_state_at(proc, _SENT, out.number)] = uint64(sstep)
+        line += proc.workers
 
 
 @device
-def _slot_words_used(proc, m, itemsize):
-    """Words of a slot that carry ``m`` elements (what a GIN put must move)."""
+def _move(proc, inp, out, src, dst, base, m, red, rstep, sstep, vectors, recv, send, reduce, store, last):
+    """Move one slot under the processor's protocol (worker threads only)."""
     if proc.protocol == Protocol.LL:
-        return m * _lines_per_element(itemsize)
-    if proc.protocol == Protocol.LL128:
-        per_line = (_LL128_LINE - 1) * (8 // itemsize)
-        return (m + per_line - 1) // per_line * _LL128_LINE
-    return (m * itemsize + 7) // 8
+        _ll_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, reduce, store, last)
+    elif proc.protocol == Protocol.LL128:
+        _ll128_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, reduce, store, last)
+    else:
+        per_word = 8 // dst.itemsize
+        inbox = lsa.local_view(proc.stage, _inbox_at(proc, inp, rstep) * per_word, m, dst.dtype)
+        if out.gin:
+            outbox = lsa.local_view(proc.stage, _outbox_at(proc, out, sstep) * per_word, m, dst.dtype)
+        else:
+            outbox = lsa.peer_view(proc.stage, out.peer, _outbox_at(proc, out, sstep) * per_word, m, dst.dtype)
+        _simple_move(proc, inbox, outbox, src, dst, base, m, red, vectors, recv, send, reduce, store, last)
 
+
+# ---- the steps: one specialised function per kind --------------------------------------------------
+
+def _step_kind(name, recv, send, reduce, store, last):
+    """The step ``name``: receive from ``inp`` (``recv``), combine with ``src`` (``reduce``),
+    store to ``dst`` (``store``, finished if ``last``) and send on ``out`` (``send``).
+
+    The flags are constants of the function made here, so every branch on them folds
+    at compile time. Slots are pipelined as in NCCL's SIMPLE primitives: thread 0 (a
+    worker) waits until slot k is ready and the workers sync on their own barrier; they
+    move it; a block barrier joins them with the sync warp, whose first thread publishes
+    slot k (fence, flag, credit) while the workers go on with slot k+1. Waiting for k+1
+    needs only what was published up to k-1, so the two never wait on each other. The
+    step counters are read once (after the barrier that makes the previous step's update
+    visible) and only the counters of the directions this step uses are written back.
+    """
+    def step(proc, inp, out, src, dst, offset, n, red):
+        tid = cuda.threadIdx.x
+        cuda.syncthreads()
+        state = lsa.local_view(proc.stage)
+        rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)])
+        sstep = int64(state[_state_at(proc, _SENT, out.number)])
+        per_slot = slot_elements(proc, dst.itemsize)
+        vectors = _aligned(src, dst, offset)
+        if tid == 0 and n > 0:
+            _wait_slot(proc, inp, out, rstep, sstep, recv, send)
+        done = 0
+        while done < n:
+            m = min(per_slot, n - done)
+            if tid < proc.workers:
+                _workers_sync(proc)
+                _move(proc, inp, out, src, dst, offset + done, m, red, rstep, sstep, vectors, recv, send, reduce,
+                      store, last)
+            cuda.syncthreads()
+            if tid == proc.sync_thread:
+                _publish_slot(proc, inp, out, rstep, sstep, m, dst.itemsize, recv, send)
+            if tid == 0 and done + m < n:
+                _wait_slot(proc, inp, out, rstep + recv, sstep + send, recv, send)
+            rstep += recv
+            sstep += send
+            done += m
+        if tid == proc.sync_thread:
+            if recv:
+                state[_state_at(proc, _RECEIVED, inp.number)] = uint64(rstep)
+            if send:
+                state[_state_at(proc, _SENT, out.number)] = uint64(sstep)
+
+    step.__name__ = step.__qualname__ = f"_step_{name}"
+    return device(inline=False)(step)
+
+
+_send_step = _step_kind("send", recv=0, send=1, reduce=0, store=0, last=0)
+_recv_step = _step_kind("recv", recv=1, send=0, reduce=0, store=1, last=0)
+_copy_send_step = _step_kind("copy_send", recv=0, send=1, reduce=0, store=1, last=0)
+_recv_reduce_send_step = _step_kind("recv_reduce_send", recv=1, send=1, reduce=1, store=0, last=0)
+_recv_reduce_copy_step = _step_kind("recv_reduce_copy", recv=1, send=0, reduce=1, store=1, last=1)
+_recv_reduce_copy_send_step = _step_kind("recv_reduce_copy_send", recv=1, send=1, reduce=1, store=1, last=1)
+_recv_copy_send_step = _step_kind("recv_copy_send", recv=1, send=1, reduce=0, store=1, last=0)
+
+
+@device
+def send(proc, out, src, offset, n):
+    """Send ``src[offset:offset+n]`` on ``out``."""
+    _send_step(proc, out, out, src, src, offset, n, reduction(RedOp.SUM, 1))
+
+
+@device
+def recv(proc, inp, dst, offset, n):
+    """Receive ``n`` elements from ``inp`` into ``dst[offset:]``."""
+    _recv_step(proc, inp, inp, dst, dst, offset, n, reduction(RedOp.SUM, 1))
+
+
+@device
+def copy_send(proc, out, src, dst, offset, n):
+    """``dst[offset:offset+n] = src[...]`` and send the same elements on ``out``."""
+    _copy_send_step(proc, out, out, src, dst, offset, n, reduction(RedOp.SUM, 1))
+
+
+@device
+def recv_reduce_send(proc, inp, out, src, offset, n, red):
+    """Receive from ``inp``, combine with ``src`` by ``red``, send the result on ``out``."""
+    _recv_reduce_send_step(proc, inp, out, src, src, offset, n, red)
+
+
+@device
+def recv_reduce_copy(proc, inp, src, dst, offset, n, red):
+    """Receive from ``inp``, combine with ``src``, finish (``AVG`` divides) into ``dst``."""
+    _recv_reduce_copy_step(proc, inp, inp, src, dst, offset, n, red)
+
+
+@device
+def recv_reduce_copy_send(proc, inp, out, src, dst, offset, n, red):
+    """Receive, combine with ``src``, finish into ``dst`` and send the finished values on ``out``."""
+    _recv_reduce_copy_send_step(proc, inp, out, src, dst, offset, n, red)
+
+
+@device
+def recv_copy_send(proc, inp, out, dst, offset, n):
+    """Receive into ``dst`` and send the same elements on ``out``."""
+    _recv_copy_send_step(proc, inp, out, dst, dst, offset, n, reduction(RedOp.SUM, 1))
+
+
+# ---- direct steps --------------------------------------------------------------------------------
 
 @device(inline=False)
 def _direct_step(proc, inp, out, src, src_offset, win, offset, n, flags):
@@ -546,50 +793,6 @@ def _direct_step(proc, inp, out, src, src_offset, win, offset, n, flags):
         if has_send:
             _post_direct(proc, proc.ctx, out, win, offset * mine.itemsize, n * mine.itemsize, sstep)
             state[_state_at(proc, _SENT, out.number)] = uint64(sstep + 1)
-
-
-# ---- the steps ---------------------------------------------------------------------------------
-
-@device
-def send(proc, out, src, offset, n):
-    """Send ``src[offset:offset+n]`` on ``out``."""
-    _step(proc, out, out, src, src, offset, n, Reduction(RedOp.SUM, 1, 0), (0, 1, 1, 0, 0))
-
-
-@device
-def recv(proc, inp, dst, offset, n):
-    """Receive ``n`` elements from ``inp`` into ``dst[offset:]``."""
-    _step(proc, inp, inp, dst, dst, offset, n, Reduction(RedOp.SUM, 1, 0), (1, 0, 0, 1, 0))
-
-
-@device
-def copy_send(proc, out, src, dst, offset, n):
-    """``dst[offset:offset+n] = src[...]`` and send the same elements on ``out``."""
-    _step(proc, out, out, src, dst, offset, n, Reduction(RedOp.SUM, 1, 0), (0, 1, 1, 1, 0))
-
-
-@device
-def recv_reduce_send(proc, inp, out, src, offset, n, red):
-    """Receive from ``inp``, combine with ``src`` by ``red``, send the result on ``out``."""
-    _step(proc, inp, out, src, src, offset, n, red, (1, 1, 1, 0, 0))
-
-
-@device
-def recv_reduce_copy(proc, inp, src, dst, offset, n, red):
-    """Receive from ``inp``, combine with ``src``, finish (``AVG`` divides) into ``dst``."""
-    _step(proc, inp, inp, src, dst, offset, n, red, (1, 0, 1, 1, 1))
-
-
-@device
-def recv_reduce_copy_send(proc, inp, out, src, dst, offset, n, red):
-    """Receive, combine with ``src``, finish into ``dst`` and send the finished values on ``out``."""
-    _step(proc, inp, out, src, dst, offset, n, red, (1, 1, 1, 1, 1))
-
-
-@device
-def recv_copy_send(proc, inp, out, dst, offset, n):
-    """Receive into ``dst`` and send the same elements on ``out``."""
-    _step(proc, inp, out, dst, dst, offset, n, Reduction(RedOp.SUM, 1, 0), (1, 1, 0, 1, 0))
 
 
 @device

@@ -15,7 +15,9 @@ import numpy as np
 
 from ..enums import Protocol, RedOp
 from ..errors import UsageError
+from ..runtime.streams import refuse_during_capture, stream_handle
 from . import cost
+from .programs import PROGRAMS
 
 __all__ = ["DTYPES", "OPS", "FlowConfig", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"]
 
@@ -35,18 +37,27 @@ _TORCH_DTYPES = {"torch.float32": "float32", "torch.float16": "float16", "torch.
 class FlowConfig:
     """Staging and launch shape of the collectives.
 
+    The defaults are the fastest shape measured on 2 H200s over NVLink (benchmarks/flow_config_sweep.py,
+    docs/performance.md): up to 128 channels of 512 threads (one warp of them waits and posts) and
+    128 KiB SIMPLE slots, 4 per connection; a call uses one channel per 16 KiB of its message. The
+    staging window then takes about 272 MiB per rank (4 connections per channel, and small slots for
+    LL and LL128); fewer channels take less (64: 136 MiB, at 0.94-0.98 of the bandwidth). For the
+    simulator, a small shape such as ``FlowConfig(channels=2, nslots=2, slot_bytes=1024, threads=64)``
+    runs much faster.
+
     Attributes:
         channels: Blocks (channels) at most; each has its own slots and counters.
         nslots: Slots per connection (how far a sender runs ahead).
-        slot_bytes: Bytes of one slot (a multiple of 128).
+        slot_bytes: Bytes of one SIMPLE slot (a multiple of 128); LL and LL128 slots are at most
+            ``flowdsl.flow.SMALL_SLOT_BYTES``.
         threads: Threads per block.
         protocol: ``None`` lets the cost model choose per call, or a :class:`flowdsl.Protocol`.
     """
 
-    channels: int = 32
+    channels: int = 128
     nslots: int = 4
-    slot_bytes: int = 64 * 1024
-    threads: int = 256
+    slot_bytes: int = 128 * 1024
+    threads: int = 512
     protocol: Protocol | None = None
 
     def __post_init__(self):
@@ -58,6 +69,8 @@ class FlowConfig:
 
 
 DEFAULT_CONFIG = FlowConfig()
+#: What ``algorithm=`` takes: the programs' algorithms, NCCL's host collective, or the cost model's choice.
+_ALGORITHMS = ("auto", *dict.fromkeys(a for (a, c) in PROGRAMS), "nccl")
 
 
 class _FlowState:
@@ -77,15 +90,36 @@ class _FlowState:
         if self.gin:  # ready and credit signals per (channel, connection), one context
             reqs = {"gin_context_count": 1, "gin_signal_count": 2 * config.channels * MAX_CONNECTIONS}
         self.devcomm = comm.device_communicator(**reqs)
+        self._one_shot = None  # (buffer, window) of one-shot all-reduces, made at first use
         comm.synchronize()
+
+    def one_shot_window(self, operation: str, stream=None):
+        """The window one-shot all-reduces write into (epochs and LL lines, zeroed), made at first use."""
+        if self._one_shot is None:
+            from .programs import one_shot_words  # noqa: PLC0415
+
+            if stream is not None and not getattr(self.comm, "__flowdsl_sim__", False):
+                refuse_during_capture(stream, operation, "the first one-shot call allocates and registers its "
+                                      "window (not capturable)")
+            buffer = self.comm.alloc(one_shot_words(self.comm.nranks), np.uint64)
+            _fill(buffer, 0)
+            self._one_shot = (buffer, self.comm.register(buffer))
+            self.comm.synchronize()  # zero on every rank before any peer writes into it
+        return self._one_shot[1]
 
     def close(self):
         self.comm.__dict__.pop("_flowdsl_plans", None)  # their launches hold this device communicator
+        free = getattr(self.comm, "free", None)
+        buffers = [self.buffer]
+        if self._one_shot is not None:
+            buffers.append(self._one_shot[0])
+            self._one_shot[1].close()
+            self._one_shot = None
         for res in (self.devcomm, self.window):
             res.close()
-        free = getattr(self.comm, "free", None)
         if free is not None:
-            free(self.buffer)
+            for buf in buffers:
+                free(buf)
 
 
 def _fill(buf, value):
@@ -107,13 +141,19 @@ def _closed(comm) -> bool:
     return bool(getattr(comm, "closed", False) or getattr(comm, "_closed", False))
 
 
-def _state(comm, config: FlowConfig) -> _FlowState:
+def _state(comm, config: FlowConfig, operation: str = "run a collective", stream: int | None = None) -> _FlowState:
+    """The communicator's :class:`_FlowState` for ``config``, created at first use (not while
+    ``stream`` captures a CUDA graph: creating one allocates, registers and synchronizes)."""
     if _closed(comm):
         raise UsageError("Cannot run a collective: the communicator is closed, and with it its device "
                          "communicator. Create one with flowdsl.init()")
     states = comm.__dict__.setdefault("_flowdsl_collectives", {})
     st = states.get(config)
     if st is None:
+        if stream is not None and not getattr(comm, "__flowdsl_sim__", False):
+            refuse_during_capture(stream, operation, "the first call on this communicator (and config) "
+                                  "allocates and registers its staging window and creates a device communicator "
+                                  "(not capturable)")
         st = states[config] = _FlowState(comm, config)
         track = getattr(comm, "_track", None)
         if track is not None:
@@ -232,19 +272,23 @@ def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", r
             raise UsageError(f"Cannot {operation}: unknown op {op!r}. Use one of {', '.join(OPS)}")
     if root is not None and not 0 <= int(root) < n:
         raise UsageError(f"Cannot {operation}: root {root} is not a rank of this communicator (0..{n - 1})")
-    if algorithm not in ("auto", "ring", "tree", "nccl"):
-        raise UsageError(f"Cannot {operation}: unknown algorithm {algorithm!r}. Use 'ring', 'tree', 'nccl' "
-                         "or 'auto'")
+    if algorithm not in _ALGORITHMS:
+        raise UsageError(f"Cannot {operation}: unknown algorithm {algorithm!r}. Use one of "
+                         f"{', '.join(repr(a) for a in _ALGORITHMS)}")
     return s, d, count, redop
 
 
 class _Plan:
-    """A checked, typed and packed call: what a repeated call with the same arrays launches."""
+    """A checked, typed and packed call: what a repeated call with the same arrays launches.
 
-    __slots__ = ("launch", "src", "dst", "ptrs", "result")
+    ``algorithm`` is the program it runs (what ``algorithm="auto"`` chose), for benchmarks.
+    """
 
-    def __init__(self, launch, src, dst, result):
+    __slots__ = ("launch", "src", "dst", "ptrs", "result", "algorithm")
+
+    def __init__(self, launch, src, dst, result, algorithm=None):
         self.launch, self.src, self.dst, self.result = launch, src, dst, result
+        self.algorithm = algorithm
         self.ptrs = (_pointer(src), _pointer(dst))
 
     def valid(self, src, dst) -> bool:
@@ -292,7 +336,7 @@ def _planned(comm, key, src, dst):
 
 
 def _first_call(collective, comm, src, dst, key, stream, algorithm, config, **check_kwargs):
-    """Check everything, plan, remember the plan under ``key`` and launch it."""
+    """Check everything, plan, remember the plan under ``key`` and launch it (``stream``: a handle)."""
     s, d, count, redop = _check(collective, comm, src, dst, algorithm=algorithm, **check_kwargs)
     plan = _plan(collective, comm, s, d, count, redop, check_kwargs.get("root", 0), algorithm, stream, config)
     _remember(comm, key, plan)
@@ -310,29 +354,57 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config)
     # standing for fp8 or bfloat16 would be summed as integers there.
     nccl_knows = hasattr(comm, "_nccl") and (kernel_dtype == s.dtype or "torch" in type(s.array).__module__)
     if algorithm == "auto":
-        algorithm = cost.choose(collective, comm.nranks, _lsa_size(comm), nbytes, nccl_available=nccl_knows)
+        algorithm = cost.choose(collective, comm.nranks, _lsa_size(comm), nbytes, nccl_available=nccl_knows,
+                                one_shot_available=_one_shot_fits(comm, count, kernel_dtype), config=config)
     if algorithm == "nccl" and hasattr(comm, "_nccl") and not nccl_knows:
         raise UsageError(f"Cannot {collective} {s.dtype} held in {kernel_dtype} arrays with algorithm='nccl': "
                          "NCCL would take them for integers. Pass torch tensors of that dtype, or use "
                          "'ring', 'tree' or 'auto'")
-    if algorithm == "tree" and collective != "all_reduce":
-        raise UsageError(f"Cannot {collective} with algorithm='tree': only all_reduce has a tree program. "
-                         "Use 'ring' or 'auto'")
+    if algorithm != "nccl" and (algorithm, collective) not in PROGRAMS:
+        has = [a for (a, c) in PROGRAMS if a == algorithm]
+        raise UsageError(f"Cannot {collective} with algorithm={algorithm!r}: only "
+                         f"{', '.join(c for (a, c) in PROGRAMS if a == algorithm) if has else 'no collective'} has "
+                         f"a {algorithm} program. Use 'ring' or 'auto'")
     if algorithm == "nccl":
         if getattr(comm, "_nccl", None) is None:
             raise UsageError(f"Cannot {collective} with algorithm='nccl': this communicator has no NCCL host "
                              "communicator (the simulator). Use 'ring' or 'tree'")
-        return _Plan(lambda: _run_nccl(collective, comm, s, d, redop, root, stream), s.array, d.array, d.array)
-    st = _state(comm, config)
+        return _Plan(lambda: _run_nccl(collective, comm, s, d, redop, root, stream), s.array, d.array, d.array,
+                     "nccl")
+    st = _state(comm, config, collective, stream)
     protocol = config.protocol if config.protocol is not None else cost.protocol_for(nbytes, comm.nranks)
+    window, grid = st.window, cost.channels_for(nbytes, comm.nranks, config, protocol)
+    if algorithm == "one_shot":
+        _check_one_shot(comm, st, count, kernel_dtype)
+        window, grid = st.one_shot_window(collective, stream), cost.one_shot_blocks(count, comm.nranks)
     kernel = kernel_for(algorithm, collective, redop if redop is not None else RedOp.SUM, st.gin, fp8)
-    channels = cost.channels_for(nbytes, comm.nranks, config)
     src, dst = s.kernel_array(), d.kernel_array()
     vectors = int(s.ptr % 16 == 0 and d.ptr % 16 == 0)
-    launch = kernel[channels, config.threads, stream].prepare(
-        st.devcomm, st.window, src, dst, count, int(root or 0), int(s is d or s.ptr == d.ptr), config.channels,
+    launch = kernel[grid, config.threads, stream].prepare(
+        st.devcomm, window, src, dst, count, int(root or 0), int(s is d or s.ptr == d.ptr), config.channels,
         config.nslots, config.slot_bytes // 8, int(protocol), vectors)
-    return _Plan(launch, s.array, d.array, d.array)
+    return _Plan(launch, s.array, d.array, d.array, algorithm)
+
+
+def _one_shot_fits(comm, count: int, kernel_dtype: str) -> bool:
+    """Whether a one-shot all_reduce can take ``count`` elements: one LSA team, and its LL lines
+    fit the one-shot window (8-byte elements take two lines)."""
+    from .programs import one_shot_fits  # noqa: PLC0415
+
+    return _lsa_size(comm) == comm.nranks and one_shot_fits(count, np.dtype(kernel_dtype).itemsize)
+
+
+def _check_one_shot(comm, st, count, kernel_dtype):
+    from .programs import ONE_SHOT_LINES  # noqa: PLC0415
+
+    if st.gin:
+        raise UsageError(f"Cannot all_reduce with algorithm='one_shot': it stores into every peer's memory, and "
+                         f"this communicator spans several LSA teams ({comm.nranks} ranks, {st.lsa_size} per team). "
+                         "Use 'ring', 'tree' or 'auto'")
+    if not _one_shot_fits(comm, count, kernel_dtype):
+        per = ONE_SHOT_LINES // (2 if np.dtype(kernel_dtype).itemsize == 8 else 1)
+        raise UsageError(f"Cannot all_reduce {count} elements with algorithm='one_shot': its window holds "
+                         f"{per} {kernel_dtype} elements per rank. Use 'ring', 'tree' or 'auto' for larger messages")
 
 
 def _nranks(comm):
@@ -352,7 +424,7 @@ def _run_nccl(collective, comm, s, d, redop, root, stream):
 
     ops = {RedOp.SUM: NcclRedOp.SUM, RedOp.PROD: NcclRedOp.PROD, RedOp.MIN: NcclRedOp.MIN,
            RedOp.MAX: NcclRedOp.MAX, RedOp.AVG: NcclRedOp.AVG}
-    kw = {"stream": _stream_handle(stream)}
+    kw = {"stream": stream}  # the resolved handle: NCCL's collectives are capturable on it
     if collective == "all_reduce":
         nccl_comm.allreduce(s.array, d.array, ops[redop], **kw)
     elif collective == "all_gather":
@@ -366,21 +438,12 @@ def _run_nccl(collective, comm, s, d, redop, root, stream):
     return d.array
 
 
-def _stream_handle(stream):
-    if stream is None:
-        return None
-    for attr in ("ptr", "cuda_stream", "handle"):
-        h = getattr(stream, attr, None)
-        if isinstance(h, int):
-            return h
-    return stream
-
-
 # ---- public entry points -----------------------------------------------------------------------
 
 def all_reduce(comm, src, dst=None, *, op="sum", algorithm="auto", stream=None, config=None, dtype=None):
     """``dst = op over ranks of src`` on every rank; ``dst=None`` works in place. Returns ``dst``."""
-    key = ("all_reduce", id(src), id(dst), op, 0, algorithm, id(stream), config, dtype)
+    stream = stream_handle(stream, (src,), "all_reduce")
+    key = ("all_reduce", id(src), id(dst), op, 0, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
         plan.launch()
@@ -390,7 +453,8 @@ def all_reduce(comm, src, dst=None, *, op="sum", algorithm="auto", stream=None, 
 
 def all_gather(comm, src, dst, *, algorithm="auto", stream=None, config=None, dtype=None):
     """``dst[r*count:(r+1)*count] = src@r`` (``dst`` has ``nranks * src.size`` elements)."""
-    key = ("all_gather", id(src), id(dst), None, 0, algorithm, id(stream), config, dtype)
+    stream = stream_handle(stream, (src,), "all_gather")
+    key = ("all_gather", id(src), id(dst), None, 0, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
         plan.launch()
@@ -401,7 +465,8 @@ def all_gather(comm, src, dst, *, algorithm="auto", stream=None, config=None, dt
 
 def reduce_scatter(comm, src, dst, *, op="sum", algorithm="auto", stream=None, config=None, dtype=None):
     """``dst@r = op over ranks q of src@q[r*count:(r+1)*count]`` (``src`` has ``nranks * dst.size``)."""
-    key = ("reduce_scatter", id(src), id(dst), op, 0, algorithm, id(stream), config, dtype)
+    stream = stream_handle(stream, (src,), "reduce_scatter")
+    key = ("reduce_scatter", id(src), id(dst), op, 0, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
         plan.launch()
@@ -412,7 +477,8 @@ def reduce_scatter(comm, src, dst, *, op="sum", algorithm="auto", stream=None, c
 
 def broadcast(comm, src, dst=None, *, root=0, algorithm="auto", stream=None, config=None, dtype=None):
     """``dst = src@root`` on every rank (``src`` is read on ``root`` only; ``dst=None``: in place)."""
-    key = ("broadcast", id(src), id(dst), None, root, algorithm, id(stream), config, dtype)
+    stream = stream_handle(stream, (src,), "broadcast")
+    key = ("broadcast", id(src), id(dst), None, root, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
         plan.launch()
@@ -422,7 +488,8 @@ def broadcast(comm, src, dst=None, *, root=0, algorithm="auto", stream=None, con
 
 def reduce(comm, src, dst=None, *, op="sum", root=0, algorithm="auto", stream=None, config=None, dtype=None):
     """``dst@root = op over ranks of src`` (``dst`` is written on ``root`` only; ``None``: in place)."""
-    key = ("reduce", id(src), id(dst), op, root, algorithm, id(stream), config, dtype)
+    stream = stream_handle(stream, (src,), "reduce")
+    key = ("reduce", id(src), id(dst), op, root, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
         plan.launch()

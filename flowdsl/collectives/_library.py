@@ -18,6 +18,8 @@ __all__ = ["kernel_for", "library", "precompile", "load", "storage"]
 
 # Collectives whose result does not depend on the operator get one kernel.
 _NO_OP = ("all_gather", "broadcast")
+# Programs that store into every peer's memory: one LSA team only.
+_LSA_ONLY = ("one_shot",)
 
 
 #: Element types stored as another NumPy type in kernels, and the fp8 format code.
@@ -32,6 +34,8 @@ def storage(dtype: str) -> tuple[str, int]:
 def kernel_for(algorithm: str, collective: str, op: RedOp, gin_peers: bool = False, fp8: int = 0):
     """The ``@flowdsl.kernel`` of a program for ``op`` (``gin_peers``: peers beyond the LSA team;
     ``fp8``: the format of uint8 elements, for the collectives that combine them)."""
+    if algorithm in _LSA_ONLY:  # no GIN variant: the host refuses these across nodes
+        gin_peers = False
     if collective in _NO_OP:  # a copy: neither the operator nor the fp8 format matters
         return PROGRAMS[(algorithm, collective)](RedOp.SUM, bool(gin_peers), 0)
     return PROGRAMS[(algorithm, collective)](RedOp(op), bool(gin_peers), int(fp8))

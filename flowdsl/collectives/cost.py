@@ -1,13 +1,13 @@
 """One cost model for the collectives: which algorithm, protocol and channel count a call gets.
 
-A call's time is estimated as ``launch + steps * step_latency + bytes_leaving_a_GPU /
-bandwidth``, per algorithm, with the link's transport (LSA inside a node, GIN across)
-and the protocol's efficiency. NCCL's own host collective is a candidate too, with
-its measured one-rank floor as launch cost. :data:`CONSTANTS` holds every number;
-docs/collectives.md says which were measured and which are assumptions.
-
-Contents: :data:`CONSTANTS`, :func:`estimate`, :func:`choose`, :func:`protocol_for`,
-:func:`channels_for`.
+A call's time is estimated as ``launch + hops * hop_latency + bus_bytes / bandwidth``, per
+algorithm. ``bus_bytes`` is the message's bus size as nccl-tests defines it (all_reduce
+``2(n-1)/n``, all_gather and reduce_scatter ``(n-1)/n`` of the whole buffer, broadcast and
+reduce 1). A Flow program's bandwidth is that of its channels (each block moves a measured
+rate) up to the link's (LSA inside a node, GIN across); the one-shot all-reduce writes every
+byte, as LL lines twice its size, to every peer; NCCL's host collective has its own floor and
+bandwidth. :data:`CONSTANTS` holds every number; docs/collectives.md says which were measured
+on 2 H200s over NVLink and which remain assumptions.
 """
 
 from __future__ import annotations
@@ -16,72 +16,101 @@ import math
 
 from ..enums import Protocol
 
-__all__ = ["CONSTANTS", "estimate", "choose", "protocol_for", "channels_for"]
+__all__ = ["CONSTANTS", "estimate", "choose", "protocol_for", "channels_for", "one_shot_blocks"]
 
 CONSTANTS = {
-    # Host launch + kernel start, microseconds (H200; see docs/performance.md).
-    "launch_us": {"flowdsl": 8.0, "nccl": 22.0},
-    # Latency of one pipeline step over a connection, microseconds.
-    "step_us": {"lsa": {Protocol.SIMPLE: 2.0, Protocol.LL: 0.8, Protocol.LL128: 1.2},
-                "gin": {Protocol.SIMPLE: 6.0, Protocol.LL: 4.0, Protocol.LL128: 5.0}},
-    # Bandwidth of one link direction, GB/s: NVLink 4 on H200 (the LSA all-gather on 2 GPUs
-    # reached 288 bus), a 400 Gb/s NIC (assumed).
-    "link_gbps": {"lsa": 300.0, "gin": 45.0},
+    # Time per call back to back at 8 bytes, microseconds: host launch and kernel (flowdsl's one-shot
+    # all-reduce 6.5, its ring broadcast 7.3); NCCL's host collective through nccl4py (20-23).
+    "launch_us": {"flowdsl": 6.0, "nccl": 20.0},
+    # Latency of one hop of a Flow program (slot posted to slot seen), microseconds: fitted to the
+    # ring programs' times on 2 H200s from 8 bytes to 2 MiB (GIN: assumed).
+    "hop_us": {"lsa": {Protocol.SIMPLE: 4.0, Protocol.LL: 2.0, Protocol.LL128: 4.0},
+               "gin": {Protocol.SIMPLE: 8.0, Protocol.LL: 5.0, Protocol.LL128: 6.0}},
+    # What one channel (block) moves, GB/s, per protocol (2 H200s: SIMPLE 64 x 5.3 = 339 GB/s; LL
+    # 1.8 with one channel; LL128 about 1).
+    "channel_gbps": {Protocol.SIMPLE: 5.3, Protocol.LL: 1.8, Protocol.LL128: 1.0},
+    # Bytes of a message per channel before another channel is worth its start.
+    "channel_bytes": {Protocol.SIMPLE: 16 * 1024, Protocol.LL: 2 * 1024, Protocol.LL128: 8 * 1024},
+    # Bus bandwidth of the link, GB/s: NVLink 4 on H200 (the ring programs reach 350-370 with 128
+    # channels at 1 GiB), a 400 Gb/s NIC (assumed).
+    "link_gbps": {"lsa": 360.0, "gin": 45.0},
+    # NCCL's host collective at large sizes, bus GB/s (2 H200s, 1 GiB).
+    "nccl_gbps": {"all_reduce": 330.0, "all_gather": 284.0, "reduce_scatter": 284.0, "broadcast": 364.0,
+                  "reduce": 370.0},
+    # One-shot all-reduce on top of the launch: latency (us) and message bytes per second (GB/s), from
+    # 6.5 us at 8 B and 12.9 us at 1 MiB on 2 H200s.
+    "one_shot": {"us": 0.5, "gbps": 160.0},
     # One rank: bytes per second of the local copy (H200, 1 GiB, measured): flowdsl's copy
     # loop, and NCCL's copy-engine memcpy.
     "local_gbps": {"flowdsl": 1950.0, "nccl": 2016.0},
-    # Share of a slot's bytes that are data.
-    "efficiency": {Protocol.SIMPLE: 1.0, Protocol.LL: 0.5, Protocol.LL128: 120 / 128},
-    # Protocol by message size per rank (bytes): LL up to the first, LL128 up to the second.
-    "protocol_bytes": (64 * 1024, 512 * 1024),
+    # LL carries messages up to this many bytes per rank; SIMPLE the larger ones. LL128 is never
+    # chosen: on 2 H200s it was slower than one of the others at every size (docs/performance.md).
+    "ll_bytes": 16 * 1024,
 }
 
-_RING_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
-               "reduce_scatter": lambda n: n - 1, "broadcast": lambda n: n - 1, "reduce": lambda n: n - 1}
-# Bytes leaving each GPU, as a multiple of the per-rank message size.
-_RING_BYTES = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: n - 1,
-               "reduce_scatter": lambda n: n - 1, "broadcast": lambda n: 1, "reduce": lambda n: 1}
+_RING_HOPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
+              "reduce_scatter": lambda n: n - 1, "broadcast": lambda n: n - 1, "reduce": lambda n: n - 1}
+# Bus bytes as a multiple of the bytes per rank (nccl-tests' definition).
+_BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: n - 1,
+        "reduce_scatter": lambda n: n - 1, "broadcast": lambda n: 1, "reduce": lambda n: 1}
 
 
 def protocol_for(nbytes: int, nranks: int) -> Protocol:
     """The protocol for a message of ``nbytes`` per rank."""
-    ll, ll128 = CONSTANTS["protocol_bytes"]
-    if nbytes <= ll:
-        return Protocol.LL
-    if nbytes <= ll128:
-        return Protocol.LL128
-    return Protocol.SIMPLE
+    return Protocol.LL if nbytes <= CONSTANTS["ll_bytes"] else Protocol.SIMPLE
 
 
-def channels_for(nbytes: int, nranks: int, config) -> int:
-    """Blocks for a call: one per 64 KiB, at most ``config.channels``; a one-rank call is a local
-    copy that uses no staging, so it may fill the GPU (8 blocks of 256 threads per SM of an H200)."""
-    want = max(1, -(-nbytes // (64 * 1024)))
-    return min(want, 1056) if nranks == 1 else min(want, config.channels)
+def channels_for(nbytes: int, nranks: int, config, protocol: Protocol | None = None) -> int:
+    """Blocks for a call: one per ``channel_bytes`` of the protocol, at most ``config.channels``; a
+    one-rank call is a local copy that uses no staging, so it may fill the GPU (8 blocks of 256
+    threads per SM of an H200)."""
+    if nranks == 1:
+        return min(max(1, -(-nbytes // (64 * 1024))), 1056)
+    protocol = protocol_for(nbytes, nranks) if protocol is None else protocol
+    return min(max(1, -(-nbytes // CONSTANTS["channel_bytes"][protocol])), config.channels)
 
 
-def estimate(collective: str, algorithm: str, nranks: int, lsa_size: int, nbytes: int) -> float:
-    """Estimated microseconds of one call."""
+def one_shot_blocks(count: int, nranks: int) -> int:
+    """Blocks of a one-shot all-reduce: one per 1024 elements, two per thread of 512, since each
+    thread waits for its lines one after another (at most ``ONE_SHOT_BLOCKS``, its epoch counters)."""
+    from .programs import ONE_SHOT_BLOCKS  # noqa: PLC0415
+
+    return min(max(1, -(-count // 1024)), ONE_SHOT_BLOCKS)
+
+
+def estimate(collective: str, algorithm: str, nranks: int, lsa_size: int, nbytes: int, config=None) -> float:
+    """Estimated microseconds of one call (``config``: the FlowConfig whose channels it may use)."""
     c = CONSTANTS
-    proto = protocol_for(nbytes, nranks)
     if nranks == 1:
         who = "nccl" if algorithm == "nccl" else "flowdsl"
         return c["launch_us"][who] + nbytes / (c["local_gbps"][who] * 1e3)
-    transport = "gin" if lsa_size < nranks else "lsa"
-    bw = c["link_gbps"][transport] * 1e3 * c["efficiency"][proto]  # bytes per microsecond
-    step = c["step_us"][transport][proto]
-    if algorithm == "tree":
-        # Up then down a tree of this depth; a rank is an inner node (one up, two down) of one
-        # tree for half the data and a leaf (one up) of the other: 2x the bytes leave each GPU.
-        depth = math.ceil(math.log2(nranks + 1))
-        return c["launch_us"]["flowdsl"] + 2 * depth * step + 2 * nbytes / bw
-    ring = _RING_STEPS[collective](nranks) * step + _RING_BYTES[collective](nranks) * nbytes / bw
+    bus = _BUS[collective](nranks) * nbytes
     if algorithm == "nccl":
-        return c["launch_us"]["nccl"] + ring
-    return c["launch_us"]["flowdsl"] + ring
+        return c["launch_us"]["nccl"] + bus / (c["nccl_gbps"][collective] * 1e3)
+    if algorithm == "one_shot":  # every rank's LL lines to every peer: grows with the peers
+        return c["launch_us"]["flowdsl"] + c["one_shot"]["us"] + (nranks - 1) * nbytes / (c["one_shot"]["gbps"] * 1e3)
+    transport = "gin" if lsa_size < nranks else "lsa"
+    proto = protocol_for(nbytes, nranks)
+    max_channels = config.channels if config is not None else 128
+    channels = min(max(1, -(-nbytes // c["channel_bytes"][proto])), max_channels)
+    bw = min(c["link_gbps"][transport], channels * c["channel_gbps"][proto]) * 1e3  # bytes per microsecond
+    hop = c["hop_us"][transport][proto]
+    if algorithm == "tree":
+        # Up then down a tree of this depth; a rank is an inner node of one tree and a leaf of the
+        # other, so twice the all-reduce's bus bytes cross its links.
+        depth = max(1, math.ceil(math.log2(nranks)))
+        return c["launch_us"]["flowdsl"] + 2 * depth * hop + 2 * bus / bw
+    return c["launch_us"]["flowdsl"] + _RING_HOPS[collective](nranks) * hop + bus / bw
 
 
-def choose(collective: str, nranks: int, lsa_size: int, nbytes: int, *, nccl_available: bool = True) -> str:
-    """The cheapest of ``ring``, ``tree`` (all_reduce only) and ``nccl`` for this call."""
-    candidates = ["ring"] + (["tree"] if collective == "all_reduce" else []) + (["nccl"] if nccl_available else [])
-    return min(candidates, key=lambda a: estimate(collective, a, nranks, lsa_size, nbytes))
+def choose(collective: str, nranks: int, lsa_size: int, nbytes: int, *, nccl_available: bool = True,
+           one_shot_available: bool = False, config=None) -> str:
+    """The cheapest of ``ring``, ``tree`` and ``one_shot`` (all_reduce) and ``nccl`` for this call."""
+    candidates = ["ring"]
+    if collective == "all_reduce":
+        candidates.append("tree")
+        if one_shot_available:
+            candidates.append("one_shot")
+    if nccl_available:
+        candidates.append("nccl")
+    return min(candidates, key=lambda a: estimate(collective, a, nranks, lsa_size, nbytes, config))

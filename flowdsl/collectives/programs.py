@@ -2,7 +2,8 @@
 
 Ring: :func:`ring_all_gather`, :func:`ring_reduce_scatter`, :func:`ring_broadcast`,
 :func:`ring_reduce`, :func:`ring_all_reduce`. Tree: :func:`tree_all_reduce`
-(double binary tree). Each is a kernel factory: ``ring_all_reduce(RedOp.SUM)``
+(double binary tree). One LSA team, small messages: :func:`one_shot_all_reduce`
+(every rank writes to every peer, no Flow). Each is a kernel factory: ``ring_all_reduce(RedOp.SUM)``
 returns the ``@flowdsl.kernel`` for that operator (the operator is a compile-time
 constant; the element type comes from the arrays). Every kernel takes::
 
@@ -17,28 +18,28 @@ collective is the local copy it reduces to. ``gin_peers=True`` builds the kernel
 communicators that span several LSA teams (nodes): connections to peers outside
 the team use GIN; without it no GIN code is compiled (faster to build, smaller).
 ``fp8`` (``flow.E4M3`` or ``flow.E5M2``) reads uint8 elements as fp8.
-
-Contents: :data:`PROGRAMS` (name → factory) and the factories above.
 """
 
 from __future__ import annotations
 
 import functools
 
-from numba import cuda
+from numba import cuda, int64, uint64
 
 import flowdsl
-from flowdsl import flow, gin
-from flowdsl.enums import RedOp
+from flowdsl import flow, gin, lsa, mem
+from flowdsl.enums import RedOp, ThreadScope
 
 __all__ = ["PROGRAMS", "ring_all_gather", "ring_reduce_scatter", "ring_broadcast", "ring_reduce",
-           "ring_all_reduce", "tree_all_reduce"]
+           "ring_all_reduce", "tree_all_reduce", "one_shot_all_reduce", "one_shot_words", "one_shot_fits",
+           "ONE_SHOT_BLOCKS", "ONE_SHOT_LINES"]
 
 # Elements a channel's share is rounded to: keeps every channel's start 16-byte aligned.
 _ALIGN = 16
 # Registers per thread: uncapped, the protocol code takes ~170 and one 256-thread block fits
 # an SM, too few loads in flight for HBM (0.76 of a device copy at one rank); 128 gives 0.90.
 _MAX_REGISTERS = 128
+_SYS = ThreadScope.SYSTEM
 
 
 @flowdsl.device
@@ -214,7 +215,7 @@ def ring_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0):
         base = lo
         while base < hi:
             size = min(n * chunk, hi - base)
-            per = (size + n - 1) // n
+            per = ((size + n - 1) // n + _ALIGN - 1) // _ALIGN * _ALIGN  # pieces start 16-byte aligned
             # Piece j of this round is [base + j*per, base + min((j+1)*per, size)).
             j = (r + n - 1) % n
             flow.send(proc, nxt, src, base + j * per, _piece(size, per, j))
@@ -242,6 +243,39 @@ def tree_rank(n, tree, pos):
     """World rank at heap position ``pos`` of tree ``tree``: tree 1 mirrors tree 0, so a leaf of
     one tree is an inner node of the other (for even ``n``)."""
     return pos if tree == 0 else n - 1 - pos
+
+
+@flowdsl.device
+def _tree_up(proc, pos, nkids, up, kid0_in, kid1_in, src, dst, base, m, red, partial):
+    """Up: the children's sums into this rank's, then to the parent (the root finishes)."""
+    if pos == 0:
+        if nkids == 1:
+            flow.recv_reduce_copy(proc, kid0_in, src, dst, base, m, red)
+        else:
+            flow.recv_reduce_copy(proc, kid0_in, src, dst, base, m, partial)
+            flow.recv_reduce_copy(proc, kid1_in, dst, dst, base, m, red)
+    elif nkids == 0:
+        flow.send(proc, up, src, base, m)
+    elif nkids == 1:
+        flow.recv_reduce_send(proc, kid0_in, up, src, base, m, red)
+    else:
+        flow.recv_reduce_copy(proc, kid0_in, src, dst, base, m, partial)
+        flow.recv_reduce_send(proc, kid1_in, up, dst, base, m, red)
+
+
+@flowdsl.device
+def _tree_down(proc, pos, nkids, down, kid0_out, kid1_out, dst, base, m):
+    """Down: the result from the parent to the children."""
+    if pos == 0:
+        flow.send(proc, kid0_out, dst, base, m)
+        if nkids == 2:
+            flow.send(proc, kid1_out, dst, base, m)
+    elif nkids == 0:
+        flow.recv(proc, down, dst, base, m)
+    else:
+        flow.recv_copy_send(proc, down, kid0_out, dst, base, m)
+        if nkids == 2:
+            flow.send(proc, kid1_out, dst, base, m)
 
 
 @functools.cache
@@ -275,35 +309,99 @@ def tree_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0):
         kid0_out = flow.connect(proc, kid0, 2, 1)
         kid1_out = flow.connect(proc, kid1, 3, 1)
         chunk = chunk_elements(proc, dst.itemsize)
+        # Up runs one chunk ahead of down: while the root sends chunk c down, chunk c+1 is already
+        # on its way up (the two directions use different connections, so both stay busy).
+        if lo < hi:
+            _tree_up(proc, pos, nkids, up, kid0_in, kid1_in, src, dst, lo, min(chunk, hi - lo), red, partial)
         for base in range(lo, hi, chunk):
-            m = min(chunk, hi - base)
-            # Up: children's sums into this rank's, then to the parent (the root finishes).
-            if pos == 0:
-                if nkids == 1:
-                    flow.recv_reduce_copy(proc, kid0_in, src, dst, base, m, red)
-                else:
-                    flow.recv_reduce_copy(proc, kid0_in, src, dst, base, m, partial)
-                    flow.recv_reduce_copy(proc, kid1_in, dst, dst, base, m, red)
-            elif nkids == 0:
-                flow.send(proc, up, src, base, m)
-            elif nkids == 1:
-                flow.recv_reduce_send(proc, kid0_in, up, src, base, m, red)
-            else:
-                flow.recv_reduce_copy(proc, kid0_in, src, dst, base, m, partial)
-                flow.recv_reduce_send(proc, kid1_in, up, dst, base, m, red)
-            # Down: the result from the parent to the children.
-            if pos == 0:
-                flow.send(proc, kid0_out, dst, base, m)
-                if nkids == 2:
-                    flow.send(proc, kid1_out, dst, base, m)
-            elif nkids == 0:
-                flow.recv(proc, down, dst, base, m)
-            else:
-                flow.recv_copy_send(proc, down, kid0_out, dst, base, m)
-                if nkids == 2:
-                    flow.send(proc, kid1_out, dst, base, m)
+            if base + chunk < hi:
+                _tree_up(proc, pos, nkids, up, kid0_in, kid1_in, src, dst, base + chunk,
+                         min(chunk, hi - base - chunk), red, partial)
+            _tree_down(proc, pos, nkids, down, kid0_out, kid1_out, dst, base, min(chunk, hi - base))
 
     return tree_all_reduce
+
+
+# ---- one LSA team: one-shot all-reduce ------------------------------------------------------------
+
+#: Epoch counters (one per block) at the start of a one-shot window; at most this many blocks.
+ONE_SHOT_BLOCKS = 128
+#: LL lines per rank and buffer in the window the host gives one-shot calls (2 MiB).
+ONE_SHOT_LINES = 256 * 1024
+
+
+@flowdsl.device
+def one_shot_words(nranks):
+    """Size of a one-shot window in uint64 words: epochs, then 2 buffers x ``nranks`` x lines."""
+    return ONE_SHOT_BLOCKS + 2 * nranks * ONE_SHOT_LINES
+
+
+def one_shot_fits(count, itemsize):
+    """Whether ``count`` elements of ``itemsize`` bytes fit a one-shot window (8-byte ones take 2 lines)."""
+    return count * (2 if itemsize == 8 else 1) <= ONE_SHOT_LINES
+
+
+@flowdsl.device
+def _one_shot_read(words, at, lines, flag, like):
+    """The element a peer left as LL line(s) at ``words[at]`` (spins until they carry ``flag``)."""
+    bits = flow.ll_read(words, at, flag)
+    if lines == 2:
+        bits |= flow.ll_read(words, at + 1, flag) << uint64(32)
+    return mem.from_bits(bits, like.dtype)
+
+
+@functools.cache
+def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0):
+    """One-shot AllReduce over one LSA team, for small messages (NCCL's symmetric ``AGxLL_R``).
+
+    Each rank stores its input as LL lines (data and flag in one word) into its region of
+    every peer's one-shot window, then reduces the ``n`` contributions it holds, in rank
+    order (so every rank gets the same bits). No barrier: a line's flag is the launch's
+    epoch, counted per block in the window. Two buffers by epoch parity: a rank can be at
+    most one launch ahead of a peer still reading, so it never overwrites unread lines.
+    ``stage`` is the one-shot window (:func:`one_shot_words`), not Flow's staging.
+    """
+    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    def one_shot_all_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol,
+                            vectors):
+        n, me = comm.lsa_size, comm.lsa_rank
+        if n == 1:
+            local_copy(src, dst, count, inplace, vectors)
+            return
+        red = flow.reduction(op, n, fp8)
+        lines = flow.ll_lines_per_element(dst.itemsize)
+        words = lsa.local_view(stage)
+        epoch = int64(words[cuda.blockIdx.x]) + 1
+        flag = uint64(epoch & 0xFFFFFFFF)
+        buffer = ONE_SHOT_BLOCKS + (epoch % 2) * n * ONE_SHOT_LINES
+        first = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        stride = cuda.gridDim.x * cuda.blockDim.x
+        # Push: this rank's input into its region of every peer's window.
+        for step in range(1, n):
+            peer = (me + step) % n
+            theirs = lsa.lsa_view(stage, peer, buffer + me * ONE_SHOT_LINES, ONE_SHOT_LINES)
+            for i in range(first, count, stride):
+                bits = mem.to_bits(src[i])
+                mem.store_relaxed(theirs, i * lines, flow.ll_line(bits, flag), _SYS)
+                if lines == 2:
+                    mem.store_relaxed(theirs, i * lines + 1, flow.ll_line(bits >> uint64(32), flag), _SYS)
+        # Reduce the n contributions, rank 0's first.
+        for i in range(first, count, stride):
+            acc = src[i]
+            if me != 0:
+                acc = _one_shot_read(words, buffer + i * lines, lines, flag, dst)
+            for q in range(1, n):
+                if q == me:
+                    acc = flow.combine(red.op, acc, src[i], red.fp8)
+                else:
+                    acc = flow.combine(red.op, acc, _one_shot_read(words, buffer + q * ONE_SHOT_LINES + i * lines,
+                                                                   lines, flag, dst), red.fp8)
+            dst[i] = flow.finish(red.op, acc, red.nranks, red.fp8)
+        cuda.syncthreads()
+        if cuda.threadIdx.x == 0:
+            words[cuda.blockIdx.x] = uint64(epoch)
+
+    return one_shot_all_reduce
 
 
 #: (algorithm, collective) → kernel factory.
@@ -314,4 +412,5 @@ PROGRAMS = {
     ("ring", "reduce"): ring_reduce,
     ("ring", "all_reduce"): ring_all_reduce,
     ("tree", "all_reduce"): tree_all_reduce,
+    ("one_shot", "all_reduce"): one_shot_all_reduce,
 }

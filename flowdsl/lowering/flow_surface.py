@@ -1,5 +1,11 @@
-"""GPU meaning of Flow's element arithmetic (:func:`flowdsl.flow.combine`, :func:`flowdsl.flow.finish`)
-and of its strong signal (:func:`flowdsl.flow.strong_signal_inc`, per NCCL release).
+"""GPU meaning of Flow's element arithmetic (:func:`flowdsl.flow.combine`, :func:`flowdsl.flow.finish`,
+their 16-byte pack forms), of its reductions (:func:`flowdsl.flow.reduction`) and of its strong
+signal (:func:`flowdsl.flow.strong_signal_inc`, per NCCL release).
+
+A reduction's operator and fp8 format, when constants, are part of its numba type
+(:class:`ReductionType`): every step given the reduction is compiled for that operator
+alone, so its inner loop has no branch on the operator (as NCCL's one function per
+operator and type).
 
 The Python bodies in ``flowdsl/flow.py`` are what the simulator runs; here each is
 overloaded per element type so the result keeps the element's type (an ``int8``
@@ -9,17 +15,19 @@ even (NCCL has no uint16, NumPy no bfloat16). uint8 elements are fp8 (e4m3fn or
 e5m2) when the reduction says so, converted by bit arithmetic here and by table in
 ``flowdsl/_fp8.py`` (the tests hold one against the other).
 
-Contents: :func:`bind`.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 from numba import float32, int32, uint8, uint16, uint64
-from numba.core import types
+from numba.core import cgutils, types
 from numba.core.errors import NumbaTypeError
-from numba.cuda.extending import overload, register_jitable
+from numba.cuda import models
+from numba.cuda.extending import (intrinsic, make_attribute_wrapper, overload, overload_attribute,
+                                  register_jitable, register_model)
 
 from .. import gin, mem
 from ..enums import RedOp
@@ -27,7 +35,7 @@ from .gin_surface import STRONG_SIGNAL_FEATURE
 from .intrinsics import feature_marker
 from .target import current, note_feature
 
-__all__ = ["bind"]
+__all__ = ["bind", "ReductionType"]
 
 _PROD, _MIN, _MAX, _AVG = int(RedOp.PROD), int(RedOp.MIN), int(RedOp.MAX), int(RedOp.AVG)
 
@@ -101,6 +109,85 @@ def _float_to_fp8(value, fmt):
     return uint8(uint8(code) | sign)
 
 
+class ReductionType(types.Type):
+    """:class:`flowdsl.flow.Reduction` on the GPU: ``op`` and ``fp8`` are known when compiled
+    (ints), or ``None`` when they are run-time values kept in the struct."""
+
+    def __init__(self, op, fp8):
+        self.op, self.fp8 = op, fp8
+        op_name = "run-time" if op is None else RedOp(op).name
+        super().__init__(name=f"Reduction(op={op_name}, fp8={'run-time' if fp8 is None else fp8})")
+
+    @property
+    def key(self):
+        return self.op, self.fp8
+
+
+@register_model(ReductionType)
+class _ReductionModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, [("nranks", types.int64), ("op_value", types.int64),
+                                        ("fp8_value", types.int64)])
+
+
+make_attribute_wrapper(ReductionType, "nranks", "nranks")
+make_attribute_wrapper(ReductionType, "op_value", "op_value")
+make_attribute_wrapper(ReductionType, "fp8_value", "fp8_value")
+
+
+def _constant(ty):
+    """The value of a compile-time integer (a literal, an enum member, a default), or None."""
+    if isinstance(ty, int):  # an omitted argument's default, as the typer sees it
+        return int(ty)
+    if isinstance(ty, types.Omitted):
+        return int(ty.value)
+    value = getattr(ty, "literal_value", None)
+    if isinstance(value, int):
+        return int(value)
+    return None
+
+
+@functools.cache
+def _reduction_maker(op, fp8):
+    """An intrinsic building a :class:`ReductionType` ``(op, fp8)`` (``None``: the run-time argument).
+
+    One intrinsic per pair of constants: inside an overload's implementation the literal
+    types of the call are gone, so the constants are baked into the intrinsic instead.
+    """
+    result = ReductionType(op, fp8)
+
+    @intrinsic
+    def make_reduction(typingctx, op_arg, nranks, fp8_arg):
+        for what, ty in (("op", op_arg), ("nranks", nranks), ("fp8", fp8_arg)):
+            if not isinstance(ty, (types.Integer, types.IntEnumMember, types.Omitted)) and not isinstance(ty, int):
+                raise NumbaTypeError(f"flowdsl.flow.reduction requires an integer {what}, got {ty}")
+
+        def codegen(context, builder, sig, args):
+            red = cgutils.create_struct_proxy(result)(context, builder)
+            for field, known, value, ty in (("op_value", op, args[0], sig.args[0]),
+                                            ("nranks", None, args[1], sig.args[1]),
+                                            ("fp8_value", fp8, args[2], sig.args[2])):
+                if known is not None:
+                    setattr(red, field, context.get_constant(types.int64, known))
+                else:
+                    if isinstance(ty, types.IntEnumMember):
+                        ty = ty.dtype
+                    setattr(red, field, context.cast(builder, value, ty, types.int64))
+            return red._getvalue()
+
+        return result(op_arg, nranks, fp8_arg), codegen
+
+    return make_reduction
+
+
+def _lanewise(name, lanes, expression, params):
+    """``def impl(<params>): return (<expression for lane 0>, ..., <for lane lanes-1>)`` for a pack."""
+    body = ", ".join(expression.format(i=i) for i in range(lanes))
+    namespace = {}
+    exec(f"def {name}({params}):\n    return ({body},)\n", namespace)  # noqa: S102 - fixed text
+    return namespace[name]
+
+
 def _element(op, ty):
     if not isinstance(ty, (types.Integer, types.Float)):
         raise NumbaTypeError(f"flowdsl.flow.{op} requires integer or float elements, got {ty}")
@@ -133,6 +220,41 @@ def bind():
             return byte
         return lambda op, a, b, fp8=0: ty(apply(op, a, b))
 
+    @overload(flow.reduction, prefer_literal=True)
+    def _reduction(op, nranks, fp8=0):
+        make = _reduction_maker(_constant(op), _constant(fp8))
+        return lambda op, nranks, fp8=0: make(op, nranks, fp8)
+
+    @overload_attribute(ReductionType, "op")
+    def _reduction_op(red):
+        if red.op is None:
+            return lambda red: red.op_value
+        value = red.op
+        return lambda red: value
+
+    @overload_attribute(ReductionType, "fp8")
+    def _reduction_fp8(red):
+        if red.fp8 is None:
+            return lambda red: red.fp8_value
+        value = red.fp8
+        return lambda red: value
+
+    @overload(flow.combine_packs)
+    def _combine_packs(red, a, b):
+        if not isinstance(a, types.UniTuple) or a != b:
+            raise NumbaTypeError(f"flowdsl.flow.combine_packs requires two packs of one type, got {a} and {b}")
+        impl = _lanewise("combine_packs", len(a), "combine(red.op, a[{i}], b[{i}], red.fp8)", "red, a, b")
+        impl.__globals__["combine"] = flow.combine
+        return impl
+
+    @overload(flow.finish_pack)
+    def _finish_pack(red, a):
+        if not isinstance(a, types.UniTuple):
+            raise NumbaTypeError(f"flowdsl.flow.finish_pack requires a pack, got {a}")
+        impl = _lanewise("finish_pack", len(a), "finish(red.op, a[{i}], red.nranks, red.fp8)", "red, a")
+        impl.__globals__["finish"] = flow.finish
+        return impl
+
     @overload(flow.strong_signal_inc)
     def _strong_signal_inc(signal):
         target = current()
@@ -164,8 +286,10 @@ def bind():
         def integer(op, value, nranks, fp8=0):
             if op != _AVG:
                 return value
-            q = ty(abs(value) // nranks)  # C division: truncate toward zero
-            return ty(-q) if value < 0 else q
+            q = value // nranks  # floor; C division truncates toward zero (abs() would wrap at INT_MIN)
+            if value < 0 and q * nranks != value:
+                q += 1
+            return ty(q)
 
         if value == types.uint8:
             def byte(op, value, nranks, fp8=0):

@@ -23,17 +23,19 @@ def test_precompile_builds_every_program_then_finds_them_cached(tmp_path, monkey
     monkeypatch.setenv("FLOWDSL_CACHE_DIR", str(tmp_path))
     first = _library.precompile(arch="sm_90", nccl="2.28.9", dtypes=["float32"], ops=[RedOp.SUM], jobs=1,
                                 progress=False)
-    assert first["kernels"] == 6 and first["compiled"] == 6, first
+    programs = len(_library.PROGRAMS)
+    assert first["kernels"] == programs and first["compiled"] == programs, first
     again = _library.precompile(arch="sm_90", nccl="2.28.9", dtypes=["float32"], ops=[RedOp.SUM], jobs=1,
                                 progress=False)
-    assert again["cached"] == 6 and again["compiled"] == 0, again
-    assert len(list((tmp_path / "kernels").glob("*.cubin"))) == 6
+    assert again["cached"] == programs and again["compiled"] == 0, again
+    assert len(list((tmp_path / "kernels").glob("*.cubin"))) == programs
 
 
 def test_library_lists_every_collective_dtype_and_op():
     entries = _library.library()
     # all_gather and broadcast have no operator, and copy fp8 as uint8 and bfloat16 as uint16
-    assert len(entries) == 2 * 7 + 4 * 9 * 5
+    # 2 copying programs x 7 storage types, 5 reducing programs x 9 dtypes x 5 ops
+    assert len(entries) == 2 * 7 + 5 * 9 * 5
     assert ("tree", "all_reduce", RedOp.AVG, "bfloat16") in entries
     assert ("ring", "reduce", RedOp.MAX, "float8_e5m2") in entries
     assert ("ring", "all_gather", RedOp.SUM, "uint16") in entries
@@ -80,12 +82,19 @@ def test_cost_model_choices():
     assert cost.choose("all_reduce", 64, 8, 4096, nccl_available=False) == "tree"
     # Bandwidth-bound on one node: the ring.
     assert cost.choose("all_reduce", 8, 8, 1 << 30, nccl_available=False) == "ring"
+    # One LSA team, small messages (2 H200s): the one-shot all-reduce where it fits, else the ring.
+    assert cost.choose("all_reduce", 2, 2, 64 << 10, one_shot_available=True) == "one_shot"
+    assert cost.choose("all_reduce", 2, 2, 64 << 10, one_shot_available=False) == "ring"
+    assert cost.choose("all_gather", 2, 2, 8, nccl_available=True) == "ring"
+    # LL for small messages, SIMPLE above; LL128 was never the fastest on NVLink, so never chosen.
     assert cost.protocol_for(8, 8) == Protocol.LL
-    assert cost.protocol_for(256 * 1024, 8) == Protocol.LL128
+    assert cost.protocol_for(256 * 1024, 8) == Protocol.SIMPLE
     assert cost.protocol_for(64 << 20, 8) == Protocol.SIMPLE
     cfg = FlowConfig()
     assert cost.channels_for(8, 8, cfg) == 1
+    assert cost.channels_for(64 << 10, 8, cfg) == 4  # one channel per 16 KiB of SIMPLE
     assert cost.channels_for(1 << 30, 8, cfg) == cfg.channels
+    assert cost.one_shot_blocks(1, 2) == 1 and cost.one_shot_blocks(1 << 30, 2) == 128
     big = [cost.estimate("all_reduce", "ring", 8, 8, 1 << k) for k in range(10, 31, 4)]
     assert big == sorted(big)
 
