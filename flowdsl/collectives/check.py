@@ -1,4 +1,14 @@
-"""Inputs and NumPy references for checking the collectives (simulator tests, GPU script, examples).
+"""The collectives' correctness matrix, one for every backend: cases, the call, inputs, references.
+
+:func:`cases` lists the calls (every program in
+:data:`flowdsl.collectives.programs.PROGRAMS` x dtype x op x placement, counts,
+roots and protocols rotating over the calls); :func:`run_case` makes one call on
+a communicator (the simulator's, or a real one with CuPy arrays or PyTorch
+tensors) with its outputs poisoned and returns an :class:`Outcome`;
+:func:`run_matrix` runs a list of cases and returns the failures. The simulator
+tests, the one-GPU tests and the several-GPU tests all go through
+:func:`run_case`, so they make exactly the same calls (a copy of the matrix per
+backend drifted once: fp8 codes were summed as uint8 on the GPUs only).
 
 Inputs are random but kept where the operator cannot overflow the element type
 (so that wrapping or infinities do not make the comparison meaningless), and
@@ -6,18 +16,23 @@ bfloat16 is carried as uint16 bits and fp8 as uint8 codes (``flowdsl/_fp8.py``).
 :func:`reference` computes each collective
 with NumPy in float64/int64; :func:`compare` applies a tolerance that depends
 only on the element type and the number of ranks.
-
-Contents: :func:`inputs`, :func:`reference`, :func:`compare`, :func:`storage_dtype`,
-:func:`poison`, :func:`bf16_bits`, :func:`bf16_values`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import random
+from typing import NamedTuple
+
 import numpy as np
 
 from .. import _fp8
+from ..enums import Protocol
+from ..errors import UsageError
+from ._host import DTYPES, OPS, FlowConfig
 
-__all__ = ["inputs", "reference", "compare", "storage_dtype", "poison", "bf16_bits", "bf16_values"]
+__all__ = ["Case", "Outcome", "cases", "run_case", "run_matrix", "PROTOCOLS", "REDUCING", "inputs", "reference",
+           "compare", "storage_dtype", "poison", "bf16_bits", "bf16_values"]
 
 
 _FP8 = {"float8_e4m3fn": _fp8.E4M3, "float8_e5m2": _fp8.E5M2}
@@ -135,3 +150,290 @@ def compare(result, expected, dtype: str, nranks: int, what: str = "") -> None:
         i = int(np.flatnonzero(bad)[0])
         raise AssertionError(f"{what}: {int(bad.sum())} of {bad.size} elements differ; first at {i}: "
                              f"got {got.reshape(-1)[i]!r}, expected {exp.reshape(-1)[i]!r}")
+
+
+# ---- the matrix --------------------------------------------------------------------------------
+
+#: Protocols the matrix rotates over by default: ``None`` is the cost model's choice per call.
+PROTOCOLS = (None, Protocol.SIMPLE, Protocol.LL, Protocol.LL128)
+#: Collectives that take an ``op``.
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+_ROOTED = ("broadcast", "reduce")
+_TORCH_VIEWS = ("bfloat16", *_FP8)  # stored as uint16 / uint8, passed to torch as its own dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One call of the matrix: which program, on what, and how.
+
+    Attributes:
+        algorithm: ``"ring"`` or ``"tree"`` (with ``collective``, a key of ``PROGRAMS``).
+        collective: ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"``, ``"broadcast"``
+            or ``"reduce"``.
+        dtype: A name in :data:`flowdsl.collectives.DTYPES`.
+        op: An operator name (``"sum"``, ...) for the reducing collectives, else ``None``.
+        inplace: In place: ``dst=None`` for all_reduce, broadcast and reduce; for all_gather
+            ``src`` is this rank's slice of ``dst``; for reduce_scatter ``dst`` is this rank's
+            slice of ``src`` (NCCL's in-place layouts).
+        count: Elements per rank (NCCL's ``count``).
+        root: The root of broadcast and reduce (0 for the others).
+        config: The ``config=`` of the call (``None``: the defaults, protocol by the cost model).
+        seed: Seeds the inputs (the same on every rank).
+        like: ``"torch"`` passes PyTorch tensors of the element type itself (no ``dtype=``);
+            ``None`` the arrays ``comm.alloc`` returns (CuPy, or the simulator's buffers).
+    """
+
+    algorithm: str
+    collective: str
+    dtype: str
+    op: str | None
+    inplace: bool
+    count: int
+    root: int = 0
+    config: FlowConfig | None = None
+    seed: int = 0
+    like: str | None = None
+
+    @property
+    def protocol(self) -> Protocol | None:
+        """The forced protocol, or ``None`` when the cost model picks it."""
+        return None if self.config is None else self.config.protocol
+
+    @property
+    def label(self) -> str:
+        """What a failure report names: enough to make the same call again."""
+        parts = [self.algorithm, self.collective, self.dtype]
+        if self.op is not None:
+            parts.append(self.op)
+        parts += ["in-place" if self.inplace else "out-of-place", f"count={self.count}"]
+        if self.collective in _ROOTED:
+            parts.append(f"root={self.root}")
+        parts.append(f"protocol={self.protocol.name if self.protocol is not None else 'auto'}")
+        if self.like:
+            parts.append(self.like)
+        return " ".join(parts)
+
+    def call_kwargs(self) -> dict:
+        """The keyword arguments of the call (``dtype=`` where uint8 arrays carry fp8 codes)."""
+        kwargs = {"algorithm": self.algorithm, "config": self.config}
+        if self.dtype in _FP8 and self.like != "torch":  # a uint8 array cannot say it holds fp8
+            kwargs["dtype"] = self.dtype
+        if self.op is not None:
+            kwargs["op"] = self.op
+        if self.collective in _ROOTED:
+            kwargs["root"] = self.root
+        return kwargs
+
+
+def cases(nranks: int, *, counts, dtypes=DTYPES, algorithms=None, collectives=None, ops=tuple(OPS),
+          inplace=(False, True), protocols=PROTOCOLS, config: FlowConfig | None = None, like: str | None = None,
+          start: int = 0, lsa_size: int | None = None) -> list[Case]:
+    """The matrix: every program x dtype x placement (x op for the reducing collectives).
+
+    Counts and protocols rotate over the calls (together they take every pairing within
+    ``len(counts) * len(protocols)`` consecutive calls), roots vary pseudo-randomly; all
+    three are derived from the call's number, so every rank lists the same cases.
+
+    Args:
+        nranks: Ranks of the communicator (the range of roots).
+        counts: Elements per rank to rotate over.
+        dtypes: Element types (names in :data:`flowdsl.collectives.DTYPES`).
+        algorithms: Keep these programs: algorithm names (``"ring"``) or ``PROGRAMS`` keys
+            (``("ring", "all_reduce")``). Default: every program in ``PROGRAMS``.
+        collectives: Keep the programs of these collectives (default: all).
+        ops: Operators of the reducing collectives.
+        inplace: Placements: ``False`` out of place, ``True`` in place.
+        protocols: Protocols to rotate over; ``None`` leaves the choice to the cost model.
+        config: The staging and launch shape (default: :class:`FlowConfig`'s defaults); its
+            protocol is replaced by the rotating one.
+        like: ``"torch"`` for PyTorch tensors (see :class:`Case`).
+        start: Number of the first call (the calls' seeds are ``start, start + 1, ...``).
+        lsa_size: Ranks per LSA team (default: all): programs that store into every peer's
+            memory (one-shot) are left out across teams, and wherever a count exceeds their window.
+    """
+    from .programs import PROGRAMS, one_shot_fits  # noqa: PLC0415 (compiling programs needs numba-cuda)
+
+    counts, protocols = tuple(counts), tuple(protocols)
+    if not counts or not protocols:
+        raise UsageError("Cannot list the cases: give at least one count and one protocol (None for the "
+                         "cost model's choice)")
+    out = []
+    i = start
+    for (algorithm, collective) in PROGRAMS:
+        if algorithms is not None and algorithm not in algorithms and (algorithm, collective) not in algorithms:
+            continue
+        if collectives is not None and collective not in collectives:
+            continue
+        for dtype in dtypes:
+            for place in inplace:
+                for op in (ops if collective in REDUCING else (None,)):
+                    protocol = protocols[(i // len(counts)) % len(protocols)]
+                    if protocol is None and config is None:
+                        call_config = None
+                    else:
+                        call_config = dataclasses.replace(config or FlowConfig(), protocol=protocol)
+                    root = random.Random(i).randrange(nranks) if collective in _ROOTED else 0
+                    count = int(counts[i % len(counts)])
+                    i += 1
+                    if algorithm == "one_shot" and ((lsa_size or nranks) < nranks or not one_shot_fits(
+                            count, storage_dtype(dtype).itemsize)):
+                        continue
+                    out.append(Case(algorithm, collective, dtype, op, bool(place), count, root, call_config, i - 1,
+                                    like))
+    return out
+
+
+class Outcome(NamedTuple):
+    """What one rank's call left, and what it should have left.
+
+    Attributes:
+        label: The case's label and the rank.
+        result: The output as stored (uint16 for bfloat16, uint8 for fp8).
+        expected: The reference values (float64 / int64), or with ``untouched`` the stored
+            bits the output must still hold (a non-root rank of reduce).
+        dtype: The element type.
+        nranks: Ranks of the communicator (the tolerance grows with them).
+        untouched: The output must be bit-for-bit unchanged.
+    """
+
+    label: str
+    result: np.ndarray
+    expected: np.ndarray
+    dtype: str
+    nranks: int
+    untouched: bool = False
+
+    def failure(self) -> str | None:
+        """``None`` if the result is right, else a message naming the case and the first mismatch."""
+        if self.untouched:
+            got, want = np.ascontiguousarray(self.result), np.ascontiguousarray(self.expected)
+            if got.shape != want.shape:
+                return f"{self.label}: shape {got.shape}, expected {want.shape}"
+            size = got.dtype.itemsize  # by bits: NaN poison must stay the same NaN
+            bad = np.flatnonzero((got.view(np.uint8).reshape(-1, size) != want.view(np.uint8).reshape(-1, size))
+                                 .any(axis=1))
+            if bad.size == 0:
+                return None
+            return (f"{self.label}: {bad.size} of {got.size} elements of a non-root rank's output were written "
+                    f"(it must stay untouched); first at {int(bad[0])}: {got[bad[0]]!r}, was {want[bad[0]]!r}")
+        try:
+            compare(self.result, self.expected, self.dtype, self.nranks, self.label)
+        except AssertionError as exc:
+            return str(exc)
+        return None
+
+
+def _put(array, values) -> None:
+    if array.size:
+        array.set(values)
+
+
+def _host_copy(array) -> np.ndarray:
+    """The array's contents as NumPy (CuPy's ``get``, which the simulator's buffers have too)."""
+    get = getattr(array, "get", None)
+    return get() if get is not None else np.asarray(array)
+
+
+def _as_torch(array, dtype: str):
+    import torch  # noqa: PLC0415
+
+    t = torch.from_dlpack(array)
+    return t.view(getattr(torch, dtype)) if dtype in _TORCH_VIEWS else t
+
+
+def run_case(comm, case: Case) -> Outcome:
+    """Make ``case``'s call once on this rank and read back its output.
+
+    Allocates with ``comm.alloc``, writes this rank's inputs, poisons the rest of the
+    output (:func:`poison`: a value no input holds, NaN for fp8 too), makes the call,
+    synchronizes, reads the output back and frees the buffers. Every rank of ``comm``
+    must run the same cases in the same order (they are collective calls).
+
+    Args:
+        comm: A flowdsl communicator: the simulator's (inside :func:`flowdsl.sim.spawn`) or
+            one from :func:`flowdsl.init` (CuPy arrays, or PyTorch tensors for ``like="torch"``).
+        case: The call (see :func:`cases`).
+
+    Returns:
+        The :class:`Outcome`; ``outcome.failure()`` compares it.
+    """
+    from .. import collectives  # noqa: PLC0415
+
+    n, r = comm.nranks, comm.rank
+    on_sim = getattr(comm, "__flowdsl_sim__", False)
+    if case.like == "torch" and on_sim:
+        raise UsageError(f"Cannot run {case.label} on the simulator: its buffers are NumPy arrays, not torch "
+                         "tensors. Use like=None there")
+    if case.like not in (None, "torch"):
+        raise UsageError(f"Cannot run {case.label}: like must be None or 'torch', got {case.like!r}")
+    count, store = case.count, storage_dtype(case.dtype)
+    rng = np.random.default_rng(case.seed)  # the same inputs on every rank
+    size_in = count * (n if case.collective == "reduce_scatter" else 1)
+    size_out = count * (n if case.collective == "all_gather" else 1)
+    ins = inputs(rng, case.dtype, case.op or "sum", n, size_in)
+    mine = slice(r * count, (r + 1) * count)
+    buffers = []
+
+    def alloc(size):
+        buf = comm.alloc(size, store)
+        buffers.append(buf)
+        return buf
+
+    if not case.inplace:
+        src, dst = alloc(size_in), alloc(size_out)
+        _put(src, ins[r])
+        dst.fill(poison(case.dtype))
+        out = dst
+    elif case.collective == "all_gather":  # src is this rank's slice of dst
+        dst = alloc(size_out)
+        dst.fill(poison(case.dtype))
+        src = dst[mine]
+        _put(src, ins[r])
+        out = dst
+    elif case.collective == "reduce_scatter":  # dst is this rank's slice of src
+        src = alloc(size_in)
+        _put(src, ins[r])
+        dst = out = src[mine]
+    else:
+        src, dst = alloc(size_in), None
+        _put(src, ins[r])
+        out = src
+    try:
+        # Inputs and poison went in on the arrays' stream: wait, whatever stream the call runs on.
+        comm.synchronize()
+        args = (src, dst)
+        if case.like == "torch":
+            args = tuple(None if a is None else _as_torch(a, case.dtype) for a in args)
+        getattr(collectives, case.collective)(comm, *args, **case.call_kwargs())
+        comm.synchronize()
+        result = _host_copy(out)
+    finally:
+        free = getattr(comm, "free", None)  # the simulator has none: its buffers are NumPy's
+        for buf in buffers if free is not None else ():
+            if buf.size:  # an empty CuPy array has no address: it stays until the communicator closes
+                free(buf)
+    label = f"{case.label} rank={r}"
+    if case.collective == "reduce" and r != case.root:  # dst is the root's only
+        before = ins[r] if case.inplace else np.full(size_out, poison(case.dtype), store)
+        return Outcome(label, result, before, case.dtype, n, untouched=True)
+    expected = reference(case.collective, ins, case.dtype, case.op, case.root)[r]
+    return Outcome(label, result, expected, case.dtype, n)
+
+
+def run_matrix(comm, matrix) -> list[str]:
+    """Run every case on this rank (collective: every rank runs the same list); return the failures.
+
+    An exception (a refused call, a device error) propagates with the case's label as a note:
+    the other ranks may be inside the collective, and only the launcher can end them.
+    """
+    failures = []
+    for case in matrix:
+        try:
+            outcome = run_case(comm, case)
+        except Exception as exc:
+            exc.add_note(f"in {case.label} on rank {comm.rank}")
+            raise
+        failure = outcome.failure()
+        if failure is not None:
+            failures.append(failure)
+    return failures

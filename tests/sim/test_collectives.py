@@ -1,14 +1,13 @@
 """The GENK collectives on the simulator: every collective, dtype, op and placement against NumPy.
 
-One spawn per topology runs the whole matrix (so the simulator starts once);
-outputs are poisoned by ``comm.alloc`` (NaN / 0xA5 bytes), so an element a
-program forgets to write fails the comparison. Protocols rotate over the calls
-and the staging is tiny (two 128-byte slots), so every call crosses many slots.
+The matrix is :mod:`flowdsl.collectives.check`'s, the one the GPU tests run: the
+same cases, made by the same code. One spawn per topology runs the whole matrix
+(so the simulator starts once); outputs are poisoned, so an element a program
+forgets to write fails the comparison. Protocols rotate over the calls and the
+staging is tiny (two 128-byte slots), so every call crosses many slots.
 """
 
 from __future__ import annotations
-
-import itertools
 
 import numpy as np
 import pytest
@@ -21,82 +20,19 @@ from flowdsl.sim import spawn
 
 pytestmark = pytest.mark.sim
 
-OPS = ("sum", "prod", "min", "max", "avg")
-CASES = [(alg, c) for (alg, c) in coll.programs.PROGRAMS]
 PROTOCOLS = (Protocol.SIMPLE, Protocol.LL, Protocol.LL128)
+# Tiny staging: two 128-byte slots per connection, so every call crosses many slots.
+# Two warps: the second is the sync warp (posts and credits) while the first moves data, as on GPUs.
+TINY = coll.FlowConfig(channels=2, nslots=2, slot_bytes=128, threads=64)
 
 
-def _config(i):
-    return coll.FlowConfig(channels=2, nslots=2, slot_bytes=128, threads=32, protocol=PROTOCOLS[i % 3])
-
-
-def _run_matrix(comm, seed, dtypes, counts, cases=CASES, ops=OPS):
-    """Run every case on this rank; return a list of (label, result, expected) to compare."""
-    n, r = comm.nranks, comm.rank
-    out = []
-    calls = itertools.count(seed)
-    for (alg, collective), dtype, inplace in itertools.product(cases, dtypes, (False, True)):
-        for op in (ops if collective in ("all_reduce", "reduce_scatter", "reduce") else (None,)):
-            i = next(calls)
-            count = counts[i % len(counts)]
-            root = i % n
-            rng = np.random.default_rng(1000 * i)  # the same on every rank
-            size_in = count * (n if collective == "reduce_scatter" else 1)
-            ins = check.inputs(rng, dtype, op or "sum", n, size_in)
-            expected = check.reference(collective, ins, dtype, op, root)[r]
-            store = check.storage_dtype(dtype)
-            size_out = count * (n if collective == "all_gather" else 1)
-            if collective == "reduce_scatter" and inplace:
-                buf = comm.alloc(size_in, store)
-                buf[:] = ins[r]
-                src, dst, view = buf, buf[r * count:(r + 1) * count], lambda b=buf: b[r * count:(r + 1) * count]
-            elif collective == "all_gather" and inplace:
-                buf = comm.alloc(size_out, store)
-                buf[r * count:(r + 1) * count] = ins[r]
-                src, dst, view = buf[r * count:(r + 1) * count], buf, lambda b=buf: b
-            elif inplace:
-                buf = comm.alloc(size_in, store)
-                buf[:] = ins[r]
-                src, dst, view = buf, None, lambda b=buf: b
-            else:
-                src = comm.alloc(size_in, store)
-                src[:] = ins[r]
-                dst = comm.alloc(size_out, store)
-                dst[:] = check.poison(dtype)  # fp8 codes need NaN: 0xA5 is a number there
-                view = lambda b=dst: b  # noqa: E731
-            kwargs = {"algorithm": alg, "config": _config(i)}
-            if dtype.startswith("float8"):  # uint8 arrays: the call says they hold fp8
-                kwargs["dtype"] = dtype
-            if op is not None:
-                kwargs["op"] = op
-            if collective in ("broadcast", "reduce"):
-                kwargs["root"] = root
-            getattr(coll, collective)(comm, src, dst, **kwargs)
-            comm.synchronize()
-            label = f"{alg} {collective} {dtype} op={op} inplace={inplace} count={count} root={root} rank={r}"
-            result = np.array(view())
-            if expected is None:  # a non-root rank of reduce: dst untouched
-                expected = check._values(ins[r] if inplace else check.storage_dtype(dtype).type(0), dtype)
-                if not inplace:
-                    out.append((label + " (untouched)", result, check.poison(dtype)))
-                    continue
-            out.append((label, result, expected))
-    return out
-
-
-def _check_all(results, dtypes_n):
-    failures = []
-    for rank_results in results:
-        for label, result, expected in rank_results:
-            dtype = label.split()[2]
-            try:
-                if label.endswith("(untouched)"):
-                    poison = np.full(result.shape, expected, result.dtype)
-                    assert np.array_equal(result.view(np.uint8), poison.view(np.uint8)), "dst of a non-root written"
-                else:
-                    check.compare(result, expected, dtype, dtypes_n, label)
-            except AssertionError as exc:
-                failures.append(str(exc) if label in str(exc) else f"{label}: {exc}")
+def _run(nranks, nodes, seed, **matrix):
+    """Run the matrix on ``nranks`` simulated ranks; fail with the first mismatches of every rank."""
+    def main(comm):
+        return check.run_matrix(comm, check.cases(comm.nranks, protocols=PROTOCOLS, config=TINY, start=seed,
+                                                  lsa_size=comm.lsa_size, **matrix))
+    failures = [f for rank in spawn(main, nranks=nranks, nodes=nodes, seed=seed,
+                                    gin_delivery="reordered" if nodes > 1 else "ordered") for f in rank]
     assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:20])
 
 
@@ -105,19 +41,14 @@ TOPOLOGIES = [(1, 1), (2, 1), (3, 1), (4, 1), (8, 1), (8, 2)]
 
 @pytest.mark.parametrize("nranks,nodes", TOPOLOGIES, ids=[f"{n}ranks-{k}nodes" for n, k in TOPOLOGIES])
 def test_every_collective_dtype_op_placement(nranks, nodes):
-    dtypes = coll.DTYPES
     counts = (0, 1, 37, 131, 8) if nranks < 8 else (0, 1, 29, 8)  # 8 ranks: fewer slots, same cases
-    results = spawn(lambda comm: _run_matrix(comm, nranks, dtypes, counts), nranks=nranks,
-                    nodes=nodes, seed=nranks, gin_delivery="reordered" if nodes > 1 else "ordered")
-    _check_all(results, nranks)
+    _run(nranks, nodes, nranks, counts=counts)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_two_nodes_reordered_seeds(seed):
     """2 nodes x 4 ranks, GIN across, reordered delivery, more scheduler seeds (float32, all ops)."""
-    results = spawn(lambda comm: _run_matrix(comm, seed, ("float32",), (53,)), nranks=8, nodes=2,
-                    seed=seed, gin_delivery="reordered")
-    _check_all(results, 8)
+    _run(8, 2, seed, counts=(53,), dtypes=("float32",))
 
 
 def test_larger_slots_and_channels():
