@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Everything GPU-side in one call: install carried wheels (the GPU machine has no network),
 # build the collectives library, run the GPU tests (compile and simulator tests run in CI), the
-# demo, compute-sanitizer and the benchmarks (LSA, collectives), and print a summary table last.
+# demo, compute-sanitizer and the benchmarks, and print a summary table last. With two or more
+# GPUs it also runs the multi-GPU tests (tests/multigpu, under torchrun), compute-sanitizer over
+# them, and the multi-GPU sweep against NCCL and PyTorch SymmetricMemory.
 #   usage: bash scripts/gpu_all.sh [pytest -k expression]
+#   STAGES="tests multigpu sanitize bench sweep" picks stages (default: all); BENCH_ARGS go to
+#   benchmarks/collectives_bench.py, MULTIGPU_BENCH_ARGS (e.g. --quick) to benchmarks/multigpu_bench.py.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if compgen -G ".whl/*.whl" > /dev/null; then
@@ -14,8 +18,13 @@ fi
 export PYTHONUNBUFFERED=1
 export FLOWDSL_CACHE_DIR=${FLOWDSL_CACHE_DIR:-/tmp/flowdsl-cache}
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
+export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/flowdsl-out}
+STAGES=${STAGES:-tests multigpu sanitize bench sweep}
 mkdir -p "$OUT"
+NGPUS=$(nvidia-smi -L | wc -l)
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+quiet() { grep -v '^W1\|^\*\*\*\*\|OMP_NUM_THREADS'; }   # torchrun's banner lines
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import flowdsl, numba_cuda, numpy, cupy; from flowdsl.runtime.nccl import loaded_version as v; \
 print('flowdsl', flowdsl.__version__, 'numba-cuda', numba_cuda.__version__, 'numpy', numpy.__version__, \
@@ -24,18 +33,47 @@ print('flowdsl', flowdsl.__version__, 'numba-cuda', numba_cuda.__version__, 'num
 start=$SECONDS
 python3 -m flowdsl precompile 2>&1 | tr '\r' '\n' | tail -1 | tee "$OUT/precompile.txt"
 echo "wall $((SECONDS - start)) s on $(nproc) CPUs" | tee -a "$OUT/precompile.txt"
-python3 -m pytest tests -m gpu -q -p no:cacheprovider --junitxml="$OUT/junit.xml" ${1:+-k "$1"} 2>&1 | tee "$OUT/pytest.log" | tail -40
-python3 -m flowdsl demo --tokens 64 --hidden 1024 2>&1 | tee "$OUT/demo.log"
-# The same demo bootstrapped by torchrun (flowdsl.init reads RANK/WORLD_SIZE/LOCAL_RANK).
-python3 -m torch.distributed.run --nproc_per_node=1 -m flowdsl demo --tokens 8 2>&1 | tail -2 | tee "$OUT/torchrun.log"
-# Memory and shared-memory race checks of the examples (warm kernel cache: no compile under the tool).
-# API errors are off: NCCL probes the driver at start (cuMemCreate, kernel images) and expects refusals.
-for tool in memcheck racecheck; do
-  compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 9 python3 scripts/sanitize_examples.py > "$OUT/sanitizer-$tool.log" 2>&1
-  echo "compute-sanitizer $tool: exit $? ($(grep -h 'SUMMARY' "$OUT/sanitizer-$tool.log" | tail -1))" | tee -a "$OUT/sanitizer.txt"
-done
-if [ -f benchmarks/lsa_bench.py ]; then
-  python3 benchmarks/lsa_bench.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -30
+if has tests; then
+  python3 -m pytest tests -m "gpu and not multigpu" -q -p no:cacheprovider --junitxml="$OUT/junit.xml" \
+    ${1:+-k "$1"} 2>&1 | tee "$OUT/pytest.log" | tail -40
+  python3 -m flowdsl demo --tokens 64 --hidden 1024 2>&1 | tee "$OUT/demo.log"
 fi
-python3 benchmarks/collectives_bench.py ${BENCH_ARGS:-} --json "$OUT/bench.json" 2>&1 | tee "$OUT/collectives_bench.log" | tail -45
+if has multigpu && [ "$NGPUS" -ge 2 ]; then
+  # Each test launches torchrun over every GPU (tests/multigpu/test_collectives_multigpu.py).
+  python3 -m pytest tests/multigpu -m multigpu -q -p no:cacheprovider --junitxml="$OUT/junit-multigpu.xml" \
+    2>&1 | tee "$OUT/pytest-multigpu.log" | tail -30
+fi
+if has sanitize; then
+  # Memory and shared-memory race checks (warm kernel cache: no compile under the tool). API errors
+  # are off: NCCL probes the driver at start (cuMemCreate, kernel images) and expects refusals.
+  : > "$OUT/sanitizer.txt"
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 9 python3 scripts/sanitize_examples.py \
+      > "$OUT/sanitizer-$tool.log" 2>&1
+    echo "compute-sanitizer $tool, 1 GPU: exit $? ($(grep -h 'SUMMARY' "$OUT/sanitizer-$tool.log" | tail -1))" \
+      | tee -a "$OUT/sanitizer.txt"
+  done
+  if [ "$NGPUS" -ge 2 ]; then
+    for tool in memcheck racecheck synccheck; do
+      timeout 300 python3 -m torch.distributed.run --standalone --nproc_per_node="$NGPUS" --no-python \
+        compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 9 \
+        python3 tests/multigpu/collectives_worker.py --small > "$OUT/sanitizer-$tool-multigpu.log" 2>&1
+      echo "compute-sanitizer $tool, $NGPUS GPUs: exit $? ($(grep -h 'SUMMARY' "$OUT/sanitizer-$tool-multigpu.log" \
+        | sort | uniq -c | tr '\n' ' '))" | tee -a "$OUT/sanitizer.txt"
+    done
+  fi
+fi
+if has bench; then
+  if [ -f benchmarks/lsa_bench.py ]; then
+    python3 benchmarks/lsa_bench.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -30
+  fi
+  python3 benchmarks/collectives_bench.py ${BENCH_ARGS:-} --json "$OUT/bench.json" 2>&1 \
+    | tee "$OUT/collectives_bench.log" | tail -45
+fi
+if has sweep && [ "$NGPUS" -ge 2 ]; then
+  # The several-GPU sweep against NCCL and SymmetricMemory: its tables, then its GOALS block.
+  python3 -m torch.distributed.run --standalone --nproc_per_node="$NGPUS" benchmarks/multigpu_bench.py \
+    ${MULTIGPU_BENCH_ARGS:-} --json "$OUT/multigpu.json" --plot "$OUT/multigpu.png" 2>&1 | quiet \
+    | tee "$OUT/multigpu_bench.log" | tail -150
+fi
 python3 scripts/summary.py "$OUT"

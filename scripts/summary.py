@@ -12,16 +12,17 @@ from pathlib import Path
 def main(out: str) -> None:
     out_dir = Path(out)
     rows = []
-    junit = out_dir / "junit.xml"
-    if junit.exists():
-        counts: dict[str, Counter] = {}
+    counts: dict[str, Counter] = {}
+    for junit in (out_dir / "junit.xml", out_dir / "junit-multigpu.xml"):
+        if not junit.exists():
+            continue
         for case in ET.parse(junit).getroot().iter("testcase"):
             group = case.get("classname", "").split(".")[1] if "." in case.get("classname", "") else "?"
             state = "failed" if case.find("failure") is not None or case.find("error") is not None else (
                 "skipped" if case.find("skipped") is not None else "passed")
             counts.setdefault(group, Counter())[state] += 1
-        for group, c in sorted(counts.items()):
-            rows.append((f"tests/{group}", f"{c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped"))
+    for group, c in sorted(counts.items()):
+        rows.append((f"tests/{group}", f"{c['passed']} passed, {c['failed']} failed, {c['skipped']} skipped"))
     bench = out_dir / "bench.json"
     if bench.exists():
         for row in json.loads(bench.read_text()):
@@ -32,6 +33,13 @@ def main(out: str) -> None:
     for line in (out_dir / "sanitizer.txt").read_text().splitlines() if (out_dir / "sanitizer.txt").exists() else []:
         tool, _, verdict = line.partition(": ")
         rows.append((tool, verdict))
+    multigpu = out_dir / "multigpu.json"
+    if multigpu.exists():  # benchmarks/multigpu_bench.py: its goals, one row each
+        for goal in json.loads(multigpu.read_text()).get("goals", []):
+            value = goal.get("value")
+            shown = "-" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
+            verdict = f"{goal['status']}  {shown} ({goal.get('target', '')}) {goal.get('detail', '')}"
+            rows.append((goal["name"], verdict))
     if (out_dir / "demo.log").exists():
         rows.append(("demo (python -m flowdsl demo)", (out_dir / "demo.log").read_text().strip().splitlines()[-1].strip()))
     for name in ("gpu.txt", "versions.txt"):
