@@ -446,26 +446,80 @@ class _Loaded:
 
 
 def _driver_launcher(kernel, flat, grid, block, stream, shared):
-    """``cuLaunchKernel`` over parameters packed once into C memory (about a microsecond a call)."""
+    """A no-argument launcher of ``kernel`` over parameters packed once into C memory."""
     import ctypes  # noqa: PLC0415
-
-    from cuda.bindings import driver  # noqa: PLC0415
 
     holders = [v if isinstance(v, ctypes._SimpleCData) else ctypes.c_uint64(int(v) & 0xFFFFFFFFFFFFFFFF)
                for v in flat]
     params = (ctypes.c_void_p * max(1, len(holders)))(*[ctypes.addressof(h) for h in holders])
     g = tuple(grid) + (1,) * (3 - len(grid)) if isinstance(grid, tuple) else (int(grid), 1, 1)
     b = tuple(block) + (1,) * (3 - len(block)) if isinstance(block, tuple) else (int(block), 1, 1)
-    # cuLaunchKernel on the stream handle: on a capturing stream the launch is captured.
-    handle, hstream, address = kernel.handle, driver.CUstream(stream), ctypes.addressof(params)
-    success = driver.CUresult.CUDA_SUCCESS
+    return _PreparedLaunch(kernel.handle, (holders, params), g + b + (shared,), stream)
 
-    def launch():
-        err = driver.cuLaunchKernel(handle, *g, *b, shared, hstream, address, 0)[0]
-        if err != success:
+
+class _PreparedLaunch:
+    """One kernel launch with fixed arguments on one stream, repeated by calling it.
+
+    Outside graph capture it replays a one-node CUDA graph of the launch: the driver's graph
+    launch takes about a third of ``cuLaunchKernel``'s host time (benchmarks/launch_bench.py),
+    which is most of a small collective's time. While the stream captures, it calls
+    ``cuLaunchKernel`` so that the launch itself is captured into the user's graph.
+    """
+
+    __slots__ = ("handle", "keep_alive", "shape", "stream", "address", "graph_exec", "__weakref__")
+
+    def __init__(self, handle, keep_alive, shape, stream: int):
+        import ctypes  # noqa: PLC0415
+
+        from cuda.bindings import driver  # noqa: PLC0415
+
+        self.handle, self.keep_alive, self.shape = handle, keep_alive, shape
+        self.stream, self.address = driver.CUstream(stream), ctypes.addressof(keep_alive[1])
+        self.graph_exec = None  # made at the first launch outside capture; False: not available
+
+    def __call__(self):
+        from cuda.bindings import driver  # noqa: PLC0415 - a cached module lookup
+
+        err, status = driver.cuStreamIsCapturing(self.stream)
+        if not err and not status and self.graph_exec is not False:
+            if self.graph_exec is None:
+                self.graph_exec = self._instantiate()
+                return self()
+            err = driver.cuGraphLaunch(self.graph_exec, self.stream)[0]
+        else:
+            err = driver.cuLaunchKernel(self.handle, *self.shape, self.stream, self.address, 0)[0]
+        if err:
             raise UsageError(f"Cannot launch: cuLaunchKernel returned {err.name}{_capture_hint(err.name)}")
-    launch.keep_alive = (holders, params)
-    return launch
+
+    def _instantiate(self):
+        """A graph of this launch, captured on a private stream and instantiated, or False."""
+        import weakref  # noqa: PLC0415
+
+        from cuda.bindings import driver  # noqa: PLC0415
+
+        # Relaxed: creating a stream and instantiating must not disturb another thread's capture.
+        relaxed = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        err, previous = driver.cuThreadExchangeStreamCaptureMode(relaxed)
+        if err:
+            return False
+        err, private = driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)
+        try:
+            if err or driver.cuStreamBeginCapture(private, relaxed)[0]:
+                return False
+            launched = driver.cuLaunchKernel(self.handle, *self.shape, private, self.address, 0)[0]
+            err, graph = driver.cuStreamEndCapture(private)
+            if err or launched:
+                return False
+            err, graph_exec = driver.cuGraphInstantiate(graph, 0)
+            driver.cuGraphDestroy(graph)  # the executable graph does not need it
+            if err:
+                return False
+        finally:
+            if private is not None:
+                driver.cuStreamDestroy(private)
+            driver.cuThreadExchangeStreamCaptureMode(previous)
+        weakref.finalize(self, driver.cuGraphExecDestroy, graph_exec).atexit = False
+        return graph_exec
 
 
 #: Launch errors of CUDA-graph capture -> why, and the fix.
@@ -605,8 +659,10 @@ class _Launch:
         """Check, type and pack ``args`` once; return a callable that launches with them again.
 
         For a launch repeated with the same arguments (a collective in a loop): a call
-        of the result costs only the driver's launch. The stream is resolved now: with
-        ``stream=None`` the arrays' framework's current stream at this call.
+        of the result replays a one-node CUDA graph of the launch (less host time than
+        ``cuLaunchKernel``), or, while its stream captures, launches into the capture.
+        The stream is resolved now: with ``stream=None`` the arrays' framework's current
+        stream at this call.
         """
         stream = stream_handle(self.stream, args, self.kernel._launch_operation)
         if self._on_simulator(args):

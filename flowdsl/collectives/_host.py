@@ -9,7 +9,10 @@ communicator.
 from __future__ import annotations
 
 import os
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -281,35 +284,56 @@ def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", r
 class _Plan:
     """A checked, typed and packed call: what a repeated call with the same arrays launches.
 
-    ``algorithm`` is the program it runs (what ``algorithm="auto"`` chose), for benchmarks.
+    It holds its arrays weakly, so a cached plan never keeps memory alive: a call with another
+    array, or a new array that took a freed one's ``id``, is planned afresh. ``run(src, dst)``
+    launches; ``algorithm`` is the program it runs (what ``algorithm="auto"`` chose).
     """
 
-    __slots__ = ("launch", "src", "dst", "ptrs", "result", "algorithm")
+    __slots__ = ("run", "src", "dst", "pointer", "ptrs", "algorithm")
 
-    def __init__(self, launch, src, dst, result, algorithm=None):
-        self.launch, self.src, self.dst, self.result = launch, src, dst, result
-        self.algorithm = algorithm
-        self.ptrs = (_pointer(src), _pointer(dst))
+    def __init__(self, run, src, dst, algorithm=None):
+        self.run, self.algorithm = run, algorithm
+        self.src = weakref.ref(src)
+        self.dst = _no_array if dst is None else weakref.ref(dst)
+        kinds = {type(src), type(dst)} - {type(None)}
+        self.pointer = _pointer_reader(kinds.pop()) if len(kinds) == 1 else _any_pointer
+        self.ptrs = self._pointers(src, dst)
 
     def valid(self, src, dst) -> bool:
-        return (_pointer(src), _pointer(dst)) == self.ptrs
+        """Whether ``src`` and ``dst`` are the planned arrays, still over the planned memory."""
+        return (self.src() is src and self.dst() is dst
+                and (self.pointer is None or self._pointers(src, dst) == self.ptrs))
+
+    def _pointers(self, src, dst):
+        return None if self.pointer is None else (self.pointer(src), None if dst is None else self.pointer(dst))
 
 
-def _pointer(array):
-    """Data pointer and size, cheaply for CuPy and PyTorch (they may be re-pointed in place)."""
-    if array is None:
+def _no_array():
+    return None
+
+
+def _pointer_reader(kind):
+    """How to read (data pointer, size) of arrays of type ``kind``, or None where an array's
+    identity fixes its memory (CuPy's ``data`` is read-only; NumPy's simulated arrays). A PyTorch
+    tensor can be re-pointed in place (``set_``, ``.data =``)."""
+    module = kind.__module__ or ""
+    if module.startswith("torch"):
+        return lambda array: (array.data_ptr(), array.numel())
+    if module.startswith("cupy") or issubclass(kind, np.ndarray):
         return None
-    data = getattr(array, "data", None)
-    ptr = getattr(data, "ptr", None)
-    if ptr is not None:  # CuPy
-        return ptr, array.size
+    return _any_pointer
+
+
+def _any_pointer(array):
     data_ptr = getattr(array, "data_ptr", None)
-    if data_ptr is not None:  # PyTorch
+    if data_ptr is not None:  # PyTorch (fp8 tensors have no __cuda_array_interface__)
         return data_ptr(), array.numel()
-    cai = getattr(array, "__cuda_array_interface__", None)
-    if cai is not None:
-        return cai["data"][0], tuple(cai["shape"])
-    return id(array), None
+    interface = getattr(array, "__cuda_array_interface__", None)
+    return (interface["data"][0], tuple(interface["shape"])) if interface else (id(array), None)
+
+
+def _weakly_referable(*arrays) -> bool:
+    return all(a is None or type(a).__weakrefoffset__ for a in arrays)
 
 
 _MAX_PLANS = 64
@@ -324,27 +348,33 @@ def _remember(comm, key, plan):
 
 def _planned(comm, key, src, dst):
     """The plan of an earlier call with the same arrays and options, or None (the fast path)."""
-    plans = getattr(comm, "__dict__", None)
-    plans = plans.get("_flowdsl_plans") if plans else None
-    if plans and _closed(comm):  # the first-call path reports it
-        return None
-    if plans:
-        plan = plans.get(key)
-        if plan is not None and plan.valid(src, dst):
-            return plan
+    plan = getattr(comm, "_flowdsl_plans", _NO_PLANS).get(key)
+    if plan is not None and plan.valid(src, dst) and not comm.closed:  # a closed one: the first call says so
+        return plan
     return None
+
+
+_NO_PLANS: dict = {}
 
 
 def _first_call(collective, comm, src, dst, key, stream, algorithm, config, **check_kwargs):
     """Check everything, plan, remember the plan under ``key`` and launch it (``stream``: a handle)."""
     s, d, count, redop = _check(collective, comm, src, dst, algorithm=algorithm, **check_kwargs)
     plan = _plan(collective, comm, s, d, count, redop, check_kwargs.get("root", 0), algorithm, stream, config)
-    _remember(comm, key, plan)
-    plan.launch()
-    return plan.result
+    if _weakly_referable(src, dst):  # other array types are checked and planned at every call
+        _remember(comm, key, _Plan(plan.run, src, dst, plan.algorithm))
+    plan.run(src, dst)
+    return src if dst is None else dst
 
 
-def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config) -> _Plan:
+class _Planned(NamedTuple):
+    """What :func:`_plan` decided: ``run(src, dst)`` launches it; ``algorithm`` is the program."""
+
+    run: Callable
+    algorithm: str
+
+
+def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config) -> _Planned:
     config = config or DEFAULT_CONFIG
     from ._library import kernel_for, storage  # noqa: PLC0415
 
@@ -369,8 +399,8 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config)
         if getattr(comm, "_nccl", None) is None:
             raise UsageError(f"Cannot {collective} with algorithm='nccl': this communicator has no NCCL host "
                              "communicator (the simulator). Use 'ring' or 'tree'")
-        return _Plan(lambda: _run_nccl(collective, comm, s, d, redop, root, stream), s.array, d.array, d.array,
-                     "nccl")
+        return _Planned(lambda src, dst: _run_nccl(collective, comm, src, src if dst is None else dst, redop, root,
+                                                   stream), "nccl")
     st = _state(comm, config, collective, stream)
     protocol = config.protocol if config.protocol is not None else cost.protocol_for(nbytes, comm.nranks)
     window, grid = st.window, cost.channels_for(nbytes, comm.nranks, config, protocol)
@@ -383,7 +413,7 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config)
     launch = kernel[grid, config.threads, stream].prepare(
         st.devcomm, window, src, dst, count, int(root or 0), int(s is d or s.ptr == d.ptr), config.channels,
         config.nslots, config.slot_bytes // 8, int(protocol), vectors)
-    return _Plan(launch, s.array, d.array, d.array, algorithm)
+    return _Planned(lambda src, dst: launch(), algorithm)
 
 
 def _one_shot_fits(comm, count: int, kernel_dtype: str) -> bool:
@@ -415,7 +445,7 @@ def _nranks(comm):
     return nranks
 
 
-def _run_nccl(collective, comm, s, d, redop, root, stream):
+def _run_nccl(collective, comm, src, dst, redop, root, stream):
     nccl_comm = getattr(comm, "_nccl", None)
     if nccl_comm is None:
         raise UsageError(f"Cannot {collective} with algorithm='nccl': this communicator has no NCCL host "
@@ -426,16 +456,15 @@ def _run_nccl(collective, comm, s, d, redop, root, stream):
            RedOp.MAX: NcclRedOp.MAX, RedOp.AVG: NcclRedOp.AVG}
     kw = {"stream": stream}  # the resolved handle: NCCL's collectives are capturable on it
     if collective == "all_reduce":
-        nccl_comm.allreduce(s.array, d.array, ops[redop], **kw)
+        nccl_comm.allreduce(src, dst, ops[redop], **kw)
     elif collective == "all_gather":
-        nccl_comm.allgather(s.array, d.array, **kw)
+        nccl_comm.allgather(src, dst, **kw)
     elif collective == "reduce_scatter":
-        nccl_comm.reduce_scatter(s.array, d.array, ops[redop], **kw)
+        nccl_comm.reduce_scatter(src, dst, ops[redop], **kw)
     elif collective == "broadcast":
-        nccl_comm.broadcast(s.array, d.array, int(root), **kw)
+        nccl_comm.broadcast(src, dst, int(root), **kw)
     else:
-        nccl_comm.reduce(s.array, d.array, ops[redop], int(root), **kw)
-    return d.array
+        nccl_comm.reduce(src, dst, ops[redop], int(root), **kw)
 
 
 # ---- public entry points -----------------------------------------------------------------------
@@ -446,8 +475,8 @@ def all_reduce(comm, src, dst=None, *, op="sum", algorithm="auto", stream=None, 
     key = ("all_reduce", id(src), id(dst), op, 0, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
-        plan.launch()
-        return plan.result
+        plan.run(src, dst)
+        return src if dst is None else dst
     return _first_call("all_reduce", comm, src, dst, key, stream, algorithm, config, op=op, dtype=dtype)
 
 
@@ -457,8 +486,8 @@ def all_gather(comm, src, dst, *, algorithm="auto", stream=None, config=None, dt
     key = ("all_gather", id(src), id(dst), None, 0, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
-        plan.launch()
-        return plan.result
+        plan.run(src, dst)
+        return src if dst is None else dst
     return _first_call("all_gather", comm, src, dst, key, stream, algorithm, config, ratio_out=_nranks(comm),
                        dtype=dtype)
 
@@ -469,8 +498,8 @@ def reduce_scatter(comm, src, dst, *, op="sum", algorithm="auto", stream=None, c
     key = ("reduce_scatter", id(src), id(dst), op, 0, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
-        plan.launch()
-        return plan.result
+        plan.run(src, dst)
+        return src if dst is None else dst
     return _first_call("reduce_scatter", comm, src, dst, key, stream, algorithm, config, op=op,
                        ratio_in=_nranks(comm), dtype=dtype)
 
@@ -481,8 +510,8 @@ def broadcast(comm, src, dst=None, *, root=0, algorithm="auto", stream=None, con
     key = ("broadcast", id(src), id(dst), None, root, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
-        plan.launch()
-        return plan.result
+        plan.run(src, dst)
+        return src if dst is None else dst
     return _first_call("broadcast", comm, src, dst, key, stream, algorithm, config, root=root, dtype=dtype)
 
 
@@ -492,7 +521,7 @@ def reduce(comm, src, dst=None, *, op="sum", root=0, algorithm="auto", stream=No
     key = ("reduce", id(src), id(dst), op, root, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
-        plan.launch()
-        return plan.result
+        plan.run(src, dst)
+        return src if dst is None else dst
     return _first_call("reduce", comm, src, dst, key, stream, algorithm, config, op=op, root=root,
                        dtype=dtype)

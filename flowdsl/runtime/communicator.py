@@ -158,6 +158,11 @@ class Communicator:
             raise ResourceClosedError(f"Cannot {operation}: the communicator was closed. Call flowdsl.init() again.")
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    @property
     def open_resources(self) -> list:
         """Resources not yet closed (windows, device communicators, symmetric buffers)."""
         return list(self._resources)

@@ -101,6 +101,32 @@ def test_nccl_algorithm_and_repeated_calls_agree(comm):
     cupy.testing.assert_array_equal(a, b)
 
 
+def test_a_loop_over_fresh_arrays_does_not_grow_gpu_memory(comm):
+    """Cached plans hold their arrays weakly: a training-style loop over new tensors frees them."""
+    import cupy
+
+    from flowdsl import collectives as coll
+
+    pool = cupy.get_default_memory_pool()
+    rng = np.random.default_rng(4)
+
+    def step(algorithm):
+        x = cupy.asarray(rng.standard_normal(1 << 14).astype(np.float32))
+        y = cupy.full_like(x, np.nan)
+        coll.all_reduce(comm, x, y, algorithm=algorithm)
+        cupy.testing.assert_array_equal(y, x)  # one rank: the sum is the input
+
+    for algorithm in ("ring", "nccl"):
+        for _ in range(4):  # plans, the pool's first blocks
+            step(algorithm)
+        comm.synchronize()
+        used = pool.used_bytes()
+        for _ in range(100):
+            step(algorithm)
+        comm.synchronize()
+        assert pool.used_bytes() <= used, f"{algorithm}: {pool.used_bytes() - used} bytes more after 100 calls"
+
+
 def test_bad_input_on_the_gpu(comm):
     import cupy
 

@@ -209,3 +209,33 @@ def test_first_calls_during_capture_are_refused_and_the_capture_stays_usable(com
     never_launched_before_capture[1, 32, stream](y)
     stream.synchronize()
     np.testing.assert_array_equal(y.get()[:32], np.zeros(32, np.float32))
+
+
+def test_a_prepared_launch_replays_a_graph_outside_capture_and_is_captured_inside(comm):
+    """Repeated calls replay a one-node graph (cheaper on the host); on a capturing stream the
+    launch itself goes into the user's graph. Both read the arrays' current contents."""
+    import cupy
+
+    x, y = comm.alloc(N, np.float32), comm.alloc(N, np.float32)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    launch = scale_shift[(N + 127) // 128, 128, stream].prepare(x, y, np.float32(2.0), np.float32(-1.0))
+    for seed in (5, 6):
+        values = _values(seed)
+        x.set(values)
+        y.fill(np.nan)
+        launch()
+        stream.synchronize()
+        np.testing.assert_allclose(y.get(), 2.0 * values - 1.0, rtol=1e-6, atol=1e-6)  # FMA or not
+    assert launch.graph_exec not in (None, False)
+    stream.begin_capture()
+    try:
+        launch()
+    finally:
+        graph = stream.end_capture()
+    values = _values(7)
+    x.set(values)
+    y.fill(np.nan)
+    cupy.cuda.Device().synchronize()
+    graph.launch(stream)
+    stream.synchronize()
+    np.testing.assert_allclose(y.get(), 2.0 * values - 1.0, rtol=1e-6, atol=1e-6)
