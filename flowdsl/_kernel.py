@@ -6,8 +6,9 @@ build of the loaded NCCL, and the cubin is cached on disk (keyed by the
 kernel's source, the argument types, the NCCL release, the arch, the support
 build and the flowdsl/numba-cuda versions) so that a second process loads it
 instead of compiling. A launch types and flattens its arguments itself (as
-numba-cuda would) and calls ``cuda.core.launch``; kinds of argument it does
-not know go through numba-cuda's launcher.
+numba-cuda would), packs them into one parameter buffer and calls
+``cuLaunchKernel``; kinds of argument it does not know go through numba-cuda's
+launcher. A prepared launch replays a one-node CUDA graph.
 
 Contents: :func:`kernel`, :func:`device`, :class:`FlowKernel`, :func:`check_features`.
 """
@@ -19,6 +20,7 @@ import hashlib
 import inspect
 import json
 import os
+import struct
 import sys
 import time
 from pathlib import Path
@@ -119,6 +121,8 @@ class FlowKernel:
         self.lineinfo = lineinfo
         self._launch_operation = f"launch {py_func.__name__}"  # for errors; built once, not per launch
         self._loaded: dict = {}
+        self._loaded_by_ids: dict = {}  # numba types are interned: their ids are a cheaper key
+        self._launches: dict = {}
         #: Last compile/load: {"source": "compiled"|"disk", "seconds": float}
         self.last_build: dict = {}
 
@@ -133,12 +137,17 @@ class FlowKernel:
         if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
             raise UsageError(f"Cannot launch {self.__name__}: write {self.__name__}[grid, block] or "
                              f"{self.__name__}[grid, block, stream, shared_bytes]")
-        grid, block, *rest = config
-        stream = rest[0] if rest else None  # None: the arrays' framework's current stream
-        shared = rest[1] if len(rest) > 1 else 0
-        launch = _Launch(self, grid, block, stream, shared)
-        _dims(launch.grid, "the grid", self.__name__)
-        _dims(launch.block, "the block", self.__name__)
+        key = _config_key(config)  # a configuration is checked once; None: every time
+        launch = self._launches.get(key) if key is not None else None
+        if launch is None:
+            grid, block, *rest = config
+            stream = rest[0] if rest else None  # None: the arrays' framework's current stream
+            shared = rest[1] if len(rest) > 1 else 0
+            launch = _Launch(self, grid, block, stream, shared)
+            if key is not None:
+                if len(self._launches) >= 64:
+                    self._launches.clear()
+                self._launches[key] = launch
         return launch
 
     # -- requirements ------------------------------------------------------------------------
@@ -252,6 +261,10 @@ class FlowKernel:
         ``stream``: the launch's stream handle; loading is refused while it captures a graph.
         """
         argtypes = tuple(_argument_type(self.__name__, i, arg) for i, arg in enumerate(args))
+        ids = tuple(map(id, argtypes))
+        loaded = self._loaded_by_ids.get(ids)
+        if loaded is not None:
+            return loaded
         loaded = self._loaded.get(argtypes)
         if loaded is None:
             if stream is not None:
@@ -260,6 +273,7 @@ class FlowKernel:
             target = _device_target()
             loaded = _Loaded(self._load_or_compile(argtypes, target), argtypes)
             self._loaded[argtypes] = loaded
+        self._loaded_by_ids[ids] = loaded  # the argtypes key keeps the types (and their ids) alive
         return loaded
 
     def load(self, argtypes) -> str:
@@ -364,15 +378,21 @@ _SCALARS = {int: types.int64, float: types.float64, bool: types.boolean}
 
 def _argument_type(kernel_name: str, index: int, arg):
     """numba type of a launch argument, cheaply for the common kinds (the launch hot path)."""
+    kind = type(arg)
+    ty = _SCALARS.get(kind)
+    if ty is not None:
+        return ty
+    typer = _TYPER_OF.get(kind, _unknown)
+    if typer is _unknown:
+        typer = _TYPER_OF[kind] = _typer(kind)
+    if typer is not None:
+        return typer(arg)
     ty = getattr(arg, "_numba_type_", None)
     if ty is not None:
         return ty
     cai = getattr(arg, "__cuda_array_interface__", None)
     if cai is not None:
         return _array_type(cai["typestr"], len(cai["shape"]), cai.get("strides") is None)
-    ty = _SCALARS.get(type(arg))
-    if ty is not None:
-        return ty
     from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
 
     try:
@@ -385,6 +405,18 @@ def _argument_type(kernel_name: str, index: int, arg):
                          "cannot be passed to a kernel (pass device arrays, scalars, windows and "
                          "device communicators)")
     return ty
+
+
+#: argument type -> a function giving its numba type without __cuda_array_interface__ (which
+#: CuPy builds as a new dict at every access), or None for the general path.
+_TYPER_OF: dict = {}
+_unknown = object()
+
+
+def _typer(kind):
+    if (kind.__module__ or "").startswith("cupy") and hasattr(kind, "flags") and hasattr(kind, "data"):
+        return lambda a: _array_type(a.dtype.str, a.ndim, a.flags.c_contiguous)
+    return None
 
 
 @functools.cache
@@ -410,7 +442,7 @@ class _Loaded:
         self.packers = [_packer(t) for t in argtypes]
         self.fast = all(p is not None for p in self.packers)
         self.cu_kernel = numba_kernel._codelibrary.get_cufunc().kernel if self.fast else None
-        self._configs: dict = {}
+        self.params = _ParameterBuffer(argtypes) if self.fast else None
 
     def prepared(self, args, grid, block, stream: int, shared):
         """A no-argument launcher of these ``args`` on stream handle ``stream`` (packed once)."""
@@ -429,20 +461,109 @@ class _Loaded:
             return lambda: launch(core_stream, config, kernel, *flat)
 
     def launch(self, args, grid, block, stream: int, shared):
-        """Launch on stream handle ``stream``."""
+        """Launch on stream handle ``stream`` (3-tuples ``grid`` and ``block``)."""
         if not self.fast:
             self.numba_kernel.launch(args, grid, block, stream=_core_stream(stream), sharedmem=shared)
             return
-        from cuda.core import LaunchConfig, launch  # noqa: PLC0415
+        self.params.launch(self.cu_kernel.handle, args, grid, block, stream, shared)
 
-        key = (grid, block, shared)
-        config = self._configs.get(key)
-        if config is None:
-            config = self._configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=shared)
-        flat: list = []
+
+class _ParameterBuffer:
+    """One C buffer of a kernel's flattened parameters, each in its own 8-byte slot, and the
+    pointer array ``cuLaunchKernel`` reads: a launch packs its arguments with one
+    ``struct.pack_into`` instead of making a ctypes object per parameter. The driver copies
+    the parameters during the call, so the buffer is reused, under a lock (the driver call
+    releases the GIL)."""
+
+    def __init__(self, argtypes):
+        import ctypes  # noqa: PLC0415
+        import threading  # noqa: PLC0415
+
+        packers = [_value_packer(t) for t in argtypes]
+        self.packers = [pack for _, pack in packers]
+        codes = "".join(code for code, _ in packers)
+        self.layout = struct.Struct("<" + "".join(c + "x" * (8 - struct.calcsize(c)) for c in codes))
+        self.buffer = ctypes.create_string_buffer(max(8, self.layout.size))
+        base = ctypes.addressof(self.buffer)
+        self.pointers = (ctypes.c_void_p * max(1, len(codes)))(*[base + 8 * i for i in range(len(codes))])
+        self.address = ctypes.addressof(self.pointers)
+        self.lock = threading.Lock()
+
+    def launch(self, handle, args, grid, block, stream: int, shared):
+        from cuda.bindings import driver  # noqa: PLC0415 - a cached module lookup
+
+        values: list = []
         for pack, arg in zip(self.packers, args):
-            pack(arg, flat)
-        launch(_core_stream(stream), config, self.cu_kernel, *flat)
+            pack(arg, values)
+        hstream = _CU_STREAMS.get(stream) or _cu_stream(stream)
+        with self.lock:
+            try:
+                self.layout.pack_into(self.buffer, 0, *values)
+            except struct.error as exc:
+                raise UsageError(f"Cannot launch: an argument does not fit its kernel parameter ({exc}). "
+                                 "Pass values within the range of the kernel's argument types") from None
+            err = driver.cuLaunchKernel(handle, *grid, *block, shared, hstream, self.address, 0)[0]
+        if err:
+            raise UsageError(f"Cannot launch: cuLaunchKernel returned {err.name}{_capture_hint(err.name)}")
+
+
+_CU_STREAMS: dict = {}
+
+
+def _cu_stream(handle: int):
+    from cuda.bindings import driver  # noqa: PLC0415
+
+    if len(_CU_STREAMS) > 256:  # handles of destroyed streams are reused: keep the cache small
+        _CU_STREAMS.clear()
+    stream = _CU_STREAMS[handle] = driver.CUstream(handle)
+    return stream
+
+
+def _value_packer(ty):
+    """``(struct codes, pack(arg, values))`` of one argument's flattened parameters."""
+    if isinstance(ty, DevCommType):
+        return "Q" * ty.nwords, lambda arg, values: values.extend(arg._kernel_word_values())
+    if isinstance(ty, WindowType):
+        return "QQ", lambda arg, values: values.extend((arg.handle, arg.nbytes))
+    if isinstance(ty, types.Array):
+        itemsize = ty.dtype.bitwidth // 8
+        readers: dict = {}
+
+        def pack_array(arg, values):
+            kind = type(arg)
+            read = readers.get(kind)
+            if read is None:
+                read = readers[kind] = _array_fields(kind, itemsize)
+            values.extend(read(arg))
+        return "q" * (5 + 2 * ty.ndim), pack_array
+    if isinstance(ty, types.Integer):
+        code = {8: "b", 16: "h", 32: "i", 64: "q"}[ty.bitwidth]
+        return (code if ty.signed else code.upper()), lambda arg, values: values.append(arg)
+    if ty in (types.float32, types.float64):
+        return ("f" if ty == types.float32 else "d"), lambda arg, values: values.append(arg)
+    raise AssertionError(f"no packer for {ty}")  # _packer refused it first: the launch is not fast
+
+
+def _array_fields(kind, itemsize: int):
+    """How numba-cuda flattens an array of type ``kind``: meminfo, parent, size, itemsize,
+    data, shape, strides (bytes); attribute reads for CuPy, the interface otherwise."""
+    if (kind.__module__ or "").startswith("cupy") and hasattr(kind, "data"):
+        return lambda a: (0, 0, a.size, itemsize, a.data.ptr, *a.shape, *a.strides)
+
+    def from_interface(a):
+        cai = a.__cuda_array_interface__
+        shape, strides = cai["shape"], cai.get("strides")
+        if strides is None:
+            strides, step = [], itemsize
+            for dim in reversed(shape):
+                strides.append(step)
+                step *= dim
+            strides.reverse()
+        size = 1
+        for dim in shape:
+            size *= dim
+        return (0, 0, size, itemsize, cai["data"][0], *shape, *strides)
+    return from_interface
 
 
 def _driver_launcher(kernel, flat, grid, block, stream, shared):
@@ -630,7 +751,20 @@ def _numba_kernel(entry_name: str, cubin: bytes, argtypes):
                             [ArgumentMarshaller()])
 
 
-@functools.lru_cache(maxsize=256)
+def _config_key(config):
+    """``config`` with its elements' types (so that 1.0 or False never find 1's or 0's launch),
+    or None when it cannot be a key (lists, unhashable streams)."""
+    for dims in config[:2]:
+        if type(dims) is not int and not (type(dims) is tuple and all(type(d) is int for d in dims)):
+            return None
+    key = (config, tuple(map(type, config)))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _dims(value, what: str, kernel_name: str):
     dims = value if isinstance(value, tuple) else (value,)
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):
@@ -646,6 +780,8 @@ class _Launch:
         self.block = tuple(block) if isinstance(block, list) else block
         self.stream = stream
         self.shared = shared
+        name = kernel.__name__
+        self.dims = (_dims(self.grid, "the grid", name), _dims(self.block, "the block", name))
 
     def __call__(self, *args):
         # One resolution for the GPU and the simulator: both accept and refuse the same streams.
@@ -678,8 +814,7 @@ class _Launch:
     def _checked(self, args, stream: int):
         """The loaded kernel for ``args`` and the launch shape, after every check before a launch."""
         name = self.kernel.__name__
-        grid = _dims(self.grid, "the grid", name)
-        block = _dims(self.block, "the block", name)
+        grid, block = self.dims
         _check_resources(name, args)
         loaded = self.kernel._specialize(args, stream)
         if loaded.features:
@@ -687,10 +822,16 @@ class _Launch:
         return loaded, grid, block
 
 
-def _check_resources(name: str, args) -> None:
-    """Windows and device communicators must be open and belong to one communicator."""
+@functools.cache
+def _resource_type():
     from .runtime.memory import Resource  # noqa: PLC0415
 
+    return Resource
+
+
+def _check_resources(name: str, args) -> None:
+    """Windows and device communicators must be open and belong to one communicator."""
+    Resource = _resource_type()  # noqa: N806
     owners = set()
     for i, arg in enumerate(args):
         if isinstance(arg, Resource):

@@ -205,7 +205,8 @@ class DevComm(Resource):
         self.gin_backend = gin_backend_of(comm)
         raw = bytes(self._struct)
         # Unsigned 64-bit kernel parameters (a plain int above 2**63 would not fit ssize_t).
-        self._words = tuple(ctypes.c_uint64(w) for w in struct.unpack(f"<{len(raw) // 8}Q", raw))
+        self._word_values = struct.unpack(f"<{len(raw) // 8}Q", raw)
+        self._words = tuple(ctypes.c_uint64(w) for w in self._word_values)
         self._type = DevCommType(self.abi, len(self._words))
 
     @property
@@ -216,6 +217,11 @@ class DevComm(Resource):
         """The ``ncclDevComm`` struct as the u64 kernel parameters it travels in."""
         self._check_open("pass a device communicator to a kernel")
         return self._words
+
+    def _kernel_word_values(self) -> tuple:
+        """The same words as ints (for a launch that packs them into one buffer)."""
+        self._check_open("pass a device communicator to a kernel")
+        return self._word_values
 
     @property
     def _numba_type_(self):
