@@ -195,9 +195,10 @@ class _Walker:
         h.update(self.value(fn.__kwdefaults__, f"{where}'s defaults"))
         h.update(self._closure(fn, where))
         if _owned_file(code.co_filename):  # flowdsl's globals are constants of its sources: once a process
-            memo = _OWNED_GLOBALS.get((code, self.lineinfo))
+            memo_key = (code, code.co_filename, self.lineinfo)  # equal code objects may live in two modules
+            memo = _OWNED_GLOBALS.get(memo_key)
             if memo is None:
-                memo = _OWNED_GLOBALS[(code, self.lineinfo)] = self._globals(fn, where)
+                memo = _OWNED_GLOBALS[memo_key] = self._globals(fn, where)
             h.update(memo)
         else:
             h.update(self._globals(fn, where))
@@ -353,7 +354,7 @@ class _Walker:
         return h.digest()
 
 
-#: (code, lineinfo) of flowdsl's own functions -> digest of the globals they load.
+#: (code, file, lineinfo) of flowdsl's own functions -> digest of the globals they load.
 _OWNED_GLOBALS: dict = {}
 
 

@@ -175,6 +175,7 @@ class FlowKernel:
         """
         payload = json.dumps({
             "format": _cache.ENTRY_FORMAT, "flowdsl": __version__, "versions": _versions(),
+            "numba_config": _numba_config(),
             "code": _cache.dependency_digest(self.py_func, lineinfo=self.lineinfo),
             "flowdsl_sources": _cache.package_digest(), "qualname": self.py_func.__qualname__,
             "module": self.py_func.__module__, "args": [str(t) for t in argtypes],
@@ -332,6 +333,13 @@ def _versions() -> dict:
     return {"numba_cuda": getattr(numba_cuda, "__version__", "?"), "numba": numba.__version__,
             "llvmlite": llvmlite.__version__, "numpy": numpy.__version__,
             "python": list(sys.version_info[:2]), "nvjitlink": list(linker_cuda_version())}
+
+
+def _numba_config() -> list:
+    """numba-cuda settings that change generated code (from NUMBA_* variables)."""
+    from numba.cuda.core import config  # noqa: PLC0415
+
+    return [str(config.OPT), bool(config.CUDA_DEBUGINFO_DEFAULT), bool(getattr(config, "CUDA_ENABLE_NRT", False))]
 
 
 _SCALARS = {int: types.int64, float: types.float64, bool: types.boolean}
