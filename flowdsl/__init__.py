@@ -17,6 +17,7 @@ from ._kernel import FlowKernel, device, kernel
 from . import flow  # noqa: E402 (written in flowdsl: needs the kernel decorator)
 from .errors import (DeviceOnlyError, FeatureUnavailableError, FlowDSLError, NoDeviceError,
                      ResourceClosedError, UsageError)
+from .errors import CacheWarning
 from .runtime.communicator import Communicator, init
 from .runtime.memory import DevComm, Window
 from . import collectives  # noqa: E402
@@ -27,4 +28,5 @@ __all__ = [
     "Protocol", "RedOp",
     "FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "FeatureUnavailableError",
     "DeviceOnlyError",
+    "CacheWarning",
 ]

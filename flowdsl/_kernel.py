@@ -2,11 +2,11 @@
 
 A :class:`FlowKernel` is compiled per (argument types, NCCL release, arch) at
 first launch: numba lowers it to LTO-IR, nvJitLink links it with the support
-build of the loaded NCCL, and the cubin is cached on disk (keyed by the
-kernel's source, the argument types, the NCCL release, the arch, the support
-build and the flowdsl/numba-cuda versions) so that a second process loads it
-instead of compiling. A launch types and flattens its arguments itself (as
-numba-cuda would), packs them into one parameter buffer and calls
+build of the loaded NCCL, and the cubin is cached on disk (keyed by what the
+kernel's code depends on — see :mod:`flowdsl._cache` — the argument types, the NCCL
+release, the arch, the support build and the compilers' versions) so that a second
+process loads it instead of compiling. A launch types and flattens its arguments itself
+(as numba-cuda would), packs them into one parameter buffer and calls
 ``cuLaunchKernel``; kinds of argument it does not know go through numba-cuda's
 launcher. A prepared launch replays a one-node CUDA graph.
 
@@ -19,7 +19,6 @@ import functools
 import hashlib
 import inspect
 import json
-import os
 import struct
 import sys
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from numba.core import types
 
-from . import _stubs
+from . import _cache, _stubs
 from ._version import __version__
 from .errors import UsageError
 from .lowering.compiler import CompiledKernel, compile_kernel
@@ -56,6 +55,7 @@ def device(fn=None, *, inline: bool = True):
         never_inline(f"{fn.__module__}.{fn.__qualname__}")
     jitted = register_jitable(fn)
     jitted.__flowdsl_device__ = True
+    jitted.__flowdsl_inline__ = inline  # part of the cache key of every kernel that calls it
     jitted.py_func = fn
     return jitted
 
@@ -176,32 +176,18 @@ class FlowKernel:
         return reqs
 
     # -- compilation ---------------------------------------------------------------------------
-    def _source_digest(self) -> str:
-        digest = self.__dict__.get("_digest")
-        if digest is None:
-            digest = self._digest = self._compute_source_digest()
-        return digest
-
-    def _compute_source_digest(self) -> str:
-        # The kernel's module and flowdsl itself (device functions it calls live there).
-        return hashlib.sha256((self._module_digest() + _package_digest()).encode()).hexdigest()
-
-    def _module_digest(self) -> str:
-        module = sys.modules.get(self.py_func.__module__)
-        try:
-            source = inspect.getsource(module) if module is not None else inspect.getsource(self.py_func)
-        except (OSError, TypeError):
-            source = self.py_func.__code__.co_code.hex()
-        return hashlib.sha256(source.encode()).hexdigest()
-
     def _cache_key(self, argtypes, target: Target, support) -> str:
-        import numba_cuda  # noqa: PLC0415
+        """The disk-cache key of this kernel for ``argtypes`` and ``target``.
 
+        Computed at each compile or load (not once per kernel): numba freezes the globals'
+        values at compile time, so a value changed since counts. Raises ``Uncacheable``.
+        """
         payload = json.dumps({
-            "flowdsl": __version__, "numba_cuda": getattr(numba_cuda, "__version__", "?"),
-            "source": self._source_digest(), "qualname": self.py_func.__qualname__,
+            "format": _cache.ENTRY_FORMAT, "flowdsl": __version__, "versions": _versions(),
+            "numba_config": _numba_config(),
+            "code": _cache.dependency_digest(self.py_func, lineinfo=self.lineinfo),
+            "flowdsl_sources": _cache.package_digest(), "qualname": self.py_func.__qualname__,
             "module": self.py_func.__module__, "args": [str(t) for t in argtypes],
-            "closure": _closure_key(self.py_func),
             "nccl": format_version(target.nccl), "arch": target.arch,
             "support": _digest_of(support.ltoir), "cft": _cft_digest(target),
             "options": [self.fastmath, self.lineinfo, self.max_registers],
@@ -295,25 +281,35 @@ class FlowKernel:
         return "cached" if self._cached_or_compiled(argtypes, target)[3] == "disk" else "compiled"
 
     def _cached_or_compiled(self, argtypes, target: Target):
-        """``(key, cubin, meta, source)`` from the disk cache, or compiled and stored there."""
+        """``(key, cubin, meta, source)`` from the disk cache, or compiled and stored there.
+
+        ``key`` is None for a kernel that cannot be cached (it reaches a value without a
+        reliable hash): it is compiled in memory, with one warning per kernel.
+        """
         from .runtime.support import support_build_for  # noqa: PLC0415
 
         support = support_build_for(target.nccl, target.arch)
-        key = self._cache_key(argtypes, target, support)
+        try:
+            key, uncacheable = self._cache_key(argtypes, target, support), None
+        except _cache.Uncacheable as exc:
+            key, uncacheable = None, exc
         root = _cache_root()
-        cubin_path, meta_path = root / f"{key}.cubin", root / f"{key}.json"
-        if cubin_path.exists() and meta_path.exists():
-            return key, cubin_path.read_bytes(), json.loads(meta_path.read_text()), "disk"
+        if key is not None:
+            hit = _cache.read_entry(root, key)
+            if hit is not None:
+                return key, hit[0], hit[1], "disk"
         compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath,
                                   max_registers=self.max_registers,
                                   lineinfo=self.lineinfo, support_arch=support.arch,
                                   link_for_features=_feature_libraries(target))
         meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features)}
-        root.mkdir(parents=True, exist_ok=True)
-        for path, data in ((cubin_path, compiled.cubin), (meta_path, json.dumps(meta).encode())):
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+        if key is not None:
+            _cache.write_entry(root, key, compiled.cubin, compiled.entry_name, compiled.features)
+        elif not self.__dict__.get("_warned_uncacheable"):
+            self._warned_uncacheable = True
+            _cache.warn(f"Cannot cache kernel {self.py_func.__qualname__} on disk: {uncacheable}, whose value "
+                        "flowdsl cannot hash reliably. It is compiled in memory in each process; make such values "
+                        "numbers, tuples, NumPy scalars or arrays, or enums to cache it.")
         return key, compiled.cubin, meta, "compiled"
 
     def _load_or_compile(self, argtypes, target: Target):
@@ -338,39 +334,26 @@ def _digest_of(data: bytes) -> str:
     return hit[1]
 
 
-#: flowdsl sources that cannot change a compiled kernel (host side, simulator, examples, tests).
-_HOST_ONLY = ("sim/", "runtime/", "examples/", "__main__.py", "testing.py", "collectives/_host.py",
-              "collectives/_library.py", "collectives/cost.py", "collectives/check.py", "collectives/__init__.py")
-
-
 @functools.cache
-def _package_digest() -> str:
-    """sha256 of flowdsl's Python sources that device code is built from."""
-    h = hashlib.sha256()
-    root = Path(__file__).parent
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        if rel.startswith(_HOST_ONLY):
-            continue
-        h.update(rel.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
+def _versions() -> dict:
+    """Versions of what compiles a kernel (what they key by name is theirs)."""
+    import llvmlite  # noqa: PLC0415
+    import numba  # noqa: PLC0415
+    import numba_cuda  # noqa: PLC0415
+    import numpy  # noqa: PLC0415
+
+    from .lowering.target import linker_cuda_version  # noqa: PLC0415
+
+    return {"numba_cuda": getattr(numba_cuda, "__version__", "?"), "numba": numba.__version__,
+            "llvmlite": llvmlite.__version__, "numpy": numpy.__version__,
+            "python": list(sys.version_info[:2]), "nvjitlink": list(linker_cuda_version())}
 
 
-def _closure_key(fn) -> list[str]:
-    """What a kernel made by a factory captured (an operator, a flag): part of its cache key."""
-    out = []
-    for cell in fn.__closure__ or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:
-            out.append("<empty>")
-            continue
-        if isinstance(value, (int, float, str, bool, type(None))):
-            out.append(repr(value))
-        else:
-            out.append(f"{type(value).__module__}.{getattr(value, '__qualname__', type(value).__qualname__)}")
-    return out
+def _numba_config() -> list:
+    """numba-cuda settings that change generated code (from NUMBA_* variables)."""
+    from numba.cuda.core import config  # noqa: PLC0415
+
+    return [str(config.OPT), bool(config.CUDA_DEBUGINFO_DEFAULT), bool(getattr(config, "CUDA_ENABLE_NRT", False))]
 
 
 _SCALARS = {int: types.int64, float: types.float64, bool: types.boolean}

@@ -1,7 +1,7 @@
 """flowdsl's exceptions. Messages read "Cannot {operation}: {reason}. {fix}".
 
 Contents: :class:`FlowDSLError`, :class:`UsageError`, :class:`NoDeviceError`,
-:class:`ResourceClosedError`, and (re-exported) :class:`FeatureUnavailableError`,
+:class:`ResourceClosedError`, :class:`CacheWarning`, and (re-exported) :class:`FeatureUnavailableError`,
 :class:`DeviceOnlyError`.
 """
 
@@ -11,11 +11,15 @@ from ._stubs import DeviceOnlyError
 from .lowering.target import FeatureUnavailableError
 
 __all__ = ["FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError",
-           "FeatureUnavailableError", "DeviceOnlyError"]
+           "FeatureUnavailableError", "DeviceOnlyError", "CacheWarning"]
 
 
 class FlowDSLError(Exception):
     """Base class of flowdsl's own errors."""
+
+
+class CacheWarning(UserWarning):
+    """The kernel disk cache was damaged, cannot be written, or cannot key a kernel: it compiles instead."""
 
 
 class UsageError(FlowDSLError, ValueError):

@@ -6,7 +6,6 @@ Contents: :func:`init`, :class:`Communicator`, :data:`REQUIREMENT_FIELDS`.
 from __future__ import annotations
 
 import os
-import pickle
 
 import numpy as np
 
@@ -54,27 +53,80 @@ def _require_gpu(operation: str) -> None:
                             "program on the CPU simulator with flowdsl.sim.spawn(main, nranks=N).")
 
 
+#: Bytes of NCCL's unique id (``NCCL_UNIQUE_ID_BYTES``).
+UNIQUE_ID_BYTES = 128
+#: Key of the unique id in the TCP store of a torchrun job.
+_STORE_KEY = "flowdsl_nccl_unique_id"
+
+
+_EXCHANGE_FIX = "Check that every rank runs the same flowdsl and that no other job shares MASTER_ADDR:MASTER_PORT."
+
+
+def decode_unique_id(value, source: str, fix: str = _EXCHANGE_FIX) -> bytes:
+    """NCCL's unique id as received from ``source``: raw bytes of NCCL's length, or a UsageError.
+
+    The id crosses process boundaries as plain bytes, never pickled: whoever can write to
+    an unauthenticated TCP store could otherwise make every rank run code of their choice.
+    """
+    if isinstance(value, (bytearray, memoryview)):
+        value = bytes(value)
+    if not isinstance(value, bytes):
+        raise UsageError(f"Cannot initialise a multi-rank communicator: {source} holds a {type(value).__name__}, "
+                         f"not NCCL's unique id ({UNIQUE_ID_BYTES} raw bytes). {fix}")
+    if len(value) != UNIQUE_ID_BYTES:
+        raise UsageError(f"Cannot initialise a multi-rank communicator: {source} holds {len(value)} bytes, but "
+                         f"NCCL's unique id has {UNIQUE_ID_BYTES}. {fix}")
+    return value
+
+
+def exchange_through_store(store, rank: int, uid: bytes | None) -> bytes:
+    """Rank 0 puts the unique id's raw bytes into ``store`` (a ``TCPStore``); every rank reads them back."""
+    if rank == 0:
+        store.set(_STORE_KEY, decode_unique_id(uid, "rank 0's new unique id"))
+    return decode_unique_id(store.get(_STORE_KEY), f"the TCP store's key {_STORE_KEY!r}")
+
+
+def broadcast_through_mpi(mpi_comm, uid: bytes | None) -> bytes:
+    """The unique id from MPI rank 0, as a buffer of bytes (``Bcast``; ``bcast`` would pickle)."""
+    buf = np.zeros(UNIQUE_ID_BYTES, np.uint8)
+    if uid is not None:
+        buf[:] = np.frombuffer(decode_unique_id(uid, "rank 0's new unique id"), np.uint8)
+    mpi_comm.Bcast(buf, root=0)
+    return decode_unique_id(buf.tobytes(), "MPI's broadcast")
+
+
+def _broadcast_through_torch(group, uid: bytes | None) -> bytes:
+    """The unique id from the group's rank 0, as a tensor of bytes (``broadcast_object_list`` would pickle)."""
+    import torch  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415
+
+    backend = str(dist.get_backend(group))
+    on_gpu = "nccl" in backend and "gloo" not in backend  # an NCCL-only group moves CUDA tensors only
+    data = torch.zeros(UNIQUE_ID_BYTES, dtype=torch.uint8,
+                       device=torch.device("cuda", torch.cuda.current_device()) if on_gpu else "cpu")
+    if uid is not None:
+        data.copy_(torch.frombuffer(bytearray(decode_unique_id(uid, "rank 0's new unique id")), dtype=torch.uint8))
+    dist.broadcast(data, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    return decode_unique_id(data.cpu().numpy().tobytes(), "torch.distributed's broadcast")
+
+
 def _exchange_unique_id(rank: int, nranks: int, *, group=None, mpi_comm=None) -> bytes:
     """Rank 0 makes an NCCL unique id; every rank gets it through torch.distributed, MPI or a TCP store."""
     from nccl.core import get_unique_id  # noqa: PLC0415
 
     uid = get_unique_id().as_bytes if rank == 0 else None
     if mpi_comm is not None:
-        return mpi_comm.bcast(uid, root=0)
+        return broadcast_through_mpi(mpi_comm, uid)
     import torch.distributed as dist  # noqa: PLC0415
 
     if group is not None or dist.is_initialized():
-        box = [uid]
-        dist.broadcast_object_list(box, src=0, group=group)
-        return box[0]
+        return _broadcast_through_torch(group, uid)
     if "MASTER_ADDR" in os.environ:
         # Under torchrun the agent already serves the store at MASTER_PORT: every rank is a client.
         serve = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
         store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT", "29500")),
                               nranks, serve)
-        if rank == 0:
-            store.set("flowdsl_nccl_unique_id", pickle.dumps(uid))
-        return pickle.loads(store.get("flowdsl_nccl_unique_id"))
+        return exchange_through_store(store, rank, uid)
     raise UsageError("Cannot initialise a multi-rank communicator: no way to share NCCL's unique id. "
                      "Launch with torchrun, pass group= (torch.distributed) or mpi_comm= (mpi4py), or pass "
                      "unique_id= explicitly.")
@@ -106,6 +158,8 @@ def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | 
         raise UsageError(f"Cannot initialise a communicator: rank must be in [0, {nranks}), got {rank}")
     if device is None:
         device = int(os.environ.get("LOCAL_RANK", "0"))
+    if isinstance(unique_id, (bytes, bytearray, memoryview)):
+        unique_id = decode_unique_id(unique_id, "unique_id=", "Pass rank 0's nccl.core.get_unique_id().as_bytes.")
     if unique_id is None:
         if nranks == 1:
             from nccl.core import get_unique_id  # noqa: PLC0415

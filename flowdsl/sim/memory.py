@@ -11,6 +11,8 @@ Contents: :func:`as_dtype` (numpy/numba dtype → numpy dtype), :func:`poisoned`
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..runtime.streams import stream_handle
@@ -62,8 +64,21 @@ class SymBuffer(np.ndarray):
 
     __flowdsl_sim__ = True
 
+    # The communicator is held weakly: the world keeps views of this buffer (windows, plans),
+    # and a view's reference to its base is invisible to the garbage collector, so a strong
+    # reference back to the communicator made a cycle that was never freed.
+    _comm_ref = None
+
     def __array_finalize__(self, obj):
-        self._sim_comm = getattr(obj, "_sim_comm", None)
+        self._comm_ref = getattr(obj, "_comm_ref", None)
+
+    @property
+    def _sim_comm(self):
+        return self._comm_ref() if self._comm_ref is not None else None
+
+    @_sim_comm.setter
+    def _sim_comm(self, comm):
+        self._comm_ref = weakref.ref(comm) if comm is not None else None
 
     def _sync(self):
         comm = self._sim_comm
