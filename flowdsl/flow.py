@@ -664,14 +664,17 @@ def _step_kind(name, recv, send, reduce, store, last):
     slot k (fence, flag, credit) while the workers go on with slot k+1. Waiting for k+1
     needs only what was published up to k-1, so the two never wait on each other. The
     step counters are read once (after the barrier that makes the previous step's update
-    visible) and only the counters of the directions this step uses are written back.
+    visible), and only those of the directions this step uses are read and written back:
+    each counter belongs to the one block that uses its direction.
     """
     def step(proc, inp, out, src, dst, offset, n, red):
         tid = cuda.threadIdx.x
         cuda.syncthreads()
         state = lsa.local_view(proc.stage)
-        rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)])
-        sstep = int64(state[_state_at(proc, _SENT, out.number)])
+        # Only the counters of this step's directions: another block may own the others (a rank
+        # sending to itself), and reading them would race with its writes.
+        rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)]) if recv else int64(0)
+        sstep = int64(state[_state_at(proc, _SENT, out.number)]) if send else int64(0)
         per_slot = slot_elements(proc, dst.itemsize)
         vectors = _aligned(src, dst, offset)
         if tid == 0 and n > 0:
@@ -769,8 +772,8 @@ def _direct_step(proc, inp, out, src, src_offset, win, offset, n, flags):
     nt = cuda.blockDim.x
     cuda.syncthreads()
     state = lsa.local_view(proc.stage)
-    rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)])
-    sstep = int64(state[_state_at(proc, _SENT, out.number)])
+    rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)]) if has_recv else int64(0)
+    sstep = int64(state[_state_at(proc, _SENT, out.number)]) if has_send else int64(0)
     if tid == 0:
         if has_recv:
             _wait_ready(proc, proc.ctx, inp, rstep)
