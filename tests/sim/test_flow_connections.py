@@ -20,6 +20,7 @@ launch, and results compared with NumPy.
 
 from __future__ import annotations
 
+import collections
 import functools
 
 import numpy as np
@@ -171,26 +172,27 @@ def direct_kernel(gin_peers):
 
 # ---- host side -----------------------------------------------------------------------------------
 
+def _lsa_size(comm):
+    return getattr(comm, "lsa_size", comm.nranks)  # the GPU tests run on one node
+
+
 def _staging(comm):
     """The staging window for CFG (with GIN outboxes across nodes) and a device communicator."""
-    gin_peers = comm.lsa_size < comm.nranks
-    words = flow.staging_words(CFG.channels, CFG.nslots, CFG.slot_bytes // 8, gin_peers)
-    buf = comm.alloc(words, np.uint64)
-    buf[:] = 0
+    gin_peers = _lsa_size(comm) < comm.nranks
     reqs = ({"gin_context_count": 1, "gin_signal_count": 2 * CFG.channels * flow.MAX_CONNECTIONS}
             if gin_peers else {})
-    return gin_peers, comm.register(buf), comm.device_communicator(**reqs)
+    return gin_peers, flow.staging(comm, CFG), comm.device_communicator(**reqs)
 
 
 def _array(comm, values, dtype):
     a = comm.alloc(values.size, check.storage_dtype(dtype))
-    a[:] = values
+    a.set(values)  # CuPy's set; the simulator's buffers have it too
     return a
 
 
 def _poisoned(comm, size, dtype):
     a = comm.alloc(size, check.storage_dtype(dtype))
-    a[:] = check.poison(dtype)
+    a.fill(check.poison(dtype))
     return a
 
 
@@ -233,7 +235,7 @@ class _Launch:
         self.outs = [_poisoned(comm, size, self.dtype) for _ in range(3)]
 
     def results(self):
-        return [np.array(o)[self.offset:] for o in self.outs]
+        return [o.get()[self.offset:] for o in self.outs]  # CuPy's get; the simulator's buffers have it
 
     def inputs_of(self, rank):
         s = slice(self.offset, None)
@@ -276,12 +278,13 @@ def _chain_expected(launch, rank, hop, nranks):
     return out0, out1, out2
 
 
-def _run_chain(nranks, nodes, protocol, seed):
-    """Every (first, middle, last) step kind combination, relaunched on one staging window: on each
-    rank itself (channel 0) and, across nodes, from a rank to the same place on the next node (channel 1)."""
+def chain_main(protocol, seed):
+    """``main(comm)`` (simulated or GPU ranks): every (first, middle, last) step kind combination,
+    relaunched on one staging window, on each rank itself (channel 0) and, across nodes, from a rank
+    to the same place on the next node (channel 1). Returns True; raises on a wrong element."""
     def main(comm):
         gin_peers, stage, dcomm = _staging(comm)
-        hops = (0,) if comm.nodes == 1 else (0, comm.lsa_size)
+        hops = (0,) if _lsa_size(comm) == comm.nranks else (0, _lsa_size(comm))
         with stage, dcomm:
             for i in range(len(COMBOS)):
                 for channel, hop in enumerate(hops):
@@ -295,7 +298,11 @@ def _run_chain(nranks, nodes, protocol, seed):
                     _check_outputs(launch.results(), _chain_expected(launch, comm.rank, hop, comm.nranks),
                                    launch, what)
         return True
-    assert all(_spawn(main, nranks, nodes, seed))
+    return main
+
+
+def _run_chain(nranks, nodes, protocol, seed):
+    assert all(_spawn(chain_main(protocol, seed), nranks, nodes, seed))
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda p: p.name)
@@ -369,13 +376,61 @@ def test_direct_steps_relaunched(nranks, nodes):
                 n = int(rng.integers(60, nmax + 1))
                 pieces = [rng.standard_normal(n).astype(np.float32) for _ in range(nr)]
                 x = _array(comm, pieces[comm.rank], "float32")
-                out[:] = np.nan
+                out.fill(np.nan)
                 comm.barrier()  # no peer writes into this window before it is poisoned
                 direct_kernel(gin_peers)[3 if nr == 1 else 1, CFG.threads](dcomm, stage, win, x, n, i % 2, 1,
                                                                           *_layout())
                 comm.synchronize()
-                got = np.array(out)
+                got = out.get()
                 assert np.array_equal(got[:nr * n], np.concatenate(pieces)), f"rank {comm.rank} launch {i}"
                 assert np.isnan(got[nr * n:]).all(), f"rank {comm.rank} launch {i}: wrote past the pieces"
         return True
     assert all(_spawn(main, nranks, nodes, seed=nranks))
+
+
+# ---- the staging window ------------------------------------------------------------------------------
+
+def test_staging_is_zeroed_registered_and_records_its_layout():
+    def main(comm):
+        stage = flow.staging(comm, CFG)
+        layout = stage.flow_staging
+        words = flow.staging_words(CFG.channels, CFG.nslots, CFG.slot_bytes // 8, True)
+        return (layout.channels, layout.nslots, layout.slot_words, layout.with_outbox,
+                layout.buffer.size == words, bool((layout.buffer.get() == 0).all()), stage.nbytes == 8 * words)
+    assert spawn(main, nranks=4, nodes=2) == [(2, 2, 16, True, True, True, True)] * 4
+    assert spawn(lambda comm: flow.staging(comm, CFG).flow_staging.with_outbox, nranks=2) == [False] * 2
+
+
+@pytest.mark.parametrize("zeroed", [False, True], ids=["as-allocated", "zeroed-by-hand"])
+def test_staging_from_comm_alloc_is_refused_before_data_moves(zeroed):
+    """A window the library did not make is refused when the processor is built (the GPU refuses
+    it when the kernel is typed, with the same message): never silently wrong data."""
+    def main(comm):
+        buf = comm.alloc(flow.staging_words(CFG.channels, CFG.nslots, CFG.slot_bytes // 8, False), np.uint64)
+        if zeroed:
+            buf.fill(0)
+        launch = _Launch(comm, 0, seed=3)
+        with comm.register(buf) as win, comm.device_communicator() as dcomm:
+            chain_kernel(False)[3, CFG.threads](
+                dcomm, win, *launch.args, *launch.outs, launch.offset, launch.n, launch.first, launch.middle,
+                launch.last, int(OPS[launch.op]), 0, 0, *_layout(), int(Protocol.SIMPLE))
+            comm.synchronize()
+    with pytest.raises(flowdsl.UsageError, match=r"Cannot build a Flow processor over Window\(uint64\): its staging "
+                       r"window must come from flowdsl.flow.staging\(comm, config\)\..* comm.alloc does not zero "
+                       r"memory.* Make it with stage = flowdsl.flow.staging\(comm, config\)"):
+        spawn(main, nranks=1)
+
+
+def test_staging_refuses_a_bad_layout():
+    layout = collections.namedtuple("Layout", "channels nslots slot_bytes")
+
+    def main(comm):
+        errors = []
+        for config in (None, "big", layout(2, 1, 128), layout(0, 2, 128), layout(2, 2, 100)):
+            with pytest.raises(flowdsl.UsageError) as info:
+                flow.staging(comm, config)
+            errors.append(str(info.value))
+        return errors
+    errors = spawn(main, nranks=1)[0]
+    assert all("pass a flowdsl.collectives.FlowConfig" in e for e in errors[:2]), errors
+    assert all("channels >= 1, nslots >= 2 and slot_bytes a positive multiple of 128" in e for e in errors[2:]), errors
