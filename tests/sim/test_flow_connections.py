@@ -28,7 +28,7 @@ import pytest
 from numba import cuda
 
 import flowdsl
-from flowdsl import Protocol, RedOp, flow
+from flowdsl import Protocol, flow
 from flowdsl.collectives import FlowConfig, check
 from flowdsl.collectives._host import OPS
 from flowdsl.collectives.programs import gin_context, no_gin_context
