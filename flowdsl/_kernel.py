@@ -218,7 +218,8 @@ class FlowKernel:
 
     @staticmethod
     def argtypes_for(*args, nccl: str | tuple | None = None):
-        """numba types of host arguments; ``"devcomm"`` and ``("window", dtype)`` stand in for objects."""
+        """numba types of host arguments; ``"devcomm"``, ``("window", dtype)`` and ``("staging", dtype)``
+        (a window from :func:`flowdsl.flow.staging`) stand in for objects."""
         import numpy as np  # noqa: PLC0415
         from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
         from numba.np.numpy_support import from_dtype  # noqa: PLC0415
@@ -231,8 +232,8 @@ class FlowKernel:
         for arg in args:
             if isinstance(arg, str) and arg == "devcomm":
                 out.append(DevCommType(version, -(-abi_layout(version)["dev_comm_size"] // 8)))
-            elif isinstance(arg, tuple) and arg and isinstance(arg[0], str) and arg[0] == "window":
-                out.append(WindowType(from_dtype(np.dtype(arg[1]))))
+            elif isinstance(arg, tuple) and arg and isinstance(arg[0], str) and arg[0] in ("window", "staging"):
+                out.append(WindowType(from_dtype(np.dtype(arg[1])), staging=arg[0] == "staging"))
             elif isinstance(arg, types.Type):
                 out.append(arg)
             elif isinstance(arg, np.ndarray):  # stands for a device array of the same dtype and shape

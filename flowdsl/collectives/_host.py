@@ -80,15 +80,13 @@ class _FlowState:
     """A communicator's staging window and device communicator for one :class:`FlowConfig`."""
 
     def __init__(self, comm, config: FlowConfig):
-        from ..flow import MAX_CONNECTIONS, staging_words  # noqa: PLC0415
+        from ..flow import MAX_CONNECTIONS, staging  # noqa: PLC0415
 
         self.comm, self.config = comm, config
         self.lsa_size = _lsa_size(comm)
         self.gin = self.lsa_size < comm.nranks
-        words = staging_words(config.channels, config.nslots, config.slot_bytes // 8, self.gin)
-        self.buffer = comm.alloc(words, np.uint64)
-        _fill(self.buffer, 0)
-        self.window = comm.register(self.buffer)
+        self.window = staging(comm, config, gin=self.gin)  # zeroed on every rank, typed StagingWindow
+        self.buffer = self.window.flow_staging.buffer
         reqs = {}
         if self.gin:  # ready and credit signals per (channel, connection), one context
             reqs = {"gin_context_count": 1, "gin_signal_count": 2 * config.channels * MAX_CONNECTIONS}

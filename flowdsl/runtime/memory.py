@@ -137,9 +137,17 @@ class Window(Resource):
 
         self._type = WindowType(from_dtype(self.dtype))
 
+    #: The :class:`flowdsl.flow.Staging` that :func:`flowdsl.flow.staging` made this window for, or None.
+    flow_staging = None
+
     @property
     def communicator(self):
         return self._comm
+
+    def _made_staging(self, staging) -> None:
+        """Mark the window as made by :func:`flowdsl.flow.staging`: kernels see a ``StagingWindow``."""
+        self.flow_staging = staging
+        self._type = WindowType(self._type.dtype, staging=True)
 
     @property
     def _numba_type_(self):

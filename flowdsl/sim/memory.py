@@ -136,11 +136,17 @@ class Window:
     """A rank's handle on a registered window (what kernels receive)."""
 
     __flowdsl_sim__ = True
+    #: The :class:`flowdsl.flow.Staging` that :func:`flowdsl.flow.staging` made this window for, or None.
+    flow_staging = None
 
     def __init__(self, group: WindowGroup, rank: int, comm):
         self.group, self.rank, self.comm = group, rank, comm
         self.closed = False
         self._views = {}
+
+    def _made_staging(self, staging) -> None:
+        """Mark the window as made by :func:`flowdsl.flow.staging` (as the GPU runtime's window)."""
+        self.flow_staging = staging
 
     @property
     def dtype(self):
