@@ -31,6 +31,7 @@ from .errors import UsageError
 from .lowering.compiler import CompiledKernel, compile_kernel
 from .lowering.target import Target, format_version, parse_version
 from .lowering.types import ArgumentMarshaller, DevCommType, WindowType
+from .runtime.checks import launch_shape
 from .runtime.streams import refuse_during_capture, stream_handle
 
 __all__ = ["kernel", "device", "FlowKernel", "check_features"]
@@ -137,8 +138,7 @@ class FlowKernel:
         stream = rest[0] if rest else None  # None: the arrays' framework's current stream
         shared = rest[1] if len(rest) > 1 else 0
         launch = _Launch(self, grid, block, stream, shared)
-        _dims(launch.grid, "the grid", self.__name__)
-        _dims(launch.block, "the block", self.__name__)
+        launch_shape(launch.grid, launch.block, self.__name__)  # CUDA's limits, on GPUs and the simulator
         return launch
 
     # -- requirements ------------------------------------------------------------------------
@@ -576,15 +576,6 @@ def _numba_kernel(entry_name: str, cubin: bytes, argtypes):
                             [ArgumentMarshaller()])
 
 
-@functools.lru_cache(maxsize=256)
-def _dims(value, what: str, kernel_name: str):
-    dims = value if isinstance(value, tuple) else (value,)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):
-        raise UsageError(f"Cannot launch {kernel_name}: {what} must be a positive int or a tuple of up to "
-                         f"3 positive ints, got {value!r}")
-    return dims + (1,) * (3 - len(dims))
-
-
 class _Launch:
     def __init__(self, kernel: FlowKernel, grid, block, stream, shared):
         self.kernel = kernel
@@ -622,8 +613,7 @@ class _Launch:
     def _checked(self, args, stream: int):
         """The loaded kernel for ``args`` and the launch shape, after every check before a launch."""
         name = self.kernel.__name__
-        grid = _dims(self.grid, "the grid", name)
-        block = _dims(self.block, "the block", name)
+        grid, block = launch_shape(self.grid, self.block, name)
         _check_resources(name, args)
         loaded = self.kernel._specialize(args, stream)
         if loaded.features:
