@@ -19,11 +19,11 @@ _RAIL_BARRIER = ("GIN rail barrier: every rank of the rail team must arrive at t
 _CFT_BARRIER = "CFT barrier: every rank of the CFT team must arrive at the same barrier index, as many times."
 _BLOCK_BARRIER = ("Block or warp barrier: every thread of the coop (the CTA, the warp's mask) must reach the same "
                   "barrier; threads that returned or took another branch never arrive.")
-_SIGNAL = ("GIN signal: no rank sends enough signals to this one: a peer must put or signal with this signal "
-           "index to this rank (gin.put(..., signal=...) / gin.signal) until it reaches the value waited for; "
-           "check the peer, the signal index and the count of increments.")
+_SIGNAL = ("GIN signal: no rank sends enough signals to this one: a peer must signal this rank with this signal "
+           "index (gin.put(..., remote=gin.signal_inc(i)) or gin.signal) until it reaches the value waited for; "
+           "check the peer, the signal index and the number of increments.")
 _COUNTER = ("GIN counter: a counter rises when this rank's own puts that name it complete: issue them "
-            "(gin.put(..., counter=...)) before waiting for that many.")
+            "(gin.put(..., local=gin.counter_inc(c))) before waiting for that many.")
 _FLUSH = "gin.flush waits for this rank's own outstanding GIN operations; they never completed."
 _CFT_COUNTED = ("CFT counted write: the sender's put_counted to this window (and counter) never came, or carried "
                 "fewer bytes than the wait expects.")
