@@ -308,3 +308,36 @@ def test_livelock_spinning_on_a_gin_signal_is_reported_with_its_hint():
         run_ranks(main, nranks=1, livelock_rounds=20)
     msg = str(ei.value)
     assert "reading GIN signal 0 of rank 0 == 0" in msg and "GIN signal: no rank sends" in msg
+
+
+# ---- the GPU check's encoding: what the ranks all-gather over NCCL --------------------------------
+
+def test_encoded_signatures_compare_as_the_simulator_compares_them():
+    from flowdsl.collectives import _agree
+
+    cfg = coll.FlowConfig(channels=3, nslots=4, slot_bytes=2048, threads=96, protocol=Protocol.LL128)
+    sigs = [_agree.signature("reduce", 4099, "bfloat16", flowdsl.RedOp.AVG, 1, "ring", cfg),
+            _agree.signature("reduce", 4100, "bfloat16", flowdsl.RedOp.MAX, 1, "ring", cfg),
+            _agree.signature("reduce", 4099, "bfloat16", flowdsl.RedOp.AVG, 0, "ring", None)]
+    for i, sig in enumerate(sigs):
+        words = _agree.encode(sig, 7)
+        assert words.dtype == np.int64 and words.shape == (_agree.WORDS,)
+        assert _agree.decode(words) == (sig, 7)
+    decoded = [_agree.decode(_agree.encode(s, 7))[0] for s in sigs]
+    direct, gathered = _agree.compare(sigs, 7), _agree.compare(decoded, 7)
+    assert str(direct) == str(gathered)
+    assert ("reduce called differently across ranks: count is 4099 on ranks 0, 2 and 4100 on rank 1; op is avg on "
+            "ranks 0, 2 and max on rank 1; root is 1 on ranks 0, 1 and 0 on rank 2; config is") in str(direct)
+    assert _agree.compare(decoded[:1] * 3, 7) is None
+
+
+def test_encoded_refusals_and_strangers_are_named():
+    from flowdsl.collectives import _agree
+
+    ok = _agree.signature("all_gather", 8, "float32", None, None, "auto", None)
+    refused = _agree.decode(_agree.encode(_agree.refused("all_gather"), 0))[0]
+    assert "Cannot all_gather (collective call #0 on this communicator): rank 1 refused its arguments" in \
+        str(_agree.compare([ok, refused], 0))
+    stranger = _agree.decode(np.arange(_agree.WORDS, dtype=np.int64))[0]  # another NCCL call's bytes
+    assert stranger is None
+    assert "rank 1 sent no flowdsl call signature" in str(_agree.compare([ok, stranger, ok], 0))
