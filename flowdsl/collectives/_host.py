@@ -1,7 +1,8 @@
 """Host side of the collectives: checks, staging resources, the launch.
 
-Everything about the arguments is checked before anything is launched. Each
-communicator gets one :class:`_FlowState` per :class:`FlowConfig` (a staging
+Everything about the arguments is checked before anything is launched, and then
+compared across ranks (always on the simulator, on GPUs with ``check_collectives``:
+:mod:`flowdsl.collectives._agree`). Each communicator gets one :class:`_FlowState` per :class:`FlowConfig` (a staging
 window and a device communicator), created at first use and closed with the
 communicator.
 """
