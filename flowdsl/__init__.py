@@ -15,8 +15,8 @@ from . import lowering as _lowering  # registers the device surface's overloads
 from . import cft, coop, gin, lsa, mem, team
 from ._kernel import FlowKernel, device, kernel
 from . import flow  # noqa: E402 (written in flowdsl: needs the kernel decorator)
-from .errors import (DeviceOnlyError, FeatureUnavailableError, FlowDSLError, NoDeviceError,
-                     ResourceClosedError, UsageError)
+from .errors import (CollectiveMismatchError, DeviceOnlyError, FeatureUnavailableError, FlowDSLError,
+                     NoDeviceError, ResourceClosedError, UsageError)
 from .errors import CacheWarning
 from .runtime.communicator import Communicator, init
 from .runtime.memory import DevComm, Window
@@ -26,7 +26,7 @@ __all__ = [
     "__version__", "init", "Communicator", "Window", "DevComm", "kernel", "device", "FlowKernel",
     "coop", "team", "lsa", "gin", "cft", "mem", "flow", "collectives", "MemoryOrder", "ThreadScope", "CoopKind",
     "Protocol", "RedOp",
-    "FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "FeatureUnavailableError",
-    "DeviceOnlyError",
+    "FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
+    "FeatureUnavailableError", "DeviceOnlyError",
     "CacheWarning",
 ]

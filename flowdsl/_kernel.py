@@ -32,6 +32,7 @@ from .errors import UsageError
 from .lowering.compiler import CompiledKernel, compile_kernel
 from .lowering.target import Target, format_version, parse_version
 from .lowering.types import ArgumentMarshaller, DevCommType, WindowType
+from .runtime.checks import launch_shape
 from .runtime.streams import refuse_during_capture, stream_handle
 
 __all__ = ["kernel", "device", "FlowKernel", "check_features"]
@@ -749,14 +750,6 @@ def _config_key(config):
     return key
 
 
-def _dims(value, what: str, kernel_name: str):
-    dims = value if isinstance(value, tuple) else (value,)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):
-        raise UsageError(f"Cannot launch {kernel_name}: {what} must be a positive int or a tuple of up to "
-                         f"3 positive ints, got {value!r}")
-    return dims + (1,) * (3 - len(dims))
-
-
 class _Launch:
     def __init__(self, kernel: FlowKernel, grid, block, stream, shared):
         self.kernel = kernel
@@ -765,7 +758,7 @@ class _Launch:
         self.stream = stream
         self.shared = shared
         name = kernel.__name__
-        self.dims = (_dims(self.grid, "the grid", name), _dims(self.block, "the block", name))
+        self.dims = launch_shape(self.grid, self.block, name)  # CUDA's limits, on GPUs and the simulator
 
     def __call__(self, *args):
         # One resolution for the GPU and the simulator: both accept and refuse the same streams.

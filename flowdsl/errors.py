@@ -1,8 +1,8 @@
 """flowdsl's exceptions. Messages read "Cannot {operation}: {reason}. {fix}".
 
 Contents: :class:`FlowDSLError`, :class:`UsageError`, :class:`NoDeviceError`,
-:class:`ResourceClosedError`, :class:`CacheWarning`, and (re-exported) :class:`FeatureUnavailableError`,
-:class:`DeviceOnlyError`.
+:class:`ResourceClosedError`, :class:`CollectiveMismatchError`, :class:`CacheWarning`, and
+(re-exported) :class:`FeatureUnavailableError`, :class:`DeviceOnlyError`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from ._stubs import DeviceOnlyError
 from .lowering.target import FeatureUnavailableError
 
-__all__ = ["FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError",
+__all__ = ["FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
            "FeatureUnavailableError", "DeviceOnlyError", "CacheWarning"]
 
 
@@ -32,3 +32,19 @@ class NoDeviceError(FlowDSLError, RuntimeError):
 
 class ResourceClosedError(FlowDSLError, RuntimeError):
     """A window, device communicator or communicator was used after ``close()``."""
+
+
+class CollectiveMismatchError(FlowDSLError, RuntimeError):
+    """Ranks called a collective differently (another collective, count, dtype, op, root, algorithm or
+    config), or one rank did not call it at all.
+
+    Raised on every rank, before anything is launched: always on the simulator, and on GPUs with
+    ``flowdsl.init(check_collectives=True)`` (or ``FLOWDSL_CHECK_COLLECTIVES=1``).
+
+    Attributes:
+        collective: The collective the ranks were calling (or the first rank's, when they called different ones).
+        differences: ``{argument: {value: [ranks]}}`` for every argument that differs.
+    """
+
+    collective: str | None = None
+    differences: dict | None = None

@@ -9,9 +9,9 @@ import os
 
 import numpy as np
 
-from ..errors import NoDeviceError, ResourceClosedError, UsageError
+from ..errors import NoDeviceError, UsageError
 from ..lowering.target import format_version
-from . import nccl, streams
+from . import checks, nccl, streams
 from .memory import DevComm, SymmetricAllocation, Window, device_pointer
 from .support import abi_layout
 
@@ -30,10 +30,8 @@ REQUIREMENT_FIELDS = {
     "cft_barrier_count": "cftBarrierCount",
 }
 
-# uint16 and int16 too: bfloat16 travels as uint16 bits (CuPy and NumPy have no bfloat16).
-_SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
-    np.float16, np.float32, np.float64, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
-    np.uint64))
+#: The environment variable that turns the collectives' cross-rank check on (``1``) for every communicator.
+CHECK_COLLECTIVES_ENV = "FLOWDSL_CHECK_COLLECTIVES"
 
 
 def _require_gpu(operation: str) -> None:
@@ -133,7 +131,8 @@ def _exchange_unique_id(rank: int, nranks: int, *, group=None, mpi_comm=None) ->
 
 
 def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | None = None, *,
-         group=None, mpi_comm=None, device: int | None = None) -> "Communicator":
+         group=None, mpi_comm=None, device: int | None = None,
+         check_collectives: bool | None = None) -> "Communicator":
     """Create a :class:`Communicator`.
 
     Sources, in order: explicit ``nranks, rank, unique_id``; a ``torch.distributed``
@@ -143,6 +142,12 @@ def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | 
 
     Args:
         device: CUDA device of this rank. Defaults to ``LOCAL_RANK`` (or 0).
+        check_collectives: Compare every collective call's arguments (collective, count, dtype,
+            op, root, algorithm, config) across ranks before it launches, and raise
+            :class:`~flowdsl.errors.CollectiveMismatchError` on every rank where they differ. It
+            all-gathers 128 bytes per rank with NCCL and waits for the stream on every call: for
+            debugging. Defaults to the environment variable ``FLOWDSL_CHECK_COLLECTIVES`` (``1``: on;
+            unset or ``0``: off). The simulator always checks.
     """
     _require_gpu("initialise a flowdsl communicator")
     if mpi_comm is not None:
@@ -154,8 +159,11 @@ def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | 
     elif nranks is None:
         nranks = int(os.environ.get("WORLD_SIZE", "1"))
         rank = int(os.environ.get("RANK", "0"))
-    if rank is None or not 0 <= rank < nranks:
-        raise UsageError(f"Cannot initialise a communicator: rank must be in [0, {nranks}), got {rank}")
+    nranks = checks.count_of(nranks, "nranks", "initialise a communicator")
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < nranks:
+        raise UsageError(f"Cannot initialise a communicator: rank must be an int in [0, {nranks}), got {rank!r}")
+    if check_collectives is None:
+        check_collectives = _env_flag(CHECK_COLLECTIVES_ENV)
     if device is None:
         device = int(os.environ.get("LOCAL_RANK", "0"))
     if isinstance(unique_id, (bytes, bytearray, memoryview)):
@@ -167,7 +175,18 @@ def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | 
             unique_id = get_unique_id().as_bytes
         else:
             unique_id = _exchange_unique_id(rank, nranks, group=group, mpi_comm=mpi_comm)
-    return Communicator(nranks, rank, unique_id, device)
+    comm = Communicator(nranks, int(rank), unique_id, device)
+    comm.check_collectives = bool(check_collectives)
+    return comm
+
+
+def _env_flag(name: str) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise UsageError(f"Cannot read {name}={os.environ[name]!r}: set it to 1 (on) or 0 (off)")
 
 
 class Communicator:
@@ -176,7 +195,13 @@ class Communicator:
     Use as a context manager, or call :meth:`close`, which releases device
     communicators and windows first, then symmetric memory, then the NCCL
     communicator.
+
+    Attributes:
+        check_collectives: Whether the collectives compare their arguments across ranks before
+            each launch (see :func:`init`).
     """
+
+    check_collectives = False
 
     def __init__(self, nranks: int, rank: int, unique_id: bytes, device: int = 0):
         import cupy  # noqa: PLC0415
@@ -208,8 +233,7 @@ class Communicator:
             self._allocations.remove(resource)
 
     def _check_open(self, operation: str) -> None:
-        if self._closed:
-            raise ResourceClosedError(f"Cannot {operation}: the communicator was closed. Call flowdsl.init() again.")
+        checks.communicator_open(self._closed, operation)
 
     @property
     def closed(self) -> bool:
@@ -223,29 +247,28 @@ class Communicator:
 
     # -- memory --------------------------------------------------------------------------------
     def alloc(self, shape, dtype=np.float32, *, like: str = "cupy"):
-        """A symmetric buffer from ``ncclMemAlloc``, as a CuPy array (or ``like="torch"``), no copy.
+        """A symmetric buffer from ``ncclMemAlloc``, as a CuPy array (or ``like="torch"``: a PyTorch
+        tensor), no copy.
 
         The memory lives until the communicator is closed or ``comm.free(buf)``.
+
+        Raises:
+            UsageError: ``dtype`` is not one of :data:`flowdsl.runtime.checks.SUPPORTED_DTYPES`, the
+                shape is not non-negative ints, or ``like`` is not ``"cupy"`` / ``"torch"`` (or
+                PyTorch is not installed), all before anything is allocated.
         """
         import cupy  # noqa: PLC0415
 
         self._check_open("allocate symmetric memory")
-        dtype = np.dtype(dtype)
-        if dtype not in _SUPPORTED_DTYPES:
-            names = ", ".join(str(d) for d in _SUPPORTED_DTYPES)
-            raise UsageError(f"Cannot allocate symmetric memory of dtype {dtype}: supported dtypes are {names}.")
-        shape = (shape,) if np.isscalar(shape) else tuple(shape)
+        dtype, shape = checks.alloc_dtype(dtype), checks.alloc_shape(shape)
+        like = checks.alloc_like(like)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         allocation = SymmetricAllocation(self, nbytes)
         self._allocations.append(allocation)
         memory = cupy.cuda.UnownedMemory(allocation.ptr, max(nbytes, 1), owner=allocation)
         array = cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
         if like == "torch":
-            import torch  # noqa: PLC0415
-
-            return torch.from_dlpack(array)
-        if like != "cupy":
-            raise UsageError(f"Cannot allocate: like must be 'cupy' or 'torch', got {like!r}")
+            return checks.torch_module("allocate symmetric memory with like='torch'").from_dlpack(array)
         return array
 
     def _allocation_of(self, ptr: int, nbytes: int) -> SymmetricAllocation | None:
@@ -275,24 +298,25 @@ class Communicator:
 
         Raises:
             UsageError: ``buf`` is not (part of) a buffer from ``comm.alloc`` of
-                this communicator, or is not contiguous.
+                this communicator (a NumPy array, other device memory), is empty, or
+                is not contiguous.
         """
         self._check_open("register a window")
+        if isinstance(buf, np.ndarray) or (_is_torch(buf) and not buf.is_cuda):
+            raise checks.host_array_error(buf)
         if hasattr(buf, "__cuda_array_interface__"):
-            ptr, nbytes = device_pointer(buf)
+            ptr, nbytes = device_pointer(buf, "register")
             dtype = np.dtype(buf.__cuda_array_interface__["typestr"])
         elif hasattr(buf, "__dlpack__"):
             import cupy  # noqa: PLC0415
 
             buf = cupy.from_dlpack(buf)
-            ptr, nbytes = device_pointer(buf)
+            ptr, nbytes = device_pointer(buf, "register")
             dtype = buf.dtype
         else:
-            raise UsageError(f"Cannot register {type(buf).__name__}: pass a buffer from comm.alloc(shape, dtype).")
+            raise checks.not_a_buffer_error(buf)
         if self._allocation_of(ptr, nbytes) is None:
-            raise UsageError("Cannot register this buffer: symmetric windows need memory from comm.alloc "
-                             "(ncclMemAlloc) of this communicator. Allocate it with comm.alloc(shape, dtype) "
-                             "and copy your data in.")
+            raise UsageError(checks.NOT_FROM_ALLOC)
         return Window(self, buf, nbytes, ptr, dtype, cft_counted=cft_counted)
 
     # -- device communicator ---------------------------------------------------------------
@@ -367,3 +391,7 @@ class Communicator:
     def __repr__(self):
         return (f"Communicator(rank={self.rank}, nranks={self.nranks}, device={self.device}, "
                 f"nccl={format_version(self.nccl_version)})")
+
+
+def _is_torch(obj) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "is_cuda")

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ResourceClosedError, UsageError
+from ..errors import UsageError
 from ..lowering.target import format_version
 from ..lowering.types import DevCommType, WindowType
-from . import nccl
+from . import checks, nccl
 
 __all__ = ["Resource", "SymmetricAllocation", "Window", "DevComm", "device_pointer", "GinBackend", "GIN_BACKENDS",
            "gin_backend_of"]
@@ -42,7 +42,7 @@ class Resource:
 
     def _check_open(self, operation: str) -> None:
         if self._closed:
-            raise ResourceClosedError(f"Cannot {operation}: this {self.kind} was closed. Create a new one.")
+            raise checks.resource_closed(self.kind, operation)
 
     def close(self) -> None:
         """Release the resource (collective where NCCL's call is); a second call does nothing."""
@@ -64,25 +64,23 @@ class Resource:
         self.close()
 
 
-def device_pointer(array) -> tuple[int, int]:
-    """``(address, nbytes)`` of a C-contiguous device array (CUDA Array Interface)."""
+def device_pointer(array, operation: str = "free") -> tuple[int, int]:
+    """``(address, nbytes)`` of a C-contiguous device array (CUDA Array Interface).
+
+    For ``operation="register"`` the array must also hold at least one element
+    (:func:`flowdsl.runtime.checks.register_layout`, the simulator's rule too).
+    """
     cai = getattr(array, "__cuda_array_interface__", None)
     if cai is None:
         raise UsageError(f"Cannot use {type(array).__name__} as a device buffer: it has no "
                          "__cuda_array_interface__. Allocate it with comm.alloc(shape, dtype).")
     dtype = np.dtype(cai["typestr"])
-    shape = cai["shape"]
-    strides = cai.get("strides")
+    shape, strides = cai["shape"], cai.get("strides")
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if strides is not None:
-        expected = []
-        step = dtype.itemsize
-        for dim in reversed(shape):
-            expected.append(step)
-            step *= dim
-        if tuple(reversed(expected)) != tuple(strides) and nbytes:
-            raise UsageError("Cannot register a non-contiguous array: windows cover contiguous memory. "
-                             "Register the whole buffer from comm.alloc and index inside the kernel.")
+    if operation == "register":
+        checks.register_layout(shape, strides, dtype.itemsize)
+    elif nbytes and not checks.contiguous(shape, strides, dtype.itemsize):
+        raise UsageError(f"Cannot {operation} a non-contiguous array: pass the whole buffer from comm.alloc.")
     return int(cai["data"][0]), nbytes
 
 

@@ -12,6 +12,7 @@ inside a simulation, names the rank (block, thread) and the seed that replays it
 
 from __future__ import annotations
 
+from ..errors import CollectiveMismatchError as _CollectiveMismatchError
 from ..errors import FlowDSLError
 from ..errors import UsageError as _UsageError
 
@@ -54,8 +55,10 @@ class BarrierIndexError(SimulationError, IndexError):
     """An LSA barrier index outside ``0 .. lsa_barrier_count-1``, or a barrier misuse."""
 
 
-class CollectiveMismatchError(SimulationError):
-    """Ranks called different host collectives at the same position (e.g. register vs barrier)."""
+class CollectiveMismatchError(SimulationError, _CollectiveMismatchError):
+    """Ranks called host collectives differently at the same position (``comm.register`` on one rank,
+    ``comm.barrier`` on another; ``all_reduce`` of 4099 elements on one, 4100 on another), or a rank
+    returned from its program while the others wait in one. A :class:`flowdsl.CollectiveMismatchError`."""
 
 
 class UsageError(SimulationError, _UsageError, TypeError):

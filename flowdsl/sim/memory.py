@@ -86,15 +86,23 @@ class SymBuffer(np.ndarray):
             comm.synchronize()
 
     def set(self, arr, stream=None):
-        """Copy host array ``arr`` (same number of elements) into the buffer."""
+        """Copy host array ``arr`` into the buffer: a NumPy array of the buffer's dtype and shape,
+        refused otherwise with CuPy's own errors (``TypeError``, ``ValueError``), as on a GPU."""
         stream_handle(stream, (), "set a buffer")  # refuse what the GPU refuses; a rank has one stream
-        arr = np.asarray(arr)
-        if arr.size != self.size:
-            raise UsageError(
-                f"Cannot set buffer of shape {self.shape}: the source has shape {arr.shape}. "
-                "Pass an array with the same number of elements.")
+        if not isinstance(arr, np.ndarray):
+            raise sim_error(UsageError, "Cannot set the buffer: Only numpy.ndarray can be set to cupy.ndarray. "
+                            "Pass a NumPy array (np.asarray(values, buf.dtype))")
+        if arr.dtype != self.dtype:  # CuPy copies bytes: it never converts
+            raise sim_error(UsageError, f"Cannot set the buffer: {arr.dtype} array cannot be set to {self.dtype} "
+                            f"array. Convert it first (a.astype(np.{self.dtype}))")
+        if arr.shape != self.shape:
+            raise sim_error(UsageError, f"Cannot set the buffer: Shape mismatch. Old shape: {self.shape}, new "
+                            f"shape: {arr.shape}. Reshape it first (a.reshape(buf.shape))")
+        if not self.flags.c_contiguous:
+            raise sim_error(UsageError, "Cannot set the buffer: Cannot set to non-contiguous array. Set the whole "
+                            "buffer from comm.alloc")
         self._sync()
-        np.copyto(self.view(np.ndarray), arr.reshape(self.shape), casting="unsafe")
+        np.copyto(self.view(np.ndarray), arr)
 
     def get(self, stream=None, out=None):
         """A numpy copy of the buffer (after the rank's queued kernels finished)."""

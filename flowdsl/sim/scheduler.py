@@ -25,6 +25,7 @@ import greenlet
 
 from . import _state
 from .errors import DeadlockError, LivelockError, SimulationError
+from .hints import deadlock_hints, describe_spin, livelock_hints
 
 __all__ = [
     "Scheduler", "Task", "HostTask", "KernelThread", "Block", "Launch",
@@ -391,10 +392,10 @@ class Scheduler:
         return "\n".join(lines)
 
     def _deadlock_error(self):
+        labels = [t.waiting.short() for t in self.tasks if not t.done and t.waiting is not None]
         msg = (f"Cannot finish the simulation: deadlock: every remaining task waits and nothing can "
                f"release them ({self.seed_line()}).\nWaiting:\n{self._waiting_report()}\n"
-               "Fix the synchronisation so that every wait is matched by an arrival "
-               "(same barrier index, same coop, on every LSA rank).")
+               + "\n".join(deadlock_hints(labels)))
         e = DeadlockError(msg)
         e.seed = self.seed
         return e
@@ -408,6 +409,9 @@ class Scheduler:
         seen = set()
         for t in spinners[:16]:
             from .memory import describe_address
+            if len(t.last_spin) != 4:  # a GIN signal or counter, a CFT counter: named by its key
+                lines.append(f"  - {t.name()} spins at {where(t)} reading {describe_spin(t.last_spin)}")
+                continue
             addr, arr, index, value = t.last_spin
             addr_desc = describe_address(arr, index)[1]
             k = (addr_desc, value)
@@ -422,9 +426,8 @@ class Scheduler:
         msg = (f"Cannot finish the simulation: livelock: threads spin for "
                f"{self.livelock_rounds} rounds without any progress ({self.seed_line()}).\n"
                f"Spinning:\n" + "\n".join(lines) +
-               (f"\nWaiting:\n{waiting}" if waiting else "") +
-               "\nMake sure some thread stores the value the spin loop waits for "
-               "(with flowdsl.mem.store_release or an atomic).")
+               (f"\nWaiting:\n{waiting}" if waiting else "") + "\n" +
+               "\n".join(livelock_hints([(where(t), t.last_spin) for t in spinners[:16]])))
         e = LivelockError(msg)
         e.seed = self.seed
         e.rank = task.rank
