@@ -9,7 +9,6 @@ either returns the checked value or raises :class:`~flowdsl.errors.UsageError` (
 
 from __future__ import annotations
 
-import functools
 import operator
 
 import numpy as np
@@ -173,7 +172,6 @@ NOT_FROM_ALLOC = ("Cannot register this buffer: symmetric windows need memory fr
                   "this communicator. Allocate it with comm.alloc(shape, dtype) and copy your data in.")
 
 
-@functools.lru_cache(maxsize=256)
 def launch_shape(grid, block, kernel_name: str) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """``(grid, block)`` as 3-tuples, within CUDA's limits (``k[grid, block]`` on GPUs and the simulator)."""
     g = _dims(grid, "the grid", kernel_name)

@@ -15,7 +15,7 @@ import flowdsl
 import flowdsl.sim as sim
 from flowdsl import Protocol, coop, flow, gin, lsa, team
 from flowdsl import collectives as coll
-from flowdsl.flow import staging_words
+from flowdsl.collectives import FlowConfig
 from flowdsl.testing import run_ranks
 
 pytestmark = pytest.mark.sim
@@ -259,9 +259,8 @@ def _flow_livelock(sender, protocol):
 
     def main(comm):
         buf = _x(comm, n)
-        stage = comm.alloc(staging_words(1, nslots, slot_bytes // 8, False), np.uint64)
-        stage.fill(0)
-        with comm.register(stage) as win, comm.device_communicator() as dc:
+        config = FlowConfig(channels=1, nslots=nslots, slot_bytes=slot_bytes, threads=64)
+        with flow.staging(comm, config) as win, comm.device_communicator() as dc:
             _one_end[1, 64](dc, win, buf, n, sender, nslots, slot_bytes // 8, int(protocol))
             comm.synchronize()
     with pytest.raises(sim.LivelockError) as ei:
