@@ -670,8 +670,10 @@ def _step_kind(name, recv, send, reduce, store, last):
         tid = cuda.threadIdx.x
         cuda.syncthreads()
         state = lsa.local_view(proc.stage)
-        rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)])
-        sstep = int64(state[_state_at(proc, _SENT, out.number)])
+        # Only the directions this step uses: another block may hold the other end of the channel
+        # and write the other counter meanwhile.
+        rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)]) if recv else int64(0)
+        sstep = int64(state[_state_at(proc, _SENT, out.number)]) if send else int64(0)
         per_slot = slot_elements(proc, dst.itemsize)
         vectors = _aligned(src, dst, offset)
         if tid == 0 and n > 0:
@@ -691,7 +693,7 @@ def _step_kind(name, recv, send, reduce, store, last):
             rstep += recv
             sstep += send
             done += m
-        if tid == proc.sync_thread:
+        if tid == proc.sync_thread and n > 0:  # n == 0: nothing moved, and no barrier since the reads above
             if recv:
                 state[_state_at(proc, _RECEIVED, inp.number)] = uint64(rstep)
             if send:
