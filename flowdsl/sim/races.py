@@ -11,9 +11,10 @@ load only notes what it saw (``acqp``) until an acquiring fence (or the end of t
 takes it in; a relaxed store publishes what the last releasing fence had (``relf``).
 
 Shadow memory keeps, per element, the last plain write, the plain reads since, and the
-atomic writes and reads since the last plain write, each as ``(slot, clock, who, where)``. An
-access that conflicts with one of them (one of the two writes, not both atomic) and is not
-ordered after it raises :class:`~flowdsl.sim.errors.DataRaceError` naming both accesses.
+atomic writes and reads since the last plain write, each as an epoch ``(slot, clock, who,
+code or what, instruction offset or None)``. An access that conflicts with one of them (one
+of the two writes, not both atomic) and is not ordered after it raises
+:class:`~flowdsl.sim.errors.DataRaceError` naming both accesses.
 
 Threads of a launch reuse the slots of the rank's previous launch: the stream orders every
 earlier launch before it, so an access of an earlier user of the slot is ordered before every
@@ -181,6 +182,9 @@ class TrackedArray(np.ndarray):
         v = _nd_get(self, i)
         rc = self._rc
         if rc is not None:
+            if type(i) is int and self._s0 is not None:  # the common case: one element of a 1-D array
+                rc.read(self._cells, self._off0 + (i if i >= 0 else i + self._n0) * self._s0, self, i)
+                return v
             off = self._elem(i)
             if off is not None:
                 rc.read(self._cells, off, self, i)
@@ -195,6 +199,9 @@ class TrackedArray(np.ndarray):
         _nd_set(self, i, value)
         rc = self._rc
         if rc is not None:
+            if type(i) is int and self._s0 is not None:
+                rc.write(self._cells, self._off0 + (i if i >= 0 else i + self._n0) * self._s0, self, i)
+                return
             off = self._elem(i)
             if off is not None:
                 rc.write(self._cells, off, self, i)
@@ -472,7 +479,7 @@ class RaceDetector:
         while code.co_filename in _SKIP:
             f = f.f_back
             code = f.f_code
-        e = (slot, t.clk, t, (code, f.f_lasti))
+        e = (slot, t.clk, t, code, f.f_lasti)
         if rec is None:
             cells[off] = [None, e, None, None, None]
         elif pr is None or (pr.__class__ is tuple and (pr[0] == slot or (pr[0] < len(vc) and vc[pr[0]] >= pr[1]))):
@@ -489,21 +496,26 @@ class RaceDetector:
         rec = cells.get(off)
         if rec is not None:
             w = rec[0]
-            if w is not None and w[0] == slot and w[1] == t.clk and rec[1] is None and rec[2] is None \
+            pr = rec[1]
+            if w is not None and w[0] == slot and w[1] == t.clk and pr is None and rec[2] is None \
                     and rec[3] is None:
                 return  # written in this epoch already, nothing since
-            if w is not None and w[0] != slot:
-                vc = t.vc
-                if w[0] >= len(vc) or vc[w[0]] < w[1]:
-                    self._race(t, "write", obj, idx, off, w, "write", None)
-            if rec[1] is not None or rec[2] is not None or rec[3] is not None:
+            vc = t.vc
+            if w is not None and w[0] != slot and (w[0] >= len(vc) or vc[w[0]] < w[1]):
+                self._race(t, "write", obj, idx, off, w, "write", None)
+            if pr is not None:
+                if pr.__class__ is not tuple:
+                    self._check_write(t, rec, obj, idx, off, False, None)
+                elif pr[0] != slot and (pr[0] >= len(vc) or vc[pr[0]] < pr[1]):
+                    self._race(t, "write", obj, idx, off, pr, "read", None)
+            if rec[2] is not None or rec[3] is not None:
                 self._check_write(t, rec, obj, idx, off, False, None)
-        f = _getframe(2)  # the caller of the view or array: the user, unless a primitive read for them
+        f = _getframe(2)  # the caller of the view or array: the user, unless a primitive wrote for them
         code = f.f_code
         while code.co_filename in _SKIP:
             f = f.f_back
             code = f.f_code
-        e = (slot, t.clk, t, (code, f.f_lasti))
+        e = (slot, t.clk, t, code, f.f_lasti)
         if rec is None:
             cells[off] = [e, None, None, None, None]
         else:
@@ -541,7 +553,7 @@ class RaceDetector:
         rec = cells.get(off)
         if rec is None:
             rec = cells[off] = [None, None, None, None, None]
-        e = (t.slot, t.clk, t, site if site is not None else _site())
+        e = (t.slot, t.clk, t, site if site is not None else _site(), None)
         w = rec[_PW]
         if w is not None and not _ordered(w, t):
             self._race(t, "atomic " + ("read-modify-write" if load and store else "read" if load else "write"),
@@ -587,7 +599,7 @@ class RaceDetector:
         """
         rd = not write
         g = self.grain.get(id(cells), 1)
-        e = (agent.slot, agent.clk, agent, what)
+        e = (agent.slot, agent.clk, agent, what, None)
         for o in range(off - off % g, off + n, g):
             rec = cells.get(o)
             if rec is None:
@@ -635,7 +647,7 @@ class RaceDetector:
     def _race(self, t, kind, obj, idx, off, other, other_kind, site):
         if site is None:
             site = _site()
-        now = (t.slot, t.clk, t, site)
+        now = (t.slot, t.clk, t, site, None)
         loc = _describe(obj, idx, off, self.world)
         msg = (f"Cannot {_VERB[kind]} {loc}: data race. "
                f"Nothing orders these two accesses, and {_why(kind, other_kind)}:\n"
@@ -695,7 +707,7 @@ def _where(site):
 
 
 def _who(e):
-    t, site = e[2], e[3]
+    t, site = e[2], (e[3] if e[4] is None else (e[3], e[4]))
     if isinstance(t, Agent):
         return f"{t.name()}, {site}"
     launch = getattr(t, "launch", None)
