@@ -700,7 +700,7 @@ def _step_kind(name, recv, send, reduce, store, last):
             rstep += recv
             sstep += send
             done += m
-        if tid == proc.sync_thread:
+        if tid == proc.sync_thread and n > 0:  # n == 0: nothing moved, and no barrier since the reads above
             if recv:
                 state[_state_at(proc, _RECEIVED, inp.number)] = uint64(rstep)
             if send:

@@ -11,7 +11,8 @@ table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
 :class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
 :class:`UsageError`, :class:`GinCoverageError`, :class:`GinResourceError`,
-:class:`GinBackendError`, :class:`CftCoverageError`, and :func:`last_stats`. GIN
+:class:`GinBackendError`, :class:`CftCoverageError`, :class:`DataRaceError` (see
+:mod:`flowdsl.sim.races`: data races found by happens-before), and :func:`last_stats`. GIN
 (puts, signals, counters, GIN barriers over a simulated network) is modelled in
 :mod:`flowdsl.sim.gin`, CFT (LE-addressed puts and gets, counted writes and the
 receiver's fence rule, CFT barriers) in :mod:`flowdsl.sim.cft`, on the same network.
@@ -24,8 +25,8 @@ from . import _state
 from . import host as _host
 from . import gin as _gin  # noqa: F401 - registers flowdsl.gin's semantics
 from . import cft as _cft  # noqa: F401 - registers flowdsl.cft's semantics
-from .errors import (BarrierIndexError, CftCoverageError, CollectiveMismatchError, DeadlockError, GinBackendError,
-                     GinCoverageError, GinResourceError, LivelockError, SimulationError,
+from .errors import (BarrierIndexError, CftCoverageError, CollectiveMismatchError, DataRaceError, DeadlockError,
+                     GinBackendError, GinCoverageError, GinResourceError, LivelockError, SimulationError,
                      UnsupportedFeatureError, UsageError, WindowAccessError)
 from .host import launch, spawn
 from .semantics import SEMANTICS, dispatch, implements
@@ -34,7 +35,7 @@ __all__ = [
     "spawn", "SEMANTICS", "implements", "last_stats",
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
-    "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError",
+    "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "DataRaceError",
 ]
 
 

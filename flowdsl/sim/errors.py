@@ -3,7 +3,7 @@
 Contents: :class:`SimulationError` (base), :class:`UnsupportedFeatureError`,
 :class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
-:class:`UsageError`, and for GIN :class:`GinCoverageError`,
+:class:`UsageError`, :class:`DataRaceError`, and for GIN :class:`GinCoverageError`,
 :class:`GinResourceError`, :class:`GinBackendError`, and for CFT :class:`CftCoverageError`.
 
 Every message reads "Cannot {operation}: {reason}. {fix}" and, when raised
@@ -19,7 +19,7 @@ from ..errors import UsageError as _UsageError
 __all__ = [
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
-    "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError",
+    "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "DataRaceError",
 ]
 
 
@@ -79,3 +79,14 @@ class GinBackendError(UnsupportedFeatureError):
 
 class CftCoverageError(SimulationError):
     """A thread read data of a CFT counted write without reading a counter that covers it and then fencing."""
+
+
+class DataRaceError(SimulationError):
+    """Two accesses to one element, at least one a write and not both atomic, that nothing orders.
+
+    Attributes:
+        accesses: ``(this access, the earlier access)``, each as text: the kind of access, who made
+            it (rank, block, thread, kernel, or the network for a GIN/CFT operation) and where.
+    """
+
+    accesses: tuple = ()

@@ -20,11 +20,13 @@ from ..errors import ResourceClosedError
 from ..errors import UsageError as _UsageErrorBase
 from .errors import CollectiveMismatchError, SimulationError, UsageError
 from .memory import SymBuffer, Window, WindowGroup, poisoned
+from .races import RaceDetector, enabled_by_default
 from .scheduler import Block, Cond, HostTask, KernelThread, Launch, Scheduler, Wait, fmt_ids, sim_error
 
 __all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch"]
 
-_OPTIONS = {"livelock_rounds": 100, "max_steps": None, "gin_delivery": "ordered", "gin_backend": "proxy"}
+_OPTIONS = {"livelock_rounds": 100, "max_steps": None, "gin_delivery": "ordered", "gin_backend": "proxy",
+            "races": None}
 #: Requirements device_communicator() accepts (as the GPU runtime).
 _REQUIREMENTS = ("lsa_barrier_count", "barrier_count", "rail_gin_barrier_count", "gin_context_count",
                  "gin_signal_count", "gin_counter_count", "gin_force_enable", "cft_barrier_count", "cft_caps")
@@ -239,6 +241,8 @@ class SimComm:
         while w.pending(self.rank):
             w.sync_conds[self.rank].waiters.append(t)
             w.sched.block(t, Wait("comm.synchronize()", lambda s, r=self.rank: f"rank {r}: {s.rank_summary(r)}"))
+        if w.sched.race is not None:
+            w.sched.race.synchronize(t, self.rank)
 
     def barrier(self):
         """Host barrier among all ranks."""
@@ -330,6 +334,8 @@ class World:
         c.arrived.append(rank)
         if len(c.arrived) == self.nranks:
             del self.colls[seq]
+            if sched.race is not None:  # a host collective orders every rank's host after every other's
+                sched.race.barrier(c.waiters + [_state.cur])
             for t in c.waiters:
                 sched.wake(t)
             return c
@@ -361,6 +367,8 @@ class World:
         seq = self.nlaunch[rank]
         self.nlaunch[rank] += 1
         lau = Launch(rank, fn, name, grid, block, args, seq)
+        if self.sched.race is not None:
+            self.sched.race.enqueue(_state.cur, lau)
         self.launches[rank].append(lau)
         self.queue[rank].append(lau)
         if len(self.queue[rank]) == 1:
@@ -374,6 +382,7 @@ class World:
         nth = bx * by * bz
         fn, args = lau.fn, lau.args
         lin = 0
+        threads = []
         for z in range(gz):
             for y in range(gy):
                 for x in range(gx):
@@ -390,13 +399,18 @@ class World:
                                 t.nshared = 0
                                 tl += 1
                                 blk.threads.append(t)
+                                threads.append(t)
                                 sched.add(t, _thread_runner(t, fn, args, self))
+        if sched.race is not None:
+            sched.race.start(lau, threads)
         lau.remaining = lin * nth
         if lau.remaining == 0:
             self.finish_launch(lau)
 
     def finish_launch(self, lau):
         lau.finished = True
+        if self.sched.race is not None:
+            self.sched.race.launch_done(lau)
         q = self.queue[lau.rank]
         q.pop(0)
         for b in lau.blocks:
@@ -457,6 +471,8 @@ def _thread_runner(t, fn, args, world):
             sched.fail(t, e)
             return
         sched.finish(t)
+        if sched.race is not None:
+            sched.race.thread_done(t)
         lau = t.launch
         lau.remaining -= 1
         if lau.remaining == 0:
@@ -516,7 +532,15 @@ def launch(kernel_obj, griddim, blockdim, stream, sharedmem, args):
     if block[0] * block[1] * block[2] > 1024:
         raise sim_error(UsageError, f"Cannot launch kernel {name!r} with blockdim {blockdim}: more than 1024 "
                         "threads per block. Use at most 1024 threads per block")
-    world.enqueue(t.rank, fn, name, grid, block, tuple(args))
+    args = tuple(args)
+    if world.sched.race is not None:  # buffers passed to the kernel: their element accesses are checked
+        args = tuple(world.sched.race.track(a, world.name_of(_data_ptr(a)) or f"a buffer of rank {t.rank}")
+                     if isinstance(a, np.ndarray) else a for a in args)
+    world.enqueue(t.rank, fn, name, grid, block, args)
+
+
+def _data_ptr(a):
+    return a.__array_interface__["data"][0]
 
 
 def spawn(main, nranks=1, seed=0, nodes=1, **options):
@@ -534,7 +558,9 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
             peer land in issue order; ``"reordered"``: in a seeded random order, as
             on EFA's SRD), ``gin_backend`` (``"proxy"``, the default, ``"gdaki"``:
             strong and weak signals, legacy signals strong; ``"efa_gda"``: weak
-            signals only).
+            signals only), ``races`` (detect data races: ``True``/``False``; default
+            on, unless the environment variable ``FLOWDSL_SIM_RACES=0``; see
+            :mod:`flowdsl.sim.races`).
 
     Returns:
         ``[main(comm_0), main(comm_1), ...]``.
@@ -558,6 +584,9 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
     sched.world = world
     from .gin import Network
     world.net = sched.net = Network(seed, opts["gin_delivery"], opts["gin_backend"], world)
+    races = enabled_by_default() if opts["races"] is None else bool(opts["races"])
+    if races:
+        sched.race = RaceDetector(seed, world)
     hosts = []
     for r in range(world.nranks):
         comm = SimComm(world, r)
@@ -565,8 +594,11 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
         h.comm = comm
         h.result = None
         hosts.append(h)
+        if sched.race is not None:
+            sched.race.add_host(h)
         sched.add(h, _host_runner(h, main, comm, sched))
     _state.sched = sched
+    _state.race = sched.race
     thresholds = gc.get_threshold()
     gc.set_threshold(max(thresholds[0], 200_000), *thresholds[1:])  # fewer GC passes over many greenlets
     try:
@@ -577,7 +609,10 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
                     "seed": sched.seed}  # counters only: the scheduler holds the whole world
     finally:
         gc.set_threshold(*thresholds)
+        if sched.race is not None:
+            sched.race.close()
         _state.sched = None
+        _state.race = None
         _state.cur = None
         held = sum(region[3].nbytes for region in world.regions)
         sched = world = hosts = comm = h = None  # noqa: F841 - this frame's references, before collecting

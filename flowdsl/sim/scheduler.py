@@ -68,9 +68,11 @@ def fmt_ids(ids) -> str:
 class Task:
     """A schedulable greenlet. ``waiting`` is the wait record while blocked."""
 
-    __slots__ = ("gl", "waiting", "done", "last_spin", "rank", "box", "run")
+    # slot, vc, clk, relf, acqp: the task's vector clock (see flowdsl.sim.races).
+    __slots__ = ("gl", "waiting", "done", "last_spin", "rank", "box", "run", "slot", "vc", "clk", "relf", "acqp")
 
     def __init__(self, rank):
+        self.slot, self.vc, self.clk, self.relf, self.acqp = -1, None, 0, None, None
         self.gl = None
         self.run = None
         self.box = None
@@ -175,6 +177,8 @@ class GroupBarrier:
         if len(self.arrived) == self.expected:
             others = self.arrived
             self.arrived, self.values = [], []
+            if sched.race is not None:
+                sched.race.barrier(others)
             for o in others:
                 if o is not task:
                     o.box = vals
@@ -208,6 +212,7 @@ class Scheduler:
         self.gl = None
         self.world = None
         self.net = None
+        self.race = None
         self.last_writer = {}
 
     # ---- task life cycle -------------------------------------------------
@@ -534,6 +539,8 @@ def block_sync(t, key, expected, label, value=None, shape=None, members=None):
     sched = _state.sched
     if len(arrived) == expected:
         b.arrived, b.values = [], []
+        if sched.race is not None:
+            sched.race.barrier(arrived)
         rn = sched.runnable
         for o in arrived:
             if o is not t:
