@@ -3,9 +3,11 @@
 GPU tests skip with the reason when no GPU (or no NCCL device API) is usable,
 so ``pytest`` runs everything the machine can.
 
-With pytest-xdist installed (the ``test`` extra), the tests are spread over one
-process per CPU, as if ``-n auto`` had been given; ``-n 0`` runs them in this
-process, ``-n N`` in N processes.
+With pytest-xdist installed (the ``test`` extra) on a machine without a GPU, the
+tests are spread over one process per CPU, as if ``-n auto`` had been given; ``-n 0``
+runs them in this process, ``-n N`` in N processes. With a GPU they run in one
+process unless ``-n`` says otherwise: the GPU tests share the GPU (and the several-GPU
+tests every GPU of the machine).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ if ROOT not in sys.path:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """``-n auto`` by default when pytest-xdist is installed (not in its workers, not under --pdb)."""
+    """``-n auto`` by default when pytest-xdist is installed (not in its workers, not under --pdb,
+    not on a GPU machine)."""
     if (config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None) is None
             and not hasattr(config, "workerinput") and not config.getoption("usepdb", False)
-            and len(os.sched_getaffinity(0)) > 1):
+            and len(os.sched_getaffinity(0)) > 1 and gpu_count() == 0):
         config.option.numprocesses = "auto"
         if config.option.dist == "no":
             config.option.dist = "worksteal"  # a few tests take minutes: idle workers take over queued ones
