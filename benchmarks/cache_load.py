@@ -22,6 +22,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import subprocess
@@ -74,6 +75,16 @@ def _kernel_module():
     return _kernel
 
 
+@functools.cache
+def _cache_module():
+    """flowdsl._cache, or None before it existed (looked up once: a failed import searches the path)."""
+    try:
+        from flowdsl import _cache
+    except ImportError:
+        return None
+    return _cache
+
+
 def _disk_hit(kernel, argtypes, target) -> bool:
     """Key and disk read (checked, where the cache checks) of one kernel; never compiles."""
     from flowdsl.runtime.support import support_build_for
@@ -81,9 +92,8 @@ def _disk_hit(kernel, argtypes, target) -> bool:
     _kernel = _kernel_module()
     key = kernel._cache_key(argtypes, target, support_build_for(target.nccl, target.arch))
     root = _kernel._cache_root()
-    try:
-        from flowdsl import _cache
-    except ImportError:  # before the cache checked its entries
+    _cache = _cache_module()
+    if _cache is None:  # before the cache checked its entries
         cubin, meta = root / f"{key}.cubin", root / f"{key}.json"
         if cubin.exists() and meta.exists():
             cubin.read_bytes()
@@ -105,18 +115,16 @@ def _fill() -> dict:
     kernel, argtypes = _entry(*ONE)
     root = _kernel._cache_root()
     key = kernel._cache_key(argtypes, target, support)
-    cubin = (root / f"{key}.cubin").read_bytes()
     meta = json.loads((root / f"{key}.json").read_text())
+    cubin = (root / meta.get("cubin", f"{key}.cubin")).read_bytes()  # named in the record since it is checked
     for entry in _library.library():
         kernel, argtypes = _entry(*entry)
         other = kernel._cache_key(argtypes, target, support)
-        try:
-            from flowdsl import _cache
-        except ImportError:  # before the cache checked its entries
+        if _cache_module() is None:  # before the cache checked its entries
             (root / f"{other}.cubin").write_bytes(cubin)
             (root / f"{other}.json").write_text(json.dumps(meta))
         else:
-            _cache.write_entry(root, other, cubin, meta["entry_name"], meta["features"])
+            _cache_module().write_entry(root, other, cubin, meta["entry_name"], meta["features"])
     return {"filled": len(_library.library()), "cubin_bytes": len(cubin)}
 
 

@@ -107,13 +107,15 @@ _LOADS = ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF")
 _TRANSPARENT = ("CACHE", "PRECALL", "EXTENDED_ARG")  # between a load and its attribute, changing nothing
 
 
-@functools.lru_cache(maxsize=4096)
-def _chains(code) -> tuple:
+@functools.lru_cache(maxsize=8192)
+def _chains(code, kind: str | None = None) -> tuple:
     """Names the code loads and the attributes it reads from them: ``("g", "helpers", "scale")``.
 
-    ``g``: a global (or builtin), ``d``: a closure cell. Every prefix of a chain is
-    listed; nested code (inner functions, comprehensions) counts too.
+    ``g``: a global (or builtin), ``d``: a closure cell (``kind`` picks one). Every prefix
+    of a chain is listed; nested code (inner functions, comprehensions) counts too.
     """
+    if kind is not None:
+        return tuple(chain for chain in _chains(code) if chain[0] == kind)
     out = set()
     chain = None
     for instr in dis.get_instructions(code):
@@ -220,9 +222,9 @@ class _Walker:
                 continue
             if not isinstance(contents, (pytypes.ModuleType, type)):  # modules and classes: via their chains
                 h.update(name.encode() + b"=" + self.value(contents, f"{where} captures {name}"))
-        for kind, name, *attrs in _chains(fn.__code__):
-            cell = cells.get(name) if kind == "d" else None
-            if cell is None:  # a global, or a cell of the function itself (a local variable)
+        for _, name, *attrs in _chains(fn.__code__, "d"):
+            cell = cells.get(name)
+            if cell is None:  # a cell of the function itself (a local variable)
                 continue
             try:
                 start = cell.cell_contents
@@ -235,9 +237,7 @@ class _Walker:
     def _globals(self, fn, where: str) -> bytes:
         """The module globals (and builtins) the code loads, through their attribute chains."""
         h = hashlib.sha256()
-        for kind, name, *attrs in _chains(fn.__code__):
-            if kind != "g":
-                continue
+        for _, name, *attrs in _chains(fn.__code__, "g"):
             if name in fn.__globals__:
                 start = fn.__globals__[name]
             elif hasattr(builtins, name):

@@ -112,7 +112,11 @@ def torchrun(monkeypatch):
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(communicator, "_require_gpu", lambda operation: None)
     made = []
-    monkeypatch.setattr(communicator, "Communicator", lambda *args: made.append(args) or types.SimpleNamespace())
+
+    def communicator_of(*args):  # records what the GPU communicator would be made from
+        made.append(args)
+        return types.SimpleNamespace(args=args)
+    monkeypatch.setattr(communicator, "Communicator", communicator_of)
     DictStore.shared.clear()
     return made
 
