@@ -11,7 +11,9 @@ table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
 :class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
 :class:`UsageError`, :class:`GinCoverageError`, :class:`GinResourceError`,
-:class:`GinBackendError`, :class:`CftCoverageError`, and :func:`last_stats`. GIN
+:class:`GinBackendError`, :class:`CftCoverageError`, :class:`WaitTimeoutError` (threads stuck
+in bounded waits: the GPU's :class:`flowdsl.DeviceTimeoutError` diagnosis, see
+:mod:`flowdsl.sim.timeouts`), and :func:`last_stats`. GIN
 (puts, signals, counters, GIN barriers over a simulated network) is modelled in
 :mod:`flowdsl.sim.gin`, CFT (LE-addressed puts and gets, counted writes and the
 receiver's fence rule, CFT barriers) in :mod:`flowdsl.sim.cft`, on the same network.
@@ -24,9 +26,10 @@ from . import _state
 from . import host as _host
 from . import gin as _gin  # noqa: F401 - registers flowdsl.gin's semantics
 from . import cft as _cft  # noqa: F401 - registers flowdsl.cft's semantics
+from . import timeouts as _timeouts  # noqa: F401 - registers flowdsl.wait's semantics
 from .errors import (BarrierIndexError, CftCoverageError, CollectiveMismatchError, DeadlockError, GinBackendError,
                      GinCoverageError, GinResourceError, LivelockError, SimulationError,
-                     UnsupportedFeatureError, UsageError, WindowAccessError)
+                     UnsupportedFeatureError, UsageError, WaitTimeoutError, WindowAccessError)
 from .host import launch, spawn
 from .semantics import SEMANTICS, dispatch, implements
 
@@ -34,7 +37,7 @@ __all__ = [
     "spawn", "SEMANTICS", "implements", "last_stats",
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
-    "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError",
+    "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "WaitTimeoutError",
 ]
 
 

@@ -208,6 +208,7 @@ class Scheduler:
         self.world = None
         self.net = None
         self.last_writer = {}
+        self.bounded_waits = {}  # task -> what it waits for (flowdsl/sim/timeouts.py)
 
     # ---- task life cycle -------------------------------------------------
     def add(self, task, run):
@@ -391,15 +392,17 @@ class Scheduler:
         return "\n".join(lines)
 
     def _deadlock_error(self):
+        from . import timeouts  # noqa: PLC0415 (imports the scheduler)
         msg = (f"Cannot finish the simulation: deadlock: every remaining task waits and nothing can "
                f"release them ({self.seed_line()}).\nWaiting:\n{self._waiting_report()}\n"
                "Fix the synchronisation so that every wait is matched by an arrival "
                "(same barrier index, same coop, on every LSA rank).")
         e = DeadlockError(msg)
         e.seed = self.seed
-        return e
+        return timeouts.as_timeout(self, e)
 
     def _livelock_error(self, task):
+        from . import timeouts  # noqa: PLC0415 (imports the scheduler)
         spinners = []
         for t in self.tasks:
             if not t.done and t.waiting is None and isinstance(t.last_spin, tuple):
@@ -428,7 +431,7 @@ class Scheduler:
         e = LivelockError(msg)
         e.seed = self.seed
         e.rank = task.rank
-        return e
+        return timeouts.as_timeout(self, e)
 
 
 class Wait:
