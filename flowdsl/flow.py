@@ -49,6 +49,10 @@ How a step is fast (the data-movement core, ``_step_kind`` and ``_simple_move``)
   barrier per slot joins them with the sync warp. With fewer threads, thread 0 does
   both jobs in turn (same order, same result).
 
+Every wait (credit, ready flag or signal, LL and LL128 line flags) is bounded
+(:mod:`flowdsl.wait`): after the communicator's limit it gives up, and the host
+raises :class:`flowdsl.DeviceTimeoutError` naming the connection and the peer.
+
 Layout of the staging window (uint64 words): per (channel, connection) four
 state words, then the inbox slots of each protocol, then (when GIN is possible)
 the outbox slots GIN puts are made from. :func:`staging_words` gives its size.
