@@ -122,7 +122,7 @@ def fused(comm, sizes, rounds):
     """The all-reduce + bias + GELU example, fused in one kernel, against an all-reduce (flowdsl's
     or NCCL's) followed by a CuPy elementwise kernel."""
     from flowdsl.examples.allreduce_bias_gelu import allreduce_bias_gelu
-    from flowdsl.flow import staging_words
+    from flowdsl.flow import staging
 
     epilogue = cupy.ElementwiseKernel(
         "float32 s, float32 b", "float32 y",
@@ -131,9 +131,8 @@ def fused(comm, sizes, rounds):
     stream = cupy.cuda.get_current_stream()
     rows = []
     channels, nslots, slot_words = 32, 4, 8192
-    stage = comm.alloc(staging_words(channels, nslots, slot_words, False), np.uint64)
-    stage.fill(0)
-    with comm.register(stage) as win, comm.device_communicator() as dcomm:
+    config = coll.FlowConfig(channels=channels, nslots=nslots, slot_bytes=slot_words * 8)
+    with staging(comm, config, gin=False) as win, comm.device_communicator() as dcomm:
         for nbytes in sizes:
             n = nbytes // 4
             x, b, y, tmp = (comm.alloc(n, np.float32) for _ in range(4))

@@ -16,8 +16,9 @@ from . import lowering as _lowering  # registers the device surface's overloads
 from . import cft, coop, gin, lsa, mem, team, wait
 from ._kernel import FlowKernel, device, kernel
 from . import flow  # noqa: E402 (written in flowdsl: needs the kernel decorator)
-from .errors import (DeviceOnlyError, DeviceTimeoutError, FeatureUnavailableError, FlowDSLError, NoDeviceError,
-                     ResourceClosedError, UsageError)
+from .errors import (CollectiveMismatchError, DeviceOnlyError, DeviceTimeoutError, FeatureUnavailableError,
+                     FlowDSLError, NoDeviceError, ResourceClosedError, UsageError)
+from .errors import CacheWarning
 from .runtime.communicator import Communicator, init
 from .runtime.memory import DevComm, Window
 from . import collectives  # noqa: E402
@@ -26,7 +27,7 @@ __all__ = [
     "__version__", "init", "Communicator", "Window", "DevComm", "kernel", "device", "FlowKernel",
     "coop", "team", "lsa", "gin", "cft", "mem", "flow", "wait", "collectives", "MemoryOrder", "ThreadScope", "CoopKind",
     "Protocol", "RedOp",
-    "FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "FeatureUnavailableError",
-    "DeviceTimeoutError",
-    "DeviceOnlyError",
+    "FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
+    "DeviceTimeoutError", "FeatureUnavailableError", "DeviceOnlyError",
+    "CacheWarning",
 ]

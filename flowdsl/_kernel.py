@@ -2,12 +2,13 @@
 
 A :class:`FlowKernel` is compiled per (argument types, NCCL release, arch) at
 first launch: numba lowers it to LTO-IR, nvJitLink links it with the support
-build of the loaded NCCL, and the cubin is cached on disk (keyed by the
-kernel's source, the argument types, the NCCL release, the arch, the support
-build and the flowdsl/numba-cuda versions) so that a second process loads it
-instead of compiling. A launch types and flattens its arguments itself (as
-numba-cuda would) and calls ``cuda.core.launch``; kinds of argument it does
-not know go through numba-cuda's launcher.
+build of the loaded NCCL, and the cubin is cached on disk (keyed by what the
+kernel's code depends on — see :mod:`flowdsl._cache` — the argument types, the NCCL
+release, the arch, the support build and the compilers' versions) so that a second
+process loads it instead of compiling. A launch types and flattens its arguments itself
+(as numba-cuda would), packs them into one parameter buffer and calls
+``cuLaunchKernel``; kinds of argument it does not know go through numba-cuda's
+launcher. A prepared launch replays a one-node CUDA graph.
 
 Contents: :func:`kernel`, :func:`device`, :class:`FlowKernel`, :func:`check_features`.
 """
@@ -18,19 +19,20 @@ import functools
 import hashlib
 import inspect
 import json
-import os
+import struct
 import sys
 import time
 from pathlib import Path
 
 from numba.core import types
 
-from . import _stubs
+from . import _cache, _stubs
 from ._version import __version__
 from .errors import UsageError
 from .lowering.compiler import CompiledKernel, compile_kernel
 from .lowering.target import Target, format_version, parse_version
 from .lowering.types import ArgumentMarshaller, DevCommType, WindowType, devcomm_words
+from .runtime.checks import launch_shape
 from .runtime.streams import refuse_during_capture, stream_handle
 
 __all__ = ["kernel", "device", "FlowKernel", "check_features"]
@@ -54,6 +56,7 @@ def device(fn=None, *, inline: bool = True):
         never_inline(f"{fn.__module__}.{fn.__qualname__}")
     jitted = register_jitable(fn)
     jitted.__flowdsl_device__ = True
+    jitted.__flowdsl_inline__ = inline  # part of the cache key of every kernel that calls it
     jitted.py_func = fn
     return jitted
 
@@ -119,6 +122,8 @@ class FlowKernel:
         self.lineinfo = lineinfo
         self._launch_operation = f"launch {py_func.__name__}"  # for errors; built once, not per launch
         self._loaded: dict = {}
+        self._loaded_by_ids: dict = {}  # numba types are interned: their ids are a cheaper key
+        self._launches: dict = {}
         #: Last compile/load: {"source": "compiled"|"disk", "seconds": float}
         self.last_build: dict = {}
 
@@ -133,12 +138,17 @@ class FlowKernel:
         if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
             raise UsageError(f"Cannot launch {self.__name__}: write {self.__name__}[grid, block] or "
                              f"{self.__name__}[grid, block, stream, shared_bytes]")
-        grid, block, *rest = config
-        stream = rest[0] if rest else None  # None: the arrays' framework's current stream
-        shared = rest[1] if len(rest) > 1 else 0
-        launch = _Launch(self, grid, block, stream, shared)
-        _dims(launch.grid, "the grid", self.__name__)
-        _dims(launch.block, "the block", self.__name__)
+        key = _config_key(config)  # a configuration is checked once; None: every time
+        launch = self._launches.get(key) if key is not None else None
+        if launch is None:
+            grid, block, *rest = config
+            stream = rest[0] if rest else None  # None: the arrays' framework's current stream
+            shared = rest[1] if len(rest) > 1 else 0
+            launch = _Launch(self, grid, block, stream, shared)
+            if key is not None:
+                if len(self._launches) >= 64:
+                    self._launches.clear()
+                self._launches[key] = launch
         return launch
 
     # -- requirements ------------------------------------------------------------------------
@@ -167,32 +177,18 @@ class FlowKernel:
         return reqs
 
     # -- compilation ---------------------------------------------------------------------------
-    def _source_digest(self) -> str:
-        digest = self.__dict__.get("_digest")
-        if digest is None:
-            digest = self._digest = self._compute_source_digest()
-        return digest
-
-    def _compute_source_digest(self) -> str:
-        # The kernel's module and flowdsl itself (device functions it calls live there).
-        return hashlib.sha256((self._module_digest() + _package_digest()).encode()).hexdigest()
-
-    def _module_digest(self) -> str:
-        module = sys.modules.get(self.py_func.__module__)
-        try:
-            source = inspect.getsource(module) if module is not None else inspect.getsource(self.py_func)
-        except (OSError, TypeError):
-            source = self.py_func.__code__.co_code.hex()
-        return hashlib.sha256(source.encode()).hexdigest()
-
     def _cache_key(self, argtypes, target: Target, support) -> str:
-        import numba_cuda  # noqa: PLC0415
+        """The disk-cache key of this kernel for ``argtypes`` and ``target``.
 
+        Computed at each compile or load (not once per kernel): numba freezes the globals'
+        values at compile time, so a value changed since counts. Raises ``Uncacheable``.
+        """
         payload = json.dumps({
-            "flowdsl": __version__, "numba_cuda": getattr(numba_cuda, "__version__", "?"),
-            "source": self._source_digest(), "qualname": self.py_func.__qualname__,
+            "format": _cache.ENTRY_FORMAT, "flowdsl": __version__, "versions": _versions(),
+            "numba_config": _numba_config(),
+            "code": _cache.dependency_digest(self.py_func, lineinfo=self.lineinfo),
+            "flowdsl_sources": _cache.package_digest(), "qualname": self.py_func.__qualname__,
             "module": self.py_func.__module__, "args": [str(t) for t in argtypes],
-            "closure": _closure_key(self.py_func),
             "nccl": format_version(target.nccl), "arch": target.arch,
             "support": _digest_of(support.ltoir), "cft": _cft_digest(target),
             "options": [self.fastmath, self.lineinfo, self.max_registers],
@@ -223,7 +219,8 @@ class FlowKernel:
 
     @staticmethod
     def argtypes_for(*args, nccl: str | tuple | None = None):
-        """numba types of host arguments; ``"devcomm"`` and ``("window", dtype)`` stand in for objects."""
+        """numba types of host arguments; ``"devcomm"``, ``("window", dtype)`` and ``("staging", dtype)``
+        (a window from :func:`flowdsl.flow.staging`) stand in for objects."""
         import numpy as np  # noqa: PLC0415
         from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
         from numba.np.numpy_support import from_dtype  # noqa: PLC0415
@@ -236,8 +233,8 @@ class FlowKernel:
         for arg in args:
             if isinstance(arg, str) and arg == "devcomm":
                 out.append(DevCommType(version, devcomm_words(abi_layout(version)["dev_comm_size"])))
-            elif isinstance(arg, tuple) and arg and isinstance(arg[0], str) and arg[0] == "window":
-                out.append(WindowType(from_dtype(np.dtype(arg[1]))))
+            elif isinstance(arg, tuple) and arg and isinstance(arg[0], str) and arg[0] in ("window", "staging"):
+                out.append(WindowType(from_dtype(np.dtype(arg[1])), staging=arg[0] == "staging"))
             elif isinstance(arg, types.Type):
                 out.append(arg)
             elif isinstance(arg, np.ndarray):  # stands for a device array of the same dtype and shape
@@ -252,6 +249,10 @@ class FlowKernel:
         ``stream``: the launch's stream handle; loading is refused while it captures a graph.
         """
         argtypes = tuple(_argument_type(self.__name__, i, arg) for i, arg in enumerate(args))
+        ids = tuple(map(id, argtypes))
+        loaded = self._loaded_by_ids.get(ids)
+        if loaded is not None:
+            return loaded
         loaded = self._loaded.get(argtypes)
         if loaded is None:
             if stream is not None:
@@ -260,6 +261,7 @@ class FlowKernel:
             target = _device_target()
             loaded = _Loaded(self._load_or_compile(argtypes, target), argtypes)
             self._loaded[argtypes] = loaded
+        self._loaded_by_ids[ids] = loaded  # the argtypes key keeps the types (and their ids) alive
         return loaded
 
     def load(self, argtypes) -> str:
@@ -281,25 +283,35 @@ class FlowKernel:
         return "cached" if self._cached_or_compiled(argtypes, target)[3] == "disk" else "compiled"
 
     def _cached_or_compiled(self, argtypes, target: Target):
-        """``(key, cubin, meta, source)`` from the disk cache, or compiled and stored there."""
+        """``(key, cubin, meta, source)`` from the disk cache, or compiled and stored there.
+
+        ``key`` is None for a kernel that cannot be cached (it reaches a value without a
+        reliable hash): it is compiled in memory, with one warning per kernel.
+        """
         from .runtime.support import support_build_for  # noqa: PLC0415
 
         support = support_build_for(target.nccl, target.arch)
-        key = self._cache_key(argtypes, target, support)
+        try:
+            key, uncacheable = self._cache_key(argtypes, target, support), None
+        except _cache.Uncacheable as exc:
+            key, uncacheable = None, exc
         root = _cache_root()
-        cubin_path, meta_path = root / f"{key}.cubin", root / f"{key}.json"
-        if cubin_path.exists() and meta_path.exists():
-            return key, cubin_path.read_bytes(), json.loads(meta_path.read_text()), "disk"
+        if key is not None:
+            hit = _cache.read_entry(root, key)
+            if hit is not None:
+                return key, hit[0], hit[1], "disk"
         compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath,
                                   max_registers=self.max_registers,
                                   lineinfo=self.lineinfo, support_arch=support.arch,
                                   link_for_features=_feature_libraries(target))
         meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features)}
-        root.mkdir(parents=True, exist_ok=True)
-        for path, data in ((cubin_path, compiled.cubin), (meta_path, json.dumps(meta).encode())):
-            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+        if key is not None:
+            _cache.write_entry(root, key, compiled.cubin, compiled.entry_name, compiled.features)
+        elif not self.__dict__.get("_warned_uncacheable"):
+            self._warned_uncacheable = True
+            _cache.warn(f"Cannot cache kernel {self.py_func.__qualname__} on disk: {uncacheable}, whose value "
+                        "flowdsl cannot hash reliably. It is compiled in memory in each process; make such values "
+                        "numbers, tuples, NumPy scalars or arrays, or enums to cache it.")
         return key, compiled.cubin, meta, "compiled"
 
     def _load_or_compile(self, argtypes, target: Target):
@@ -324,39 +336,26 @@ def _digest_of(data: bytes) -> str:
     return hit[1]
 
 
-#: flowdsl sources that cannot change a compiled kernel (host side, simulator, examples, tests).
-_HOST_ONLY = ("sim/", "runtime/", "examples/", "__main__.py", "testing.py", "collectives/_host.py",
-              "collectives/_library.py", "collectives/cost.py", "collectives/check.py", "collectives/__init__.py")
-
-
 @functools.cache
-def _package_digest() -> str:
-    """sha256 of flowdsl's Python sources that device code is built from."""
-    h = hashlib.sha256()
-    root = Path(__file__).parent
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root).as_posix()
-        if rel.startswith(_HOST_ONLY):
-            continue
-        h.update(rel.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
+def _versions() -> dict:
+    """Versions of what compiles a kernel (what they key by name is theirs)."""
+    import llvmlite  # noqa: PLC0415
+    import numba  # noqa: PLC0415
+    import numba_cuda  # noqa: PLC0415
+    import numpy  # noqa: PLC0415
+
+    from .lowering.target import linker_cuda_version  # noqa: PLC0415
+
+    return {"numba_cuda": getattr(numba_cuda, "__version__", "?"), "numba": numba.__version__,
+            "llvmlite": llvmlite.__version__, "numpy": numpy.__version__,
+            "python": list(sys.version_info[:2]), "nvjitlink": list(linker_cuda_version())}
 
 
-def _closure_key(fn) -> list[str]:
-    """What a kernel made by a factory captured (an operator, a flag): part of its cache key."""
-    out = []
-    for cell in fn.__closure__ or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:
-            out.append("<empty>")
-            continue
-        if isinstance(value, (int, float, str, bool, type(None))):
-            out.append(repr(value))
-        else:
-            out.append(f"{type(value).__module__}.{getattr(value, '__qualname__', type(value).__qualname__)}")
-    return out
+def _numba_config() -> list:
+    """numba-cuda settings that change generated code (from NUMBA_* variables)."""
+    from numba.cuda.core import config  # noqa: PLC0415
+
+    return [str(config.OPT), bool(config.CUDA_DEBUGINFO_DEFAULT), bool(getattr(config, "CUDA_ENABLE_NRT", False))]
 
 
 _SCALARS = {int: types.int64, float: types.float64, bool: types.boolean}
@@ -364,15 +363,21 @@ _SCALARS = {int: types.int64, float: types.float64, bool: types.boolean}
 
 def _argument_type(kernel_name: str, index: int, arg):
     """numba type of a launch argument, cheaply for the common kinds (the launch hot path)."""
+    kind = type(arg)
+    ty = _SCALARS.get(kind)
+    if ty is not None:
+        return ty
+    typer = _TYPER_OF.get(kind, _unknown)
+    if typer is _unknown:
+        typer = _TYPER_OF[kind] = _typer(kind)
+    if typer is not None:
+        return typer(arg)
     ty = getattr(arg, "_numba_type_", None)
     if ty is not None:
         return ty
     cai = getattr(arg, "__cuda_array_interface__", None)
     if cai is not None:
         return _array_type(cai["typestr"], len(cai["shape"]), cai.get("strides") is None)
-    ty = _SCALARS.get(type(arg))
-    if ty is not None:
-        return ty
     from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
 
     try:
@@ -385,6 +390,18 @@ def _argument_type(kernel_name: str, index: int, arg):
                          "cannot be passed to a kernel (pass device arrays, scalars, windows and "
                          "device communicators)")
     return ty
+
+
+#: argument type -> a function giving its numba type without __cuda_array_interface__ (which
+#: CuPy builds as a new dict at every access), or None for the general path.
+_TYPER_OF: dict = {}
+_unknown = object()
+
+
+def _typer(kind):
+    if (kind.__module__ or "").startswith("cupy") and hasattr(kind, "flags") and hasattr(kind, "data"):
+        return lambda a: _array_type(a.dtype.str, a.ndim, a.flags.c_contiguous)
+    return None
 
 
 @functools.cache
@@ -410,7 +427,7 @@ class _Loaded:
         self.packers = [_packer(t) for t in argtypes]
         self.fast = all(p is not None for p in self.packers)
         self.cu_kernel = numba_kernel._codelibrary.get_cufunc().kernel if self.fast else None
-        self._configs: dict = {}
+        self.params = _ParameterBuffer(argtypes) if self.fast else None
 
     def prepared(self, args, grid, block, stream: int, shared):
         """A no-argument launcher of these ``args`` on stream handle ``stream`` (packed once)."""
@@ -429,20 +446,109 @@ class _Loaded:
             return lambda: launch(core_stream, config, kernel, *flat)
 
     def launch(self, args, grid, block, stream: int, shared):
-        """Launch on stream handle ``stream``."""
+        """Launch on stream handle ``stream`` (3-tuples ``grid`` and ``block``)."""
         if not self.fast:
             self.numba_kernel.launch(args, grid, block, stream=_core_stream(stream), sharedmem=shared)
             return
-        from cuda.core import LaunchConfig, launch  # noqa: PLC0415
+        self.params.launch(self.cu_kernel.handle, args, grid, block, stream, shared)
 
-        key = (grid, block, shared)
-        config = self._configs.get(key)
-        if config is None:
-            config = self._configs[key] = LaunchConfig(grid=grid, block=block, shmem_size=shared)
-        flat: list = []
+
+class _ParameterBuffer:
+    """One C buffer of a kernel's flattened parameters, each in its own 8-byte slot, and the
+    pointer array ``cuLaunchKernel`` reads: a launch packs its arguments with one
+    ``struct.pack_into`` instead of making a ctypes object per parameter. The driver copies
+    the parameters during the call, so the buffer is reused, under a lock (the driver call
+    releases the GIL)."""
+
+    def __init__(self, argtypes):
+        import ctypes  # noqa: PLC0415
+        import threading  # noqa: PLC0415
+
+        packers = [_value_packer(t) for t in argtypes]
+        self.packers = [pack for _, pack in packers]
+        codes = "".join(code for code, _ in packers)
+        self.layout = struct.Struct("<" + "".join(c + "x" * (8 - struct.calcsize(c)) for c in codes))
+        self.buffer = ctypes.create_string_buffer(max(8, self.layout.size))
+        base = ctypes.addressof(self.buffer)
+        self.pointers = (ctypes.c_void_p * max(1, len(codes)))(*[base + 8 * i for i in range(len(codes))])
+        self.address = ctypes.addressof(self.pointers)
+        self.lock = threading.Lock()
+
+    def launch(self, handle, args, grid, block, stream: int, shared):
+        from cuda.bindings import driver  # noqa: PLC0415 - a cached module lookup
+
+        values: list = []
         for pack, arg in zip(self.packers, args):
-            pack(arg, flat)
-        launch(_core_stream(stream), config, self.cu_kernel, *flat)
+            pack(arg, values)
+        hstream = _CU_STREAMS.get(stream) or _cu_stream(stream)
+        with self.lock:
+            try:
+                self.layout.pack_into(self.buffer, 0, *values)
+            except struct.error as exc:
+                raise UsageError(f"Cannot launch: an argument does not fit its kernel parameter ({exc}). "
+                                 "Pass values within the range of the kernel's argument types") from None
+            err = driver.cuLaunchKernel(handle, *grid, *block, shared, hstream, self.address, 0)[0]
+        if err:
+            raise UsageError(f"Cannot launch: cuLaunchKernel returned {err.name}{_capture_hint(err.name)}")
+
+
+_CU_STREAMS: dict = {}
+
+
+def _cu_stream(handle: int):
+    from cuda.bindings import driver  # noqa: PLC0415
+
+    if len(_CU_STREAMS) > 256:  # handles of destroyed streams are reused: keep the cache small
+        _CU_STREAMS.clear()
+    stream = _CU_STREAMS[handle] = driver.CUstream(handle)
+    return stream
+
+
+def _value_packer(ty):
+    """``(struct codes, pack(arg, values))`` of one argument's flattened parameters."""
+    if isinstance(ty, DevCommType):
+        return "Q" * ty.nwords, lambda arg, values: values.extend(arg._kernel_word_values())
+    if isinstance(ty, WindowType):
+        return "QQ", lambda arg, values: values.extend((arg.handle, arg.nbytes))
+    if isinstance(ty, types.Array):
+        itemsize = ty.dtype.bitwidth // 8
+        readers: dict = {}
+
+        def pack_array(arg, values):
+            kind = type(arg)
+            read = readers.get(kind)
+            if read is None:
+                read = readers[kind] = _array_fields(kind, itemsize)
+            values.extend(read(arg))
+        return "q" * (5 + 2 * ty.ndim), pack_array
+    if isinstance(ty, types.Integer):
+        code = {8: "b", 16: "h", 32: "i", 64: "q"}[ty.bitwidth]
+        return (code if ty.signed else code.upper()), lambda arg, values: values.append(arg)
+    if ty in (types.float32, types.float64):
+        return ("f" if ty == types.float32 else "d"), lambda arg, values: values.append(arg)
+    raise AssertionError(f"no packer for {ty}")  # _packer refused it first: the launch is not fast
+
+
+def _array_fields(kind, itemsize: int):
+    """How numba-cuda flattens an array of type ``kind``: meminfo, parent, size, itemsize,
+    data, shape, strides (bytes); attribute reads for CuPy, the interface otherwise."""
+    if (kind.__module__ or "").startswith("cupy") and hasattr(kind, "data"):
+        return lambda a: (0, 0, a.size, itemsize, a.data.ptr, *a.shape, *a.strides)
+
+    def from_interface(a):
+        cai = a.__cuda_array_interface__
+        shape, strides = cai["shape"], cai.get("strides")
+        if strides is None:
+            strides, step = [], itemsize
+            for dim in reversed(shape):
+                strides.append(step)
+                step *= dim
+            strides.reverse()
+        size = 1
+        for dim in shape:
+            size *= dim
+        return (0, 0, size, itemsize, cai["data"][0], *shape, *strides)
+    return from_interface
 
 
 def _driver_launcher(kernel, flat, grid, block, stream, shared):
@@ -630,13 +736,18 @@ def _numba_kernel(entry_name: str, cubin: bytes, argtypes):
                             [ArgumentMarshaller()])
 
 
-@functools.lru_cache(maxsize=256)
-def _dims(value, what: str, kernel_name: str):
-    dims = value if isinstance(value, tuple) else (value,)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and d > 0 for d in dims):
-        raise UsageError(f"Cannot launch {kernel_name}: {what} must be a positive int or a tuple of up to "
-                         f"3 positive ints, got {value!r}")
-    return dims + (1,) * (3 - len(dims))
+def _config_key(config):
+    """``config`` with its elements' types (so that 1.0 or False never find 1's or 0's launch),
+    or None when it cannot be a key (lists, unhashable streams)."""
+    for dims in config[:2]:
+        if type(dims) is not int and not (type(dims) is tuple and all(type(d) is int for d in dims)):
+            return None
+    key = (config, tuple(map(type, config)))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 class _Launch:
@@ -646,6 +757,8 @@ class _Launch:
         self.block = tuple(block) if isinstance(block, list) else block
         self.stream = stream
         self.shared = shared
+        name = kernel.__name__
+        self.dims = launch_shape(self.grid, self.block, name)  # CUDA's limits, on GPUs and the simulator
 
     def __call__(self, *args):
         # One resolution for the GPU and the simulator: both accept and refuse the same streams.
@@ -678,8 +791,7 @@ class _Launch:
     def _checked(self, args, stream: int):
         """The loaded kernel for ``args`` and the launch shape, after every check before a launch."""
         name = self.kernel.__name__
-        grid = _dims(self.grid, "the grid", name)
-        block = _dims(self.block, "the block", name)
+        grid, block = self.dims
         _check_resources(name, args)
         loaded = self.kernel._specialize(args, stream)
         if loaded.features:
@@ -687,10 +799,16 @@ class _Launch:
         return loaded, grid, block
 
 
-def _check_resources(name: str, args) -> None:
-    """Windows and device communicators must be open and belong to one communicator."""
+@functools.cache
+def _resource_type():
     from .runtime.memory import Resource  # noqa: PLC0415
 
+    return Resource
+
+
+def _check_resources(name: str, args) -> None:
+    """Windows and device communicators must be open and belong to one communicator."""
+    Resource = _resource_type()  # noqa: N806
     owners = set()
     for i, arg in enumerate(args):
         if isinstance(arg, Resource):

@@ -1,8 +1,8 @@
 """flowdsl's exceptions. Messages read "Cannot {operation}: {reason}. {fix}".
 
 Contents: :class:`FlowDSLError`, :class:`UsageError`, :class:`NoDeviceError`,
-:class:`ResourceClosedError`, :class:`DeviceTimeoutError`, and (re-exported) :class:`FeatureUnavailableError`,
-:class:`DeviceOnlyError`.
+:class:`ResourceClosedError`, :class:`CollectiveMismatchError`, :class:`DeviceTimeoutError`,
+:class:`CacheWarning`, and (re-exported) :class:`FeatureUnavailableError`, :class:`DeviceOnlyError`.
 """
 
 from __future__ import annotations
@@ -10,12 +10,16 @@ from __future__ import annotations
 from ._stubs import DeviceOnlyError
 from .lowering.target import FeatureUnavailableError
 
-__all__ = ["FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "DeviceTimeoutError",
-           "FeatureUnavailableError", "DeviceOnlyError"]
+__all__ = ["FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
+           "DeviceTimeoutError", "FeatureUnavailableError", "DeviceOnlyError", "CacheWarning"]
 
 
 class FlowDSLError(Exception):
     """Base class of flowdsl's own errors."""
+
+
+class CacheWarning(UserWarning):
+    """The kernel disk cache was damaged, cannot be written, or cannot key a kernel: it compiles instead."""
 
 
 class UsageError(FlowDSLError, ValueError):
@@ -28,6 +32,22 @@ class NoDeviceError(FlowDSLError, RuntimeError):
 
 class ResourceClosedError(FlowDSLError, RuntimeError):
     """A window, device communicator or communicator was used after ``close()``."""
+
+
+class CollectiveMismatchError(FlowDSLError, RuntimeError):
+    """Ranks called a collective differently (another collective, count, dtype, op, root, algorithm or
+    config), or one rank did not call it at all.
+
+    Raised on every rank, before anything is launched: always on the simulator, and on GPUs with
+    ``flowdsl.init(check_collectives=True)`` (or ``FLOWDSL_CHECK_COLLECTIVES=1``).
+
+    Attributes:
+        collective: The collective the ranks were calling (or the first rank's, when they called different ones).
+        differences: ``{argument: {value: [ranks]}}`` for every argument that differs.
+    """
+
+    collective: str | None = None
+    differences: dict | None = None
 
 
 class DeviceTimeoutError(FlowDSLError, TimeoutError):

@@ -15,7 +15,9 @@ and waiting for it differ (:func:`_post`, :func:`_wait_ready`).
 
 Staging: every connection has ``nslots`` slots in the receiver's window; the
 sender may run ``nslots`` slots ahead of the receiver (credits). Counters live
-in the window, so connections continue where the previous launch stopped.
+in the window, so connections continue where the previous launch stopped. The
+window comes from :func:`staging` (allocated, zeroed, registered); a processor
+over any other window is refused (it would start from garbage counters).
 Protocols (:class:`flowdsl.Protocol`): ``SIMPLE`` writes a slot, then one
 release flag (GIN: the put's signal); ``LL`` writes 8-byte lines of 4 data bytes
 and a 4-byte flag with one store each, so the receiver needs no separate flag;
@@ -66,11 +68,14 @@ import numpy as np
 from numba import cuda, int64, uint64
 
 from . import _fp8, coop, gin, lsa, mem, team, wait
+from ._flow_staging import Staging, staging
+from ._flow_staging import require_staging as _require_staging
 from ._kernel import device
 from .enums import MemoryOrder, Protocol, RedOp, ThreadScope
 
 __all__ = [
-    "MAX_CONNECTIONS", "SMALL_SLOT_BYTES", "Processor", "Connection", "Reduction", "staging_words", "processor",
+    "MAX_CONNECTIONS", "SMALL_SLOT_BYTES", "Processor", "Connection", "Reduction", "Staging", "staging",
+    "staging_words", "processor",
     "connect", "reduction", "combine", "finish", "combine_packs", "finish_pack", "strong_signal_inc",
     "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "E4M3", "E5M2",
     "send", "recv", "copy_send", "recv_reduce_send", "recv_reduce_copy", "recv_reduce_copy_send",
@@ -153,8 +158,8 @@ def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=
 
     Args:
         comm: The device communicator.
-        stage: The staging window (uint64, :func:`staging_words` long, the same on every
-            rank, zero before its first use: counters and line flags start at 0).
+        stage: The staging window, from :func:`staging` (zeroed on every rank: counters and
+            line flags start at 0); any other window is refused.
         ctx: A GIN context (``gin.context(comm, 0)``), used for peers outside the LSA team, or
             None for a kernel that only ever talks to its LSA team (no GIN code is compiled).
         channels: Channels the staging window was laid out for (``gridDim.x`` may be fewer:
@@ -166,6 +171,7 @@ def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=
         channel: The channel to use instead of ``blockIdx.x`` (two blocks may then hold the
             two ends of one connection, e.g. a rank sending to itself).
     """
+    _require_staging(stage)
     state = _state_words(channels)
     before = 0  # words of the protocols laid out before this one
     if protocol >= Protocol.LL:
@@ -697,14 +703,17 @@ def _step_kind(name, recv, send, reduce, store, last):
     slot k (fence, flag, credit) while the workers go on with slot k+1. Waiting for k+1
     needs only what was published up to k-1, so the two never wait on each other. The
     step counters are read once (after the barrier that makes the previous step's update
-    visible) and only the counters of the directions this step uses are written back.
+    visible), and only those of the directions this step uses are read and written back:
+    each counter belongs to the one block that uses its direction.
     """
     def step(proc, inp, out, src, dst, offset, n, red):
         tid = cuda.threadIdx.x
         cuda.syncthreads()
         state = lsa.local_view(proc.stage)
-        rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)])
-        sstep = int64(state[_state_at(proc, _SENT, out.number)])
+        # Only the counters of this step's directions: another block may own the others (a rank
+        # sending to itself), and reading them would race with its writes.
+        rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)]) if recv else int64(0)
+        sstep = int64(state[_state_at(proc, _SENT, out.number)]) if send else int64(0)
         per_slot = slot_elements(proc, dst.itemsize)
         vectors = _aligned(src, dst, offset)
         if tid == 0 and n > 0:
@@ -724,7 +733,7 @@ def _step_kind(name, recv, send, reduce, store, last):
             rstep += recv
             sstep += send
             done += m
-        if tid == proc.sync_thread:
+        if tid == proc.sync_thread and n > 0:  # n == 0: nothing moved, and no barrier since the reads above
             if recv:
                 state[_state_at(proc, _RECEIVED, inp.number)] = uint64(rstep)
             if send:
@@ -802,8 +811,8 @@ def _direct_step(proc, inp, out, src, src_offset, win, offset, n, flags):
     nt = cuda.blockDim.x
     cuda.syncthreads()
     state = lsa.local_view(proc.stage)
-    rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)])
-    sstep = int64(state[_state_at(proc, _SENT, out.number)])
+    rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)]) if has_recv else int64(0)
+    sstep = int64(state[_state_at(proc, _SENT, out.number)]) if has_send else int64(0)
     if tid == 0:
         if has_recv:
             _wait_ready(proc, proc.ctx, inp, rstep)

@@ -5,7 +5,7 @@
 # GPUs it also runs the multi-GPU tests (tests/multigpu, under torchrun), compute-sanitizer over
 # them, and the multi-GPU sweep against NCCL and PyTorch SymmetricMemory.
 #   usage: bash scripts/gpu_all.sh [pytest -k expression]
-#   STAGES="tests multigpu sanitize bench sweep" picks stages (default: all); BENCH_ARGS go to
+#   STAGES="tests multigpu sanitize bench launch sweep" picks stages (default: all); BENCH_ARGS go to
 #   benchmarks/collectives_bench.py, MULTIGPU_BENCH_ARGS (e.g. --quick) to benchmarks/multigpu_bench.py.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ export FLOWDSL_CACHE_DIR=${FLOWDSL_CACHE_DIR:-/tmp/flowdsl-cache}
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/flowdsl-out}
-STAGES=${STAGES:-tests multigpu sanitize bench sweep}
+STAGES=${STAGES:-tests multigpu sanitize bench launch sweep}
 mkdir -p "$OUT"
 NGPUS=$(nvidia-smi -L | wc -l)
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -70,7 +70,13 @@ if has bench; then
   python3 benchmarks/collectives_bench.py ${BENCH_ARGS:-} --json "$OUT/bench.json" 2>&1 \
     | tee "$OUT/collectives_bench.log" | tail -45
 fi
+if has launch; then  # host cost of launches and of a repeated small collective, against CuPy's RawKernel
+  python3 benchmarks/launch_bench.py --json "$OUT/launch.json" 2>&1 | tee "$OUT/launch_bench.log" | tail -12
+fi
 if has sweep && [ "$NGPUS" -ge 2 ]; then
+  # The cost per call of check_collectives=True (the signatures all-gathered before each launch).
+  python3 -m torch.distributed.run --standalone --nproc_per_node="$NGPUS" benchmarks/check_collectives_bench.py \
+    --json "$OUT/check_collectives.json" 2>&1 | quiet | tee "$OUT/check_collectives.log" | tail -16
   # The several-GPU sweep against NCCL and SymmetricMemory: its tables, then its GOALS block.
   python3 -m torch.distributed.run --standalone --nproc_per_node="$NGPUS" benchmarks/multigpu_bench.py \
     ${MULTIGPU_BENCH_ARGS:-} --json "$OUT/multigpu.json" --plot "$OUT/multigpu.png" 2>&1 | quiet \

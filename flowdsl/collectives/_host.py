@@ -1,13 +1,15 @@
 """Host side of the collectives: checks, staging resources, the launch.
 
-Everything about the arguments is checked before anything is launched. Each
-communicator gets one :class:`_FlowState` per :class:`FlowConfig` (a staging
+Everything about the arguments is checked before anything is launched, and then
+compared across ranks (always on the simulator, on GPUs with ``check_collectives``:
+:mod:`flowdsl.collectives._agree`). Each communicator gets one :class:`_FlowState` per :class:`FlowConfig` (a staging
 window and a device communicator), created at first use and closed with the
 communicator.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 from collections.abc import Callable
@@ -18,8 +20,9 @@ import numpy as np
 
 from ..enums import Protocol, RedOp
 from ..errors import UsageError
+from ..runtime import checks
 from ..runtime.streams import refuse_during_capture, stream_handle
-from . import cost
+from . import _agree, cost
 from .programs import PROGRAMS
 
 __all__ = ["DTYPES", "OPS", "FlowConfig", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"]
@@ -80,15 +83,13 @@ class _FlowState:
     """A communicator's staging window and device communicator for one :class:`FlowConfig`."""
 
     def __init__(self, comm, config: FlowConfig):
-        from ..flow import MAX_CONNECTIONS, staging_words  # noqa: PLC0415
+        from ..flow import MAX_CONNECTIONS, staging  # noqa: PLC0415
 
         self.comm, self.config = comm, config
         self.lsa_size = _lsa_size(comm)
         self.gin = self.lsa_size < comm.nranks
-        words = staging_words(config.channels, config.nslots, config.slot_bytes // 8, self.gin)
-        self.buffer = comm.alloc(words, np.uint64)
-        _fill(self.buffer, 0)
-        self.window = comm.register(self.buffer)
+        self.window = staging(comm, config, gin=self.gin)  # zeroed on every rank, typed StagingWindow
+        self.buffer = self.window.flow_staging.buffer
         reqs = {}
         if self.gin:  # ready and credit signals per (channel, connection), one context
             reqs = {"gin_context_count": 1, "gin_signal_count": 2 * config.channels * MAX_CONNECTIONS}
@@ -140,6 +141,10 @@ def _lsa_size(comm) -> int:
     return int(local) if local and comm.nranks % int(local) == 0 else comm.nranks
 
 
+_CLOSED = ("Cannot run a collective: the communicator is closed, and with it its device communicator. "
+           "Create one with flowdsl.init()")
+
+
 def _closed(comm) -> bool:
     return bool(getattr(comm, "closed", False) or getattr(comm, "_closed", False))
 
@@ -148,8 +153,7 @@ def _state(comm, config: FlowConfig, operation: str = "run a collective", stream
     """The communicator's :class:`_FlowState` for ``config``, created at first use (not while
     ``stream`` captures a CUDA graph: creating one allocates, registers and synchronizes)."""
     if _closed(comm):
-        raise UsageError("Cannot run a collective: the communicator is closed, and with it its device "
-                         "communicator. Create one with flowdsl.init()")
+        raise UsageError(_CLOSED)
     states = comm.__dict__.setdefault("_flowdsl_collectives", {})
     st = states.get(config)
     if st is None:
@@ -169,16 +173,17 @@ def _state(comm, config: FlowConfig, operation: str = "run a collective", stream
 class _Buffer:
     """What the launch needs of one array argument."""
 
-    __slots__ = ("array", "dtype", "size", "ptr", "device", "name")
+    __slots__ = ("array", "dtype", "size", "ptr", "device", "name", "host_view")
 
-    def __init__(self, array, name, operation):
-        self.array, self.name = array, name
+    def __init__(self, array, name, operation, sim=False):
+        self.array, self.name, self.host_view = array, name, None
         cai = getattr(array, "__cuda_array_interface__", None) if not _is_torch(array) else None
         if _is_torch(array):
-            self._from_torch(array, operation)  # torch has no __cuda_array_interface__ for fp8
+            self._from_torch(array, operation, sim)  # torch has no __cuda_array_interface__ for fp8
         elif cai is not None:
             self._from_cai(array, cai, operation)
         elif isinstance(array, np.ndarray) and getattr(array, "__flowdsl_sim__", False) is not False:
+            self._check_contiguous(array.shape, array.strides, array.itemsize, operation)
             self.dtype, self.size, self.ptr, self.device = array.dtype.name, array.size, array.ctypes.data, None
         elif isinstance(array, np.ndarray):
             raise UsageError(f"Cannot {operation}: {name} is a NumPy array in host memory. Pass a CuPy array "
@@ -192,23 +197,25 @@ class _Buffer:
             raise UsageError(f"Cannot {operation}: {name} has dtype {self.dtype}; the collectives take "
                              f"{', '.join(DTYPES)}")
 
-    def _from_torch(self, t, operation):
-        if not t.is_cuda:
+    def _check_contiguous(self, shape, strides, itemsize, operation):
+        if not checks.contiguous(shape, strides, itemsize):
+            raise UsageError(f"Cannot {operation}: {self.name} is not contiguous (shape {tuple(shape)}, strides "
+                             f"{tuple(strides)} bytes). Pass a contiguous array (.contiguous() / "
+                             "cupy.ascontiguousarray)")
+
+    def _from_torch(self, t, operation, sim):
+        if not t.is_cuda and not sim:  # on the simulator CPU tensors stand for device memory
             raise UsageError(f"Cannot {operation}: {self.name} is a PyTorch tensor in host memory. Move it to "
                              "the GPU (.cuda())")
-        if not t.is_contiguous():
-            raise UsageError(f"Cannot {operation}: {self.name} is not contiguous. Pass a contiguous array "
-                             "(.contiguous() / cupy.ascontiguousarray)")
+        self._check_contiguous(t.shape, [s * t.element_size() for s in t.stride()], t.element_size(), operation)
         self.dtype = _TORCH_DTYPES.get(str(t.dtype), str(t.dtype).removeprefix("torch."))
         self.size, self.ptr, self.device = t.numel(), t.data_ptr(), t.device.index
+        if not t.is_cuda:
+            self.host_view = _torch_storage(t, self.dtype).numpy()
 
     def _from_cai(self, array, cai, operation):
         shape, strides = cai["shape"], cai.get("strides")
-        itemsize = np.dtype(cai["typestr"]).itemsize
-        if strides is not None and any(s != itemsize * int(np.prod(shape[i + 1:], dtype=np.int64))
-                                       for i, s in enumerate(strides)):
-            raise UsageError(f"Cannot {operation}: {self.name} is not contiguous. Pass a contiguous array "
-                             "(.contiguous() / cupy.ascontiguousarray)")
+        self._check_contiguous(shape, strides, np.dtype(cai["typestr"]).itemsize, operation)
         torch_dtype = str(getattr(array, "dtype", ""))
         self.dtype = _TORCH_DTYPES.get(torch_dtype) or np.dtype(cai["typestr"]).name
         self.size = int(np.prod(shape, dtype=np.int64))
@@ -217,13 +224,23 @@ class _Buffer:
         self.device = getattr(dev, "id", None) if not hasattr(dev, "index") else dev.index
 
     def kernel_array(self):
-        """The array as the kernel sees it: 1-D, bfloat16 as uint16, fp8 as uint8."""
+        """The array as the kernel sees it: 1-D, bfloat16 as uint16, fp8 as uint8 (a CPU tensor on the
+        simulator: a NumPy view of its memory)."""
+        if self.host_view is not None:
+            return self.host_view.reshape(-1)
         a = self.array
-        if "torch" in type(a).__module__ and self.dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
-            import torch  # noqa: PLC0415
-
-            a = a.view(torch.uint16 if self.dtype == "bfloat16" else torch.uint8)
+        if "torch" in type(a).__module__:
+            a = _torch_storage(a, self.dtype)
         return a.reshape(-1)
+
+
+def _torch_storage(t, dtype):
+    """bfloat16 and fp8 tensors as the uint16 / uint8 bits the kernels take."""
+    if dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        import torch  # noqa: PLC0415
+
+        return t.view(torch.uint16 if dtype == "bfloat16" else torch.uint8)
+    return t
 
 
 #: dtype= overrides: the storage each element type may be given in.
@@ -234,14 +251,22 @@ def _is_torch(array) -> bool:
     return type(array).__module__.startswith("torch") and hasattr(array, "data_ptr")
 
 
+#: The collectives that reduce (take ``op=``) and those with a root (take ``root=``).
+_REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+_ROOTED = ("broadcast", "reduce")
+
+
 def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", ratio_in=1, ratio_out=1,
            dtype=None):
-    """Check the arguments; return (src, dst, count, redop)."""
+    """Check the arguments; return (src, dst, count, redop, root)."""
     if comm is None or not hasattr(comm, "alloc"):
         raise UsageError(f"Cannot {operation}: {comm!r} is not a flowdsl communicator. Pass the one "
                          "from flowdsl.init() (or the simulator's)")
-    s = _Buffer(src, "src", operation)
-    d = s if dst is None or dst is src else _Buffer(dst, "dst", operation)
+    if _closed(comm):
+        raise UsageError(_CLOSED)
+    sim = bool(getattr(comm, "__flowdsl_sim__", False))
+    s = _Buffer(src, "src", operation, sim)
+    d = s if dst is None or dst is src else _Buffer(dst, "dst", operation, sim)
     if dtype is not None:
         storage = _OVERRIDES.get(str(dtype))
         if storage is None:
@@ -268,17 +293,32 @@ def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", r
     if d.size != count * ratio_out:
         raise UsageError(f"Cannot {operation}: dst has {d.size} elements but {count * ratio_out} are needed "
                          f"({'nranks * ' if ratio_out > 1 else ''}count with count={count} from src)")
-    redop = None
-    if op is not None:
-        redop = OPS.get(op) if isinstance(op, str) else (RedOp(op) if op in tuple(RedOp) else None)
-        if redop is None:
-            raise UsageError(f"Cannot {operation}: unknown op {op!r}. Use one of {', '.join(OPS)}")
-    if root is not None and not 0 <= int(root) < n:
-        raise UsageError(f"Cannot {operation}: root {root} is not a rank of this communicator (0..{n - 1})")
+    redop = _redop(operation, op) if operation in _REDUCING else None
+    root = _root(operation, root, n) if operation in _ROOTED else None
     if algorithm not in _ALGORITHMS:
         raise UsageError(f"Cannot {operation}: unknown algorithm {algorithm!r}. Use one of "
                          f"{', '.join(repr(a) for a in _ALGORITHMS)}")
-    return s, d, count, redop
+    return s, d, count, redop, root
+
+
+def _redop(operation, op) -> RedOp:
+    """``op=`` as a :class:`RedOp`: a name of :data:`OPS` or a RedOp (None is no operator)."""
+    redop = OPS.get(op) if isinstance(op, str) else (
+        RedOp(op) if isinstance(op, RedOp) or (type(op) is int and op in tuple(RedOp)) else None)
+    if redop is None:
+        raise UsageError(f"Cannot {operation}: unknown op {op!r}. Use one of {', '.join(OPS)} (or a "
+                         "flowdsl.RedOp)")
+    return redop
+
+
+def _root(operation, root, nranks) -> int:
+    """``root=`` as a rank: an int (not a float or a string) in ``0 .. nranks-1``."""
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
+        raise UsageError(f"Cannot {operation}: root must be an int rank (0..{nranks - 1}), got {root!r} "
+                         f"({type(root).__name__})")
+    if not 0 <= int(root) < nranks:
+        raise UsageError(f"Cannot {operation}: root {root} is not a rank of this communicator (0..{nranks - 1})")
+    return int(root)
 
 
 class _Plan:
@@ -287,12 +327,13 @@ class _Plan:
     It holds its arrays weakly, so a cached plan never keeps memory alive: a call with another
     array, or a new array that took a freed one's ``id``, is planned afresh. ``run(src, dst)``
     launches; ``algorithm`` is the program it runs (what ``algorithm="auto"`` chose).
+    ``agree`` compares the call's signature across ranks again (None: nothing to compare).
     """
 
-    __slots__ = ("run", "src", "dst", "pointer", "ptrs", "algorithm")
+    __slots__ = ("run", "src", "dst", "pointer", "ptrs", "algorithm", "agree")
 
     def __init__(self, run, src, dst, algorithm=None):
-        self.run, self.algorithm = run, algorithm
+        self.run, self.algorithm, self.agree = run, algorithm, None
         self.src = weakref.ref(src)
         self.dst = _no_array if dst is None else weakref.ref(dst)
         kinds = {type(src), type(dst)} - {type(None)}
@@ -358,12 +399,25 @@ _NO_PLANS: dict = {}
 
 
 def _first_call(collective, comm, src, dst, key, stream, algorithm, config, **check_kwargs):
-    """Check everything, plan, remember the plan under ``key`` and launch it (``stream``: a handle)."""
-    s, d, count, redop = _check(collective, comm, src, dst, algorithm=algorithm, **check_kwargs)
-    plan = _plan(collective, comm, s, d, count, redop, check_kwargs.get("root", 0), algorithm, stream, config)
+    """Check everything, compare the call across ranks, plan, remember the plan under ``key`` and
+    launch it (``stream``: a handle)."""
+    agree = _agree.agreement(comm)
+    try:
+        s, d, count, redop, root = _check(collective, comm, src, dst, algorithm=algorithm, **check_kwargs)
+    except UsageError:
+        if agree is not None and not _closed(comm):
+            agree.refused(collective, stream)  # the other ranks raise too instead of waiting for this one
+        raise
+    if agree is not None:  # before anything is created or launched
+        sig = _agree.signature(collective, count, s.dtype, redop, root, algorithm, config)
+        agree(sig, stream)
+    planned = _plan(collective, comm, s, d, count, redop, root or 0, algorithm, stream, config)
     if _weakly_referable(src, dst):  # other array types are checked and planned at every call
-        _remember(comm, key, _Plan(plan.run, src, dst, plan.algorithm))
-    plan.run(src, dst)
+        plan = _Plan(planned.run, src, dst, planned.algorithm)
+        if agree is not None:
+            plan.agree = functools.partial(agree, sig, stream, True)
+        _remember(comm, key, plan)
+    planned.run(src, dst)
     return src if dst is None else dst
 
 
@@ -475,6 +529,8 @@ def all_reduce(comm, src, dst=None, *, op="sum", algorithm="auto", stream=None, 
     key = ("all_reduce", id(src), id(dst), op, 0, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
+        if plan.agree is not None:
+            plan.agree()
         plan.run(src, dst)
         return src if dst is None else dst
     return _first_call("all_reduce", comm, src, dst, key, stream, algorithm, config, op=op, dtype=dtype)
@@ -486,6 +542,8 @@ def all_gather(comm, src, dst, *, algorithm="auto", stream=None, config=None, dt
     key = ("all_gather", id(src), id(dst), None, 0, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
+        if plan.agree is not None:
+            plan.agree()
         plan.run(src, dst)
         return src if dst is None else dst
     return _first_call("all_gather", comm, src, dst, key, stream, algorithm, config, ratio_out=_nranks(comm),
@@ -498,6 +556,8 @@ def reduce_scatter(comm, src, dst, *, op="sum", algorithm="auto", stream=None, c
     key = ("reduce_scatter", id(src), id(dst), op, 0, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
+        if plan.agree is not None:
+            plan.agree()
         plan.run(src, dst)
         return src if dst is None else dst
     return _first_call("reduce_scatter", comm, src, dst, key, stream, algorithm, config, op=op,
@@ -510,6 +570,8 @@ def broadcast(comm, src, dst=None, *, root=0, algorithm="auto", stream=None, con
     key = ("broadcast", id(src), id(dst), None, root, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
+        if plan.agree is not None:
+            plan.agree()
         plan.run(src, dst)
         return src if dst is None else dst
     return _first_call("broadcast", comm, src, dst, key, stream, algorithm, config, root=root, dtype=dtype)
@@ -521,6 +583,8 @@ def reduce(comm, src, dst=None, *, op="sum", root=0, algorithm="auto", stream=No
     key = ("reduce", id(src), id(dst), op, root, algorithm, stream, config, dtype)
     plan = _planned(comm, key, src, dst)
     if plan is not None:
+        if plan.agree is not None:
+            plan.agree()
         plan.run(src, dst)
         return src if dst is None else dst
     return _first_call("reduce", comm, src, dst, key, stream, algorithm, config, op=op, root=root,

@@ -59,18 +59,20 @@ def library(dtypes=None, ops=None) -> list[tuple[str, str, RedOp, str]]:
     return out
 
 
-def _argtypes(dtype: str, nccl):
+def _argtypes(dtype: str, nccl, algorithm: str = "ring"):
     from .._kernel import FlowKernel  # noqa: PLC0415
 
     sample = np.zeros(1, storage(dtype)[0])
-    return FlowKernel.argtypes_for("devcomm", ("window", np.uint64), sample, sample, *([0] * 8), nccl=nccl)
+    # Flow programs take a staging window (flow.staging); one-shot its own zeroed window.
+    stage = ("window" if algorithm in _LSA_ONLY else "staging", np.uint64)
+    return FlowKernel.argtypes_for("devcomm", stage, sample, sample, *([0] * 8), nccl=nccl)
 
 
 def _build(entry, target, gin_peers) -> str:
     """Compile one library entry into the disk cache (runs in a worker process)."""
     algorithm, collective, op, dtype = entry
     kernel = kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1])
-    return kernel.build(_argtypes(dtype, target.nccl), target)
+    return kernel.build(_argtypes(dtype, target.nccl, algorithm), target)
 
 
 def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin_peers: bool = False,
@@ -140,7 +142,7 @@ def load(*, dtypes=None, ops=None, gin_peers: bool = False) -> dict:
     counts = {"kernels": 0, "disk": 0, "compiled": 0, "loaded": 0}
     for algorithm, collective, op, dtype in library(dtypes, ops):
         kernel = kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1])
-        source = kernel.load(_argtypes(dtype, nccl))
+        source = kernel.load(_argtypes(dtype, nccl, algorithm))
         counts["kernels"] += 1
         counts[source] += 1
     counts["seconds"] = time.perf_counter() - start

@@ -57,24 +57,22 @@ def allgather_direct(gin_peers=False):
 
 def run(comm, count=1000, chunk=96, blocks=2, threads=32, nslots=2, seed=0):
     """Run it on ``comm`` (GPU or simulator); return ``(result, reference)``."""
-    from flowdsl.flow import staging_words  # noqa: PLC0415
+    from flowdsl.collectives import FlowConfig  # noqa: PLC0415
 
     n = comm.nranks
     rng = np.random.default_rng(seed)
     blocks_in = [rng.standard_normal(count).astype(np.float32) for _ in range(n)]
     src = comm.alloc(count, np.float32)
     out = comm.alloc(n * count, np.float32)
-    stage = comm.alloc(staging_words(blocks, nslots, 16, False), np.uint64)
     if hasattr(src, "set"):  # CuPy
         src.set(blocks_in[comm.rank])
         out.fill(np.nan)
-        stage.fill(0)
     else:  # the simulator's buffers
         src[:] = blocks_in[comm.rank]
-        stage[:] = 0
     gin_peers = getattr(comm, "lsa_size", n) < n
     reqs = {"gin_context_count": 1, "gin_signal_count": 2 * blocks * flow.MAX_CONNECTIONS} if gin_peers else {}
-    with comm.register(out) as out_win, comm.register(stage) as stage_win, \
+    config = FlowConfig(channels=blocks, nslots=nslots, slot_bytes=128, threads=threads)  # direct steps use no slot
+    with comm.register(out) as out_win, flow.staging(comm, config, gin=gin_peers) as stage_win, \
             comm.device_communicator(**reqs) as dcomm:
         comm.synchronize()  # every rank's window is ready before a neighbour writes into it
         allgather_direct(gin_peers)[blocks, threads](dcomm, stage_win, src, out_win, count, chunk, blocks,

@@ -90,7 +90,8 @@ def run(comm, count=1000, channels=2, threads=64, nslots=2, slot_bytes=512, prot
 
     ``blocks`` defaults to ``channels``; with one rank any number may be used.
     """
-    from flowdsl.flow import MAX_CONNECTIONS, staging_words  # noqa: PLC0415
+    from flowdsl.collectives import FlowConfig  # noqa: PLC0415
+    from flowdsl.flow import MAX_CONNECTIONS  # noqa: PLC0415
 
     n = comm.nranks
     rng = np.random.default_rng(seed)
@@ -98,18 +99,16 @@ def run(comm, count=1000, channels=2, threads=64, nslots=2, slot_bytes=512, prot
     b = rng.standard_normal(count).astype(np.float32)
     x, bias, y = comm.alloc(count, np.float32), comm.alloc(count, np.float32), comm.alloc(count, np.float32)
     gin_peers = getattr(comm, "lsa_size", n) < n
-    stage = comm.alloc(staging_words(channels, nslots, slot_bytes // 8, gin_peers), np.uint64)
     if hasattr(x, "set"):  # CuPy
         x.set(xs[comm.rank])
         bias.set(b)
         y.fill(np.nan)
-        stage.fill(0)
     else:  # the simulator's buffers
         x[:] = xs[comm.rank]
         bias[:] = b
-        stage[:] = 0
     reqs = {"gin_context_count": 1, "gin_signal_count": 2 * channels * MAX_CONNECTIONS} if gin_peers else {}
-    with comm.register(stage) as win, comm.device_communicator(**reqs) as dcomm:
+    config = FlowConfig(channels=channels, nslots=nslots, slot_bytes=slot_bytes, threads=threads)
+    with flow.staging(comm, config, gin=gin_peers) as win, comm.device_communicator(**reqs) as dcomm:
         allreduce_bias_gelu(gin_peers)[blocks or channels, threads](dcomm, win, x, bias, y, count, channels, nslots,
                                                           slot_bytes // 8, int(protocol))
         comm.synchronize()

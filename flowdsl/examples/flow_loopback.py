@@ -35,8 +35,7 @@ def loopback(comm, stage, src, dst, n, op, channels, nslots, slot_words, protoco
 def run(comm, protocol=Protocol.SIMPLE, dtype="float32", op="sum", n=100_003, seed=0,
         nslots=4, slot_bytes=4096, threads=256):
     """Run the loopback on ``comm``; return ``(result, reference)`` (values as float64/int64)."""
-    from flowdsl.collectives._host import OPS  # noqa: PLC0415
-    from flowdsl.flow import staging_words  # noqa: PLC0415
+    from flowdsl.collectives._host import OPS, FlowConfig  # noqa: PLC0415
 
     rng = np.random.default_rng(seed)
     x = check.inputs(rng, dtype, op, 2, n)[0]
@@ -47,9 +46,8 @@ def run(comm, protocol=Protocol.SIMPLE, dtype="float32", op="sum", n=100_003, se
     else:  # the simulator's buffers
         src[:] = x
     dst = comm.alloc(n, store)
-    stage = comm.alloc(staging_words(1, nslots, slot_bytes // 8, False), np.uint64)
-    stage.fill(0)
-    with comm.register(stage) as win, comm.device_communicator() as dcomm:
+    config = FlowConfig(channels=1, nslots=nslots, slot_bytes=slot_bytes, threads=threads)
+    with flow.staging(comm, config, gin=False) as win, comm.device_communicator() as dcomm:
         loopback[2, threads](dcomm, win, src, dst, n, int(OPS[op]), 1, nslots, slot_bytes // 8, int(protocol))
         comm.synchronize()
         result = dst.get() if hasattr(dst, "get") else np.array(dst)

@@ -144,7 +144,7 @@ def run(comm, tokens: int = 12, hidden: int = 32, experts_per_rank: int = 2, thr
     def buf(shape, dtype, value=None):
         a = comm.alloc(shape, dtype)
         if value is not None:
-            a.set(value)
+            a.set(np.asarray(value, dtype).reshape(a.shape))  # set() copies bytes: same dtype and shape
         return a                                   # else: poisoned (NaN / 0xA5 bytes)
     send, smeta = buf(n * tokens * hidden, np.float32, packed), buf(n * tokens, np.int32, meta_h)
     recv, rmeta, rcount = buf(n * tokens * hidden, np.float32), buf(n * tokens, np.int32), buf(n, np.int64)

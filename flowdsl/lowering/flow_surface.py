@@ -1,6 +1,7 @@
 """GPU meaning of Flow's element arithmetic (:func:`flowdsl.flow.combine`, :func:`flowdsl.flow.finish`,
-their 16-byte pack forms), of its reductions (:func:`flowdsl.flow.reduction`) and of its strong
-signal (:func:`flowdsl.flow.strong_signal_inc`, per NCCL release).
+their 16-byte pack forms), of its reductions (:func:`flowdsl.flow.reduction`), of its strong
+signal (:func:`flowdsl.flow.strong_signal_inc`, per NCCL release) and of its staging check (a
+processor takes only a window from :func:`flowdsl.flow.staging`, typed ``StagingWindow``).
 
 A reduction's operator and fp8 format, when constants, are part of its numba type
 (:class:`ReductionType`): every step given the reduction is compiled for that operator
@@ -30,10 +31,12 @@ from numba.cuda.extending import (intrinsic, make_attribute_wrapper, overload, o
                                   register_jitable, register_model)
 
 from .. import gin, mem
+from .._flow_staging import refusal
 from ..enums import RedOp
 from .gin_surface import STRONG_SIGNAL_FEATURE
 from .intrinsics import feature_marker
 from .target import current, note_feature
+from .types import WindowType
 
 __all__ = ["bind", "ReductionType"]
 
@@ -254,6 +257,14 @@ def bind():
         impl = _lanewise("finish_pack", len(a), "finish(red.op, a[{i}], red.nranks, red.fp8)", "red, a")
         impl.__globals__["finish"] = flow.finish
         return impl
+
+    @overload(flow._require_staging)
+    def _require_staging(stage):
+        # A staging window has its own type (made by flow.staging, zeroed): checked here, so a
+        # processor over any other window never compiles.
+        if not (isinstance(stage, WindowType) and stage.staging):
+            raise NumbaTypeError(refusal(str(stage)))
+        return lambda stage: None
 
     @overload(flow.strong_signal_inc)
     def _strong_signal_inc(signal):

@@ -54,15 +54,20 @@ class DevCommType(types.Type):
 
 
 class WindowType(types.Type):
-    """A registered window whose elements are ``dtype`` (``ncclWindow_t`` + size)."""
+    """A registered window whose elements are ``dtype`` (``ncclWindow_t`` + size).
 
-    def __init__(self, dtype: types.Type):
+    ``staging``: made by :func:`flowdsl.flow.staging` (zeroed on every rank before any
+    peer could write), the only windows :func:`flowdsl.flow.processor` takes. Same data.
+    """
+
+    def __init__(self, dtype: types.Type, staging: bool = False):
         self.dtype = dtype
-        super().__init__(name=f"Window({dtype})")
+        self.staging = bool(staging)
+        super().__init__(name=f"{'StagingWindow' if staging else 'Window'}({dtype})")
 
     @property
     def key(self):
-        return self.dtype
+        return self.dtype, self.staging
 
 
 class TeamType(types.Type):

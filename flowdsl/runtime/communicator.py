@@ -6,13 +6,12 @@ Contents: :func:`init`, :class:`Communicator`, :data:`REQUIREMENT_FIELDS`.
 from __future__ import annotations
 
 import os
-import pickle
 
 import numpy as np
 
-from ..errors import DeviceTimeoutError, NoDeviceError, ResourceClosedError, UsageError
+from ..errors import DeviceTimeoutError, NoDeviceError, UsageError
 from ..lowering.target import format_version
-from . import nccl, streams
+from . import checks, nccl, streams
 from .memory import DevComm, SymmetricAllocation, Window, device_pointer
 from .support import abi_layout
 from .wait_record import GRACE, WaitRecord, aborted_error, resolve_timeout, wait_for_device
@@ -32,10 +31,8 @@ REQUIREMENT_FIELDS = {
     "cft_barrier_count": "cftBarrierCount",
 }
 
-# uint16 and int16 too: bfloat16 travels as uint16 bits (CuPy and NumPy have no bfloat16).
-_SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
-    np.float16, np.float32, np.float64, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
-    np.uint64))
+#: The environment variable that turns the collectives' cross-rank check on (``1``) for every communicator.
+CHECK_COLLECTIVES_ENV = "FLOWDSL_CHECK_COLLECTIVES"
 
 
 def _require_gpu(operation: str) -> None:
@@ -55,34 +52,88 @@ def _require_gpu(operation: str) -> None:
                             "program on the CPU simulator with flowdsl.sim.spawn(main, nranks=N).")
 
 
+#: Bytes of NCCL's unique id (``NCCL_UNIQUE_ID_BYTES``).
+UNIQUE_ID_BYTES = 128
+#: Key of the unique id in the TCP store of a torchrun job.
+_STORE_KEY = "flowdsl_nccl_unique_id"
+
+
+_EXCHANGE_FIX = "Check that every rank runs the same flowdsl and that no other job shares MASTER_ADDR:MASTER_PORT."
+
+
+def decode_unique_id(value, source: str, fix: str = _EXCHANGE_FIX) -> bytes:
+    """NCCL's unique id as received from ``source``: raw bytes of NCCL's length, or a UsageError.
+
+    The id crosses process boundaries as plain bytes, never pickled: whoever can write to
+    an unauthenticated TCP store could otherwise make every rank run code of their choice.
+    """
+    if isinstance(value, (bytearray, memoryview)):
+        value = bytes(value)
+    if not isinstance(value, bytes):
+        raise UsageError(f"Cannot initialise a multi-rank communicator: {source} holds a {type(value).__name__}, "
+                         f"not NCCL's unique id ({UNIQUE_ID_BYTES} raw bytes). {fix}")
+    if len(value) != UNIQUE_ID_BYTES:
+        raise UsageError(f"Cannot initialise a multi-rank communicator: {source} holds {len(value)} bytes, but "
+                         f"NCCL's unique id has {UNIQUE_ID_BYTES}. {fix}")
+    return value
+
+
+def exchange_through_store(store, rank: int, uid: bytes | None) -> bytes:
+    """Rank 0 puts the unique id's raw bytes into ``store`` (a ``TCPStore``); every rank reads them back."""
+    if rank == 0:
+        store.set(_STORE_KEY, decode_unique_id(uid, "rank 0's new unique id"))
+    return decode_unique_id(store.get(_STORE_KEY), f"the TCP store's key {_STORE_KEY!r}")
+
+
+def broadcast_through_mpi(mpi_comm, uid: bytes | None) -> bytes:
+    """The unique id from MPI rank 0, as a buffer of bytes (``Bcast``; ``bcast`` would pickle)."""
+    buf = np.zeros(UNIQUE_ID_BYTES, np.uint8)
+    if uid is not None:
+        buf[:] = np.frombuffer(decode_unique_id(uid, "rank 0's new unique id"), np.uint8)
+    mpi_comm.Bcast(buf, root=0)
+    return decode_unique_id(buf.tobytes(), "MPI's broadcast")
+
+
+def _broadcast_through_torch(group, uid: bytes | None) -> bytes:
+    """The unique id from the group's rank 0, as a tensor of bytes (``broadcast_object_list`` would pickle)."""
+    import torch  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415
+
+    backend = str(dist.get_backend(group))
+    on_gpu = "nccl" in backend and "gloo" not in backend  # an NCCL-only group moves CUDA tensors only
+    data = torch.zeros(UNIQUE_ID_BYTES, dtype=torch.uint8,
+                       device=torch.device("cuda", torch.cuda.current_device()) if on_gpu else "cpu")
+    if uid is not None:
+        data.copy_(torch.frombuffer(bytearray(decode_unique_id(uid, "rank 0's new unique id")), dtype=torch.uint8))
+    dist.broadcast(data, src=dist.get_global_rank(group, 0) if group is not None else 0, group=group)
+    return decode_unique_id(data.cpu().numpy().tobytes(), "torch.distributed's broadcast")
+
+
 def _exchange_unique_id(rank: int, nranks: int, *, group=None, mpi_comm=None) -> bytes:
     """Rank 0 makes an NCCL unique id; every rank gets it through torch.distributed, MPI or a TCP store."""
     from nccl.core import get_unique_id  # noqa: PLC0415
 
     uid = get_unique_id().as_bytes if rank == 0 else None
     if mpi_comm is not None:
-        return mpi_comm.bcast(uid, root=0)
+        return broadcast_through_mpi(mpi_comm, uid)
     import torch.distributed as dist  # noqa: PLC0415
 
     if group is not None or dist.is_initialized():
-        box = [uid]
-        dist.broadcast_object_list(box, src=0, group=group)
-        return box[0]
+        return _broadcast_through_torch(group, uid)
     if "MASTER_ADDR" in os.environ:
         # Under torchrun the agent already serves the store at MASTER_PORT: every rank is a client.
         serve = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
         store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ.get("MASTER_PORT", "29500")),
                               nranks, serve)
-        if rank == 0:
-            store.set("flowdsl_nccl_unique_id", pickle.dumps(uid))
-        return pickle.loads(store.get("flowdsl_nccl_unique_id"))
+        return exchange_through_store(store, rank, uid)
     raise UsageError("Cannot initialise a multi-rank communicator: no way to share NCCL's unique id. "
                      "Launch with torchrun, pass group= (torch.distributed) or mpi_comm= (mpi4py), or pass "
                      "unique_id= explicitly.")
 
 
 def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | None = None, *,
-         group=None, mpi_comm=None, device: int | None = None, wait_timeout: float | None = None) -> "Communicator":
+         group=None, mpi_comm=None, device: int | None = None, check_collectives: bool | None = None,
+         wait_timeout: float | None = None) -> "Communicator":
     """Create a :class:`Communicator`.
 
     Sources, in order: explicit ``nranks, rank, unique_id``; a ``torch.distributed``
@@ -92,6 +143,12 @@ def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | 
 
     Args:
         device: CUDA device of this rank. Defaults to ``LOCAL_RANK`` (or 0).
+        check_collectives: Compare every collective call's arguments (collective, count, dtype,
+            op, root, algorithm, config) across ranks before it launches, and raise
+            :class:`~flowdsl.errors.CollectiveMismatchError` on every rank where they differ. It
+            all-gathers 128 bytes per rank with NCCL and waits for the stream on every call: for
+            debugging. Defaults to the environment variable ``FLOWDSL_CHECK_COLLECTIVES`` (``1``: on;
+            unset or ``0``: off). The simulator always checks.
         wait_timeout: Seconds a device-side wait may last before it gives up and
             ``comm.synchronize()`` raises :class:`~flowdsl.DeviceTimeoutError` (0: never).
             Defaults to ``$FLOWDSL_WAIT_TIMEOUT``, else 300.
@@ -107,10 +164,15 @@ def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | 
     elif nranks is None:
         nranks = int(os.environ.get("WORLD_SIZE", "1"))
         rank = int(os.environ.get("RANK", "0"))
-    if rank is None or not 0 <= rank < nranks:
-        raise UsageError(f"Cannot initialise a communicator: rank must be in [0, {nranks}), got {rank}")
+    nranks = checks.count_of(nranks, "nranks", "initialise a communicator")
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < nranks:
+        raise UsageError(f"Cannot initialise a communicator: rank must be an int in [0, {nranks}), got {rank!r}")
+    if check_collectives is None:
+        check_collectives = _env_flag(CHECK_COLLECTIVES_ENV)
     if device is None:
         device = int(os.environ.get("LOCAL_RANK", "0"))
+    if isinstance(unique_id, (bytes, bytearray, memoryview)):
+        unique_id = decode_unique_id(unique_id, "unique_id=", "Pass rank 0's nccl.core.get_unique_id().as_bytes.")
     if unique_id is None:
         if nranks == 1:
             from nccl.core import get_unique_id  # noqa: PLC0415
@@ -118,7 +180,18 @@ def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | 
             unique_id = get_unique_id().as_bytes
         else:
             unique_id = _exchange_unique_id(rank, nranks, group=group, mpi_comm=mpi_comm)
-    return Communicator(nranks, rank, unique_id, device, wait_timeout=wait_timeout)
+    comm = Communicator(nranks, int(rank), unique_id, device, wait_timeout=wait_timeout)
+    comm.check_collectives = bool(check_collectives)
+    return comm
+
+
+def _env_flag(name: str) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise UsageError(f"Cannot read {name}={os.environ[name]!r}: set it to 1 (on) or 0 (off)")
 
 
 class Communicator:
@@ -127,7 +200,13 @@ class Communicator:
     Use as a context manager, or call :meth:`close`, which releases device
     communicators and windows first, then symmetric memory, then the NCCL
     communicator.
+
+    Attributes:
+        check_collectives: Whether the collectives compare their arguments across ranks before
+            each launch (see :func:`init`).
     """
+
+    check_collectives = False
 
     def __init__(self, nranks: int, rank: int, unique_id: bytes, device: int = 0, *,
                  wait_timeout: float | None = None):
@@ -162,8 +241,7 @@ class Communicator:
             self._allocations.remove(resource)
 
     def _check_open(self, operation: str) -> None:
-        if self._closed:
-            raise ResourceClosedError(f"Cannot {operation}: the communicator was closed. Call flowdsl.init() again.")
+        checks.communicator_open(self._closed, operation)
 
     @property
     def closed(self) -> bool:
@@ -177,29 +255,28 @@ class Communicator:
 
     # -- memory --------------------------------------------------------------------------------
     def alloc(self, shape, dtype=np.float32, *, like: str = "cupy"):
-        """A symmetric buffer from ``ncclMemAlloc``, as a CuPy array (or ``like="torch"``), no copy.
+        """A symmetric buffer from ``ncclMemAlloc``, as a CuPy array (or ``like="torch"``: a PyTorch
+        tensor), no copy.
 
         The memory lives until the communicator is closed or ``comm.free(buf)``.
+
+        Raises:
+            UsageError: ``dtype`` is not one of :data:`flowdsl.runtime.checks.SUPPORTED_DTYPES`, the
+                shape is not non-negative ints, or ``like`` is not ``"cupy"`` / ``"torch"`` (or
+                PyTorch is not installed), all before anything is allocated.
         """
         import cupy  # noqa: PLC0415
 
         self._check_open("allocate symmetric memory")
-        dtype = np.dtype(dtype)
-        if dtype not in _SUPPORTED_DTYPES:
-            names = ", ".join(str(d) for d in _SUPPORTED_DTYPES)
-            raise UsageError(f"Cannot allocate symmetric memory of dtype {dtype}: supported dtypes are {names}.")
-        shape = (shape,) if np.isscalar(shape) else tuple(shape)
+        dtype, shape = checks.alloc_dtype(dtype), checks.alloc_shape(shape)
+        like = checks.alloc_like(like)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         allocation = SymmetricAllocation(self, nbytes)
         self._allocations.append(allocation)
         memory = cupy.cuda.UnownedMemory(allocation.ptr, max(nbytes, 1), owner=allocation)
         array = cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
         if like == "torch":
-            import torch  # noqa: PLC0415
-
-            return torch.from_dlpack(array)
-        if like != "cupy":
-            raise UsageError(f"Cannot allocate: like must be 'cupy' or 'torch', got {like!r}")
+            return checks.torch_module("allocate symmetric memory with like='torch'").from_dlpack(array)
         return array
 
     def _allocation_of(self, ptr: int, nbytes: int) -> SymmetricAllocation | None:
@@ -229,24 +306,25 @@ class Communicator:
 
         Raises:
             UsageError: ``buf`` is not (part of) a buffer from ``comm.alloc`` of
-                this communicator, or is not contiguous.
+                this communicator (a NumPy array, other device memory), is empty, or
+                is not contiguous.
         """
         self._check_open("register a window")
+        if isinstance(buf, np.ndarray) or (_is_torch(buf) and not buf.is_cuda):
+            raise checks.host_array_error(buf)
         if hasattr(buf, "__cuda_array_interface__"):
-            ptr, nbytes = device_pointer(buf)
+            ptr, nbytes = device_pointer(buf, "register")
             dtype = np.dtype(buf.__cuda_array_interface__["typestr"])
         elif hasattr(buf, "__dlpack__"):
             import cupy  # noqa: PLC0415
 
             buf = cupy.from_dlpack(buf)
-            ptr, nbytes = device_pointer(buf)
+            ptr, nbytes = device_pointer(buf, "register")
             dtype = buf.dtype
         else:
-            raise UsageError(f"Cannot register {type(buf).__name__}: pass a buffer from comm.alloc(shape, dtype).")
+            raise checks.not_a_buffer_error(buf)
         if self._allocation_of(ptr, nbytes) is None:
-            raise UsageError("Cannot register this buffer: symmetric windows need memory from comm.alloc "
-                             "(ncclMemAlloc) of this communicator. Allocate it with comm.alloc(shape, dtype) "
-                             "and copy your data in.")
+            raise UsageError(checks.NOT_FROM_ALLOC)
         return Window(self, buf, nbytes, ptr, dtype, cft_counted=cft_counted)
 
     # -- device communicator ---------------------------------------------------------------
@@ -391,3 +469,7 @@ class Communicator:
     def __repr__(self):
         return (f"Communicator(rank={self.rank}, nranks={self.nranks}, device={self.device}, "
                 f"nccl={format_version(self.nccl_version)})")
+
+
+def _is_torch(obj) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "is_cuda")

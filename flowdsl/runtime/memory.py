@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ResourceClosedError, UsageError
+from ..errors import UsageError
 from ..lowering.target import format_version
 from ..lowering.types import DevCommType, WindowType, devcomm_words
-from . import nccl
+from . import checks, nccl
 
 __all__ = ["Resource", "SymmetricAllocation", "Window", "DevComm", "device_pointer", "GinBackend", "GIN_BACKENDS",
            "gin_backend_of"]
@@ -42,7 +42,7 @@ class Resource:
 
     def _check_open(self, operation: str) -> None:
         if self._closed:
-            raise ResourceClosedError(f"Cannot {operation}: this {self.kind} was closed. Create a new one.")
+            raise checks.resource_closed(self.kind, operation)
 
     def close(self) -> None:
         """Release the resource (collective where NCCL's call is); a second call does nothing."""
@@ -64,25 +64,23 @@ class Resource:
         self.close()
 
 
-def device_pointer(array) -> tuple[int, int]:
-    """``(address, nbytes)`` of a C-contiguous device array (CUDA Array Interface)."""
+def device_pointer(array, operation: str = "free") -> tuple[int, int]:
+    """``(address, nbytes)`` of a C-contiguous device array (CUDA Array Interface).
+
+    For ``operation="register"`` the array must also hold at least one element
+    (:func:`flowdsl.runtime.checks.register_layout`, the simulator's rule too).
+    """
     cai = getattr(array, "__cuda_array_interface__", None)
     if cai is None:
         raise UsageError(f"Cannot use {type(array).__name__} as a device buffer: it has no "
                          "__cuda_array_interface__. Allocate it with comm.alloc(shape, dtype).")
     dtype = np.dtype(cai["typestr"])
-    shape = cai["shape"]
-    strides = cai.get("strides")
+    shape, strides = cai["shape"], cai.get("strides")
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if strides is not None:
-        expected = []
-        step = dtype.itemsize
-        for dim in reversed(shape):
-            expected.append(step)
-            step *= dim
-        if tuple(reversed(expected)) != tuple(strides) and nbytes:
-            raise UsageError("Cannot register a non-contiguous array: windows cover contiguous memory. "
-                             "Register the whole buffer from comm.alloc and index inside the kernel.")
+    if operation == "register":
+        checks.register_layout(shape, strides, dtype.itemsize)
+    elif nbytes and not checks.contiguous(shape, strides, dtype.itemsize):
+        raise UsageError(f"Cannot {operation} a non-contiguous array: pass the whole buffer from comm.alloc.")
     return int(cai["data"][0]), nbytes
 
 
@@ -137,9 +135,17 @@ class Window(Resource):
 
         self._type = WindowType(from_dtype(self.dtype))
 
+    #: The :class:`flowdsl.flow.Staging` that :func:`flowdsl.flow.staging` made this window for, or None.
+    flow_staging = None
+
     @property
     def communicator(self):
         return self._comm
+
+    def _made_staging(self, staging) -> None:
+        """Mark the window as made by :func:`flowdsl.flow.staging`: kernels see a ``StagingWindow``."""
+        self.flow_staging = staging
+        self._type = WindowType(self._type.dtype, staging=True)
 
     @property
     def _numba_type_(self):
@@ -206,8 +212,8 @@ class DevComm(Resource):
         raw = bytes(self._struct)
         # Unsigned 64-bit kernel parameters (a plain int above 2**63 would not fit ssize_t), then the
         # communicator's wait record (bounded device waits read their limit there and record a timeout).
-        self._words = tuple(ctypes.c_uint64(w) for w in struct.unpack(f"<{len(raw) // 8}Q", raw)) + (
-            ctypes.c_uint64(comm._wait_record.device_address),)
+        self._word_values = struct.unpack(f"<{len(raw) // 8}Q", raw) + (comm._wait_record.device_address,)
+        self._words = tuple(ctypes.c_uint64(w) for w in self._word_values)
         self._type = DevCommType(self.abi, devcomm_words(size))
 
     @property
@@ -218,6 +224,11 @@ class DevComm(Resource):
         """The ``ncclDevComm`` struct as the u64 kernel parameters it travels in."""
         self._check_open("pass a device communicator to a kernel")
         return self._words
+
+    def _kernel_word_values(self) -> tuple:
+        """The same words as ints (for a launch that packs them into one buffer)."""
+        self._check_open("pass a device communicator to a kernel")
+        return self._word_values
 
     @property
     def _numba_type_(self):

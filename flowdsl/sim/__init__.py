@@ -11,8 +11,9 @@ table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
 :class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
 :class:`UsageError`, :class:`GinCoverageError`, :class:`GinResourceError`,
-:class:`GinBackendError`, :class:`CftCoverageError`, :class:`WaitTimeoutError` (threads stuck
-in bounded waits: the GPU's :class:`flowdsl.DeviceTimeoutError` diagnosis, see
+:class:`GinBackendError`, :class:`CftCoverageError`, :class:`DataRaceError` (see
+:mod:`flowdsl.sim.races`: data races found by happens-before), :class:`WaitTimeoutError` (threads
+stuck in bounded waits: the GPU's :class:`flowdsl.DeviceTimeoutError` diagnosis, see
 :mod:`flowdsl.sim.timeouts`), and :func:`last_stats`. GIN
 (puts, signals, counters, GIN barriers over a simulated network) is modelled in
 :mod:`flowdsl.sim.gin`, CFT (LE-addressed puts and gets, counted writes and the
@@ -27,8 +28,8 @@ from . import host as _host
 from . import gin as _gin  # noqa: F401 - registers flowdsl.gin's semantics
 from . import cft as _cft  # noqa: F401 - registers flowdsl.cft's semantics
 from . import timeouts as _timeouts  # noqa: F401 - registers flowdsl.wait's semantics
-from .errors import (BarrierIndexError, CftCoverageError, CollectiveMismatchError, DeadlockError, GinBackendError,
-                     GinCoverageError, GinResourceError, LivelockError, SimulationError,
+from .errors import (BarrierIndexError, CftCoverageError, CollectiveMismatchError, DataRaceError, DeadlockError,
+                     GinBackendError, GinCoverageError, GinResourceError, LivelockError, SimulationError,
                      UnsupportedFeatureError, UsageError, WaitTimeoutError, WindowAccessError)
 from .host import launch, spawn
 from .semantics import SEMANTICS, dispatch, implements
@@ -37,18 +38,14 @@ __all__ = [
     "spawn", "SEMANTICS", "implements", "last_stats",
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
-    "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "WaitTimeoutError",
+    "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "DataRaceError",
+    "WaitTimeoutError",
 ]
 
 
 def last_stats() -> dict:
     """Counters of the last finished :func:`spawn`: ``steps`` (scheduler steps), ``threads``."""
-    s = _host.last_run
-    if s is None:
-        return {}
-    from .scheduler import KernelThread
-    return {"steps": s.steps, "threads": sum(1 for t in s.tasks if isinstance(t, KernelThread)),
-            "seed": s.seed}
+    return dict(_host.last_run or {})
 
 
 _stubs.set_simulator_dispatch(dispatch)

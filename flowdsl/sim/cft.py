@@ -42,7 +42,8 @@ from ..enums import MemoryOrder
 from . import _state
 from .errors import BarrierIndexError, CftCoverageError, UsageError, WindowAccessError
 from .gin import Op, _roll_ge
-from .memory import Window
+from .memory import Window, raw
+from .races import net_what
 from .scheduler import Cond, Wait, sim_error
 from .semantics import Team, _coop_sync, _cur, implements
 
@@ -200,20 +201,35 @@ class _Hooks:
         self.counter = counter
 
     @staticmethod
-    def read(op):
+    def read(op, agent):
+        """The network reads the source (``agent``: the race detector's network channel, or None)."""
+        rc = _state.race
         if op.kind == "cft_get":
             op.data = op.group.bytes[op.dst][op.off:op.off + op.n].copy()
+            if rc is not None:
+                rc.net_window(op, agent, op.group, op.dst, op.off, op.n, False, "reading the remote data of")
         else:
-            op.data = op.lgroup.reshape(-1).view(np.uint8)[:op.n].copy()
+            op.data = raw(op.lgroup).reshape(-1).view(np.uint8)[:op.n].copy()
+            if rc is not None:
+                rc.net_array(op, agent, op.lgroup, op.n, False, "reading the shared-memory source of")
+        if rc is not None:  # cft.flush_smem is ordered after this
+            rc.release_to(("cft-read", op.issuer), rc.release(agent))
         _net().flush_cond[op.src].notify(_state.sched)
 
-    def land(self, op):
+    def land(self, op, agent):
         sched = _state.sched
+        rc = _state.race
         if op.kind == "cft_get":
-            op.lgroup.reshape(-1).view(np.uint8)[:op.n] = op.data
+            raw(op.lgroup).reshape(-1).view(np.uint8)[:op.n] = op.data
+            if rc is not None:
+                rc.net_array(op, agent, op.lgroup, op.n, True, "landing")
+                rc.release_to(("cft-land", op.issuer), rc.release(agent))
             return
         g = op.group
         g.bytes[op.dst][op.off:op.off + op.n] = op.data
+        if rc is not None:
+            rc.net_window(op, agent, g, op.dst, op.off, op.n, True, "landing")
+            rc.release_to(("cft-land", op.issuer), rc.release(agent))
         if self.counter is None:
             if g.gin_tags is not None:  # a plain write replaces what a counted one wrote there
                 g.gin_tags[op.dst][op.off:op.off + op.n] = 0
@@ -221,6 +237,10 @@ class _Hooks:
             return
         cell = g.bytes[op.dst][self.counter:self.counter + 8].view(np.uint64)
         cell[0] = np.uint64((int(cell[0]) + op.n) & _M64)
+        if rc is not None:  # an atomic add that releases the data it counts
+            cells, base = rc.window(g, op.dst)
+            rc.atomic((f"{g.name()} on rank {op.dst}", base), None, True, True, MemoryOrder.RELEASE, agent,
+                      net_what(op, "counting"), (cells, base + self.counter))
         st = _cft()
         st.applied.setdefault((g.wid, op.dst, self.counter), []).append(op)
         st.ctr_cond[op.dst].notify(sched)
@@ -369,6 +389,8 @@ def _wait_ops(session, done, what, op):
         left = sum(1 for o in st.issued if not done(o))
         net.flush_cond[t.rank].waiters.append(t)
         sched.block(t, Wait(f"{op} (CFT session #{st.sid}, {left} operations not yet {what})"))
+    if _state.race is not None:
+        _state.race.acquire_from(t, ("cft-land" if what == "complete" else "cft-read", st.issuer))
     _coop_sync(session.coop)
 
 
@@ -426,6 +448,14 @@ def _value(g, rank, offset):
     return int(g.bytes[rank][offset:offset + 8].view(np.uint64)[0])
 
 
+def _race_counter(t, g, offset, order):
+    """A thread's read of a counter: an atomic load of its u64 (acquiring per ``order``)."""
+    rc = _state.race
+    if rc is not None:
+        cells, base = rc.window(g, t.rank)
+        rc.atomic((f"{g.name()} on rank {t.rank}", base), None, True, False, order, loc=(cells, base + offset))
+
+
 @implements("flowdsl.cft.read_counter")
 def _cft_read_counter(win, offset, order=None):
     g, offset = _counter(win, offset, "read a CFT counter")
@@ -433,6 +463,7 @@ def _cft_read_counter(win, offset, order=None):
     v = _value(g, t.rank, offset)
     _state.sched.yield_spin(t, ("cft-counter", g.wid, t.rank, offset, v))
     _observe(t.rank, g, offset, False, f"flowdsl.cft.read_counter by {t.name()}")
+    _race_counter(t, g, offset, MemoryOrder.RELAXED if order is None else order)
     return _value(g, t.rank, offset)
 
 
@@ -449,6 +480,7 @@ def _cft_wait_counted(session, win, offset, expected, order=None, consumer=None)
                             f"now {_value(g, t.rank, offset)})"))
     order = MemoryOrder.ACQUIRE if order is None else MemoryOrder(int(order))
     _observe(t.rank, g, offset, order in _ACQUIRING, f"a relaxed flowdsl.cft.wait_counted by {t.name()}")
+    _race_counter(t, g, offset, order)
     _coop_sync(session.coop)
 
 
@@ -464,6 +496,8 @@ def _cft_fence(coop, order=None, producer=None, consumer=None, scope=None):
     order = MemoryOrder.ACQUIRE if order is None else MemoryOrder(int(order))
     producer = MemProxyType.FABRIC if producer is None else MemProxyType(int(producer))
     _fence(_cur().rank, order, producer)
+    if _state.race is not None:
+        _state.race.fence(_cur(), order)
     if coop.nthreads > 1:
         _coop_sync(coop)
 
@@ -478,13 +512,13 @@ class CftBarrierSession:
         self.comm, self.coop, self.index, self.epoch = comm, coop, index, epoch
 
     def arrive(self, order, producer=None, consumer=None):
-        _bar_arrive(self)
+        _bar_arrive(self, order)
 
     def wait(self, order, producer=None, consumer=None):
         _bar_wait(self, order, producer)
 
     def sync(self, order, producer=None, consumer=None):
-        _bar_arrive(self)
+        _bar_arrive(self, order)
         _bar_wait(self, order, producer)
 
 
@@ -515,13 +549,17 @@ def _cft_barrier(comm, coop, index):
     return CftBarrierSession(comm, coop, index, bs.epoch[_cur().rank][index])
 
 
-def _bar_arrive(s):
+def _bar_arrive(s, order):
     _coop_sync(s.coop)
     if s.coop.trank == 0:
         bs = _bar_state(s.comm.group)
         me, val = s.comm.rank, s.epoch + 1
+        rc = _state.race
+        published = rc.release_vc(_cur(), order) if rc is not None else None
         for q in range(s.comm.nranks):
             if q != me:
+                if rc is not None:
+                    rc.release_to(("cft-bar", s.comm.group.did, q, s.index), published)
                 box = bs.inbox[q][s.index]
                 box[me] = max(box[me], val)
                 bs.conds[q][s.index].notify(_state.sched)
@@ -541,6 +579,8 @@ def _bar_wait(s, order, producer):
         sched = _state.sched
         sched.block(t, Wait(f"cft barrier {s.index} wait (epoch {s.epoch} -> {need})", detail))
     _fence(me, MemoryOrder(int(order)), MemProxyType.GENERIC if producer is None else MemProxyType(int(producer)))
+    if _state.race is not None:
+        _state.race.acquire_from(t, ("cft-bar", s.comm.group.did, me, s.index), order)
     _coop_sync(s.coop)
     s.epoch = need
     if s.coop.trank == 0:

@@ -96,8 +96,11 @@ class _Shared:
         a = poisoned(shape, as_dtype(dtype))
         if alignment and a.__array_interface__["data"][0] % int(alignment):
             a = _aligned_copy(a, int(alignment))
+        name = f"shared array #{k} of rank {t.rank} {blk.name()}"
+        _state.sched.world.add_region(a, name)
+        if _state.race is not None:  # its element accesses are checked for races
+            a = _state.race.track(a, name)
         blk.shared.append(a)
-        _state.sched.world.add_region(a, f"shared array #{k} of rank {t.rank} {blk.name()}")
         return a
 
 
@@ -126,18 +129,23 @@ def _plain(v):
         return v
 
 
+_RELAXED = 0  # MemoryOrder.RELAXED: numba's atomics order nothing (fences do)
+
+
 def _rmw(op):
     def f(ary, idx, val):
         a = raw(ary)
         old = a[idx]
         a[idx] = op(old, val)
         _state.sched.stale = 0
+        if _state.race is not None:
+            _state.race.atomic(ary, idx, True, True, _RELAXED)
         return old
     return f
 
 
 class _Atomic:
-    """``cuda.atomic``: read-modify-write; returns the old value (sequentially consistent)."""
+    """``cuda.atomic``: read-modify-write, relaxed (order with ``cuda.threadfence``); returns the old value."""
 
     add = staticmethod(_rmw(lambda o, v: o + v))
     sub = staticmethod(_rmw(lambda o, v: o - v))
@@ -156,11 +164,14 @@ class _Atomic:
     def cas(ary, idx, old, val):
         a = raw(ary)
         cur = a[idx]
-        if cur == old:
+        swapped = bool(cur == old)
+        if swapped:
             a[idx] = val
             _state.sched.stale = 0
         else:
             _spin(ary, idx, cur)
+        if _state.race is not None:  # a failed compare-and-swap only loads
+            _state.race.atomic(ary, idx, True, swapped, _RELAXED)
         return cur
 
     @staticmethod
@@ -290,7 +301,9 @@ class SimCuda(types.ModuleType):
 
     @staticmethod
     def threadfence():
-        """Sequentially consistent memory: a no-op."""
+        """``fence.sc``: orders this thread's relaxed atomics around it (see flowdsl.sim.races)."""
+        if _state.race is not None:
+            _state.race.fence(_thread(), 5)  # MemoryOrder.SEQ_CST
 
     threadfence_block = threadfence
     threadfence_system = threadfence

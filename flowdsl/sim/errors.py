@@ -3,7 +3,7 @@
 Contents: :class:`SimulationError` (base), :class:`UnsupportedFeatureError`,
 :class:`DeadlockError`, :class:`LivelockError`, :class:`WaitTimeoutError`, :class:`WindowAccessError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
-:class:`UsageError`, and for GIN :class:`GinCoverageError`,
+:class:`UsageError`, :class:`DataRaceError`, and for GIN :class:`GinCoverageError`,
 :class:`GinResourceError`, :class:`GinBackendError`, and for CFT :class:`CftCoverageError`.
 
 Every message reads "Cannot {operation}: {reason}. {fix}" and, when raised
@@ -12,13 +12,15 @@ inside a simulation, names the rank (block, thread) and the seed that replays it
 
 from __future__ import annotations
 
+from ..errors import CollectiveMismatchError as _CollectiveMismatchError
 from ..errors import DeviceTimeoutError, FlowDSLError
 from ..errors import UsageError as _UsageError
 
 __all__ = [
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
-    "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "WaitTimeoutError",
+    "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "DataRaceError",
+    "WaitTimeoutError",
 ]
 
 
@@ -66,8 +68,10 @@ class BarrierIndexError(SimulationError, IndexError):
     """An LSA barrier index outside ``0 .. lsa_barrier_count-1``, or a barrier misuse."""
 
 
-class CollectiveMismatchError(SimulationError):
-    """Ranks called different host collectives at the same position (e.g. register vs barrier)."""
+class CollectiveMismatchError(SimulationError, _CollectiveMismatchError):
+    """Ranks called host collectives differently at the same position (``comm.register`` on one rank,
+    ``comm.barrier`` on another; ``all_reduce`` of 4099 elements on one, 4100 on another), or a rank
+    returned from its program while the others wait in one. A :class:`flowdsl.CollectiveMismatchError`."""
 
 
 class UsageError(SimulationError, _UsageError, TypeError):
@@ -88,3 +92,14 @@ class GinBackendError(UnsupportedFeatureError):
 
 class CftCoverageError(SimulationError):
     """A thread read data of a CFT counted write without reading a counter that covers it and then fencing."""
+
+
+class DataRaceError(SimulationError):
+    """Two accesses to one element, at least one a write and not both atomic, that nothing orders.
+
+    Attributes:
+        accesses: ``(this access, the earlier access)``, each as text: the kind of access, who made
+            it (rank, block, thread, kernel, or the network for a GIN/CFT operation) and where.
+    """
+
+    accesses: tuple = ()

@@ -37,6 +37,7 @@ from . import _state
 from .errors import (BarrierIndexError, GinBackendError, GinCoverageError, GinResourceError, UsageError,
                      WindowAccessError)
 from .memory import Window, WindowView
+from .races import net_what
 from .scheduler import Cond, Wait, sim_error
 from .semantics import (BarrierSession, Team, _coop_sync, _cur, _lsa_arrive, _lsa_barrier, _lsa_wait, _note_bounded,
                         implements)
@@ -108,7 +109,7 @@ class Op:
 
     __slots__ = ("id", "kind", "src", "dst", "ctx", "chan", "idx", "data", "group", "off", "n", "remote",
                  "counter", "read", "landed", "issuer", "state", "bar", "lgroup", "loff", "who", "landed_step",
-                 "applied", "hooks")
+                 "applied", "hooks", "race_vc", "race_done", "race_site")
 
     def __init__(self, kind, src, dst, ctx, state):
         self.kind, self.src, self.dst, self.ctx, self.state = kind, src, dst, ctx, state
@@ -116,6 +117,8 @@ class Op:
         self.off = self.n = self.loff = 0
         self.read = self.landed = self.applied = False
         self.landed_step = None
+        #: Race detection: the issuer's clock at issue, the clock of its completion, where it was issued.
+        self.race_vc = self.race_done = self.race_site = None
         #: Set by other transports on the same network (CFT): read(op), land(op), check_read(...).
         self.hooks = None
 
@@ -246,6 +249,9 @@ class Network:
         self.ops[op.id] = op
         self.inflight.append(op)
         self.outstanding[issuer] = self.outstanding.get(issuer, 0) + 1
+        rc = _state.race
+        if rc is not None:
+            rc.issued(op)
         if op.kind in ("put", "value") and op.n:
             tags = op.group.gin_tags
             if tags is None:
@@ -275,25 +281,39 @@ class Network:
 
     def _read(self, op):
         op.read = True
+        rc = _state.race
+        agent = rc.net_event(op) if rc is not None else None
         if op.hooks is not None:
-            op.hooks.read(op)
+            op.hooks.read(op, agent)
         elif op.kind == "put":
             op.data = op.lgroup.bytes[op.src][op.loff:op.loff + op.n].copy()
+            if rc is not None:
+                rc.net_window(op, agent, op.lgroup, op.src, op.loff, op.n, False, "reading the source of")
         elif op.kind == "get":
             op.data = op.group.bytes[op.dst][op.off:op.off + op.n].copy()
+            if rc is not None:
+                rc.net_window(op, agent, op.group, op.dst, op.off, op.n, False, "reading the remote data of")
+        if rc is not None:
+            op.race_done = rc.release(agent)
         self._done_reading(op)
 
     def _done_reading(self, op):
+        rc = _state.race
         if op.counter is not None:
             st = op.state
             c = op.counter.ident
             st.counters[op.src][c] = (st.counters[op.src][c] + 1) & _M64
+            if rc is not None:
+                rc.release_to(("ctr", st.group.did, op.src, c), op.race_done)
             st.ctr_cond[op.src].notify(_state.sched)
         if op.kind != "get" and op.hooks is None:  # hooked ops are done when they land
             self._flush_done(op)
 
     def _flush_done(self, op):
         self.outstanding[op.issuer] -= 1
+        rc = _state.race
+        if rc is not None:  # gin.flush by the issuer is ordered after this
+            rc.release_to(("flush", op.issuer), op.race_done)
         self.flush_cond[op.src].notify(_state.sched)
 
     def _land(self, op):
@@ -302,13 +322,22 @@ class Network:
         self.inflight.remove(op)
         ch = op.chan
         ch.pending.remove(op)
+        rc = _state.race
+        agent = rc.net_event(op) if rc is not None else None
         if op.hooks is not None:
-            op.hooks.land(op)
+            op.hooks.land(op, agent)
+            if rc is not None:
+                op.race_done = rc.release(agent)
             self._flush_done(op)
         elif op.kind in ("put", "value") and op.n:
             op.group.bytes[op.dst][op.off:op.off + op.n] = op.data
+            if rc is not None:
+                rc.net_window(op, agent, op.group, op.dst, op.off, op.n, True, "landing")
         elif op.kind == "get":
             op.lgroup.bytes[op.src][op.loff:op.loff + op.n] = op.data
+            if rc is not None:
+                rc.net_window(op, agent, op.lgroup, op.src, op.loff, op.n, True, "landing")
+                op.race_done = rc.release(agent)
             self._flush_done(op)
         ch.landed.add(op.idx)
         while ch.prefix in ch.landed:
@@ -337,9 +366,15 @@ class Network:
         sched = _state.sched
         rec = _Rec(op, self._strong(op), op.remote.describe() if op.remote is not None else "barrier arrival",
                    self.step_no)
+        rc = _state.race
+        if rc is not None:  # what the signal or arrival publishes: the channel's work up to now
+            agent = rc.net_event(op)
+            published = rc.release(agent)
         if op.bar is not None:
             index, node, val = op.bar
             box = st.rail_inbox[op.dst][index]
+            if rc is not None:
+                rc.release_to(("rail", st.group.did, op.dst, index), published)
             if box[node] < val:
                 box[node] = val
             st.bar_pending[op.dst].append(rec)
@@ -347,6 +382,8 @@ class Network:
             return
         a = op.remote
         if a.kind == "sig":
+            if rc is not None:
+                rc.release_to(("sig", st.group.did, op.dst, a.ident), published)
             st.signals[op.dst][a.ident] = (st.signals[op.dst][a.ident] + a.value) & _M64
             st.sig_pending[op.dst][a.ident].append(rec)
             st.sig_cond[op.dst].notify(sched)
@@ -354,6 +391,10 @@ class Network:
             g = a.win.group
             cell = g.bytes[op.dst][a.offset:a.offset + 8].view(np.uint64)
             cell[0] = np.uint64((int(cell[0]) + a.value) & _M64)
+            if rc is not None:  # an atomic add that releases, as a flag store
+                cells, base = rc.window(g, op.dst)
+                rc.atomic((f"{g.name()} on rank {op.dst}", base), None, True, True, MemoryOrder.RELEASE, agent,
+                          net_what(op, f"applying the {a.describe()} of"), (cells, base + a.offset))
             self.va_pending.setdefault((g.wid, op.dst, a.offset), []).append(rec)
             sched.stale = 0
 
@@ -708,6 +749,7 @@ def _gin_flush(ctx, coop, order=None):
         cond.waiters.append(t)
         sched.block(t, Wait(f"gin.flush (context {ctx.index}, {net.outstanding.get(key, 0)} operations "
                             "not yet done)"))
+    _race_acquire(t, ("flush", key), order)
     if coop is not None and coop.nthreads > 1:
         _coop_sync(coop)
     return None
@@ -726,6 +768,7 @@ def _gin_read_signal(ctx, signal, bits=64, order=None):
     t = _cur()
     _net().observe(t.rank, st.sig_pending[t.rank][sig])
     _state.sched.yield_spin(t, ("gin-signal", st.group.did, t.rank, sig, st.signals[t.rank][sig]))
+    _race_acquire(t, ("sig", st.group.did, t.rank, sig), order)
     return st.signals[t.rank][sig] & ((1 << int(bits)) - 1)
 
 
@@ -749,6 +792,7 @@ def _gin_wait_signal(ctx, coop, signal, least, bits=64, order=None):
         _note_bounded(t, "GIN_SIGNAL", -1, sig, least, lambda st=st, r=t.rank: st.signals[r][sig], w)
         sched.block(t, w)
     _net().observe(t.rank, st.sig_pending[t.rank][sig])
+    _race_acquire(t, ("sig", st.group.did, t.rank, sig), order)
     if coop is not None and coop.nthreads > 1:
         _coop_sync(coop)
     return None
@@ -772,6 +816,7 @@ def _gin_read_counter(ctx, counter, bits=56, order=None):
     c = _check_counter(st, counter, "read a counter")
     t = _cur()
     _state.sched.yield_spin(t, ("gin-counter", st.group.did, t.rank, c, st.counters[t.rank][c]))
+    _race_acquire(t, ("ctr", st.group.did, t.rank, c), order)
     return st.counters[t.rank][c] & ((1 << int(bits)) - 1)
 
 
@@ -787,6 +832,7 @@ def _gin_wait_counter(ctx, coop, counter, least, bits=56, order=None):
         w = Wait(f"gin.wait_counter(counter {c} >= {int(least)}; now {st.counters[t.rank][c]})")
         _note_bounded(t, "GIN_COUNTER", -1, c, least, lambda st=st, r=t.rank: st.counters[r][c], w)
         sched.block(t, w)
+    _race_acquire(t, ("ctr", st.group.did, t.rank, c), order)
     if coop is not None and coop.nthreads > 1:
         _coop_sync(coop)
     return None
@@ -821,10 +867,10 @@ class GinBarrierSession:
         self.ctx, self.coop, self.index, self.epoch = ctx, coop, index, epoch
 
     def sync(self, order=MemoryOrder.SEQ_CST):
-        _rail_sync(self)
+        _rail_sync(self, order)
 
 
-def _rail_sync(s, what="GIN_BARRIER"):
+def _rail_sync(s, order, what="GIN_BARRIER"):
     """Arrive at every rail peer (a strongly ordered message on the context), wait for all, observe."""
     t = _cur()
     ctx, st = s.ctx, s.ctx.state
@@ -834,10 +880,12 @@ def _rail_sync(s, what="GIN_BARRIER"):
     node, ls = comm.rank // comm.lsa_size, comm.lsa_size
     net = _net()
     if s.coop.trank == 0:
+        rc = _state.race
+        published = rc.release_vc(t, order) if rc is not None else None  # the arrival releases per its order
         for p in range(st.nodes):
             if p != node:
                 op = Op("bar", t.rank, comm.lsa_rank + p * ls, ctx.index, st)
-                op.bar, op.read = (s.index, node, val), True
+                op.bar, op.read, op.race_vc = (s.index, node, val), True, published
                 net.issue(op, ("bar", t.rank), t.name())
     box = st.rail_inbox[t.rank][s.index]
     sched = _state.sched
@@ -853,6 +901,7 @@ def _rail_sync(s, what="GIN_BARRIER"):
         _note_bounded(t, what, comm.lsa_rank + late * ls, s.index, val, box[late], w)
         sched.block(t, w)
     net.observe(t.rank, st.bar_pending[t.rank])
+    _race_acquire(t, ("rail", st.group.did, t.rank, s.index), order)
     _coop_sync(s.coop)
     s.epoch = val
     if s.coop.trank == 0:
@@ -878,7 +927,7 @@ class HybridBarrierSession:
     def sync(self, order=MemoryOrder.SEQ_CST):
         _lsa_arrive(self.lsa, order)
         _lsa_wait(self.lsa, order)
-        _rail_sync(self.rail, "HYBRID_BARRIER")
+        _rail_sync(self.rail, order, "HYBRID_BARRIER")
 
 
 @implements("flowdsl.gin.hybrid_barrier")
@@ -911,6 +960,13 @@ def _grow_lsa(g, n):
             g.epoch[r].append(0)
             g.conds[r].append(_Cond())
     g.lsa_barrier_count = n
+
+
+def _race_acquire(t, key, order):
+    """``t`` waited for or read a signal, counter, flush or barrier ``key`` (acquiring unless ``order`` is relaxed)."""
+    rc = _state.race
+    if rc is not None:
+        rc.acquire_from(t, key, MemoryOrder.ACQUIRE if order is None else order)
 
 
 def check_read(view, i):

@@ -13,31 +13,48 @@ import gc
 
 import numpy as np
 
+from ..runtime import checks
 from ..runtime.wait_record import aborted_error, resolve_timeout
-
 from . import _state
 from .cudashim import simulate_function
+from ..errors import ResourceClosedError
+from ..errors import UsageError as _UsageErrorBase
 from .errors import CollectiveMismatchError, SimulationError, UsageError
 from .memory import SymBuffer, Window, WindowGroup, poisoned
+from .races import RaceDetector, enabled_by_default
 from .scheduler import Block, Cond, HostTask, KernelThread, Launch, Scheduler, Wait, fmt_ids, sim_error
 
 __all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch"]
 
-_OPTIONS = {"livelock_rounds": 100, "max_steps": None, "gin_delivery": "ordered", "gin_backend": "proxy"}
+_OPTIONS = {"livelock_rounds": 100, "max_steps": None, "gin_delivery": "ordered", "gin_backend": "proxy",
+            "races": None}
 #: Requirements device_communicator() accepts (as the GPU runtime).
 _REQUIREMENTS = ("lsa_barrier_count", "barrier_count", "rail_gin_barrier_count", "gin_context_count",
                  "gin_signal_count", "gin_counter_count", "gin_force_enable", "cft_barrier_count", "cft_caps")
 
 
 class _Collective:
-    __slots__ = ("kind", "values", "arrived", "result", "waiters", "seq")
+    """One host collective position: the ranks that arrived, their values and what they called."""
+
+    __slots__ = ("kind", "values", "arrived", "result", "waiters", "seq", "labels")
 
     def __init__(self, kind, nranks, seq):
         self.kind, self.seq = kind, seq
         self.values = [None] * nranks
+        self.labels = [None] * nranks  # what each rank called, for reports ("comm.register()")
         self.arrived = []
         self.result = None
         self.waiters = []
+
+    def label(self) -> str:
+        return self.labels[self.arrived[0]]
+
+    def callers(self) -> str:
+        """"rank 0 called comm.register(), ranks 1, 2 called comm.barrier()"."""
+        by_label = {}
+        for r in self.arrived:
+            by_label.setdefault(self.labels[r], []).append(r)
+        return ", ".join(f"{_ranks(rs)} called {label}" for label, rs in by_label.items())
 
 
 class DevCommGroup:
@@ -118,9 +135,20 @@ class SimComm:
         self.node = rank // world.lsa_size
         self.nodes = world.nodes
         self.closed = False
+        self._allocations = []  # (first byte, end, buffer) of comm.alloc's buffers
+        self._resources = []  # windows and device communicators, closed with the communicator
 
     def __repr__(self):
         return f"<sim Comm rank {self.rank}/{self.nranks}>"
+
+    def _open(self, op):
+        """The calling host task, after refusing ``op`` on a closed communicator (as the GPU runtime)."""
+        t = self._host(op)
+        try:
+            checks.communicator_open(self.closed, op)
+        except Exception as e:  # noqa: BLE001 - re-raised naming the rank and the seed
+            raise sim_error(type(e), str(e)) from None
+        return t
 
     def _host(self, op):
         t = _state.cur
@@ -129,20 +157,45 @@ class SimComm:
                             "(the main function given to flowdsl.sim.spawn), not from a kernel or another rank")
         return t
 
-    def alloc(self, shape, dtype=np.float32):
-        """A symmetric buffer of ``shape``/``dtype`` filled with poison (NaN or 0xA5 bytes)."""
-        self._host("alloc a buffer")
+    def alloc(self, shape, dtype=np.float32, *, like="cupy"):
+        """A symmetric buffer of ``shape``/``dtype`` filled with poison (NaN or 0xA5 bytes).
+
+        ``like="cupy"``: a NumPy array with CuPy's ``set``/``get``; ``like="torch"``: a CPU
+        PyTorch tensor over the same memory (``comm.synchronize()`` before reading it on the
+        host: a tensor does not wait for the rank's kernels). Checked as on GPUs.
+        """
+        self._open("allocate symmetric memory")
+        dtype, shape, like = _checked(checks.alloc_dtype, dtype), _checked(checks.alloc_shape, shape), \
+            _checked(checks.alloc_like, like)
         buf = poisoned(shape, dtype, SymBuffer)
         buf._sim_comm = self
         self.world.add_region(buf, f"buffer {tuple(np.shape(buf))} of rank {self.rank}")
+        base = buf.__array_interface__["data"][0]
+        self._allocations.append((base, base + buf.nbytes, buf))
+        if like == "torch":
+            return checks.torch_module("allocate symmetric memory with like='torch'").from_numpy(
+                buf.view(np.ndarray))
+        return buf
+
+    def _registrable(self, buf) -> np.ndarray:
+        """``buf`` as a NumPy view of this rank's symmetric memory, refused as the GPU runtime refuses it."""
+        if _is_torch(buf) and not buf.is_cuda:
+            buf = buf.numpy()  # like="torch" buffers: a view of the same memory
+        elif not isinstance(buf, np.ndarray):
+            raise sim_error(UsageError, str(checks.not_a_buffer_error(buf)))
+        if not getattr(buf, "__flowdsl_sim__", False) and not any(lo <= _address(buf) < hi
+                                                                   for lo, hi, _ in self._allocations):
+            raise sim_error(UsageError, str(checks.host_array_error(buf)))
+        _checked(checks.register_layout, buf.shape, buf.strides, buf.itemsize)
+        lo = _address(buf)
+        if not any(a <= lo and lo + buf.nbytes <= b for a, b, _ in self._allocations):
+            raise sim_error(UsageError, checks.NOT_FROM_ALLOC)
         return buf
 
     def register(self, buf, *, cft_counted=False) -> Window:
         """Register ``buf`` as a window (collective over ranks); ``cft_counted`` for CFT counted writes."""
-        self._host("register a buffer")
-        if not isinstance(buf, np.ndarray):
-            raise sim_error(UsageError, f"Cannot register {type(buf).__name__}: not a buffer. "
-                            "Register a buffer from comm.alloc()")
+        self._open("register a window")
+        buf = self._registrable(buf)
         c = self.world.collective(self.rank, "register", buf)
         if c.result is None:
             bufs = c.values
@@ -156,11 +209,15 @@ class SimComm:
                 c.result.cft_counted = bool(cft_counted)
         if isinstance(c.result, Exception):
             raise c.result
-        return Window(c.result, self.rank, self)
+        return self._track(Window(c.result, self.rank, self))
+
+    def _track(self, resource):
+        self._resources.append(resource)
+        return resource
 
     def device_communicator(self, lsa_barrier_count=0, **reqs) -> DevComm:
         """A device communicator with ``lsa_barrier_count`` LSA barriers (collective)."""
-        self._host("create a device communicator")
+        self._open("create a device communicator")
         unknown = sorted(set(reqs) - set(_REQUIREMENTS))
         if unknown:
             raise sim_error(UsageError, f"Cannot create a device communicator: unknown requirement(s) "
@@ -176,7 +233,7 @@ class SimComm:
                 c.result = DevCommGroup(self.world.ndevcomms - 1, self.world, counts[0], reqs)
         if isinstance(c.result, Exception):
             raise c.result
-        return DevComm(c.result, self)
+        return self._track(DevComm(c.result, self))
 
     def synchronize(self):
         """Wait until this rank's launched kernels have finished."""
@@ -185,16 +242,34 @@ class SimComm:
         while w.pending(self.rank):
             w.sync_conds[self.rank].waiters.append(t)
             w.sched.block(t, Wait("comm.synchronize()", lambda s, r=self.rank: f"rank {r}: {s.rank_summary(r)}"))
+        if w.sched.race is not None:
+            w.sched.race.synchronize(t, self.rank)
         if getattr(self, "aborted", False):
             raise aborted_error()
 
     def barrier(self):
         """Host barrier among all ranks."""
-        self._host("enter the host barrier")
+        self._open("enter the host barrier")
         self.world.collective(self.rank, "barrier", None)
 
+    def _rendezvous(self, label, value) -> list:
+        """Every rank's ``value`` (by rank), once all ranks called it: a host all-gather.
+
+        The collectives compare their call signatures through it (``label``:
+        ``"flowdsl.collectives.all_reduce"``) before anything is launched."""
+        self._open(f"call {label}")
+        return list(self.world.collective(self.rank, "collective", value, label).values)
+
     def close(self):
-        """Close the communicator (idempotent)."""
+        """Close the communicator, its device communicators and windows (idempotent); later
+        ``alloc``, ``register``, ``device_communicator`` and launches with them are refused."""
+        if self.closed:
+            return
+        if isinstance(_state.cur, HostTask) and self.world.pending(self.rank):
+            self.synchronize()  # as the GPU runtime, which synchronizes before releasing
+        for res in reversed(self._resources):
+            res.close()
+        self._resources.clear()
         self.closed = True
 
     # The GPU communicator's bounded-wait API (flowdsl.wait): the simulator has no clock to
@@ -245,6 +320,7 @@ class World:
         self.regions = []
         self.fn_cache = {}
         self.net = None
+        self.returned = set()  # ranks whose host program returned
 
     # ---- memory names (for reports) ----------------------------------------
     def add_region(self, arr, name):
@@ -258,34 +334,52 @@ class World:
         return None
 
     # ---- host collectives -------------------------------------------------
-    def collective(self, rank, kind, value):
+    def collective(self, rank, kind, value, label=None):
+        """Rank ``rank`` arrives at its next host collective (``kind``, e.g. ``"register"``; ``label``
+        names the call in reports); returns the :class:`_Collective` once every rank arrived.
+
+        Raises:
+            CollectiveMismatchError: Another rank called another kind of host collective at this
+                position, or returned from its program without calling it.
+        """
         sched = self.sched
+        label = label or f"comm.{kind}()"
         seq = self.coll_seq[rank]
         self.coll_seq[rank] += 1
         c = self.colls.get(seq)
         if c is None:
             c = self.colls[seq] = _Collective(kind, self.nranks, seq)
         if c.kind != kind:
-            others = [r for r in c.arrived]
-            raise sim_error(CollectiveMismatchError, (
-                f"Cannot run host collective #{seq} ({kind}) on rank {rank}: rank(s) {fmt_ids(others)} "
-                f"called {c.kind} at that position. Call the same collectives in the same order on every rank"))
-        c.values[rank] = value
+            raise _mismatch(label, f"Cannot call {label} on rank {rank}: it is host collective #{seq} of this rank, "
+                            f"and {c.callers()} there. Call the same collectives in the same order on every rank")
+        c.values[rank], c.labels[rank] = value, label
         c.arrived.append(rank)
         if len(c.arrived) == self.nranks:
             del self.colls[seq]
+            if sched.race is not None:  # a host collective orders every rank's host after every other's
+                sched.race.barrier(c.waiters + [_state.cur])
             for t in c.waiters:
                 sched.wake(t)
             return c
+        returned = sorted(self.returned - set(c.arrived))
+        if returned:
+            raise _mismatch(c.label(), _skipped(c, returned))
         t = _state.cur
 
         def detail(s, c=c):
             missing = [r for r in range(self.nranks) if r not in c.arrived]
-            return "\n".join(f"rank {r} has not called comm.{c.kind}() #{c.seq}: {s.rank_summary(r)}"
+            return "\n".join(f"rank {r} has not called {c.label()} (host collective #{c.seq}): {s.rank_summary(r)}"
                              for r in missing)
         c.waiters.append(t)
-        sched.block(t, Wait(f"comm.{kind}() (host collective #{seq})", detail))
+        sched.block(t, Wait(f"{label} (host collective #{seq})", detail))
         return c
+
+    def host_returned(self, rank):
+        """Rank ``rank``'s program returned: refuse host collectives other ranks wait in for it."""
+        self.returned.add(rank)
+        for c in self.colls.values():
+            if rank not in c.arrived:
+                raise _mismatch(c.label(), _skipped(c, [rank]))
 
     # ---- kernel launches -----------------------------------------------------
     def pending(self, rank):
@@ -295,6 +389,8 @@ class World:
         seq = self.nlaunch[rank]
         self.nlaunch[rank] += 1
         lau = Launch(rank, fn, name, grid, block, args, seq)
+        if self.sched.race is not None:
+            self.sched.race.enqueue(_state.cur, lau)
         self.launches[rank].append(lau)
         self.queue[rank].append(lau)
         if len(self.queue[rank]) == 1:
@@ -308,6 +404,7 @@ class World:
         nth = bx * by * bz
         fn, args = lau.fn, lau.args
         lin = 0
+        threads = []
         for z in range(gz):
             for y in range(gy):
                 for x in range(gx):
@@ -324,13 +421,18 @@ class World:
                                 t.nshared = 0
                                 tl += 1
                                 blk.threads.append(t)
+                                threads.append(t)
                                 sched.add(t, _thread_runner(t, fn, args, self))
+        if sched.race is not None:
+            sched.race.start(lau, threads)
         lau.remaining = lin * nth
         if lau.remaining == 0:
             self.finish_launch(lau)
 
     def finish_launch(self, lau):
         lau.finished = True
+        if self.sched.race is not None:
+            self.sched.race.launch_done(lau)
         q = self.queue[lau.rank]
         q.pop(0)
         for b in lau.blocks:
@@ -338,6 +440,41 @@ class World:
         if q:
             self.start(q[0])
         self.sync_conds[lau.rank].notify(self.sched)
+
+
+def _skipped(c, ranks) -> str:
+    who = _ranks(ranks)
+    waiting = f"{_ranks(c.arrived)} wait{'s' if len(c.arrived) == 1 else ''}"
+    return (f"Cannot finish {who}'s program: {waiting} in {c.label()} (host collective #{c.seq}), "
+            f"and {who} returned from main without calling it. Call the same collectives in the same order on "
+            "every rank")
+
+
+def _mismatch(label, text) -> CollectiveMismatchError:
+    e = sim_error(CollectiveMismatchError, text)
+    e.collective = label.removeprefix("flowdsl.collectives.")
+    return e
+
+
+def _ranks(ranks) -> str:
+    ranks = sorted(ranks)
+    return f"rank{'s' if len(ranks) > 1 else ''} {fmt_ids(ranks)}"
+
+
+def _checked(check, *args):
+    """``check(*args)``, its UsageError re-raised naming the rank and the seed."""
+    try:
+        return check(*args)
+    except _UsageErrorBase as e:
+        raise sim_error(UsageError, str(e)) from None
+
+
+def _is_torch(obj) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "is_cuda")
+
+
+def _address(arr) -> int:
+    return arr.__array_interface__["data"][0]
 
 
 def _thread_runner(t, fn, args, world):
@@ -356,6 +493,8 @@ def _thread_runner(t, fn, args, world):
             sched.fail(t, e)
             return
         sched.finish(t)
+        if sched.race is not None:
+            sched.race.thread_done(t)
         lau = t.launch
         lau.remaining -= 1
         if lau.remaining == 0:
@@ -399,21 +538,31 @@ def launch(kernel_obj, griddim, blockdim, stream, sharedmem, args):
         raise sim_error(UsageError, f"Cannot launch kernel {name!r}: no simulated rank's host code is running. "
                         "Launch it from the main function given to flowdsl.sim.spawn(...)")
     world = t.comm.world
-    for a in args:
+    for i, a in enumerate(args):
         r = getattr(a, "rank", None) if isinstance(a, (Window, DevComm)) else None
         if r is not None and r != t.rank:
             raise sim_error(UsageError, f"Cannot launch kernel {name!r} on rank {t.rank} with {a!r}: "
                             "it belongs to another rank. Pass this rank's objects")
-        if getattr(a, "closed", False):
-            raise sim_error(UsageError, f"Cannot launch kernel {name!r} with {a!r}: it is closed. "
-                            "Launch before leaving its `with` block")
+        if isinstance(a, (Window, DevComm)) and a.closed:  # as the GPU runtime words it
+            kind = "window" if isinstance(a, Window) else "device communicator"
+            raise sim_error(ResourceClosedError, str(checks.resource_closed(kind, f"launch {name} (argument {i})")))
+    # like="torch" buffers are CPU tensors here: kernels see NumPy views of the same memory
+    args = tuple(a.numpy() if _is_torch(a) and not a.is_cuda else a for a in args)
     py = getattr(kernel_obj, "py_func", kernel_obj)
     fn = simulate_function(py, world.fn_cache)
     grid, block = _dim3(griddim, "griddim"), _dim3(blockdim, "blockdim")
     if block[0] * block[1] * block[2] > 1024:
         raise sim_error(UsageError, f"Cannot launch kernel {name!r} with blockdim {blockdim}: more than 1024 "
                         "threads per block. Use at most 1024 threads per block")
-    world.enqueue(t.rank, fn, name, grid, block, tuple(args))
+    args = tuple(args)
+    if world.sched.race is not None:  # buffers passed to the kernel: their element accesses are checked
+        args = tuple(world.sched.race.track(a, world.name_of(_data_ptr(a)) or f"a buffer of rank {t.rank}")
+                     if isinstance(a, np.ndarray) else a for a in args)
+    world.enqueue(t.rank, fn, name, grid, block, args)
+
+
+def _data_ptr(a):
+    return a.__array_interface__["data"][0]
 
 
 def spawn(main, nranks=1, seed=0, nodes=1, **options):
@@ -431,7 +580,9 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
             peer land in issue order; ``"reordered"``: in a seeded random order, as
             on EFA's SRD), ``gin_backend`` (``"proxy"``, the default, ``"gdaki"``:
             strong and weak signals, legacy signals strong; ``"efa_gda"``: weak
-            signals only).
+            signals only), ``races`` (detect data races: ``True``/``False``; default
+            on, unless the environment variable ``FLOWDSL_SIM_RACES=0``; see
+            :mod:`flowdsl.sim.races`).
 
     Returns:
         ``[main(comm_0), main(comm_1), ...]``.
@@ -448,11 +599,16 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
         raise UsageError("Cannot spawn a simulation inside a running simulation: the simulator runs one "
                          "at a time. Call flowdsl.sim.spawn from plain host code")
     opts = dict(_OPTIONS, **options)
+    nranks = checks.count_of(nranks, "nranks", f"spawn {nranks!r} ranks")
+    nodes = checks.count_of(nodes, "nodes", f"spawn {nranks} ranks on {nodes!r} nodes")
     sched = Scheduler(seed=seed, livelock_rounds=opts["livelock_rounds"], max_steps=opts["max_steps"])
-    world = World(int(nranks), int(nodes), sched)
+    world = World(nranks, nodes, sched)
     sched.world = world
     from .gin import Network
     world.net = sched.net = Network(seed, opts["gin_delivery"], opts["gin_backend"], world)
+    races = enabled_by_default() if opts["races"] is None else bool(opts["races"])
+    if races:
+        sched.race = RaceDetector(seed, world)
     hosts = []
     for r in range(world.nranks):
         comm = SimComm(world, r)
@@ -460,21 +616,38 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
         h.comm = comm
         h.result = None
         hosts.append(h)
+        if sched.race is not None:
+            sched.race.add_host(h)
         sched.add(h, _host_runner(h, main, comm, sched))
     _state.sched = sched
+    _state.race = sched.race
     thresholds = gc.get_threshold()
     gc.set_threshold(max(thresholds[0], 200_000), *thresholds[1:])  # fewer GC passes over many greenlets
     try:
         sched.run()
+        results = [h.result for h in hosts]
+        global last_run
+        last_run = {"steps": sched.steps, "threads": sum(1 for t in sched.tasks if isinstance(t, KernelThread)),
+                    "seed": sched.seed}  # counters only: the scheduler holds the whole world
     finally:
         gc.set_threshold(*thresholds)
+        if sched.race is not None:
+            sched.race.close()
         _state.sched = None
+        _state.race = None
         _state.cur = None
-    sched.last_stats = (sched.steps,)
-    global last_run
-    last_run = sched
-    return [h.result for h in hosts]
+        held = sum(region[3].nbytes for region in world.regions)
+        sched = world = hosts = comm = h = None  # noqa: F841 - this frame's references, before collecting
+        if held >= _COLLECT_BYTES:
+            gc.collect()
+    return results
 
+
+#: A finished world holding this much simulated memory is collected at once: its objects form
+#: cycles (communicators, windows, tasks), and the garbage collector's own passes count objects,
+#: not bytes, so repeated spawns of large worlds (the default FlowConfig stages 272 MiB a rank)
+#: would pile up before one ran. Smaller worlds are left to those passes (a full pass costs ~0.1 s).
+_COLLECT_BYTES = 64 << 20
 
 last_run = None
 
@@ -485,6 +658,7 @@ def _host_runner(h, main, comm, sched):
             h.result = main(comm)
             if sched.world.pending(comm.rank):
                 comm.synchronize()
+            sched.world.host_returned(comm.rank)
         except BaseException as e:  # noqa: BLE001
             import greenlet
             if isinstance(e, greenlet.GreenletExit):

@@ -11,11 +11,14 @@ Contents: :func:`as_dtype` (numpy/numba dtype → numpy dtype), :func:`poisoned`
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..runtime.streams import stream_handle
 from . import _state
 from .errors import UsageError, WindowAccessError
+from .races import TrackedArray
 from .scheduler import sim_error
 
 __all__ = [
@@ -62,8 +65,21 @@ class SymBuffer(np.ndarray):
 
     __flowdsl_sim__ = True
 
+    # The communicator is held weakly: the world keeps views of this buffer (windows, plans),
+    # and a view's reference to its base is invisible to the garbage collector, so a strong
+    # reference back to the communicator made a cycle that was never freed.
+    _comm_ref = None
+
     def __array_finalize__(self, obj):
-        self._sim_comm = getattr(obj, "_sim_comm", None)
+        self._comm_ref = getattr(obj, "_comm_ref", None)
+
+    @property
+    def _sim_comm(self):
+        return self._comm_ref() if self._comm_ref is not None else None
+
+    @_sim_comm.setter
+    def _sim_comm(self, comm):
+        self._comm_ref = weakref.ref(comm) if comm is not None else None
 
     def _sync(self):
         comm = self._sim_comm
@@ -71,15 +87,23 @@ class SymBuffer(np.ndarray):
             comm.synchronize()
 
     def set(self, arr, stream=None):
-        """Copy host array ``arr`` (same number of elements) into the buffer."""
+        """Copy host array ``arr`` into the buffer: a NumPy array of the buffer's dtype and shape,
+        refused otherwise with CuPy's own errors (``TypeError``, ``ValueError``), as on a GPU."""
         stream_handle(stream, (), "set a buffer")  # refuse what the GPU refuses; a rank has one stream
-        arr = np.asarray(arr)
-        if arr.size != self.size:
-            raise UsageError(
-                f"Cannot set buffer of shape {self.shape}: the source has shape {arr.shape}. "
-                "Pass an array with the same number of elements.")
+        if not isinstance(arr, np.ndarray):
+            raise sim_error(UsageError, "Cannot set the buffer: Only numpy.ndarray can be set to cupy.ndarray. "
+                            "Pass a NumPy array (np.asarray(values, buf.dtype))")
+        if arr.dtype != self.dtype:  # CuPy copies bytes: it never converts
+            raise sim_error(UsageError, f"Cannot set the buffer: {arr.dtype} array cannot be set to {self.dtype} "
+                            f"array. Convert it first (a.astype(np.{self.dtype}))")
+        if arr.shape != self.shape:
+            raise sim_error(UsageError, f"Cannot set the buffer: Shape mismatch. Old shape: {self.shape}, new "
+                            f"shape: {arr.shape}. Reshape it first (a.reshape(buf.shape))")
+        if not self.flags.c_contiguous:
+            raise sim_error(UsageError, "Cannot set the buffer: Cannot set to non-contiguous array. Set the whole "
+                            "buffer from comm.alloc")
         self._sync()
-        np.copyto(self.view(np.ndarray), arr.reshape(self.shape), casting="unsafe")
+        np.copyto(self.view(np.ndarray), arr)
 
     def get(self, stream=None, out=None):
         """A numpy copy of the buffer (after the rank's queued kernels finished)."""
@@ -112,6 +136,8 @@ class WindowGroup:
         self.gin_tags = None
         #: Registered for CFT counted writes (``register(buf, cft_counted=True)``).
         self.cft_counted = False
+        #: rank -> (shadow cells, byte offset) of the race detector (see flowdsl.sim.races).
+        self.race_cells = None
 
     def name(self) -> str:
         return f"window #{self.wid}"
@@ -121,11 +147,17 @@ class Window:
     """A rank's handle on a registered window (what kernels receive)."""
 
     __flowdsl_sim__ = True
+    #: The :class:`flowdsl.flow.Staging` that :func:`flowdsl.flow.staging` made this window for, or None.
+    flow_staging = None
 
     def __init__(self, group: WindowGroup, rank: int, comm):
         self.group, self.rank, self.comm = group, rank, comm
         self.closed = False
         self._views = {}
+
+    def _made_staging(self, staging) -> None:
+        """Mark the window as made by :func:`flowdsl.flow.staging` (as the GPU runtime's window)."""
+        self.flow_staging = staging
 
     @property
     def dtype(self):
@@ -181,7 +213,12 @@ class Window:
                 f"lie outside the window of {total} elements ({self.group.nbytes} bytes). "
                 "Check the start/count arithmetic"))
         arr = self.group.bytes[world_rank][start * isz:(start + count) * isz].view(dt)
-        return WindowView(arr, self.group, world_rank, start)
+        rc = _state.race
+        if rc is None:
+            return WindowView(arr, self.group, world_rank, start)
+        cells, off = rc.window(self.group, world_rank)
+        rc.note_grain(cells, isz)
+        return WindowView(arr, self.group, world_rank, start, rc, cells, off + start * isz)
 
 
 class WindowView:
@@ -193,15 +230,21 @@ class WindowView:
     underlying numpy array.
     """
 
-    __slots__ = ("_a", "_n", "group", "wrank", "start")
+    # _rc, _cells, _off0, _isz: the race detector, the window's shadow memory, this view's first byte there.
+    __slots__ = ("_a", "_n", "group", "wrank", "start", "_rc", "_cells", "_off0", "_isz")
     __flowdsl_sim__ = True
 
-    def __init__(self, arr, group, wrank, start):
+    def __init__(self, arr, group, wrank, start, rc=None, cells=None, off0=0):
         self._a = arr
         self._n = arr.shape[0]
         self.group = group
         self.wrank = wrank
         self.start = start
+        self._rc, self._cells, self._off0, self._isz = rc, cells, off0, arr.itemsize
+
+    def _part(self, s, e):
+        return WindowView(self._a[s:e], self.group, self.wrank, self.start + s, self._rc, self._cells,
+                          self._off0 + s * self._isz)
 
     def __len__(self):
         return self._n
@@ -257,15 +300,22 @@ class WindowView:
         if type(i) is int and 0 <= i < self._n:
             if self.group.gin_tags is not None:
                 _gin_check_read(self, i)
+            if self._rc is not None:
+                self._rc.read(self._cells, self._off0 + i * self._isz, self, i)
             return self._a[i]
         if isinstance(i, slice):
             s, e, st = i.indices(self._n)
             if st != 1:
+                if self._rc is not None:  # a copy: its elements are read now
+                    for k in range(s, e, st):
+                        self._rc.read(self._cells, self._off0 + k * self._isz, self, k)
                 return self._a[i]
-            return WindowView(self._a[s:e], self.group, self.wrank, self.start + s)
+            return self._part(s, e)
         i = self._index(i, "read")
         if self.group.gin_tags is not None:
             _gin_check_read(self, i)
+        if self._rc is not None:
+            self._rc.read(self._cells, self._off0 + int(i) * self._isz, self, i)
         return self._a[i]
 
     def __setitem__(self, i, v):
@@ -273,17 +323,24 @@ class WindowView:
             self._a[i] = v
             if self.group.gin_tags is not None:
                 self._untag(i, i + 1)
+            if self._rc is not None:
+                self._rc.write(self._cells, self._off0 + i * self._isz, self, i)
             return
         if isinstance(i, slice):
             self._a[i] = v
+            s, e, st = i.indices(self._n)
             if self.group.gin_tags is not None:
-                s, e, _ = i.indices(self._n)
                 self._untag(s, e)
+            if self._rc is not None:
+                for k in range(s, e, st):
+                    self._rc.write(self._cells, self._off0 + k * self._isz, self, k)
             return
         i = self._index(i, "write")
         self._a[i] = v
         if self.group.gin_tags is not None:
             self._untag(i, i + 1)
+        if self._rc is not None:
+            self._rc.write(self._cells, self._off0 + int(i) * self._isz, self, i)
 
     def _untag(self, lo, hi):
         """A store by a thread replaces whatever a GIN put wrote there."""
@@ -301,6 +358,8 @@ def raw(arr):
     if isinstance(arr, WindowView):
         return arr._a
     if isinstance(arr, np.ndarray):
+        if isinstance(arr, TrackedArray) and arr._rc is not None:
+            return arr._plain  # the same memory, untracked: the primitives record their own accesses
         return arr
     raise sim_error(UsageError, f"Cannot access {type(arr).__name__} as device memory: it is not an array. "
                     "Pass a window view, a shared/local array or a buffer")

@@ -25,6 +25,7 @@ import greenlet
 
 from . import _state
 from .errors import DeadlockError, LivelockError, SimulationError
+from .hints import deadlock_hints, describe_spin, livelock_hints
 
 __all__ = [
     "Scheduler", "Task", "HostTask", "KernelThread", "Block", "Launch",
@@ -67,9 +68,11 @@ def fmt_ids(ids) -> str:
 class Task:
     """A schedulable greenlet. ``waiting`` is the wait record while blocked."""
 
-    __slots__ = ("gl", "waiting", "done", "last_spin", "rank", "box", "run")
+    # slot, vc, clk, relf, acqp: the task's vector clock (see flowdsl.sim.races).
+    __slots__ = ("gl", "waiting", "done", "last_spin", "rank", "box", "run", "slot", "vc", "clk", "relf", "acqp")
 
     def __init__(self, rank):
+        self.slot, self.vc, self.clk, self.relf, self.acqp = -1, None, 0, None, None
         self.gl = None
         self.run = None
         self.box = None
@@ -174,6 +177,8 @@ class GroupBarrier:
         if len(self.arrived) == self.expected:
             others = self.arrived
             self.arrived, self.values = [], []
+            if sched.race is not None:
+                sched.race.barrier(others)
             for o in others:
                 if o is not task:
                     o.box = vals
@@ -207,6 +212,7 @@ class Scheduler:
         self.gl = None
         self.world = None
         self.net = None
+        self.race = None
         self.last_writer = {}
         self.bounded_waits = {}  # task -> what it waits for (flowdsl/sim/timeouts.py)
 
@@ -393,10 +399,10 @@ class Scheduler:
 
     def _deadlock_error(self):
         from . import timeouts  # noqa: PLC0415 (imports the scheduler)
+        labels = [t.waiting.short() for t in self.tasks if not t.done and t.waiting is not None]
         msg = (f"Cannot finish the simulation: deadlock: every remaining task waits and nothing can "
                f"release them ({self.seed_line()}).\nWaiting:\n{self._waiting_report()}\n"
-               "Fix the synchronisation so that every wait is matched by an arrival "
-               "(same barrier index, same coop, on every LSA rank).")
+               + "\n".join(deadlock_hints(labels)))
         e = DeadlockError(msg)
         e.seed = self.seed
         return timeouts.as_timeout(self, e)
@@ -411,6 +417,9 @@ class Scheduler:
         seen = set()
         for t in spinners[:16]:
             from .memory import describe_address
+            if len(t.last_spin) != 4:  # a GIN signal or counter, a CFT counter: named by its key
+                lines.append(f"  - {t.name()} spins at {where(t)} reading {describe_spin(t.last_spin)}")
+                continue
             addr, arr, index, value = t.last_spin
             addr_desc = describe_address(arr, index)[1]
             k = (addr_desc, value)
@@ -425,9 +434,8 @@ class Scheduler:
         msg = (f"Cannot finish the simulation: livelock: threads spin for "
                f"{self.livelock_rounds} rounds without any progress ({self.seed_line()}).\n"
                f"Spinning:\n" + "\n".join(lines) +
-               (f"\nWaiting:\n{waiting}" if waiting else "") +
-               "\nMake sure some thread stores the value the spin loop waits for "
-               "(with flowdsl.mem.store_release or an atomic).")
+               (f"\nWaiting:\n{waiting}" if waiting else "") + "\n" +
+               "\n".join(livelock_hints([(where(t), t.last_spin) for t in spinners[:16]])))
         e = LivelockError(msg)
         e.seed = self.seed
         e.rank = task.rank
@@ -534,6 +542,8 @@ def block_sync(t, key, expected, label, value=None, shape=None, members=None):
     sched = _state.sched
     if len(arrived) == expected:
         b.arrived, b.values = [], []
+        if sched.race is not None:
+            sched.race.barrier(arrived)
         rn = sched.runnable
         for o in arrived:
             if o is not t:

@@ -434,8 +434,13 @@ def _lsa_arrive(session, order=MemoryOrder.SEQ_CST):
         base = comm.rank - comm.lsa_rank
         val = session.epoch + 1
         sched = _state.sched
+        rc = sched.race
+        if rc is not None:  # the arrival publishes the coop's accesses if its order releases
+            published = rc.release_vc(_cur(), order)
         for p in range(comm.lsa_size):
             if p != comm.lsa_rank:
+                if rc is not None:
+                    rc.release_to(("lsa", g.did, base + p, session.index), published)
                 box = g.inbox[base + p][session.index]
                 if box[comm.lsa_rank] < val:
                     box[comm.lsa_rank] = val
@@ -460,6 +465,8 @@ def _lsa_wait(session, order=MemoryOrder.SEQ_CST):
         late = next(p for p, v in enumerate(box) if p != me and v < need)
         _note_bounded(t, "LSA_BARRIER", comm.rank - me + late, session.index, need, box[late], w)
         sched.block(t, w)
+    if sched.race is not None:
+        sched.race.acquire_from(t, ("lsa", g.did, comm.rank, session.index), order)
     _coop_sync(session.coop)
     session.epoch = need
     if session.coop.trank == 0:
@@ -562,46 +569,56 @@ def _gin_load(array, i):
     note_load(array, i)
 
 
-@implements("flowdsl.mem.load_acquire")
-def _mem_load_acquire(array, index, scope):
-    a, i = _elem(array, index, "load_acquire")
+def _load(array, index, order, name):
+    a, i = _elem(array, index, name)
     v = a[i]
     _spin_point(array, i, v)
     if isinstance(array, WindowView):
         _gin_load(array, i)  # after the spin point: observes what the returned value includes
+    rc = _state.race
+    if rc is not None:
+        rc.atomic(array, i, True, False, order)
     return a[i]
+
+
+def _store(array, index, value, order, name):
+    a, i = _elem(array, index, name)
+    a[i] = value
+    _note_write(array, i, a[i])
+    rc = _state.race
+    if rc is not None:
+        rc.atomic(array, i, False, True, order)
+
+
+@implements("flowdsl.mem.load_acquire")
+def _mem_load_acquire(array, index, scope):
+    return _load(array, index, MemoryOrder.ACQUIRE, "load_acquire")
 
 
 @implements("flowdsl.mem.load_relaxed")
 def _mem_load_relaxed(array, index, scope):
-    a, i = _elem(array, index, "load_relaxed")
-    v = a[i]
-    _spin_point(array, i, v)
-    if isinstance(array, WindowView):
-        _gin_load(array, i)  # after the spin point: observes what the returned value includes
-    return a[i]
+    return _load(array, index, MemoryOrder.RELAXED, "load_relaxed")
 
 
 @implements("flowdsl.mem.store_release")
 def _mem_store_release(array, index, value, scope):
-    a, i = _elem(array, index, "store_release")
-    a[i] = value
-    _note_write(array, i, a[i])
+    _store(array, index, value, MemoryOrder.RELEASE, "store_release")
 
 
 @implements("flowdsl.mem.store_relaxed")
 def _mem_store_relaxed(array, index, value, scope):
-    a, i = _elem(array, index, "store_relaxed")
-    a[i] = value
-    _note_write(array, i, a[i])
+    _store(array, index, value, MemoryOrder.RELAXED, "store_relaxed")
 
 
 @implements("flowdsl.mem.fence")
 def _mem_fence(order, scope):
+    rc = _state.race
+    if rc is not None:
+        rc.fence(_cur(), order)
     return None
 
 
-def _rmw(array, index, op, name):
+def _rmw(array, index, op, name, order):
     a, i = _elem(array, index, name)
     _spin_point(array, i, a[i])
     old = a[i]
@@ -610,22 +627,25 @@ def _rmw(array, index, op, name):
         a[i] = new
         if new != old:
             _note_write(array, i, a[i])
+    rc = _state.race
+    if rc is not None:  # a failed compare-and-swap only loads
+        rc.atomic(array, i, True, new is not None, order)
     return old
 
 
 @implements("flowdsl.mem.atomic_add")
 def _mem_atomic_add(array, index, value, order, scope):
-    return _rmw(array, index, lambda o: o + value, "atomic_add")
+    return _rmw(array, index, lambda o: o + value, "atomic_add", order)
 
 
 @implements("flowdsl.mem.atomic_cas")
 def _mem_atomic_cas(array, index, expected, desired, order, scope):
-    return _rmw(array, index, lambda o: desired if o == expected else None, "atomic_cas")
+    return _rmw(array, index, lambda o: desired if o == expected else None, "atomic_cas", order)
 
 
 @implements("flowdsl.mem.atomic_exch")
 def _mem_atomic_exch(array, index, value, order, scope):
-    return _rmw(array, index, lambda o: value, "atomic_exch")
+    return _rmw(array, index, lambda o: value, "atomic_exch", order)
 
 
 @implements("flowdsl.mem.red_add")
@@ -633,6 +653,9 @@ def _mem_red_add(array, index, value, order, scope):
     a, i = _elem(array, index, "red_add")
     a[i] = a[i] + value
     _note_write(array, i, a[i])
+    rc = _state.race
+    if rc is not None:  # a reduction returns nothing: it stores (and releases per its order), never acquires
+        rc.atomic(array, i, False, True, order)
 
 
 def _vec(array, index, op):
@@ -657,9 +680,21 @@ def _vec(array, index, op):
     return a.reshape(-1), index, n
 
 
+def _vec_access(array, i, n, write):
+    rc = _state.race
+    if rc is None:
+        return
+    for k in range(i, i + n):
+        loc = rc.locate(array, k)
+        if loc is None:
+            return
+        (rc.write if write else rc.read)(loc[0], loc[1], array, k)
+
+
 @implements("flowdsl.mem.load_vec")
 def _mem_load_vec(array, index):
     a, i, n = _vec(array, index, "load_vec")
+    _vec_access(array, i, n, False)
     return tuple(a[i:i + n])
 
 
@@ -681,6 +716,7 @@ def _mem_store_vec(array, index, values):
         raise sim_error(UsageError, f"Cannot store_vec {len(values)} values: a 16-byte vector of "
                         f"{a.dtype.name} has {n}. Pass a tuple of {n} values")
     a[i:i + n] = values
+    _vec_access(array, i, n, True)
 
 
 

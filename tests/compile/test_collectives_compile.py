@@ -57,7 +57,7 @@ def test_direct_steps_compile(gin_peers):
     from flowdsl._kernel import FlowKernel
     from flowdsl.examples.allgather_direct import allgather_direct
 
-    argtypes = FlowKernel.argtypes_for("devcomm", ("window", np.uint64), np.zeros(1, np.float32),
+    argtypes = FlowKernel.argtypes_for("devcomm", ("staging", np.uint64), np.zeros(1, np.float32),
                                        ("window", np.float32), *([0] * 5), nccl="2.28.9")
     compiled = allgather_direct(gin_peers).compile(argtypes, arch="sm_90", nccl="2.28.9")
     assert (STRONG_SIGNAL_FEATURE in compiled.features) == gin_peers
@@ -68,7 +68,7 @@ def test_flow_loopback_compiles_for_every_narrow_type():
     from flowdsl.examples.flow_loopback import loopback
 
     for dtype in (np.uint8, np.float16, np.uint16):
-        argtypes = FlowKernel.argtypes_for("devcomm", ("window", np.uint64), np.zeros(1, dtype), np.zeros(1, dtype),
+        argtypes = FlowKernel.argtypes_for("devcomm", ("staging", np.uint64), np.zeros(1, dtype), np.zeros(1, dtype),
                                            *([0] * 6), nccl="2.28.9")
         loopback.compile(argtypes, arch="sm_90", nccl="2.28.9")
 

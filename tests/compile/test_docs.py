@@ -39,6 +39,20 @@ def test_readme_example_runs_on_the_simulator():
 
 
 @pytest.mark.sim
+@pytest.mark.parametrize("nranks,nodes", [(1, 1), (4, 1), (4, 2)])
+def test_flow_guide_example_runs_on_the_simulator(nranks, nodes):
+    import flowdsl.sim
+
+    text = (ROOT / "docs" / "flow.md").read_text()
+    block = re.search(r"## A worked example[^\n]*\n.*?```python\n(.*?)```", text, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(block, "docs/flow.md", "exec"), namespace)  # noqa: S102 - our own docs
+    results = flowdsl.sim.spawn(namespace["main"], nranks=nranks, nodes=nodes, seed=nranks,
+                                gin_delivery="reordered" if nodes > 1 else "ordered")
+    assert results == [True] * nranks
+
+
+@pytest.mark.sim
 def test_notebook_code_cells_run():
     import json
 

@@ -209,7 +209,11 @@ def lsa_collectives(comm, src, dst, n):
     lsa.reduce_sum(c, comm, src, 0, out, n)
     c.sync()
     bar.sync(MemoryOrder.ACQ_REL)
-    lsa.reduce_sum_copy(c, comm, src, n, dst, n, n)
+    # Each LSA rank reduces its own share and writes it to every rank (all writing all would race).
+    per = (n + comm.lsa_size - 1) // comm.lsa_size
+    lo = min(comm.lsa_rank * per, n)
+    hi = min(lo + per, n)
+    lsa.reduce_sum_copy(c, comm, src, n + lo, dst, n + lo, hi - lo)
     bar.sync(MemoryOrder.ACQ_REL)
     if comm.lsa_rank == 0:
         lsa.copy(c, comm, lsa.local_view(src, 0, n), dst, 2 * n, n)
@@ -323,7 +327,7 @@ def test_numba_device_function_and_many_spinners_livelock():
     @flowdsl.kernel
     def spin(comm, win):
         v = lsa.local_view(win, 0, 4)
-        v[1] = lane_of(cuda.threadIdx.x)
+        mem.store_relaxed(v, 1, lane_of(cuda.threadIdx.x), ThreadScope.DEVICE)  # atomic: every thread stores
         while mem.load_relaxed(v, 0, ThreadScope.DEVICE) == 0:
             pass
 

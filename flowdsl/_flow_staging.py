@@ -1,0 +1,109 @@
+"""Flow's staging window: :func:`staging` makes it, :func:`require_staging` is what a processor checks.
+
+A connection's step counters and its LL / LL128 line flags live in the staging window and
+must be 0 on every rank before the first launch: a window that is not gives silently wrong
+data. ``comm.alloc`` does not zero memory (``ncclMemAlloc`` returns whatever was there; the
+simulator fills buffers with poison), so :func:`flowdsl.flow.processor` takes only a window
+that :func:`staging` made. On the GPU such a window has its own kernel type
+(``StagingWindow``) and a processor over any other window is refused when the kernel is
+typed, before it is compiled; the simulator refuses it when the processor is built, before
+any data moves. Both say the same.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import UsageError
+
+__all__ = ["Staging", "staging", "require_staging", "refusal"]
+
+
+@dataclass(frozen=True)
+class Staging:
+    """What a staging window was laid out for (``window.flow_staging``).
+
+    Attributes:
+        channels, nslots, slot_words: The layout: pass the same to :func:`flowdsl.flow.processor`
+            in every launch (the layout must not move while connections continue).
+        with_outbox: Room for GIN outboxes, needed when a peer is outside the LSA team.
+        buffer: The symmetric buffer under the window (released with the communicator).
+    """
+
+    channels: int
+    nslots: int
+    slot_words: int
+    with_outbox: bool
+    buffer: object = field(repr=False, compare=False)
+
+
+def refusal(got: str) -> str:
+    """The message for a processor built over ``got``, a window :func:`staging` did not make."""
+    return (f"Cannot build a Flow processor over {got}: its staging window must come from "
+            "flowdsl.flow.staging(comm, config). Flow's counters and line flags live in that window and must "
+            "be 0 on every rank before the first launch, and comm.alloc does not zero memory: a window from "
+            "comm.register(comm.alloc(...)) gives silently wrong data. Make it with "
+            "stage = flowdsl.flow.staging(comm, config), which allocates, zeroes and registers it")
+
+
+def require_staging(stage) -> None:
+    """Refuse ``stage`` unless :func:`staging` made it (the simulator's check; on the GPU the
+    same check is part of typing, ``lowering/flow_surface.py``)."""
+    if getattr(stage, "flow_staging", None) is None:
+        dtype = getattr(stage, "dtype", None)
+        got = f"Window({dtype})" if hasattr(stage, "_made_staging") else type(stage).__name__
+        raise UsageError(refusal(got))
+
+
+def _lsa_size(comm) -> int:
+    size = getattr(comm, "lsa_size", None)
+    if size:
+        return int(size)
+    local = os.environ.get("LOCAL_WORLD_SIZE")
+    return int(local) if local and comm.nranks % int(local) == 0 else comm.nranks
+
+
+def staging(comm, config, *, gin: bool | None = None):
+    """A zeroed staging window for Flow, the same on every rank. Collective.
+
+    Allocates ``flowdsl.flow.staging_words(...)`` words, zeroes them, waits for the zeroes
+    (so no peer can write into the window before), and registers the window. Keep it (and
+    the device communicator, whose GIN signals count with it) for as long as its connections
+    continue: counters carry over from launch to launch.
+
+    Args:
+        comm: The communicator (GPU or simulator).
+        config: The layout: anything with ``channels``, ``nslots`` and ``slot_bytes``, such as
+            a :class:`flowdsl.collectives.FlowConfig`. Pass ``config.channels``, ``config.nslots``
+            and ``config.slot_bytes // 8`` to :func:`flowdsl.flow.processor`.
+        gin: Leave room for GIN outboxes (peers outside the LSA team). Default: whether the
+            communicator spans several LSA teams (``comm.lsa_size``, else ``LOCAL_WORLD_SIZE``).
+
+    Returns:
+        The registered window; ``window.flow_staging`` is its :class:`Staging`.
+
+    Raises:
+        UsageError: ``config`` is not a layout (channels >= 1, nslots >= 2, slot_bytes a
+            positive multiple of 128).
+    """
+    from .flow import staging_words  # noqa: PLC0415 (flow imports this module)
+
+    try:
+        channels, nslots, slot_bytes = int(config.channels), int(config.nslots), int(config.slot_bytes)
+    except (AttributeError, TypeError, ValueError):
+        raise UsageError(f"Cannot make Flow staging from {config!r}: pass a flowdsl.collectives.FlowConfig "
+                         "(or anything with integer channels, nslots and slot_bytes)") from None
+    if channels < 1 or nslots < 2 or slot_bytes < 128 or slot_bytes % 128:
+        raise UsageError(f"Cannot make Flow staging for channels={channels}, nslots={nslots}, "
+                         f"slot_bytes={slot_bytes}: channels >= 1, nslots >= 2 and slot_bytes a positive "
+                         "multiple of 128 are needed")
+    with_outbox = _lsa_size(comm) < comm.nranks if gin is None else bool(gin)
+    buffer = comm.alloc(staging_words(channels, nslots, slot_bytes // 8, with_outbox), np.uint64)
+    buffer.fill(0)
+    comm.synchronize()  # zero here before registering: no peer writes before it returns from register
+    window = comm.register(buffer)
+    window._made_staging(Staging(channels, nslots, slot_bytes // 8, with_outbox, buffer))
+    return window

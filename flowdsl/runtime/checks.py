@@ -1,0 +1,198 @@
+"""Host-side argument checks: one set for the GPU runtime and the simulator.
+
+What the GPU runtime refuses, the simulator refuses with the same message: both host sides
+(:mod:`flowdsl.runtime.communicator` and :mod:`flowdsl.sim.host`) and the kernel launch
+(:mod:`flowdsl._kernel`) call these functions instead of checking on their own. Each one
+either returns the checked value or raises :class:`~flowdsl.errors.UsageError` (or
+:class:`~flowdsl.errors.ResourceClosedError`) worded "Cannot {operation}: {reason}. {fix}".
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from ..errors import ResourceClosedError, UsageError
+
+__all__ = ["SUPPORTED_DTYPES", "ALLOC_LIKE", "GRID_LIMITS", "BLOCK_LIMITS", "MAX_BLOCK_THREADS", "alloc_dtype",
+           "alloc_shape", "alloc_like", "torch_module", "communicator_open", "resource_closed", "count_of",
+           "contiguous", "register_layout", "host_array_error", "not_a_buffer_error", "NOT_FROM_ALLOC",
+           "launch_shape"]
+
+#: Element types ``comm.alloc`` takes. uint16 and int16 too: bfloat16 travels as uint16 bits
+#: (CuPy and NumPy have no bfloat16).
+SUPPORTED_DTYPES = tuple(np.dtype(t) for t in (
+    np.float16, np.float32, np.float64, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64,
+    np.uint64))
+#: What ``comm.alloc(..., like=)`` returns: a CuPy array (on the simulator a NumPy array with CuPy's
+#: ``set``/``get``), or a PyTorch tensor over the same memory (on the simulator a CPU tensor).
+ALLOC_LIKE = ("cupy", "torch")
+#: CUDA's launch limits: grid (x, y, z) and block (x, y, z) extents, threads per block.
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+BLOCK_LIMITS = (1024, 1024, 64)
+MAX_BLOCK_THREADS = 1024
+
+
+def _supported_names() -> str:
+    return ", ".join(str(d) for d in SUPPORTED_DTYPES)
+
+
+def alloc_dtype(dtype) -> np.dtype:
+    """The NumPy dtype of ``comm.alloc(shape, dtype)``: a NumPy dtype, type or name, or a numba scalar type.
+
+    Raises:
+        UsageError: ``dtype`` is None, not a dtype, or not one the symmetric memory holds.
+    """
+    if dtype is None:
+        raise UsageError(f"Cannot allocate symmetric memory of dtype None: name an element type. Supported "
+                         f"dtypes are {_supported_names()}.")
+    try:
+        resolved = np.dtype(dtype)
+    except TypeError:
+        resolved = _numba_dtype(dtype)
+        if resolved is None:
+            raise UsageError(f"Cannot allocate symmetric memory of dtype {dtype!r}: it is not a dtype. Supported "
+                             f"dtypes are {_supported_names()}.") from None
+    if resolved not in SUPPORTED_DTYPES:
+        raise UsageError(f"Cannot allocate symmetric memory of dtype {resolved}: supported dtypes are "
+                         f"{_supported_names()}.")
+    return resolved
+
+
+def _numba_dtype(dtype):
+    """A numba scalar type's NumPy dtype (``numba.float32``), or None."""
+    if not type(dtype).__module__.startswith("numba"):
+        return None
+    try:
+        from numba.np.numpy_support import as_dtype  # noqa: PLC0415
+
+        return as_dtype(dtype)
+    except Exception:  # noqa: BLE001 - numba raises its own errors for non-scalar types
+        return None
+
+
+def alloc_shape(shape) -> tuple[int, ...]:
+    """``comm.alloc``'s shape as a tuple of non-negative ints (an int is a 1-D shape)."""
+    dims = (shape,) if not isinstance(shape, (tuple, list)) else tuple(shape)
+    try:
+        out = tuple(operator.index(d) for d in dims if not isinstance(d, bool))
+    except TypeError:
+        out = ()
+    if len(out) != len(dims) or any(d < 0 for d in out):
+        raise UsageError(f"Cannot allocate symmetric memory of shape {shape!r}: give an int or a tuple of "
+                         "non-negative ints.")
+    return out
+
+
+def alloc_like(like) -> str:
+    """``like=`` of ``comm.alloc``, checked before anything is allocated (torch must be importable)."""
+    if like not in ALLOC_LIKE:
+        raise UsageError(f"Cannot allocate: like must be 'cupy' or 'torch', got {like!r}")
+    if like == "torch":
+        torch_module("allocate symmetric memory with like='torch'")
+    return like
+
+
+def torch_module(operation: str):
+    """PyTorch, or a UsageError saying how to install it."""
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        raise UsageError(f"Cannot {operation}: PyTorch is not installed. Install it (pip install torch) or "
+                         "use like='cupy'.") from None
+    return torch
+
+
+def communicator_open(closed: bool, operation: str) -> None:
+    """Refuse ``operation`` on a closed communicator."""
+    if closed:
+        raise ResourceClosedError(f"Cannot {operation}: the communicator was closed. Use it before close(), or "
+                                  "create a new one (flowdsl.init()).")
+
+
+def resource_closed(kind: str, operation: str) -> ResourceClosedError:
+    """The error of ``operation`` on a closed window or device communicator (``kind``)."""
+    return ResourceClosedError(f"Cannot {operation}: this {kind} was closed. Create a new one.")
+
+
+def count_of(value, what: str, operation: str, *, least: int = 1) -> int:
+    """``value`` as an int of at least ``least`` (a rank count, a node count): no floats, no strings."""
+    try:
+        n = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        n = None
+    if n is None or n < least:
+        raise UsageError(f"Cannot {operation}: {what} must be an int >= {least}, got {value!r}"
+                         f"{f' ({type(value).__name__})' if n is None else ''}.")
+    return n
+
+
+def contiguous(shape, strides, itemsize: int) -> bool:
+    """Whether an array of ``shape`` and byte ``strides`` (None: C order) is C-contiguous.
+
+    Extents of 1 may have any stride (NumPy and CuPy give them arbitrary ones), and an array of no
+    elements is contiguous."""
+    if strides is None or 0 in tuple(shape):
+        return True
+    step = itemsize
+    for dim, stride in zip(reversed(tuple(shape)), reversed(tuple(strides))):
+        if dim != 1 and stride != step:
+            return False
+        step *= dim
+    return True
+
+
+def register_layout(shape, strides, itemsize: int) -> int:
+    """Bytes of a buffer to register: at least one element, contiguous."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * itemsize
+    if nbytes == 0:
+        raise UsageError(f"Cannot register an empty buffer (shape {tuple(shape)}, 0 bytes): a window covers at "
+                         "least one element. Register a buffer from comm.alloc with at least one element.")
+    if not contiguous(shape, strides, itemsize):
+        raise UsageError("Cannot register a non-contiguous array: windows cover contiguous memory. "
+                         "Register the whole buffer from comm.alloc and index inside the kernel.")
+    return nbytes
+
+
+def host_array_error(buf) -> UsageError:
+    """``register`` of a NumPy array the communicator did not allocate (host memory on a GPU)."""
+    return UsageError(f"Cannot register {type(buf).__name__}: it is a NumPy array in host memory, and symmetric "
+                      "windows need memory from comm.alloc (ncclMemAlloc) of this communicator. Allocate it with "
+                      "comm.alloc(shape, dtype) and copy your data in (buf.set(array)).")
+
+
+def not_a_buffer_error(buf) -> UsageError:
+    """``register`` of something that is no array at all."""
+    return UsageError(f"Cannot register {type(buf).__name__}: pass a buffer from comm.alloc(shape, dtype).")
+
+
+#: ``register`` of device memory the communicator did not allocate.
+NOT_FROM_ALLOC = ("Cannot register this buffer: symmetric windows need memory from comm.alloc (ncclMemAlloc) of "
+                  "this communicator. Allocate it with comm.alloc(shape, dtype) and copy your data in.")
+
+
+def launch_shape(grid, block, kernel_name: str) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """``(grid, block)`` as 3-tuples, within CUDA's limits (``k[grid, block]`` on GPUs and the simulator)."""
+    g = _dims(grid, "the grid", kernel_name)
+    b = _dims(block, "the block", kernel_name)
+    for what, dims, limits in (("grid", g, GRID_LIMITS), ("block", b, BLOCK_LIMITS)):
+        for axis, extent, limit in zip("xyz", dims, limits):
+            if extent > limit:
+                raise UsageError(f"Cannot launch {kernel_name}: the {what}'s {axis} extent {extent} is beyond "
+                                 f"CUDA's limit of {limit} (a {what} is at most {' x '.join(map(str, limits))}). "
+                                 f"Use fewer {'blocks' if what == 'grid' else 'threads'} along {axis}, or "
+                                 "another axis")
+    if b[0] * b[1] * b[2] > MAX_BLOCK_THREADS:
+        raise UsageError(f"Cannot launch {kernel_name}: the block {block!r} has {b[0] * b[1] * b[2]} threads, "
+                         f"more than CUDA's {MAX_BLOCK_THREADS} per block. Use at most {MAX_BLOCK_THREADS}")
+    return g, b
+
+
+def _dims(value, what: str, kernel_name: str) -> tuple[int, int, int]:
+    dims = value if isinstance(value, tuple) else (value,)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0
+                                          for d in dims):
+        raise UsageError(f"Cannot launch {kernel_name}: {what} must be a positive int or a tuple of up to "
+                         f"3 positive ints, got {value!r}")
+    return dims + (1,) * (3 - len(dims))

@@ -1,0 +1,76 @@
+"""A direct launch packs its parameters into one buffer: the same bytes as the per-parameter
+ctypes values that a prepared launch hands the driver (no GPU needed)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from numba.core import types
+
+from flowdsl import _kernel
+from flowdsl.errors import UsageError
+
+pytestmark = pytest.mark.compile
+
+
+class DeviceArray:
+    """An array in the CUDA array interface only (as frameworks other than CuPy export them)."""
+
+    def __init__(self, ptr, shape, typestr, strides=None):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": typestr,
+                                         "strides": strides, "version": 3}
+
+
+def _slots(argtypes, args):
+    """Each flattened parameter as the prepared path makes it, in its own 8-byte slot."""
+    flat: list = []
+    for ty, arg in zip(argtypes, args):
+        _kernel._packer(ty)(arg, flat)
+    out = b""
+    for v in flat:
+        raw = bytes(v) if isinstance(v, ctypes._SimpleCData) else bytes(ctypes.c_uint64(v & (2**64 - 1)))
+        out += raw + b"\0" * (8 - len(raw))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_one_buffer_holds_what_the_per_parameter_packers_make(seed):
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(d) for d in rng.integers(1, 9, size=2))
+    ptr = int(rng.integers(1 << 20, 1 << 47)) & ~0xFF
+    contiguous = DeviceArray(ptr, shape, "<f4")
+    strided = DeviceArray(ptr + 256, shape, "<f8", strides=(8, 8 * shape[0]))
+    argtypes = (types.Array(types.float32, 2, "C"), types.Array(types.float64, 2, "A"), types.int32,
+                types.uint64, types.float32, types.float64, types.int8)
+    args = (contiguous, strided, int(rng.integers(-2**31, 2**31)), int(rng.integers(0, 2**63)) * 2 + 1,
+            float(rng.standard_normal()), float(rng.standard_normal()), -3)
+    params = _kernel._ParameterBuffer(argtypes)
+    values: list = []
+    for pack, arg in zip(params.packers, args):
+        pack(arg, values)
+    params.layout.pack_into(params.buffer, 0, *values)
+    expected = _slots(argtypes, args)
+    assert params.buffer.raw[:len(expected)] == expected
+    assert len(params.pointers) * 8 == len(expected)
+
+
+def test_a_value_out_of_its_parameters_range_is_refused_with_the_fix():
+    params = _kernel._ParameterBuffer((types.int32,))
+    with pytest.raises(UsageError, match="does not fit its kernel parameter.*within the range"):
+        params.launch(None, (2**40,), (1, 1, 1), (1, 1, 1), 0, 0)
+
+
+def test_a_checked_launch_configuration_is_reused_but_never_for_a_wrong_one():
+    import flowdsl
+
+    @flowdsl.kernel
+    def noop(x):
+        pass
+
+    assert noop[1, 32] is noop[1, 32]
+    assert noop[(2, 2), 32, 0] is noop[(2, 2), 32, 0]
+    for bad in ((1.0, 32), ((2.0, 2), 32), ((2, 2), (0,)), (1, -32)):
+        with pytest.raises(UsageError, match="must be a positive int or a tuple"):
+            noop[bad]

@@ -1,0 +1,436 @@
+"""Flow connections across launches: every step kind, shared channels, reused connection numbers.
+
+A connection's counters live in the staging window, so a connection continues where
+the previous launch stopped; each counter has one writer, and a step writes back
+only the counters of the directions it uses. These tests relaunch every step kind
+of :mod:`flowdsl.flow` (at least three launches each) on one staging window:
+
+- a *chain* of three blocks on one channel of each rank: block 0 sends, block 1
+  receives and sends, block 2 receives. On one rank it is "a rank sending to
+  itself": two blocks hold the two ends of each connection, and every one of the
+  four counters of connection numbers 0 and 1 of the channel has another writer;
+- a *ring relay*: rank 0 sends on connection 0 to rank 1 from block 0 and receives
+  on connection 0 from the last rank in block 1, the other ranks pass it on;
+- the direct steps, on a rank sending to itself and around a ring (all-gather).
+
+Every topology runs on one node and on two (GIN between the nodes, under reordered
+delivery), under every protocol. Inputs are random, outputs poisoned before each
+launch, and results compared with NumPy.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import flowdsl
+from flowdsl import Protocol, flow
+from flowdsl.collectives import FlowConfig, check
+from flowdsl.collectives._host import OPS
+from flowdsl.collectives.programs import gin_context, no_gin_context
+from flowdsl.sim import spawn
+
+pytestmark = pytest.mark.sim
+
+PROTOCOLS = (Protocol.SIMPLE, Protocol.LL, Protocol.LL128)
+# Two 128-byte slots per connection: a step of ~100 elements crosses several slots and waits for credits.
+# Two warps: the second is the sync warp, as on GPUs.
+CFG = FlowConfig(channels=2, nslots=2, slot_bytes=128, threads=64)
+FIRST = ("send", "copy_send")
+MIDDLE = ("recv_reduce_send", "recv_copy_send", "recv_reduce_copy_send")
+LAST = ("recv", "recv_reduce_copy")
+# Every (first, middle, last) combination once: each step kind runs in at least four launches.
+COMBOS = [(f, m, la) for f in range(len(FIRST)) for m in range(len(MIDDLE)) for la in range(len(LAST))]
+DTYPES = ("float32", "int32", "float16", "float64", "bfloat16", "int64", "uint8")
+
+
+# ---- kernels -------------------------------------------------------------------------------------
+
+@flowdsl.device
+def _first_step(proc, out, kind, x, out0, offset, n):
+    if kind == 0:
+        flow.send(proc, out, x, offset, n)
+    else:
+        flow.copy_send(proc, out, x, out0, offset, n)
+
+
+@flowdsl.device
+def _middle_step(proc, inp, out, kind, y, out1, offset, n, red):
+    if kind == 0:
+        flow.recv_reduce_send(proc, inp, out, y, offset, n, red)
+    elif kind == 1:
+        flow.recv_copy_send(proc, inp, out, out1, offset, n)
+    else:
+        flow.recv_reduce_copy_send(proc, inp, out, y, out1, offset, n, red)
+
+
+@flowdsl.device
+def _last_step(proc, inp, kind, z, out2, offset, n, red):
+    if kind == 0:
+        flow.recv(proc, inp, out2, offset, n)
+    else:
+        flow.recv_reduce_copy(proc, inp, z, out2, offset, n, red)
+
+
+@functools.cache
+def chain_kernel(gin_peers):
+    """Block 0 sends (number 1 into inbox 0) to rank ``r + hop``; block 1 receives (inbox 0) from
+    rank ``r - hop`` and sends (number 0 into inbox 1); block 2 receives (inbox 1). Each block takes
+    ``[offset, offset + n)`` in two steps, so counters continue within a launch too."""
+    context = gin_context if gin_peers else no_gin_context
+
+    @flowdsl.kernel
+    def chain(comm, stage, x, y, z, out0, out1, out2, offset, n, first, middle, last, op, hop, channel,
+              channels, nslots, slot_words, protocol):
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, channel)
+        nxt = (comm.rank + hop) % comm.nranks
+        prv = (comm.rank + comm.nranks - hop) % comm.nranks
+        red = flow.reduction(op, 2)
+        half = n // 2
+        for lo, m in ((offset, half), (offset + half, n - half)):
+            if cuda.blockIdx.x == 0:
+                _first_step(proc, flow.connect(proc, nxt, 1, 0), first, x, out0, lo, m)
+            elif cuda.blockIdx.x == 1:
+                _middle_step(proc, flow.connect(proc, prv, 0, 1), flow.connect(proc, nxt, 0, 1), middle, y,
+                             out1, lo, m, red)
+            else:
+                _last_step(proc, flow.connect(proc, prv, 1, 0), last, z, out2, lo, m, red)
+
+    return chain
+
+
+@functools.cache
+def relay_kernel(gin_peers):
+    """A ring on connection number 0: rank 0's block 0 sends to rank 1, ranks 1 .. R-1 pass it on
+    (block 0), rank 0's block 1 receives it from rank R-1. One rank: rank 0 sends to itself."""
+    context = gin_context if gin_peers else no_gin_context
+
+    @flowdsl.kernel
+    def relay(comm, stage, x, y, z, out0, out1, out2, offset, n, first, middle, last, op, channel,
+              channels, nslots, slot_words, protocol):
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, channel)
+        r, nr = comm.rank, comm.nranks
+        inp = flow.connect(proc, (r + nr - 1) % nr, 0, 0)
+        out = flow.connect(proc, (r + 1) % nr, 0, 0)
+        red = flow.reduction(op, 2)
+        if r == 0 and cuda.blockIdx.x == 0:
+            _first_step(proc, out, first, x, out0, offset, n)
+        elif r == 0:
+            _last_step(proc, inp, last, z, out2, offset, n, red)
+        elif cuda.blockIdx.x == 0:
+            _middle_step(proc, inp, out, middle, y, out1, offset, n, red)
+
+    return relay
+
+
+@flowdsl.device
+def _direct_ring_piece(proc, win, x, n, lo, m, first):
+    """Elements ``[lo, lo + m)`` of every rank's piece around the ring (one rank: to itself, number 1)."""
+    r, nr = proc.comm.rank, proc.comm.nranks
+    nxt = flow.connect(proc, (r + 1) % nr, 1 if nr == 1 else 0, 0)
+    prv = flow.connect(proc, (r + nr - 1) % nr, 0, 0)
+    if first == 0:
+        flow.direct_copy_send(proc, nxt, x, lo, win, r * n + lo, m)
+    else:
+        flow.copy(x, lo, flowdsl.lsa.local_view(win), r * n + lo, m, cuda.threadIdx.x, cuda.blockDim.x, 0)
+        cuda.syncthreads()
+        flow.direct_send(proc, nxt, win, r * n + lo, m)
+    for s in range(1, nr - 1):
+        j = (r + nr - s) % nr
+        flow.direct_recv_copy_send(proc, prv, nxt, win, j * n + lo, m)
+    if nr > 1:
+        flow.direct_recv(proc, prv, win, ((r + 1) % nr) * n + lo, m)
+
+
+@functools.cache
+def direct_kernel(gin_peers):
+    """Direct steps into ``win``. One rank: three blocks on one channel pass ``x`` to themselves
+    through ``win[0:n]``, numbered as the chain. Several ranks: a ring all-gather of ``x`` into
+    ``win[r*n:(r+1)*n]`` on connection number 0. ``first`` picks ``direct_copy_send`` (0), or a
+    local ``copy`` and ``direct_send`` (1)."""
+    context = gin_context if gin_peers else no_gin_context
+
+    @flowdsl.kernel
+    def direct(comm, stage, win, x, n, first, channel, channels, nslots, slot_words):
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, Protocol.SIMPLE, channel)
+        r, nr = comm.rank, comm.nranks
+        half = n // 2
+        for lo, m in ((0, half), (half, n - half)):  # two steps per launch: counters continue within it too
+            if nr == 1 and cuda.blockIdx.x == 1:
+                flow.direct_recv_copy_send(proc, flow.connect(proc, r, 0, 1), flow.connect(proc, r, 0, 1), win, lo, m)
+            elif nr == 1 and cuda.blockIdx.x == 2:
+                flow.direct_recv(proc, flow.connect(proc, r, 1, 0), win, lo, m)
+            else:
+                _direct_ring_piece(proc, win, x, n, lo, m, first)
+
+    return direct
+
+
+# ---- host side -----------------------------------------------------------------------------------
+
+def _lsa_size(comm):
+    return getattr(comm, "lsa_size", comm.nranks)  # the GPU tests run on one node
+
+
+def _staging(comm):
+    """The staging window for CFG (with GIN outboxes across nodes) and a device communicator."""
+    gin_peers = _lsa_size(comm) < comm.nranks
+    reqs = ({"gin_context_count": 1, "gin_signal_count": 2 * CFG.channels * flow.MAX_CONNECTIONS}
+            if gin_peers else {})
+    return gin_peers, flow.staging(comm, CFG), comm.device_communicator(**reqs)
+
+
+def _array(comm, values, dtype):
+    a = comm.alloc(values.size, check.storage_dtype(dtype))
+    a.set(values)  # CuPy's set; the simulator's buffers have it too
+    return a
+
+
+def _poisoned(comm, size, dtype):
+    a = comm.alloc(size, check.storage_dtype(dtype))
+    a.fill(check.poison(dtype))
+    return a
+
+
+def _store(values, dtype):
+    """Reference values rounded to the element type, as a slot carries them."""
+    if dtype == "bfloat16":
+        return check.bf16_bits(values)
+    return np.asarray(values).astype(check.storage_dtype(dtype))
+
+
+def _combined(a, b, dtype, op, finished):
+    """``a op b`` (finished: ``avg`` divides by 2), in float64/int64, rounded to the element type."""
+    return _store(check.reference("all_reduce", [a, b], dtype, op if finished or op != "avg" else "sum")[0], dtype)
+
+
+def _after_middle(kind, v, y, dtype, op):
+    if MIDDLE[kind] == "recv_copy_send":
+        return v
+    return _combined(v, y, dtype, op, MIDDLE[kind] == "recv_reduce_copy_send")
+
+
+def _after_last(kind, v, z, dtype, op):
+    return v if LAST[kind] == "recv" else _combined(v, z, dtype, op, True)
+
+
+class _Launch:
+    """One launch's inputs (random, per rank), poisoned outputs, and parameters."""
+
+    def __init__(self, comm, i, seed):
+        rng = np.random.default_rng(seed * 1000 + i)
+        self.dtype = DTYPES[i % len(DTYPES)]
+        self.op = tuple(OPS)[i % len(OPS)]
+        self.first, self.middle, self.last = COMBOS[i % len(COMBOS)]
+        self.offset = (0, 3, 16)[i % 3]
+        self.n = int(rng.integers(60, 130))
+        size = self.offset + self.n
+        # Every rank draws every rank's inputs (same seed), so each can compute its reference.
+        self.x, self.y, self.z = zip(*(check.inputs(rng, self.dtype, self.op, 3, size) for _ in range(comm.nranks)))
+        self.args = [_array(comm, v[comm.rank], self.dtype) for v in (self.x, self.y, self.z)]
+        self.outs = [_poisoned(comm, size, self.dtype) for _ in range(3)]
+
+    def results(self):
+        return [o.get()[self.offset:] for o in self.outs]  # CuPy's get; the simulator's buffers have it
+
+    def inputs_of(self, rank):
+        s = slice(self.offset, None)
+        return self.x[rank][s], self.y[rank][s], self.z[rank][s]
+
+
+def _check_outputs(got, expected, launch, what):
+    for name, g, e in zip(("out0", "out1", "out2"), got, expected):
+        if e is None:
+            poison = np.full(g.size, check.poison(launch.dtype), check.storage_dtype(launch.dtype))
+            assert np.array_equal(g.view(np.uint8), poison.view(np.uint8)), \
+                f"{what}: {name} was written though no step stores into it"
+        else:
+            check.compare(g, _values_of(e, launch.dtype), launch.dtype, 3, f"{what} {name}")
+
+
+def _values_of(stored, dtype):
+    return check.reference("broadcast", [stored], dtype, None)[0]
+
+
+def _spawn(main, nranks, nodes, seed):
+    return spawn(main, nranks=nranks, nodes=nodes, seed=seed, gin_delivery="reordered" if nodes > 1 else "ordered")
+
+
+def _layout():
+    return CFG.channels, CFG.nslots, CFG.slot_bytes // 8
+
+
+# ---- the tests -----------------------------------------------------------------------------------
+
+def _chain_expected(launch, rank, hop, nranks):
+    """What ranks' ``out0``, ``out1``, ``out2`` hold after a chain launch (None: poison)."""
+    x, _, _ = launch.inputs_of((rank + nranks - 2 * hop) % nranks)
+    x_prev, y_prev, _ = launch.inputs_of((rank + nranks - hop) % nranks)
+    x_me, y_me, z_me = launch.inputs_of(rank)
+    dtype, op = launch.dtype, launch.op
+    out0 = x_me if FIRST[launch.first] == "copy_send" else None
+    out1 = None if MIDDLE[launch.middle] == "recv_reduce_send" else _after_middle(launch.middle, x_prev, y_me, dtype, op)
+    out2 = _after_last(launch.last, _after_middle(launch.middle, x, y_prev, dtype, op), z_me, dtype, op)
+    return out0, out1, out2
+
+
+def chain_main(protocol, seed):
+    """``main(comm)`` (simulated or GPU ranks): every (first, middle, last) step kind combination,
+    relaunched on one staging window, on each rank itself (channel 0) and, across nodes, from a rank
+    to the same place on the next node (channel 1). Returns True; raises on a wrong element."""
+    def main(comm):
+        gin_peers, stage, dcomm = _staging(comm)
+        hops = (0,) if _lsa_size(comm) == comm.nranks else (0, _lsa_size(comm))
+        with stage, dcomm:
+            for i in range(len(COMBOS)):
+                for channel, hop in enumerate(hops):
+                    launch = _Launch(comm, i, seed + channel)
+                    chain_kernel(gin_peers)[3, CFG.threads](
+                        dcomm, stage, *launch.args, *launch.outs, launch.offset, launch.n, launch.first,
+                        launch.middle, launch.last, int(OPS[launch.op]), hop, channel, *_layout(), int(protocol))
+                    comm.synchronize()
+                    what = (f"rank {comm.rank} launch {i} hop {hop} {FIRST[launch.first]} > "
+                            f"{MIDDLE[launch.middle]} > {LAST[launch.last]} ({launch.dtype}, {launch.op})")
+                    _check_outputs(launch.results(), _chain_expected(launch, comm.rank, hop, comm.nranks),
+                                   launch, what)
+        return True
+    return main
+
+
+def _run_chain(nranks, nodes, protocol, seed):
+    assert all(_spawn(chain_main(protocol, seed), nranks, nodes, seed))
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda p: p.name)
+def test_chain_on_one_rank_every_step_kind_relaunched(protocol):
+    """A rank sending to itself: two blocks hold the two ends of each connection of one channel."""
+    _run_chain(1, 1, protocol, seed=1)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda p: p.name)
+def test_chain_on_two_nodes_every_step_kind_relaunched(protocol):
+    """Two nodes of one rank: the chain on each rank, and the chain across the nodes (GIN)."""
+    _run_chain(2, 2, protocol, seed=2)
+
+
+def _relay_expected(launch, rank, nranks):
+    dtype, op = launch.dtype, launch.op
+    x0, _, z0 = launch.inputs_of(0)
+    values = [x0]  # what rank k sends on
+    for k in range(1, nranks):
+        values.append(_after_middle(launch.middle, values[-1], launch.inputs_of(k)[1], dtype, op))
+    if rank == 0:
+        return (x0 if FIRST[launch.first] == "copy_send" else None, None,
+                _after_last(launch.last, values[-1], z0, dtype, op))
+    stored = {"recv_copy_send": values[rank - 1], "recv_reduce_copy_send": values[rank]}
+    return None, stored.get(MIDDLE[launch.middle]), None
+
+
+def _run_relay(nranks, nodes, protocol, seed):
+    def main(comm):
+        gin_peers, stage, dcomm = _staging(comm)
+        with stage, dcomm:
+            for i in range(len(COMBOS)):
+                launch = _Launch(comm, i, seed)
+                relay_kernel(gin_peers)[2, CFG.threads](
+                    dcomm, stage, *launch.args, *launch.outs, launch.offset, launch.n, launch.first, launch.middle,
+                    launch.last, int(OPS[launch.op]), 1, *_layout(), int(protocol))
+                comm.synchronize()
+                what = (f"rank {comm.rank} launch {i} {FIRST[launch.first]} > {MIDDLE[launch.middle]} > "
+                        f"{LAST[launch.last]} ({launch.dtype}, {launch.op})")
+                _check_outputs(launch.results(), _relay_expected(launch, comm.rank, comm.nranks), launch, what)
+        return True
+    assert all(_spawn(main, nranks, nodes, seed))
+
+
+RELAYS = [(1, 1), (3, 1), (2, 2), (4, 2)]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda p: p.name)
+@pytest.mark.parametrize("nranks,nodes", RELAYS, ids=[f"{n}ranks-{k}nodes" for n, k in RELAYS])
+def test_ring_relay_reusing_connection_zero_relaunched(nranks, nodes, protocol):
+    """Rank 0 sends on connection 0 (block 0) and receives on connection 0 (block 1, same channel)."""
+    _run_relay(nranks, nodes, protocol, seed=nranks + 10 * nodes)
+
+
+DIRECT = [(1, 1), (3, 1), (2, 2), (4, 2)]
+
+
+@pytest.mark.parametrize("nranks,nodes", DIRECT, ids=[f"{n}ranks-{k}nodes" for n, k in DIRECT])
+def test_direct_steps_relaunched(nranks, nodes):
+    """direct_copy_send / copy + direct_send, direct_recv_copy_send, direct_recv over six launches
+    (direct steps have no protocol: they write the receiver's window, then one flag or signal)."""
+    nmax = 130
+
+    def main(comm):
+        gin_peers, stage, dcomm = _staging(comm)
+        nr = comm.nranks
+        out = comm.alloc(nr * nmax, np.float32)
+        with stage, dcomm, comm.register(out) as win:
+            for i in range(6):
+                rng = np.random.default_rng(100 * nranks + i)
+                n = int(rng.integers(60, nmax + 1))
+                pieces = [rng.standard_normal(n).astype(np.float32) for _ in range(nr)]
+                x = _array(comm, pieces[comm.rank], "float32")
+                out.fill(np.nan)
+                comm.barrier()  # no peer writes into this window before it is poisoned
+                direct_kernel(gin_peers)[3 if nr == 1 else 1, CFG.threads](dcomm, stage, win, x, n, i % 2, 1,
+                                                                          *_layout())
+                comm.synchronize()
+                got = out.get()
+                assert np.array_equal(got[:nr * n], np.concatenate(pieces)), f"rank {comm.rank} launch {i}"
+                assert np.isnan(got[nr * n:]).all(), f"rank {comm.rank} launch {i}: wrote past the pieces"
+        return True
+    assert all(_spawn(main, nranks, nodes, seed=nranks))
+
+
+# ---- the staging window ------------------------------------------------------------------------------
+
+def test_staging_is_zeroed_registered_and_records_its_layout():
+    def main(comm):
+        stage = flow.staging(comm, CFG)
+        layout = stage.flow_staging
+        words = flow.staging_words(CFG.channels, CFG.nslots, CFG.slot_bytes // 8, True)
+        return (layout.channels, layout.nslots, layout.slot_words, layout.with_outbox,
+                layout.buffer.size == words, bool((layout.buffer.get() == 0).all()), stage.nbytes == 8 * words)
+    assert spawn(main, nranks=4, nodes=2) == [(2, 2, 16, True, True, True, True)] * 4
+    assert spawn(lambda comm: flow.staging(comm, CFG).flow_staging.with_outbox, nranks=2) == [False] * 2
+
+
+@pytest.mark.parametrize("zeroed", [False, True], ids=["as-allocated", "zeroed-by-hand"])
+def test_staging_from_comm_alloc_is_refused_before_data_moves(zeroed):
+    """A window the library did not make is refused when the processor is built (the GPU refuses
+    it when the kernel is typed, with the same message): never silently wrong data."""
+    def main(comm):
+        buf = comm.alloc(flow.staging_words(CFG.channels, CFG.nslots, CFG.slot_bytes // 8, False), np.uint64)
+        if zeroed:
+            buf.fill(0)
+        launch = _Launch(comm, 0, seed=3)
+        with comm.register(buf) as win, comm.device_communicator() as dcomm:
+            chain_kernel(False)[3, CFG.threads](
+                dcomm, win, *launch.args, *launch.outs, launch.offset, launch.n, launch.first, launch.middle,
+                launch.last, int(OPS[launch.op]), 0, 0, *_layout(), int(Protocol.SIMPLE))
+            comm.synchronize()
+    with pytest.raises(flowdsl.UsageError, match=r"Cannot build a Flow processor over Window\(uint64\): its staging "
+                       r"window must come from flowdsl.flow.staging\(comm, config\)\..* comm.alloc does not zero "
+                       r"memory.* Make it with stage = flowdsl.flow.staging\(comm, config\)"):
+        spawn(main, nranks=1)
+
+
+def test_staging_refuses_a_bad_layout():
+    layout = collections.namedtuple("Layout", "channels nslots slot_bytes")
+
+    def main(comm):
+        errors = []
+        for config in (None, "big", layout(2, 1, 128), layout(0, 2, 128), layout(2, 2, 100)):
+            with pytest.raises(flowdsl.UsageError) as info:
+                flow.staging(comm, config)
+            errors.append(str(info.value))
+        return errors
+    errors = spawn(main, nranks=1)[0]
+    assert all("pass a flowdsl.collectives.FlowConfig" in e for e in errors[:2]), errors
+    assert all("channels >= 1, nslots >= 2 and slot_bytes a positive multiple of 128" in e for e in errors[2:]), errors
