@@ -180,8 +180,9 @@ def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | 
             unique_id = get_unique_id().as_bytes
         else:
             unique_id = _exchange_unique_id(rank, nranks, group=group, mpi_comm=mpi_comm)
-    comm = Communicator(nranks, int(rank), unique_id, device, wait_timeout=wait_timeout)
+    comm = Communicator(nranks, int(rank), unique_id, device)
     comm.check_collectives = bool(check_collectives)
+    comm.wait_timeout = wait_timeout
     return comm
 
 
