@@ -1,10 +1,11 @@
-"""``python -m flowdsl`` (also the ``flowdsl`` command).
+"""The ``flowdsl`` command (also ``python -m flowdsl``): the demo, what this machine has, precompiling.
 
 Verbs:
     demo    the fused ReduceScatter + RMSNorm + AllGather kernel, checked against NumPy:
             on the GPU(s) when there are any (one rank per process; under torchrun,
             one per GPU), otherwise on 4 simulated ranks on the CPU (``--sim`` forces it).
-    info    versions, the loaded NCCL, and the support-library builds.
+    info    flowdsl, NCCL, CUDA driver / runtime / nvJitLink / nvcc, the GPU, the
+            support builds, CFT availability, the GIN backend, the kernel cache.
     precompile
             compile the collectives library (flowdsl.collectives) into the disk cache,
             with a progress bar; ``--arch sm_90`` builds without a GPU.
@@ -13,10 +14,25 @@ Verbs:
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
+import textwrap
 import time
 
 import numpy as np
+
+_DESCRIPTION = "flowdsl: NCCL Device API kernels in Python, on GPUs or on a CPU simulator."
+_EPILOG = """verbs:
+  demo        fused ReduceScatter + RMSNorm + AllGather, checked against NumPy: on the
+              GPU(s) if there are any (under torchrun one rank per GPU), otherwise on
+              simulated ranks on the CPU (the default verb)
+  info        versions (NCCL, CUDA driver and runtime, nvJitLink, nvcc), the GPU, the
+              support builds, CFT and GIN availability, the kernel cache
+  precompile  build the collectives library into the kernel cache
+              (without a GPU: --arch sm_90, and --nccl for another NCCL release)
+
+'flowdsl VERB --help' describes a verb's options."""
 
 
 def _gpu_available() -> bool:
@@ -31,18 +47,19 @@ def _gpu_available() -> bool:
         return False
 
 
-def _report(where: str, results, seconds: float) -> int:
+def _report(where: str, results, nranks: int, tokens_per_rank: int, seconds: float) -> int:
     worst = max(float(np.max(np.abs(r - ref))) for r, ref in results)
     ok = all(np.allclose(r, ref, rtol=2e-5, atol=2e-5) for r, ref in results)
-    tokens, hidden = results[0][0].shape
-    print(f"flowdsl demo: fused ReduceScatter + RMSNorm + AllGather, {len(results)} rank(s) {where}, "
-          f"{tokens} tokens x {hidden} hidden (float32)")
-    print(f"  max |result - NumPy reference| over all ranks: {worst:.2e}  ->  {'OK' if ok else 'MISMATCH'}"
-          f"  ({seconds:.2f} s)")
+    hidden = results[0][0].shape[1]
+    print(f"flowdsl demo: fused ReduceScatter + RMSNorm + AllGather, {nranks} rank(s) {where}, "
+          f"{tokens_per_rank} tokens per rank ({tokens_per_rank * nranks} in all) x {hidden} hidden (float32)")
+    print(f"  max |result - NumPy reference| over {'all ranks' if len(results) == nranks else 'rank 0'}: "
+          f"{worst:.2e}  ->  {'OK' if ok else 'MISMATCH'}  ({seconds:.2f} s)")
     return 0 if ok else 1
 
 
 def demo(args) -> int:
+    """``flowdsl demo``: the fused RMSNorm example on GPUs, or on the simulator without one."""
     from flowdsl.examples import rmsnorm_lsa
 
     if args.sim or not _gpu_available():
@@ -53,65 +70,202 @@ def demo(args) -> int:
         results = flowdsl.sim.spawn(lambda comm: rmsnorm_lsa.run(comm, tokens_per_rank=args.tokens,
                                                                  hidden=args.hidden, seed=args.seed),
                                     nranks=args.ranks, seed=args.seed)
-        return _report(f"on the CPU simulator {why}", results, time.perf_counter() - start)
+        return _report(f"on the CPU simulator {why}", results, args.ranks, args.tokens,
+                       time.perf_counter() - start)
 
     import flowdsl
 
     start = time.perf_counter()
     with flowdsl.init() as comm:
         result = rmsnorm_lsa.run(comm, tokens_per_rank=args.tokens, hidden=args.hidden, seed=args.seed)
-    if comm.rank != 0:
+        nranks, rank = comm.nranks, comm.rank
+    if rank != 0:
         return 0 if np.allclose(*result, rtol=2e-5, atol=2e-5) else 1
-    return _report(f"on GPU (NCCL {'.'.join(map(str, comm.nccl_version))}, rank 0 shown)", [result],
+    version = ".".join(map(str, comm.nccl_version))
+    return _report(f"on GPU (NCCL {version}, one rank per process)", [result], nranks, args.tokens,
                    time.perf_counter() - start)
 
 
-def info(args) -> int:
-    import flowdsl
+# ---- info -------------------------------------------------------------------------------------
+
+def _version_text(code: int) -> str:
+    """A CUDA version code (13050) as ``13.5``."""
+    return f"{code // 1000}.{code % 1000 // 10}"
+
+
+def _cuda_versions() -> dict[str, str]:
+    """CUDA driver, runtime and nvJitLink versions, or why each was not found."""
+    found = {}
+    try:
+        from cuda.bindings import driver
+
+        err, code = driver.cuDriverGetVersion()
+        found["CUDA driver"] = _version_text(code) if int(err) == 0 else f"not usable ({err})"
+    except Exception:  # noqa: BLE001 - no libcuda on this machine
+        found["CUDA driver"] = "not found (no NVIDIA driver)"
+    try:
+        from cuda.bindings import runtime
+
+        err, code = runtime.cudaRuntimeGetVersion()
+        found["CUDA runtime"] = _version_text(code) if int(err) == 0 else f"not usable ({err})"
+    except Exception as exc:  # noqa: BLE001
+        found["CUDA runtime"] = f"not found ({exc})"
+    try:
+        from flowdsl.lowering.target import linker_cuda_version
+
+        found["nvJitLink"] = ".".join(map(str, linker_cuda_version()))
+    except Exception as exc:  # noqa: BLE001
+        found["nvJitLink"] = f"not found ({exc}): kernels cannot be linked; pip install nvidia-nvjitlink"
+    return found
+
+
+def _nvcc_text() -> str:
+    from flowdsl.runtime.support_build import nvcc_path
+
+    nvcc = nvcc_path()
+    if nvcc is None:
+        return "not found (needed only to build support for an NCCL release without a prebuilt build)"
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
+        release = next((line.split("release", 1)[1].split(",")[0].strip()
+                        for line in out.splitlines() if "release" in line), "unknown version")
+    except (OSError, subprocess.SubprocessError) as exc:
+        release = f"does not run ({exc})"
+    return f"{release} ({nvcc})"
+
+
+def _gpus() -> list[tuple[str, str]]:
+    """``(name, sm_XX)`` of each visible GPU; empty without a driver or GPU."""
+    if not _gpu_available():
+        return []
+    from cuda.bindings import driver
+
+    found = []
+    for ordinal in range(driver.cuDeviceGetCount()[1]):
+        dev = driver.cuDeviceGet(ordinal)[1]
+        name = driver.cuDeviceGetName(128, dev)[1].split(b"\0", 1)[0].decode()
+        attr = driver.CUdevice_attribute
+        major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)[1]
+        minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)[1]
+        found.append((name, f"sm_{major}{minor}"))
+    return found
+
+
+def _arch_key(arch: str) -> int:
+    return int(arch.removeprefix("sm_").rstrip("a"))
+
+
+def _support_lines(nccl) -> list[str]:
+    """The checked-in support builds (and the CFT build), and builds made at first use."""
+    from flowdsl.runtime import support_build
+    from flowdsl.runtime.support import cache_dir, manifest
+
+    info = manifest()
+    lines = [f"support builds: {support_build.PREBUILT_DIR}"]
+    if not info["abis"]:
+        lines.append("  none found: reinstall flowdsl (the wheel carries them in flowdsl/_prebuilt)")
+    cft = info.get("cft", {}).get("abis", {})
+    for version, entry in info["abis"].items():
+        text = f"  NCCL {version}: {', '.join(sorted(entry['builds'], key=_arch_key))}"
+        if version in cft:
+            text += f"; CFT: {', '.join(sorted(cft[version]['builds'], key=_arch_key))}"
+        lines.append(text + ("  <- the loaded NCCL" if nccl and version == ".".join(map(str, nccl)) else ""))
+    first_use = sorted((cache_dir() / "support").glob("nccl-*/*.ltoir"))
+    for path in first_use:
+        lines.append(f"  NCCL {path.parent.name.removeprefix('nccl-')}: {path.stem} (built at first use, {path})")
+    if nccl and ".".join(map(str, nccl)) not in info["abis"] and not first_use:
+        lines.append(f"  the loaded NCCL {'.'.join(map(str, nccl))} has none: one is built at its first kernel "
+                     "(needs nvcc and its nvidia-nccl-cu13 headers)")
+    return lines
+
+
+def _cft_text(nccl, gpus, nvjitlink: str) -> str:
+    """Whether kernels using flowdsl.cft can run here, and what is missing."""
     from flowdsl.runtime.support import manifest
 
-    print(f"flowdsl {flowdsl.__version__}")
+    builds = manifest().get("cft", {}).get("abis", {})
+    missing = []
+    if nccl is None or tuple(nccl) < (2, 31, 0):
+        missing.append("NCCL >= 2.31")
+    elif ".".join(map(str, nccl)) not in builds:
+        missing.append(f"a CFT build for NCCL {'.'.join(map(str, nccl))} (have: {', '.join(builds) or 'none'})")
+    try:
+        if tuple(int(x) for x in nvjitlink.split(".")[:2]) < (13, 3):
+            missing.append(f"nvJitLink >= 13.3 (have {nvjitlink})")
+    except ValueError:
+        missing.append("nvJitLink >= 13.3")
+    if not any(_arch_key(arch) >= 100 for _, arch in gpus):
+        missing.append("an sm_100 or newer GPU")
+    if not missing:
+        return "available"
+    return ("not runnable here: needs " + ", ".join(missing) +
+            ". Kernels using flowdsl.cft compile without one (k.compile(..., arch='sm_100', nccl='2.32.3')) "
+            "and run on flowdsl.sim")
+
+
+def _gin_text(gpus) -> str:
+    env = ", ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("NCCL_GIN")) or "none set"
+    where = ("not knowable without a GPU" if not gpus else "not known before a communicator exists")
+    return (f"{where}: NCCL picks it per communicator spanning nodes (proxy, GDAKI, EFA GDA); a device "
+            f"communicator's .gin_backend names it (NCCL >= 2.29). NCCL_GIN_* variables: {env}. "
+            "flowdsl.sim models every backend (gin_backend=)")
+
+
+def _cache_text() -> str:
+    from flowdsl.runtime.support import cache_dir
+
+    root = cache_dir()
+    if not root.exists():
+        return f"{root} (empty: not created yet; $FLOWDSL_CACHE_DIR moves it)"
+    files = [p for p in root.rglob("*") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    return (f"{root} ({size / 2**20:.1f} MiB in {len(files)} file{'' if len(files) == 1 else 's'}; "
+            "$FLOWDSL_CACHE_DIR moves it)")
+
+
+def info(args) -> int:
+    """``flowdsl info``: what flowdsl finds on this machine."""
+    import flowdsl
+
+    rows = [("flowdsl", f"{flowdsl.__version__} ({os.path.dirname(flowdsl.__file__)})")]
+    nccl = None
     try:
         from flowdsl.runtime.nccl import loaded_version
 
-        print(f"loaded NCCL: {'.'.join(map(str, loaded_version()))}")
+        nccl = loaded_version()
+        rows.append(("NCCL", ".".join(map(str, nccl)) + " (loaded by nccl4py)"))
     except Exception as exc:  # noqa: BLE001
-        print(f"loaded NCCL: unavailable ({exc})")
-    print(f"GPU: {'yes' if _gpu_available() else 'no (kernels compile; programs run on flowdsl.sim)'}")
-    for version, entry in manifest()["abis"].items():
-        print(f"support build NCCL {version}: {', '.join(sorted(entry['builds']))}")
+        rows.append(("NCCL", f"not found ({exc})"))
+    cuda = _cuda_versions()
+    rows += list(cuda.items())
+    rows.append(("nvcc", _nvcc_text()))
+    gpus = _gpus()
+    rows.append(("GPU", ", ".join(f"{i}: {name} ({arch})" for i, (name, arch) in enumerate(gpus))
+                 or "none (kernels compile with k.compile(..., arch=...); programs run on flowdsl.sim)"))
+    rows.append(("CFT", _cft_text(nccl, gpus, cuda["nvJitLink"])))
+    rows.append(("GIN backend", _gin_text(gpus)))
+    rows.append(("kernel cache", _cache_text()))
+    for name, text in rows:
+        print(textwrap.fill(text, width=100, initial_indent=f"{name + ':':<14}", subsequent_indent=" " * 14,
+                            break_on_hyphens=False, break_long_words=False))
+    for line in _support_lines(nccl):
+        print(line)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="flowdsl", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="verb")
-    p = sub.add_parser("demo", help="run the fused RMSNorm demo (GPU, or the simulator without one)")
-    p.add_argument("--sim", action="store_true", help="run on the CPU simulator even if a GPU is present")
-    p.add_argument("--ranks", type=int, default=4, help="simulated ranks (default 4)")
-    p.add_argument("--tokens", type=int, default=8, help="tokens per rank (default 8)")
-    p.add_argument("--hidden", type=int, default=512, help="hidden size (default 512)")
-    p.add_argument("--seed", type=int, default=0)
-    sub.add_parser("info", help="versions and support builds")
-    p = sub.add_parser("precompile", help="compile the collectives library into the disk cache")
-    p.add_argument("--arch", help="target such as sm_90 (default: this GPU; needed without one)")
-    p.add_argument("--nccl", help="NCCL release of the device ABI (default: the loaded libnccl)")
-    p.add_argument("--dtypes", nargs="*", help="subset of element types (default: all)")
-    p.add_argument("--ops", nargs="*", help="subset of operators: sum prod min max avg (default: all)")
-    p.add_argument("--gin", action="store_true", help="the kernels for communicators spanning several nodes")
-    p.add_argument("--jobs", type=int, help="worker processes (default: one per CPU)")
-    args = parser.parse_args(argv)
-    if args.verb in (None, "demo"):
-        if args.verb is None:
-            args = parser.parse_args(["demo"])
-        return demo(args)
-    if args.verb == "precompile":
-        return precompile(args)
-    return info(args)
-
+# ---- precompile -------------------------------------------------------------------------------
 
 def precompile(args) -> int:
-    """``python -m flowdsl precompile``: build the collectives library ahead of time."""
+    """``flowdsl precompile``: build the collectives library ahead of time."""
+    if args.arch is None and not _gpu_available():
+        from flowdsl.runtime.nccl import loaded_version
+
+        loaded = ".".join(map(str, loaded_version()))
+        print("flowdsl precompile: no CUDA GPU was found here, so there is no arch to compile for. Name the "
+              f"target instead:\n    flowdsl precompile --arch sm_90 --nccl {loaded}\n"
+              "--arch: the GPUs' compute capability (sm_80, sm_90, sm_100, ...); --nccl: the NCCL release "
+              f"the kernels will run with (default: the loaded one, {loaded}).", file=sys.stderr)
+        return 2
     from .collectives import OPS  # noqa: PLC0415
     from .collectives import precompile as build  # noqa: PLC0415
 
@@ -121,6 +275,46 @@ def precompile(args) -> int:
     print(f"{counts['kernels']} kernels: {counts['compiled']} compiled, {counts['cached']} already cached, "
           f"{counts['seconds']:.1f} s")
     return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flowdsl", description=_DESCRIPTION, epilog=_EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="verb", metavar="{demo,info,precompile}")
+    p = sub.add_parser("demo", help="run the fused RMSNorm demo (GPU, or the simulator without one)",
+                       description="Fused ReduceScatter + RMSNorm + AllGather over LSA, checked against NumPy. "
+                                   "On GPUs: one rank per process (torchrun --nproc_per_node=N for N GPUs). "
+                                   "Without a GPU (or with --sim): --ranks simulated ranks on the CPU.")
+    p.add_argument("--sim", action="store_true", help="run on the CPU simulator even if a GPU is present")
+    p.add_argument("--ranks", type=int, default=4, help="simulated ranks (default 4; on GPUs: one per process)")
+    p.add_argument("--tokens", type=int, default=8,
+                   help="tokens per rank (default 8): each rank holds ranks x tokens rows and normalizes its "
+                        "tokens of them")
+    p.add_argument("--hidden", type=int, default=512, help="hidden size (default 512)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random inputs and of the simulator's interleaving (default 0)")
+    sub.add_parser("info", help="versions, GPU, support builds, CFT and GIN availability, kernel cache",
+                   description="What flowdsl finds on this machine: versions (NCCL, CUDA driver and runtime, "
+                               "nvJitLink, nvcc), the GPUs, the support builds, whether CFT can run, the GIN "
+                               "backend, and the kernel cache's location and size.")
+    p = sub.add_parser("precompile", help="compile the collectives library into the disk cache",
+                       description="Compile every collective program (flowdsl.collectives) into the kernel "
+                                   "cache. Without a GPU, name the target with --arch (and --nccl).")
+    p.add_argument("--arch", help="target such as sm_90 (default: this GPU; needed without one)")
+    p.add_argument("--nccl", help="NCCL release of the device ABI, e.g. 2.28.9 (default: the loaded libnccl)")
+    p.add_argument("--dtypes", nargs="*", help="subset of element types (default: all)")
+    p.add_argument("--ops", nargs="*", help="subset of operators: sum prod min max avg (default: all)")
+    p.add_argument("--gin", action="store_true", help="the kernels for communicators spanning several nodes")
+    p.add_argument("--jobs", type=int, help="worker processes (default: one per CPU)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.verb is None:
+        args = parser.parse_args(["demo"])
+    return {"demo": demo, "info": info, "precompile": precompile}[args.verb](args)
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ from numba import cuda, int64, uint64
 from . import _fp8, coop, gin, lsa, mem, team, wait
 from ._flow_staging import Staging, staging
 from ._flow_staging import require_staging as _require_staging
-from ._kernel import device
+from ._kernel import device, kernel  # noqa: F401 - flow.kernel is flowdsl.kernel, as flow.device
 from .enums import MemoryOrder, Protocol, RedOp, ThreadScope
 
 __all__ = [

@@ -3,17 +3,18 @@
 Contents: :func:`run_ranks` (run ``main(comm)`` on N simulated ranks, a thin
 :func:`flowdsl.sim.spawn`), :func:`for_seeds` (a pytest decorator running a
 test once per seed), :func:`run_seeds` (run a program under many seeds and
-return every run's results), :func:`assert_ranks_close` (compare
-``(result, reference)`` pairs rank by rank).
+return every run's results, with a progress bar on a terminal),
+:func:`assert_ranks_close` (compare ``(result, reference)`` pairs rank by rank).
 
-Example::
+Example (a test file; ``@pytest.mark.sim`` too if your pytest configuration
+registers a ``sim`` marker)::
 
-    from flowdsl.testing import run_ranks, for_seeds
+    from flowdsl.examples import allgather_lsa
+    from flowdsl.testing import assert_ranks_close, for_seeds, run_ranks
 
     @for_seeds(8)
     def test_allgather(seed):
-        for result, ref in run_ranks(allgather_lsa.run, nranks=4, seed=seed):
-            np.testing.assert_allclose(result, ref)
+        assert_ranks_close(run_ranks(allgather_lsa.run, nranks=4, seed=seed))
 """
 
 from __future__ import annotations
@@ -50,19 +51,33 @@ def for_seeds(n: int, start: int = 0):
 
 
 def run_seeds(main: Callable[[Any], Any], nranks: int = 4, seeds: Iterable[int] = range(8),
-              nodes: int = 1, **options) -> dict:
+              nodes: int = 1, progress: bool | None = None, **options) -> dict:
     """Run ``main`` under every seed; return ``{seed: results}``.
 
     An exception names the seed that raised it (as a note, and in simulator
     errors' messages).
+
+    Args:
+        progress: Draw a progress bar with an ETA over the seeds on stderr; default:
+            when stderr is a terminal.
     """
+    from ._progress import ProgressBar  # noqa: PLC0415
+
+    seeds = list(seeds)
+    bar = ProgressBar(len(seeds), f"run_seeds {getattr(main, '__name__', 'main')} x{nranks} ranks",
+                      enabled=progress)
     out = {}
-    for s in seeds:
-        try:
-            out[s] = run_ranks(main, nranks=nranks, seed=s, nodes=nodes, **options)
-        except Exception as e:
-            e.add_note(f"flowdsl.testing.run_seeds: failed with seed={s}")
-            raise
+    try:
+        for done, s in enumerate(seeds):
+            bar.update(done, f"seed {s}")
+            try:
+                out[s] = run_ranks(main, nranks=nranks, seed=s, nodes=nodes, **options)
+            except Exception as e:
+                e.add_note(f"flowdsl.testing.run_seeds: failed with seed={s}")
+                raise
+        bar.update(len(seeds), "done")
+    finally:
+        bar.close()
     return out
 
 

@@ -2,6 +2,10 @@
 
 GPU tests skip with the reason when no GPU (or no NCCL device API) is usable,
 so ``pytest`` runs everything the machine can.
+
+With pytest-xdist installed (the ``test`` extra), the tests are spread over one
+process per CPU, as if ``-n auto`` had been given; ``-n 0`` runs them in this
+process, ``-n N`` in N processes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,17 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """``-n auto`` by default when pytest-xdist is installed (not in its workers, not under --pdb)."""
+    if (config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None) is None
+            and not hasattr(config, "workerinput") and not config.getoption("usepdb", False)
+            and len(os.sched_getaffinity(0)) > 1):
+        config.option.numprocesses = "auto"
+        if config.option.dist == "no":
+            config.option.dist = "worksteal"  # a few tests take minutes: idle workers take over queued ones
 
 
 @functools.cache
@@ -44,6 +59,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-    """Each test session compiles into its own kernel cache, so tests never read a stale cubin."""
+    """Each test session compiles into its own kernel cache, so tests never read a stale cubin.
+
+    Under pytest-xdist each worker has its own base temp directory, hence its own cache.
+    """
     if "FLOWDSL_CACHE_DIR" not in os.environ:
         monkeypatch.setenv("FLOWDSL_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "flowdsl-cache"))

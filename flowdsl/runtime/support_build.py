@@ -55,7 +55,20 @@ CFT_ARCHS = ("sm_100",)
 CFT_TOOLKIT = {"nvidia-cuda-nvcc": "13.3.73", "nvidia-cuda-crt": "13.3.73", "nvidia-nvvm": "13.3.73",
                "nvidia-cuda-runtime": "13.3.29", "nvidia-cuda-cccl": "13.3.5.0.6"}
 
-PREBUILT_DIR = Path(os.environ.get("FLOWDSL_PREBUILT_DIR", Path(__file__).resolve().parents[2] / "prebuilt"))
+
+def _prebuilt_dir() -> Path:
+    """Where ``prebuilt/`` is: ``$FLOWDSL_PREBUILT_DIR``, else the copy an installed wheel carries
+    (``flowdsl/_prebuilt``, see setup.py), else the source tree's (an editable install, a checkout)."""
+    if os.environ.get("FLOWDSL_PREBUILT_DIR"):
+        return Path(os.environ["FLOWDSL_PREBUILT_DIR"])
+    package = Path(__file__).resolve().parents[1]
+    if (package / "_prebuilt" / "build" / "manifest.json").exists():
+        return package / "_prebuilt"
+    return package.parent / "prebuilt"
+
+
+#: The support library's sources and builds (:func:`_prebuilt_dir`).
+PREBUILT_DIR = _prebuilt_dir()
 SOURCES = ("src/flowdsl_support.cu", "include/flowdsl_support.h")
 CFT_SOURCES = ("src/flowdsl_cft.cu", "include/flowdsl_cft.h")
 

@@ -112,7 +112,7 @@ def torchrun(monkeypatch):
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(communicator, "_require_gpu", lambda operation: None)
     made = []
-    monkeypatch.setattr(communicator, "Communicator", lambda *args: made.append(args) or args)
+    monkeypatch.setattr(communicator, "Communicator", lambda *args: made.append(args) or types.SimpleNamespace())
     DictStore.shared.clear()
     return made
 

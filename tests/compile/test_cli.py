@@ -1,0 +1,124 @@
+"""The ``flowdsl`` command and the examples' own entry points say what they did, in plain words."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+import flowdsl
+from flowdsl import __main__ as cli
+from flowdsl.runtime.support import manifest
+
+pytestmark = pytest.mark.compile
+
+
+def test_precompile_without_a_gpu_says_which_flags_to_pass(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_gpu_available", lambda: False)
+    assert cli.main(["precompile"]) == 2
+    out, err = capsys.readouterr()
+    assert "no CUDA GPU was found" in err and "--arch sm_90" in err and "--nccl" in err, err
+    assert "Traceback" not in err and "CudaSupportError" not in err
+
+
+def test_info_names_versions_builds_cft_gin_and_the_cache(monkeypatch, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    (cache / "kernels").mkdir(parents=True)
+    (cache / "kernels" / "a.cubin").write_bytes(b"\0" * 3 * 2**20)
+    monkeypatch.setenv("FLOWDSL_CACHE_DIR", str(cache))
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    for label in ("flowdsl:", "NCCL:", "CUDA driver:", "CUDA runtime:", "nvJitLink:", "nvcc:", "GPU:", "CFT:",
+                  "GIN backend:", "kernel cache:", "support builds:"):
+        assert f"\n{label}" in f"\n{out}", f"{label} missing from:\n{out}"
+    assert f"{cache} (3.0 MiB in 1 file;" in " ".join(out.split()), out
+    for version, entry in manifest()["abis"].items():
+        assert f"NCCL {version}: {', '.join(sorted(entry['builds'], key=lambda a: int(a[3:])))}" in out, out
+    for version, entry in manifest()["cft"]["abis"].items():
+        assert f"CFT: {', '.join(sorted(entry['builds']))}" in out, out
+    if not cli._gpus():
+        assert "GIN backend:  not knowable without a GPU" in out, out
+
+
+def test_help_is_plain_text_and_says_what_the_options_mean(capsys):
+    for argv in (["--help"], ["demo", "--help"], ["info", "--help"], ["precompile", "--help"]):
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        text = capsys.readouterr().out
+        assert "``" not in text and ":func:" not in text and ":mod:" not in text, text
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--tokens TOKENS tokens per rank" in text and "--seed SEED seed of the random inputs" in text, text
+
+
+@pytest.mark.sim
+def test_demo_on_the_simulator_says_ranks_and_tokens_per_rank(capsys):
+    assert cli.main(["demo", "--sim", "--ranks", "2", "--tokens", "2", "--hidden", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "2 rank(s) on the CPU simulator (--sim), 2 tokens per rank (4 in all) x 64 hidden" in out, out
+    assert "->  OK" in out, out
+
+
+@pytest.mark.sim
+def test_allgather_example_says_what_it_did(capsys):
+    from flowdsl.examples import allgather_lsa
+
+    assert allgather_lsa.main(["--sim", "--ranks", "3", "--count", "64"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("allgather_lsa: 3 rank(s) on the CPU simulator (--sim): each rank wrote its 64 float32 "
+                          "values into every LSA rank's window; every rank's window holds all 192"), out
+    assert out.rstrip().endswith(": OK"), out
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_bar_draws_on_a_terminal_only():
+    from flowdsl._progress import ProgressBar
+
+    term = _Terminal()
+    bar = ProgressBar(4, "work", stream=term)
+    bar.update(0)
+    bar.update(2, "half")
+    bar.close()
+    lines = term.getvalue().split("\r")
+    assert "work [" + "." * 30 + "] 0/4" in lines[1] and "ETA ?" in lines[1], lines
+    assert "work [" + "#" * 15 + "." * 15 + "] 2/4" in lines[2] and "ETA 0:" in lines[2] and "half" in lines[2]
+    assert term.getvalue().endswith("\n")
+    piped = io.StringIO()
+    quiet = ProgressBar(4, "work", stream=piped)
+    quiet.update(2)
+    quiet.close()
+    assert piped.getvalue() == ""
+
+
+@pytest.mark.sim
+def test_run_seeds_shows_its_progress_on_a_terminal(monkeypatch, capsys):
+    from flowdsl.examples import allgather_lsa
+    from flowdsl.testing import run_seeds
+
+    def small(comm):
+        return allgather_lsa.run(comm, count=32, blocks=1)
+
+    term = _Terminal()
+    monkeypatch.setattr("sys.stderr", term)
+    results = run_seeds(small, nranks=2, seeds=range(3))
+    assert sorted(results) == [0, 1, 2]
+    for per_rank in results.values():
+        for result, ref in per_rank:
+            np.testing.assert_array_equal(result, ref)
+    drawn = term.getvalue()
+    assert "run_seeds small x2 ranks [" in drawn and "3/3" in drawn and "seed 2" in drawn, drawn
+    monkeypatch.undo()
+    run_seeds(small, nranks=2, seeds=range(1))  # stderr captured by pytest: not a terminal
+    assert capsys.readouterr().err == ""
+
+
+def test_flow_kernel_is_flowdsl_kernel():
+    from flowdsl import flow
+
+    assert flow.kernel is flowdsl.kernel and flow.device is flowdsl.device
