@@ -3,7 +3,8 @@
 Host side: :func:`init` → :class:`Communicator` (``alloc``, ``register``,
 ``device_communicator``, ``synchronize``). Kernels: :func:`kernel`,
 :func:`device`. Device surface: :mod:`flowdsl.coop`, :mod:`flowdsl.team`,
-:mod:`flowdsl.lsa`, :mod:`flowdsl.gin`, :mod:`flowdsl.cft`, :mod:`flowdsl.mem`, :mod:`flowdsl.flow`. Collectives (ring/tree,
+:mod:`flowdsl.lsa`, :mod:`flowdsl.gin`, :mod:`flowdsl.cft`, :mod:`flowdsl.mem`, :mod:`flowdsl.flow`,
+:mod:`flowdsl.wait` (bounded waits: a hang ends in :class:`DeviceTimeoutError`). Collectives (ring/tree,
 written on Flow): :mod:`flowdsl.collectives`. CPU simulator: :mod:`flowdsl.sim`; test helpers:
 :mod:`flowdsl.testing`.
 
@@ -17,10 +18,10 @@ from __future__ import annotations
 from ._version import __version__
 from .enums import CoopKind, MemoryOrder, Protocol, RedOp, ThreadScope
 from . import lowering as _lowering  # registers the device surface's overloads
-from . import cft, coop, gin, lsa, mem, team
+from . import cft, coop, gin, lsa, mem, team, wait
 from ._kernel import FlowKernel, device, kernel
-from .errors import (CollectiveMismatchError, DeviceOnlyError, FeatureUnavailableError, FlowDSLError,
-                     NoDeviceError, ResourceClosedError, UsageError)
+from .errors import (CollectiveMismatchError, DeviceOnlyError, DeviceTimeoutError, FeatureUnavailableError,
+                     FlowDSLError, NoDeviceError, ResourceClosedError, UsageError)
 from .errors import CacheWarning
 from .runtime.communicator import Communicator, init
 from .runtime.memory import DevComm, Window
@@ -30,10 +31,10 @@ _LAZY_SUBMODULES = frozenset({"flow", "collectives", "sim", "testing"})
 
 __all__ = [
     "__version__", "init", "Communicator", "Window", "DevComm", "kernel", "device", "FlowKernel",
-    "coop", "team", "lsa", "gin", "cft", "mem", "flow", "collectives", "sim", "testing",
+    "coop", "team", "lsa", "gin", "cft", "mem", "flow", "wait", "collectives", "sim", "testing",
     "MemoryOrder", "ThreadScope", "CoopKind", "Protocol", "RedOp",
     "FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
-    "FeatureUnavailableError", "DeviceOnlyError",
+    "DeviceTimeoutError", "FeatureUnavailableError", "DeviceOnlyError",
     "CacheWarning",
 ]
 

@@ -31,7 +31,7 @@ from ._version import __version__
 from .errors import UsageError
 from .lowering.compiler import CompiledKernel, compile_kernel
 from .lowering.target import Target, format_version, parse_version
-from .lowering.types import ArgumentMarshaller, DevCommType, WindowType
+from .lowering.types import ArgumentMarshaller, DevCommType, WindowType, devcomm_words
 from .runtime.checks import launch_shape
 from .runtime.streams import refuse_during_capture, stream_handle
 
@@ -232,7 +232,7 @@ class FlowKernel:
         out = []
         for arg in args:
             if isinstance(arg, str) and arg == "devcomm":
-                out.append(DevCommType(version, -(-abi_layout(version)["dev_comm_size"] // 8)))
+                out.append(DevCommType(version, devcomm_words(abi_layout(version)["dev_comm_size"])))
             elif isinstance(arg, tuple) and arg and isinstance(arg[0], str) and arg[0] in ("window", "staging"):
                 out.append(WindowType(from_dtype(np.dtype(arg[1])), staging=arg[0] == "staging"))
             elif isinstance(arg, types.Type):

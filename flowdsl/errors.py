@@ -1,8 +1,8 @@
 """flowdsl's exceptions. Messages read "Cannot {operation}: {reason}. {fix}".
 
 Contents: :class:`FlowDSLError`, :class:`UsageError`, :class:`NoDeviceError`,
-:class:`ResourceClosedError`, :class:`CollectiveMismatchError`, :class:`CacheWarning`, and
-(re-exported) :class:`FeatureUnavailableError`, :class:`DeviceOnlyError`.
+:class:`ResourceClosedError`, :class:`CollectiveMismatchError`, :class:`DeviceTimeoutError`,
+:class:`CacheWarning`, and (re-exported) :class:`FeatureUnavailableError`, :class:`DeviceOnlyError`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from ._stubs import DeviceOnlyError
 from .lowering.target import FeatureUnavailableError
 
 __all__ = ["FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
-           "FeatureUnavailableError", "DeviceOnlyError", "CacheWarning"]
+           "DeviceTimeoutError", "FeatureUnavailableError", "DeviceOnlyError", "CacheWarning"]
 
 
 class FlowDSLError(Exception):
@@ -48,3 +48,48 @@ class CollectiveMismatchError(FlowDSLError, RuntimeError):
 
     collective: str | None = None
     differences: dict | None = None
+
+
+class DeviceTimeoutError(FlowDSLError, TimeoutError):
+    """A bounded device-side wait gave up (:mod:`flowdsl.wait`): a peer never did what it waited for.
+
+    Raised by ``comm.synchronize()`` from the communicator's wait record (and by the
+    simulator for the same programs, as :class:`flowdsl.sim.WaitTimeoutError`). The
+    message is made by :meth:`describe`, one format for both.
+
+    Attributes:
+        rank, block, thread: Who waited (world rank, linear block and thread index).
+        primitive: What it waited on, e.g. ``"flow ready flag or signal ... on connection"``.
+        index: Which connection, line, barrier, signal or counter.
+        peer: The world rank expected to act, or -1 when the wait names none.
+        expected, seen: The value waited for and the last one read.
+        waited_s, timeout_s: How long it waited and the limit (None on the simulator).
+    """
+
+    FIELDS = ("rank", "block", "thread", "primitive", "index", "peer", "expected", "seen", "waited_s", "timeout_s")
+
+    def __init__(self, message: str, **fields):
+        super().__init__(message)
+        for name in self.FIELDS:
+            setattr(self, name, fields.get(name))
+
+    @classmethod
+    def describe(cls, operation: str, *, rank, block, thread, primitive, index, peer, expected, seen,
+                 waited_s=None, timeout_s=None, context: str = "", fix: bool = True) -> str:
+        """The diagnosis: "Cannot {operation}: ... {what was waited for} ... {fix}" (without the fix
+        when ``fix`` is false: further records of one report)."""
+        if waited_s is not None:
+            after = f"after {waited_s:.3g} s (limit {timeout_s:g} s)"
+        else:
+            after = "(the simulator found that nothing could release it)"
+        source = f" from peer rank {peer}" if peer is not None and peer >= 0 else ""
+        return (f"Cannot {operation}: a device-side wait on rank {rank} gave up {after}: block {block} "
+                f"thread {thread} waited for {primitive} {index}{source}: expected {expected}, last seen {seen}"
+                f"{context}." + (FIX if fix else ""))
+
+
+#: What to do about a wait that gave up (the end of every :class:`DeviceTimeoutError` message).
+FIX = (" A peer never got there: make every rank launch the same kernels and collectives in the same order (a "
+       "rank that skipped one, failed, or called another stops its peers here), or raise the limit "
+       "(flowdsl.init(wait_timeout=seconds) or FLOWDSL_WAIT_TIMEOUT; 0 turns it off). This communicator's waits "
+       "now give up at once: call comm.abort() and create a new one.")

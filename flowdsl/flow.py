@@ -51,6 +51,10 @@ How a step is fast (the data-movement core, ``_step_kind`` and ``_simple_move``)
   barrier per slot joins them with the sync warp. With fewer threads, thread 0 does
   both jobs in turn (same order, same result).
 
+Every wait (credit, ready flag or signal, LL and LL128 line flags) is bounded
+(:mod:`flowdsl.wait`): after the communicator's limit it gives up, and the host
+raises :class:`flowdsl.DeviceTimeoutError` naming the connection and the peer.
+
 Layout of the staging window (uint64 words): per (channel, connection) four
 state words, then the inbox slots of each protocol, then (when GIN is possible)
 the outbox slots GIN puts are made from. :func:`staging_words` gives its size.
@@ -63,7 +67,7 @@ from collections import namedtuple
 import numpy as np
 from numba import cuda, int64, uint64
 
-from . import _fp8, coop, gin, lsa, mem, team
+from . import _fp8, coop, gin, lsa, mem, team, wait
 from ._flow_staging import Staging, staging
 from ._flow_staging import require_staging as _require_staging
 from ._kernel import device, kernel  # noqa: F401 - flow.kernel is flowdsl.kernel, as flow.device
@@ -360,10 +364,8 @@ def _wait_credit(proc, ctx, out, step):
     if ctx is not None and out.gin:
         gin.wait_signal(ctx, coop.thread(), _credit_signal(proc, out.number), uint64(need))
     else:
-        words = lsa.local_view(proc.stage)
-        at = _state_at(proc, _CREDIT, out.number)
-        while int64(mem.load_acquire(words, at, _SYS)) < need:
-            pass
+        _wait_at_least(proc.comm, lsa.local_view(proc.stage), _state_at(proc, _CREDIT, out.number), need,
+                       wait.FLOW_CREDIT, out.peer, out.number)
 
 
 @device(inline=False)
@@ -372,10 +374,21 @@ def _wait_ready(proc, ctx, inp, step):
     if ctx is not None and inp.gin:
         gin.wait_signal(ctx, coop.thread(), _ready_signal(proc, inp.number), uint64(step + 1))
     else:
-        words = lsa.local_view(proc.stage)
-        at = _state_at(proc, _READY, inp.number)
-        while int64(mem.load_acquire(words, at, _SYS)) < step + 1:
-            pass
+        _wait_at_least(proc.comm, lsa.local_view(proc.stage), _state_at(proc, _READY, inp.number), step + 1,
+                       wait.FLOW_READY, inp.peer, inp.number)
+
+
+@device
+def _wait_at_least(comm, words, at, need, what, peer, index):
+    """Spin until counter ``words[at]`` (acquire, system scope) reaches ``need``; bounded
+    (:mod:`flowdsl.wait`: a wait that gives up returns, and the step goes on with stale data)."""
+    seen = int64(mem.load_acquire(words, at, _SYS))
+    state = uint64(0)
+    while seen < need:
+        state = wait.poll(comm, state, what, peer, index, need, seen)
+        if state == wait.GAVE_UP:
+            return
+        seen = int64(mem.load_acquire(words, at, _SYS))
 
 
 @device(inline=False)
@@ -544,10 +557,19 @@ def ll_line(bits, flag):
 
 
 @device
-def ll_read(view, line, flag):
-    """Spin until LL line ``view[line]`` carries ``flag``; return its 4 data bytes."""
+def ll_read(comm, view, line, flag, peer):
+    """Spin until LL line ``view[line]`` carries ``flag``; return its 4 data bytes.
+
+    Bounded (:mod:`flowdsl.wait`) by device communicator ``comm``'s limit; ``peer`` is the
+    world rank that writes the line (named when the wait gives up, which returns the
+    line's data as it is).
+    """
     w = mem.load_relaxed(view, line, _SYS)
+    state = uint64(0)
     while (w >> uint64(32)) != flag:
+        state = wait.poll(comm, state, wait.LL_LINE, peer, line, flag, w >> uint64(32))
+        if state == wait.GAVE_UP:
+            break
         w = mem.load_relaxed(view, line, _SYS)
     return w & uint64(0xFFFFFFFF)
 
@@ -573,9 +595,9 @@ def _ll_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, r
     i = cuda.threadIdx.x
     while i < m:
         if recv:
-            bits = ll_read(inbox, i * lines, rflag)
+            bits = ll_read(proc.comm, inbox, i * lines, rflag, inp.peer)
             if lines == 2:
-                bits |= ll_read(inbox, i * lines + 1, rflag) << uint64(32)
+                bits |= ll_read(proc.comm, inbox, i * lines + 1, rflag, inp.peer) << uint64(32)
             v = mem.from_bits(bits, dst.dtype)
             if reduce:
                 v = combine(red.op, v, src[base + i], red.fp8)
@@ -614,8 +636,7 @@ def _ll128_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send
     while line < nlines:
         at = line * _LL128_LINE
         if recv:
-            while mem.load_acquire(inbox, at + _LL128_LINE - 1, _SYS) != rflag:
-                pass
+            _ll128_wait(proc, inp, inbox, at + _LL128_LINE - 1, rflag)
         for w in range(_LL128_LINE - 1):
             packed = uint64(0)
             word_in = inbox[at + w] if recv else uint64(0)
@@ -638,6 +659,18 @@ def _ll128_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send
         if send:
             mem.store_release(outbox, at + _LL128_LINE - 1, sflag, _SYS)
         line += proc.workers
+
+
+@device
+def _ll128_wait(proc, inp, inbox, at, flag):
+    """Spin until the LL128 line whose flag word is ``inbox[at]`` carries ``flag`` (acquire); bounded."""
+    seen = mem.load_acquire(inbox, at, _SYS)
+    state = uint64(0)
+    while seen != flag:
+        state = wait.poll(proc.comm, state, wait.LL128_LINE, inp.peer, at, flag, seen)
+        if state == wait.GAVE_UP:
+            return
+        seen = mem.load_acquire(inbox, at, _SYS)
 
 
 @device

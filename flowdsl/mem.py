@@ -15,6 +15,8 @@ instruction (``ld.v4``/``st.v4``), what bandwidth-bound copies need.
 Bits: :func:`to_bits` and :func:`from_bits` move a value's bits in and out of
 a uint64 (what packing data and flags into one word needs). :func:`address`
 gives an element's byte address (to choose a 16-byte path when it is aligned).
+Time: :func:`globaltimer` reads the GPU's nanosecond clock (what bounded waits,
+:mod:`flowdsl.wait`, measure with).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ._stubs import primitive
 __all__ = [
     "load_acquire", "load_relaxed", "store_release", "store_relaxed", "fence",
     "atomic_add", "atomic_cas", "atomic_exch", "red_add", "load_vec", "store_vec", "to_bits", "from_bits", "address",
+    "globaltimer",
 ]
 
 
@@ -106,3 +109,9 @@ def from_bits(bits, dtype):
 def address(array, index):
     """Byte address of ``array[index]`` as a uint64 (``address(a, i) % 16 == 0``: a 16-byte
     vector may start there). Nothing is read; ``index`` may be one past the end."""
+
+
+@primitive
+def globaltimer():
+    """The GPU's global nanosecond timer as a uint64 (PTX ``%globaltimer``; on the simulator a
+    clock that advances with the simulation). Only differences are meaningful."""

@@ -342,11 +342,13 @@ def one_shot_fits(count, itemsize):
 
 
 @flowdsl.device
-def _one_shot_read(words, at, lines, flag, like):
-    """The element a peer left as LL line(s) at ``words[at]`` (spins until they carry ``flag``)."""
-    bits = flow.ll_read(words, at, flag)
+def _one_shot_read(comm, words, at, lines, flag, like, lsa_peer):
+    """The element LSA peer ``lsa_peer`` left as LL line(s) at ``words[at]`` (spins, bounded, until
+    they carry ``flag``)."""
+    peer = comm.rank - comm.lsa_rank + lsa_peer
+    bits = flow.ll_read(comm, words, at, flag, peer)
     if lines == 2:
-        bits |= flow.ll_read(words, at + 1, flag) << uint64(32)
+        bits |= flow.ll_read(comm, words, at + 1, flag, peer) << uint64(32)
     return mem.from_bits(bits, like.dtype)
 
 
@@ -389,13 +391,13 @@ def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0):
         for i in range(first, count, stride):
             acc = src[i]
             if me != 0:
-                acc = _one_shot_read(words, buffer + i * lines, lines, flag, dst)
+                acc = _one_shot_read(comm, words, buffer + i * lines, lines, flag, dst, 0)
             for q in range(1, n):
                 if q == me:
                     acc = flow.combine(red.op, acc, src[i], red.fp8)
                 else:
-                    acc = flow.combine(red.op, acc, _one_shot_read(words, buffer + q * ONE_SHOT_LINES + i * lines,
-                                                                   lines, flag, dst), red.fp8)
+                    acc = flow.combine(red.op, acc, _one_shot_read(comm, words, buffer + q * ONE_SHOT_LINES
+                                                                   + i * lines, lines, flag, dst, q), red.fp8)
             dst[i] = flow.finish(red.op, acc, red.nranks, red.fp8)
         cuda.syncthreads()
         if cuda.threadIdx.x == 0:

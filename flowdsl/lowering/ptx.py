@@ -2,7 +2,8 @@
 
 Each operation is one PTX instruction with its semantics and scope spelled
 out (``ld.acquire.gpu``, ``st.release.sys``, ``fence.acq_rel.gpu``,
-``atom.acq_rel.sys.add``, ``red.release.gpu.add``, ``ld.v4``). Scope and
+``atom.acq_rel.sys.add``, ``red.release.gpu.add``, ``ld.v4``), and the
+``%globaltimer`` read. Scope and
 order are :class:`flowdsl.ThreadScope` / :class:`flowdsl.MemoryOrder`
 values. numba types enum members without their value, so each operation
 emits one instruction per (order, scope) behind a switch on the values; with
@@ -339,6 +340,15 @@ def _address(typingctx, array, index):
     return types.uint64(array, index), codegen
 
 
+@intrinsic
+def _globaltimer(typingctx):
+    def codegen(context, builder, sig, args):
+        # volatile: every read is a new sample (LLVM must not merge or hoist two reads).
+        return _asm(builder, ir.IntType(64), [], "mov.u64 $0, %globaltimer;", "=l")
+
+    return types.uint64(), codegen
+
+
 _load_acquire = _load("load_acquire", "acquire")
 _load_relaxed = _load("load_relaxed", "relaxed")
 _store_release = _store("store_release", "release")
@@ -393,3 +403,4 @@ def bind():
     register(mem.to_bits, lambda value: _to_bits(value))
     register(mem.from_bits, lambda bits, dtype: _from_bits(bits, dtype))
     register(mem.address, lambda array, index: _address(array, index))
+    register(mem.globaltimer, lambda: _globaltimer())

@@ -26,7 +26,7 @@ from numba.cuda.typing.templates import AbstractTemplate, infer, infer_global, s
 from .. import coop as coop_mod
 from .. import lsa, mem, team
 from ..enums import CoopKind
-from . import flow_surface, gin_surface, ptx
+from . import flow_surface, gin_surface, ptx, wait_surface
 from .checks import expect, expect_int, is_omitted
 from .declarations import DECLARED, call_extern
 from .externs import COOP_SUFFIX
@@ -497,3 +497,4 @@ def bind():
     ptx.bind()
     gin_surface.bind()
     flow_surface.bind()
+    wait_surface.bind()

@@ -7,8 +7,10 @@ objects into kernel parameters).
 
 A device communicator travels into the kernel *by value*, as the words of the
 C ``ncclDevComm`` struct of its NCCL ABI (kernel parameters live in constant
-memory, as in a C++ kernel taking ``ncclDevComm`` by value). Support functions
-receive a pointer to a local copy; after LTO inlining the copy folds away.
+memory, as in a C++ kernel taking ``ncclDevComm`` by value), then one word more:
+the address of its communicator's wait record (:mod:`flowdsl.wait`; the support
+library finds it right after the struct). Support functions receive a pointer to
+a local copy; after LTO inlining the copy folds away.
 A window travels as its ``ncclWindow_t`` handle plus its size in bytes.
 """
 
@@ -23,12 +25,19 @@ from ..enums import CoopKind
 
 __all__ = [
     "DevCommType", "WindowType", "TeamType", "CoopType", "LsaBarrierSessionType",
-    "team_type", "ArgumentMarshaller", "ConstantEnumClass",
+    "team_type", "ArgumentMarshaller", "ConstantEnumClass", "devcomm_words",
 ]
 
 
+def devcomm_words(dev_comm_size: int) -> int:
+    """Kernel words of a device communicator: ``ncclDevComm`` (``dev_comm_size`` bytes, padded to
+    8) and the wait record's address."""
+    return -(-dev_comm_size // 8) + 1
+
+
 class DevCommType(types.Type):
-    """A device communicator of NCCL device ABI ``abi`` (``ncclDevComm``, ``nwords`` u64)."""
+    """A device communicator of NCCL device ABI ``abi``: ``nwords`` u64, ``ncclDevComm`` and the
+    wait record's address (:func:`devcomm_words`)."""
 
     def __init__(self, abi: tuple[int, int, int], nwords: int):
         self.abi = tuple(abi)

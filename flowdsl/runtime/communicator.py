@@ -9,11 +9,12 @@ import os
 
 import numpy as np
 
-from ..errors import NoDeviceError, UsageError
+from ..errors import DeviceTimeoutError, NoDeviceError, UsageError
 from ..lowering.target import format_version
 from . import checks, nccl, streams
 from .memory import DevComm, SymmetricAllocation, Window, device_pointer
 from .support import abi_layout
+from .wait_record import GRACE, WaitRecord, aborted_error, resolve_timeout, wait_for_device
 
 __all__ = ["init", "Communicator", "REQUIREMENT_FIELDS"]
 
@@ -131,8 +132,8 @@ def _exchange_unique_id(rank: int, nranks: int, *, group=None, mpi_comm=None) ->
 
 
 def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | None = None, *,
-         group=None, mpi_comm=None, device: int | None = None,
-         check_collectives: bool | None = None) -> "Communicator":
+         group=None, mpi_comm=None, device: int | None = None, check_collectives: bool | None = None,
+         wait_timeout: float | None = None) -> "Communicator":
     """Create a :class:`Communicator`.
 
     Sources, in order: explicit ``nranks, rank, unique_id``; a ``torch.distributed``
@@ -148,7 +149,11 @@ def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | 
             all-gathers 128 bytes per rank with NCCL and waits for the stream on every call: for
             debugging. Defaults to the environment variable ``FLOWDSL_CHECK_COLLECTIVES`` (``1``: on;
             unset or ``0``: off). The simulator always checks.
+        wait_timeout: Seconds a device-side wait may last before it gives up and
+            ``comm.synchronize()`` raises :class:`~flowdsl.DeviceTimeoutError` (0: never).
+            Defaults to ``$FLOWDSL_WAIT_TIMEOUT``, else 300.
     """
+    wait_timeout = resolve_timeout(wait_timeout)
     _require_gpu("initialise a flowdsl communicator")
     if mpi_comm is not None:
         nranks, rank = mpi_comm.Get_size(), mpi_comm.Get_rank()
@@ -177,6 +182,7 @@ def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | 
             unique_id = _exchange_unique_id(rank, nranks, group=group, mpi_comm=mpi_comm)
     comm = Communicator(nranks, int(rank), unique_id, device)
     comm.check_collectives = bool(check_collectives)
+    comm.wait_timeout = wait_timeout
     return comm
 
 
@@ -203,7 +209,8 @@ class Communicator:
 
     check_collectives = False
 
-    def __init__(self, nranks: int, rank: int, unique_id: bytes, device: int = 0):
+    def __init__(self, nranks: int, rank: int, unique_id: bytes, device: int = 0, *,
+                 wait_timeout: float | None = None):
         import cupy  # noqa: PLC0415
         from nccl.core import Communicator as NcclCommunicator  # noqa: PLC0415
         from nccl.core import UniqueId  # noqa: PLC0415
@@ -220,6 +227,8 @@ class Communicator:
         self._resources: list = []
         self._allocations: list[SymmetricAllocation] = []
         self._closed = False
+        self._aborted = False
+        self._wait_record = WaitRecord(device, resolve_timeout(wait_timeout))
 
     # -- resource bookkeeping ------------------------------------------------------------
     def _track(self, resource) -> None:
@@ -354,11 +363,35 @@ class Communicator:
         fields = {REQUIREMENT_FIELDS[k]: int(v) for k, v in requirements.items()}
         return DevComm(self, fields, layout, self.nccl_version)
 
-    # -- synchronisation and teardown -----------------------------------------------------------
+    # -- synchronisation, timeouts and teardown -------------------------------------------------
+    @property
+    def wait_timeout(self) -> float:
+        """Seconds a device-side wait may last before it gives up (0: never); settable, and read
+        by running kernels at their next check."""
+        return self._wait_record.timeout
+
+    @wait_timeout.setter
+    def wait_timeout(self, seconds: float) -> None:
+        self._wait_record.timeout = seconds
+
+    def device_error(self) -> DeviceTimeoutError | None:
+        """The timeout a kernel of this communicator recorded, or None (cheap: one host read).
+
+        Kernels whose waits gave up ran to their end with wrong results; ``synchronize``
+        raises this error, and so does every later ``synchronize``.
+        """
+        return self._wait_record.error("run kernels on this communicator")
+
     def synchronize(self) -> None:
         """Wait for all work on this rank's device.
 
+        While it waits it watches the communicator's wait record, so it never hangs on a
+        device-side wait: waits give up after ``wait_timeout`` or on :meth:`abort`.
+
         Raises:
+            DeviceTimeoutError: A device-side wait of this communicator gave up (the message
+                says who waited for what, from which peer).
+            ResourceClosedError: The communicator was aborted meanwhile.
             UsageError: The current CuPy or PyTorch stream is capturing a CUDA graph: waiting
                 for the whole device is illegal then and would invalidate the capture.
         """
@@ -369,18 +402,64 @@ class Communicator:
                 handle, "synchronize", "waiting for the whole device is illegal while a stream captures (it "
                 "would invalidate the capture)",
                 fix="Synchronize after the capture ends (after end_capture() or the torch.cuda.graph block)")
-        cupy.cuda.Device(self.device).synchronize()
+        finished = wait_for_device(cupy.cuda.Device(self.device).synchronize, self._wait_record)
+        error = self._wait_record.error("synchronize")
+        if error is not None:
+            if not finished:
+                error.add_note(f"The device was still busy {GRACE:g} s after its waits gave up: a kernel spins "
+                               "outside flowdsl's bounded waits (a loop without flowdsl.wait.poll, a CFT wait, a "
+                               "GIN flush).")
+            raise error
+        if self._wait_record.aborted or not finished:
+            raise aborted_error(device_busy=not finished)
 
-    def close(self) -> None:
-        """Close every resource still open (device communicators, windows, memory), then NCCL's communicator."""
+    def abort(self) -> None:
+        """End this rank's spinning kernels and release the communicator without its peers.
+
+        Every bounded wait of this communicator's kernels gives up at its next check and the
+        kernels run to their end; then NCCL's communicator is aborted (``ncclCommAbort``)
+        and every resource is released without collective calls. Safe from another thread
+        (a thread blocked in :meth:`synchronize` then raises). A second call does nothing.
+        """
         if self._closed:
             return
-        self.synchronize()
+        self._closed = self._aborted = True
+        self._wait_record.abort()
+        import cupy  # noqa: PLC0415
+
+        idle = wait_for_device(cupy.cuda.Device(self.device).synchronize, self._wait_record, limit=GRACE)
+        allocations = list(self._allocations)
+        for res in list(self._resources):
+            res._closed = True  # NCCL's abort releases windows and device communicators
+            self._untrack(res)
+        self._nccl.abort()
+        if idle:  # memory (and the record) a kernel may still use are left alone
+            for allocation in allocations:
+                allocation._release()
+            self._wait_record.close()
+
+    def close(self) -> None:
+        """Close every resource still open (device communicators, windows, memory), then NCCL's communicator.
+
+        Never hangs: it waits for the device up to ``wait_timeout`` (its kernels' waits give
+        up by then), and when the device is still busy, or a wait gave up (a peer may be
+        gone, so collective teardown could hang), it aborts instead (:meth:`abort`).
+        """
+        if self._closed:
+            return
+        import cupy  # noqa: PLC0415
+
+        limit = self.wait_timeout + GRACE if self.wait_timeout else None
+        idle = wait_for_device(cupy.cuda.Device(self.device).synchronize, self._wait_record, limit=limit)
+        if not idle or self._wait_record.stopped:
+            self.abort()
+            return
         for kind in (DevComm, Window, SymmetricAllocation):
             for res in [r for r in self._resources if isinstance(r, kind)]:
                 res.close()
         self._closed = True
         self._nccl.destroy()
+        self._wait_record.close()
 
     def __enter__(self):
         return self

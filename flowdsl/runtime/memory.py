@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..lowering.target import format_version
-from ..lowering.types import DevCommType, WindowType
+from ..lowering.types import DevCommType, WindowType, devcomm_words
 from . import checks, nccl
 
 __all__ = ["Resource", "SymmetricAllocation", "Window", "DevComm", "device_pointer", "GinBackend", "GIN_BACKENDS",
@@ -210,10 +210,11 @@ class DevComm(Resource):
             raise
         self.gin_backend = gin_backend_of(comm)
         raw = bytes(self._struct)
-        # Unsigned 64-bit kernel parameters (a plain int above 2**63 would not fit ssize_t).
-        self._word_values = struct.unpack(f"<{len(raw) // 8}Q", raw)
+        # Unsigned 64-bit kernel parameters (a plain int above 2**63 would not fit ssize_t), then the
+        # communicator's wait record (bounded device waits read their limit there and record a timeout).
+        self._word_values = struct.unpack(f"<{len(raw) // 8}Q", raw) + (comm._wait_record.device_address,)
         self._words = tuple(ctypes.c_uint64(w) for w in self._word_values)
-        self._type = DevCommType(self.abi, len(self._words))
+        self._type = DevCommType(self.abi, devcomm_words(size))
 
     @property
     def communicator(self):

@@ -12,7 +12,9 @@ table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
 :class:`UsageError`, :class:`GinCoverageError`, :class:`GinResourceError`,
 :class:`GinBackendError`, :class:`CftCoverageError`, :class:`DataRaceError` (see
-:mod:`flowdsl.sim.races`: data races found by happens-before), and :func:`last_stats`. GIN
+:mod:`flowdsl.sim.races`: data races found by happens-before), :class:`WaitTimeoutError` (threads
+stuck in bounded waits: the GPU's :class:`flowdsl.DeviceTimeoutError` diagnosis, see
+:mod:`flowdsl.sim.timeouts`), and :func:`last_stats`. GIN
 (puts, signals, counters, GIN barriers over a simulated network) is modelled in
 :mod:`flowdsl.sim.gin`, CFT (LE-addressed puts and gets, counted writes and the
 receiver's fence rule, CFT barriers) in :mod:`flowdsl.sim.cft`, on the same network.
@@ -25,9 +27,10 @@ from . import _state
 from . import host as _host
 from . import gin as _gin  # noqa: F401 - registers flowdsl.gin's semantics
 from . import cft as _cft  # noqa: F401 - registers flowdsl.cft's semantics
+from . import timeouts as _timeouts  # noqa: F401 - registers flowdsl.wait's semantics
 from .errors import (BarrierIndexError, CftCoverageError, CollectiveMismatchError, DataRaceError, DeadlockError,
                      GinBackendError, GinCoverageError, GinResourceError, LivelockError, SimulationError,
-                     UnsupportedFeatureError, UsageError, WindowAccessError)
+                     UnsupportedFeatureError, UsageError, WaitTimeoutError, WindowAccessError)
 from .host import launch, spawn
 from .semantics import SEMANTICS, dispatch, implements
 
@@ -36,6 +39,7 @@ __all__ = [
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
     "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "DataRaceError",
+    "WaitTimeoutError",
 ]
 
 

@@ -1,7 +1,7 @@
 """Errors raised by the CPU simulator.
 
 Contents: :class:`SimulationError` (base), :class:`UnsupportedFeatureError`,
-:class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`,
+:class:`DeadlockError`, :class:`LivelockError`, :class:`WaitTimeoutError`, :class:`WindowAccessError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
 :class:`UsageError`, :class:`DataRaceError`, and for GIN :class:`GinCoverageError`,
 :class:`GinResourceError`, :class:`GinBackendError`, and for CFT :class:`CftCoverageError`.
@@ -13,13 +13,14 @@ inside a simulation, names the rank (block, thread) and the seed that replays it
 from __future__ import annotations
 
 from ..errors import CollectiveMismatchError as _CollectiveMismatchError
-from ..errors import FlowDSLError
+from ..errors import DeviceTimeoutError, FlowDSLError
 from ..errors import UsageError as _UsageError
 
 __all__ = [
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
     "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "DataRaceError",
+    "WaitTimeoutError",
 ]
 
 
@@ -45,6 +46,18 @@ class DeadlockError(SimulationError):
 
 class LivelockError(DeadlockError):
     """Threads keep spinning (``flowdsl.mem`` loads/atomics) without any progress."""
+
+
+class WaitTimeoutError(LivelockError, DeviceTimeoutError):
+    """Threads are stuck in bounded waits (:mod:`flowdsl.wait`): on a GPU they would time out.
+
+    The message starts with the diagnosis ``comm.synchronize()`` gives on a GPU (one
+    record per stuck rank), then the simulator's deadlock or livelock report; the
+    attributes are those of :class:`flowdsl.DeviceTimeoutError` (the first stuck rank's).
+    """
+
+    def __init__(self, message: str, **fields):
+        DeviceTimeoutError.__init__(self, message, **fields)
 
 
 class WindowAccessError(SimulationError, IndexError):

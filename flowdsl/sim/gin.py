@@ -39,7 +39,7 @@ from .errors import (BarrierIndexError, GinBackendError, GinCoverageError, GinRe
 from .memory import Window, WindowView
 from .races import net_what
 from .scheduler import Cond, Wait, sim_error
-from .semantics import (BarrierSession, Team, _coop_sync, _cur, _lsa_arrive, _lsa_barrier, _lsa_wait,
+from .semantics import (BarrierSession, Team, _coop_sync, _cur, _lsa_arrive, _lsa_barrier, _lsa_wait, _note_bounded,
                         implements)
 
 __all__ = ["Network", "Op", "Channel", "GinState", "GinContext", "Action", "GinBarrierSession",
@@ -788,7 +788,9 @@ def _gin_wait_signal(ctx, coop, signal, least, bits=64, order=None):
             inc = sum(1 for o in net.inflight if o.dst == r and o.remote is not None)
             return (f"signal {sig} of rank {r} is {st.signals[r][sig]}; {inc} signalling operations are in "
                     f"flight to rank {r}")
-        sched.block(t, Wait(f"gin.wait_signal(signal {sig} >= {int(least)})", detail))
+        w = Wait(f"gin.wait_signal(signal {sig} >= {int(least)})", detail)
+        _note_bounded(t, "GIN_SIGNAL", -1, sig, least, lambda st=st, r=t.rank: st.signals[r][sig], w)
+        sched.block(t, w)
     _net().observe(t.rank, st.sig_pending[t.rank][sig])
     _race_acquire(t, ("sig", st.group.did, t.rank, sig), order)
     if coop is not None and coop.nthreads > 1:
@@ -827,7 +829,9 @@ def _gin_wait_counter(ctx, coop, counter, least, bits=56, order=None):
     sched = _state.sched
     while not _roll_ge(st.counters[t.rank][c], least, int(bits)):
         st.ctr_cond[t.rank].waiters.append(t)
-        sched.block(t, Wait(f"gin.wait_counter(counter {c} >= {int(least)}; now {st.counters[t.rank][c]})"))
+        w = Wait(f"gin.wait_counter(counter {c} >= {int(least)}; now {st.counters[t.rank][c]})")
+        _note_bounded(t, "GIN_COUNTER", -1, c, least, lambda st=st, r=t.rank: st.counters[r][c], w)
+        sched.block(t, w)
     _race_acquire(t, ("ctr", st.group.did, t.rank, c), order)
     if coop is not None and coop.nthreads > 1:
         _coop_sync(coop)
@@ -866,7 +870,7 @@ class GinBarrierSession:
         _rail_sync(self, order)
 
 
-def _rail_sync(s, order):
+def _rail_sync(s, order, what="GIN_BARRIER"):
     """Arrive at every rail peer (a strongly ordered message on the context), wait for all, observe."""
     t = _cur()
     ctx, st = s.ctx, s.ctx.state
@@ -892,7 +896,10 @@ def _rail_sync(s, order):
             return "\n".join(f"rail peer rank {comm.lsa_rank + p * ls} (node {p}) has not arrived (its arrival "
                              f"count here is {v}, need {val}): {sch.rank_summary(comm.lsa_rank + p * ls)}"
                              for p, v in enumerate(box) if p != node and v < val)
-        sched.block(t, Wait(f"gin rail barrier {s.index} wait (epoch {s.epoch} -> {val})", detail))
+        w = Wait(f"gin rail barrier {s.index} wait (epoch {s.epoch} -> {val})", detail)
+        late = next(p for p, v in enumerate(box) if p != node and v < val)
+        _note_bounded(t, what, comm.lsa_rank + late * ls, s.index, val, box[late], w)
+        sched.block(t, w)
     net.observe(t.rank, st.bar_pending[t.rank])
     _race_acquire(t, ("rail", st.group.did, t.rank, s.index), order)
     _coop_sync(s.coop)
@@ -920,7 +927,7 @@ class HybridBarrierSession:
     def sync(self, order=MemoryOrder.SEQ_CST):
         _lsa_arrive(self.lsa, order)
         _lsa_wait(self.lsa, order)
-        _rail_sync(self.rail, order)
+        _rail_sync(self.rail, order, "HYBRID_BARRIER")
 
 
 @implements("flowdsl.gin.hybrid_barrier")

@@ -14,6 +14,7 @@ import gc
 import numpy as np
 
 from ..runtime import checks
+from ..runtime.wait_record import aborted_error, resolve_timeout
 from . import _state
 from .cudashim import simulate_function
 from ..errors import ResourceClosedError
@@ -243,6 +244,8 @@ class SimComm:
             w.sched.block(t, Wait("comm.synchronize()", lambda s, r=self.rank: f"rank {r}: {s.rank_summary(r)}"))
         if w.sched.race is not None:
             w.sched.race.synchronize(t, self.rank)
+        if getattr(self, "aborted", False):
+            raise aborted_error()
 
     def barrier(self):
         """Host barrier among all ranks."""
@@ -268,6 +271,25 @@ class SimComm:
             res.close()
         self._resources.clear()
         self.closed = True
+
+    # The GPU communicator's bounded-wait API (flowdsl.wait): the simulator has no clock to
+    # time out by (stuck waits raise WaitTimeoutError from the scheduler); the limit is kept.
+    @property
+    def wait_timeout(self) -> float:
+        return getattr(self, "_wait_timeout", resolve_timeout(None))
+
+    @wait_timeout.setter
+    def wait_timeout(self, seconds) -> None:
+        self._wait_timeout = resolve_timeout(seconds)
+
+    def device_error(self):
+        """None: on the simulator a stuck wait ends the run with WaitTimeoutError instead."""
+        return None
+
+    def abort(self):
+        """Waits of this rank's kernels in flowdsl.wait.poll give up at once; then close."""
+        self.aborted = True
+        self.close()
 
     def __enter__(self):
         return self

@@ -214,6 +214,7 @@ class Scheduler:
         self.net = None
         self.race = None
         self.last_writer = {}
+        self.bounded_waits = {}  # task -> what it waits for (flowdsl/sim/timeouts.py)
 
     # ---- task life cycle -------------------------------------------------
     def add(self, task, run):
@@ -397,15 +398,17 @@ class Scheduler:
         return "\n".join(lines)
 
     def _deadlock_error(self):
+        from . import timeouts  # noqa: PLC0415 (imports the scheduler)
         labels = [t.waiting.short() for t in self.tasks if not t.done and t.waiting is not None]
         msg = (f"Cannot finish the simulation: deadlock: every remaining task waits and nothing can "
                f"release them ({self.seed_line()}).\nWaiting:\n{self._waiting_report()}\n"
                + "\n".join(deadlock_hints(labels)))
         e = DeadlockError(msg)
         e.seed = self.seed
-        return e
+        return timeouts.as_timeout(self, e)
 
     def _livelock_error(self, task):
+        from . import timeouts  # noqa: PLC0415 (imports the scheduler)
         spinners = []
         for t in self.tasks:
             if not t.done and t.waiting is None and isinstance(t.last_spin, tuple):
@@ -436,7 +439,7 @@ class Scheduler:
         e = LivelockError(msg)
         e.seed = self.seed
         e.rank = task.rank
-        return e
+        return timeouts.as_timeout(self, e)
 
 
 class Wait:

@@ -460,8 +460,11 @@ def _lsa_wait(session, order=MemoryOrder.SEQ_CST):
     cond = g.conds[comm.rank][session.index]
     while any(v < need for p, v in enumerate(box) if p != me):
         cond.waiters.append(t)
-        sched.block(t, Wait(f"lsa barrier {session.index} wait (epoch {session.epoch} -> {need}) of devcomm "
-                            f"#{g.did}", _bar_detail(session, t)))
+        w = Wait(f"lsa barrier {session.index} wait (epoch {session.epoch} -> {need}) of devcomm #{g.did}",
+                 _bar_detail(session, t))
+        late = next(p for p, v in enumerate(box) if p != me and v < need)
+        _note_bounded(t, "LSA_BARRIER", comm.rank - me + late, session.index, need, box[late], w)
+        sched.block(t, w)
     if sched.race is not None:
         sched.race.acquire_from(t, ("lsa", g.did, comm.rank, session.index), order)
     _coop_sync(session.coop)
@@ -469,6 +472,14 @@ def _lsa_wait(session, order=MemoryOrder.SEQ_CST):
     if session.coop.trank == 0:
         g.epoch[comm.rank][session.index] = need
     return None
+
+
+def _note_bounded(task, what, peer, index, expected, seen, wait_obj):
+    """``task`` blocks in a wait a GPU bounds (see flowdsl/sim/timeouts.py)."""
+    from .. import wait  # noqa: PLC0415
+    from .timeouts import note  # noqa: PLC0415 (imports this module)
+
+    note(task, getattr(wait, what), peer, index, expected, seen, wait_obj=wait_obj)
 
 
 @implements("flowdsl.lsa.sync")

@@ -19,6 +19,9 @@ FLOWDSL_API int flowdsl_comm_lsa_rank(const ncclDevComm* comm);
 // Number of ranks in this rank's LSA team. (NCCL >= 2.28.9)
 FLOWDSL_API int flowdsl_comm_lsa_size(const ncclDevComm* comm);
 
+// One check of a bounded wait (flowdsl.wait.poll): the wait's next state, or all ones to give up. (NCCL >= 2.28.9)
+FLOWDSL_API uint64_t flowdsl_wait_check(const ncclDevComm* comm, uint64_t state, int what, int peer, uint32_t index, uint64_t expected, uint64_t seen);
+
 // Barrier among the coop's threads. (NCCL >= 2.28.9)
 FLOWDSL_API void flowdsl_coop_sync__thread(uint32_t coop);
 FLOWDSL_API void flowdsl_coop_sync__warp(uint32_t coop);
@@ -89,14 +92,14 @@ FLOWDSL_API void flowdsl_lsa_barrier_arrive__lanes(uint32_t coop, const ncclDevC
 FLOWDSL_API void flowdsl_lsa_barrier_arrive__warp_span(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
 FLOWDSL_API void flowdsl_lsa_barrier_arrive__cta(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
 
-// ncclLsaBarrierSession::wait. (NCCL >= 2.28.9)
+// ncclLsaBarrierSession::wait, bounded (flowdsl.wait). (NCCL >= 2.28.9)
 FLOWDSL_API void flowdsl_lsa_barrier_wait__thread(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
 FLOWDSL_API void flowdsl_lsa_barrier_wait__warp(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
 FLOWDSL_API void flowdsl_lsa_barrier_wait__lanes(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
 FLOWDSL_API void flowdsl_lsa_barrier_wait__warp_span(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
 FLOWDSL_API void flowdsl_lsa_barrier_wait__cta(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
 
-// ncclLsaBarrierSession::sync. (NCCL >= 2.28.9)
+// ncclLsaBarrierSession::sync, its wait bounded. (NCCL >= 2.28.9)
 FLOWDSL_API void flowdsl_lsa_barrier_sync__thread(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
 FLOWDSL_API void flowdsl_lsa_barrier_sync__warp(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
 FLOWDSL_API void flowdsl_lsa_barrier_sync__lanes(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
@@ -665,7 +668,7 @@ FLOWDSL_API void flowdsl_gin_flush__cta(uint32_t coop, const ncclDevComm* comm, 
 // ncclGin::readSignal. (NCCL >= 2.28.9)
 FLOWDSL_API uint64_t flowdsl_gin_read_signal(const ncclDevComm* comm, int ctx, uint32_t signal, int bits, int order);
 
-// ncclGin::waitSignal. (NCCL >= 2.28.9)
+// ncclGin::waitSignal, bounded. (NCCL >= 2.28.9)
 FLOWDSL_API void flowdsl_gin_wait_signal__thread(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
 FLOWDSL_API void flowdsl_gin_wait_signal__warp(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
 FLOWDSL_API void flowdsl_gin_wait_signal__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
@@ -678,7 +681,7 @@ FLOWDSL_API void flowdsl_gin_reset_signal(const ncclDevComm* comm, int ctx, uint
 // ncclGin::readCounter. (NCCL >= 2.28.9)
 FLOWDSL_API uint64_t flowdsl_gin_read_counter(const ncclDevComm* comm, int ctx, uint32_t counter, int bits, int order);
 
-// ncclGin::waitCounter. (NCCL >= 2.28.9)
+// ncclGin::waitCounter, bounded. (NCCL >= 2.28.9)
 FLOWDSL_API void flowdsl_gin_wait_counter__thread(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
 FLOWDSL_API void flowdsl_gin_wait_counter__warp(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
 FLOWDSL_API void flowdsl_gin_wait_counter__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
@@ -688,14 +691,14 @@ FLOWDSL_API void flowdsl_gin_wait_counter__cta(uint32_t coop, const ncclDevComm*
 // ncclGin::resetCounter. (NCCL >= 2.28.9)
 FLOWDSL_API void flowdsl_gin_reset_counter(const ncclDevComm* comm, int ctx, uint32_t counter);
 
-// ncclGinBarrierSession (rail team)::sync. (NCCL >= 2.28.9)
+// ncclGinBarrierSession (rail team)::sync, bounded. (NCCL >= 2.28.9)
 FLOWDSL_API void flowdsl_gin_barrier_sync__thread(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
 FLOWDSL_API void flowdsl_gin_barrier_sync__warp(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
 FLOWDSL_API void flowdsl_gin_barrier_sync__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
 FLOWDSL_API void flowdsl_gin_barrier_sync__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
 FLOWDSL_API void flowdsl_gin_barrier_sync__cta(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
 
-// ncclBarrierSession (world: LSA inside, GIN across)::sync. (NCCL >= 2.28.9)
+// ncclBarrierSession (world: LSA inside, GIN across)::sync, bounded. (NCCL >= 2.28.9)
 FLOWDSL_API void flowdsl_hybrid_barrier_sync__thread(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
 FLOWDSL_API void flowdsl_hybrid_barrier_sync__warp(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
 FLOWDSL_API void flowdsl_hybrid_barrier_sync__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);

@@ -33,6 +33,215 @@ __device__ __forceinline__ void store_team(ncclTeam t, int* out) {
   out[2] = t.stride;
 }
 
+
+// ---- bounded waits ------------------------------------------------------------
+// A device communicator travels as ncclDevComm's words and one word more: the address of
+// its communicator's wait record, host-mapped memory the host reads while kernels run
+// (0: waits are unbounded). Word indices, shared with flowdsl/runtime/wait_record.py:
+enum : int {
+  kStop = 0,       // 0 running; 1 the host aborted; 2 a wait timed out (the record below is its)
+  kDone = 1,       // 1 once the record's fields are written (released after them)
+  kWhat = 2, kRank = 3, kBlock = 4, kThread = 5, kExpected = 6, kSeen = 7, kPeer = 8, kIndex = 9,
+  kWaitedNs = 10,  // how long the first wait to give up had waited
+  kTimeoutNs = 11, // the limit (host-written; 0: off)
+  kClockKhz = 12,  // SM clock, for NCCL's own timeouts, which count cycles
+};
+// What a wait waits on (flowdsl/wait.py has the same values).
+enum : int { kLsaBarrier = 5, kGinSignal = 6, kGinCounter = 7, kGinBarrier = 8, kHybridBarrier = 9 };
+constexpr uint64_t kGaveUp = ~0ull;
+constexpr uint64_t kSpinMask = 1023;  // flowdsl.wait.CHECK_EVERY - 1
+
+__device__ __forceinline__ uint64_t* wait_record(const ncclDevComm* comm) {
+  return reinterpret_cast<uint64_t*>(reinterpret_cast<const uint64_t*>(comm)[(sizeof(ncclDevComm) + 7) / 8]);
+}
+__device__ __forceinline__ uint64_t global_timer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ uint64_t load_relaxed_sys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The first wait to give up claims the record (the stop word, 0 -> 2) and fills it; an
+// abort (1) or an earlier timeout leaves it as it is.
+__device__ __noinline__ void record_timeout(const ncclDevComm* comm, int what, int peer, uint32_t index,
+                                            uint64_t expected, uint64_t seen, uint64_t waited_ns) {
+  uint64_t* rec = wait_record(comm);
+  uint64_t old;
+  asm volatile("atom.relaxed.sys.cas.b64 %0, [%1], %2, %3;" : "=l"(old) : "l"(rec + kStop), "l"(0ull), "l"(2ull)
+               : "memory");
+  if (old != 0) return;
+  rec[kWhat] = (uint64_t)what;
+  rec[kRank] = (uint64_t)comm->rank;
+  rec[kBlock] = blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
+  rec[kThread] = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  rec[kExpected] = expected;
+  rec[kSeen] = seen;
+  rec[kPeer] = (uint64_t)(int64_t)peer;
+  rec[kIndex] = index;
+  rec[kWaitedNs] = waited_ns;
+  asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(rec + kDone), "l"(1ull) : "memory");
+}
+
+}  // namespace
+
+// state: the wait's start time (ns, low bits cleared) | spins since the last check.
+FLOWDSL_API uint64_t flowdsl_wait_check(const ncclDevComm* comm, uint64_t state, int what, int peer,
+                                        uint32_t index, uint64_t expected, uint64_t seen) {
+  uint64_t* rec = wait_record(comm);
+  if (rec == nullptr) return state;
+  uint64_t now = global_timer() & ~kSpinMask;
+  uint64_t start = state & ~kSpinMask;
+  if (start == 0) return now | (state & kSpinMask);  // the first check: the wait starts now
+  if (load_relaxed_sys(rec + kStop) != 0) return kGaveUp;
+  uint64_t timeout = load_relaxed_sys(rec + kTimeoutNs);
+  if (timeout == 0 || now - start < timeout) return state;
+  record_timeout(comm, what, peer, index, expected, seen, now - start);
+  return kGaveUp;
+}
+
+namespace {
+
+// One iteration of a bounded wait (flowdsl.wait.poll in C++): false once it must stop.
+__device__ __forceinline__ bool keep_waiting(const ncclDevComm* comm, uint64_t& state, int what, int peer,
+                                             uint32_t index, uint64_t expected, uint64_t seen) {
+  uint64_t spins = (state + 1) & kSpinMask;
+  state = (state & ~kSpinMask) | spins;
+  if (spins == 1) state = flowdsl_wait_check(comm, state, what, peer, index, expected, seen);
+  return state != kGaveUp;
+}
+
+// ncclLsaBarrierSession::wait with every spin bounded (the same loads, orders and epoch
+// updates as NCCL's; a wait that gives up leaves the loop as NCCL's abort does).
+template <typename Coop>
+__device__ __forceinline__ void bounded_lsa_wait(ncclLsaBarrierSession<Coop>& s, const ncclDevComm* comm,
+                                                 cuda::memory_order order) {
+  if (s.multimem) {
+#if __CUDA_ARCH__ >= 900
+    if (s.coop.thread_rank() == 0) {
+      cuda::atomic_ref<uint32_t> inbox(*s.mcInbox(/*multimem=*/false));
+      uint32_t need = s.epoch + s.team.nRanks;
+      uint64_t state = 0;
+#pragma unroll 1
+      while (true) {
+        uint32_t got = inbox.load(nccl::utility::acquireOrderOf(order));
+        if (got - need <= uint32_t(-1) >> 1) break;
+        if (!keep_waiting(comm, state, kLsaBarrier, -1, s.index, need, got)) break;
+      }
+      s.epoch += s.team.nRanks;
+    }
+#endif
+  } else {
+    bool gave_up = false;
+#pragma unroll 1
+    for (int i = s.coop.thread_rank(); i < s.team.nRanks - 1 && !gave_up; i += s.coop.size()) {
+      int peer = i + (s.team.rank <= i ? 1 : 0);
+      cuda::atomic_ref<uint32_t> inbox(*s.ucInbox(s.team.rank, peer));
+      uint64_t state = 0;
+#pragma unroll 1
+      while (true) {
+        uint32_t got = inbox.load(nccl::utility::acquireOrderOf(order));
+        if (got - (s.epoch + 1) <= uint32_t(-1) >> 1) break;
+        if (!keep_waiting(comm, state, kLsaBarrier, ncclTeamRankToWorld(*comm, s.team, peer), s.index,
+                          s.epoch + 1, got)) {
+          gave_up = true;
+          break;
+        }
+      }
+    }
+    s.epoch += 1;
+  }
+  s.coop.sync();
+}
+
+// Thread 0 of the coop waits until signal (or counter) reaches least, as ncclGin::waitSignal.
+template <bool Counter, typename Coop>
+__device__ __forceinline__ void bounded_gin_wait(Coop coop, const ncclDevComm* comm, const ncclGin& net,
+                                                 uint32_t id, uint64_t least, int bits, cuda::memory_order order,
+                                                 int what, uint32_t index) {
+  coop.sync();
+  if (coop.thread_rank() == 0) {
+    uint64_t state = 0;
+#pragma unroll 1
+    while (true) {
+      uint64_t got = Counter ? net.readCounter(id, bits, order) : net.readSignal(id, bits, order);
+      if (nccl::utility::rollingLessEq(least, got, bits)) break;
+      if (!keep_waiting(comm, state, what, -1, index, least, got)) break;
+    }
+  }
+  coop.sync();
+}
+
+#if NCCL_VERSION_CODE >= 23003
+// NCCL >= 2.30.3 bounds its barrier sessions itself, in SM cycles (without watching any abort
+// flag while it does); a timeout it reports fills flowdsl's record. Without a limit, the plain
+// form, which watches NCCL's own abort flag (set by ncclCommAbort).
+template <typename Session, typename Coop>
+__device__ __forceinline__ void bounded_barrier_sync(Session& s, Coop c, const ncclDevComm* comm,
+                                                     cuda::memory_order order, int what, uint32_t index) {
+  uint64_t* rec = wait_record(comm);
+  uint64_t timeout = rec ? load_relaxed_sys(rec + kTimeoutNs) : 0;
+  if (timeout == 0) {
+    s.sync(c, order, ncclGinFenceLevel::Relaxed);
+    return;
+  }
+  uint64_t start = global_timer();
+  uint64_t cycles = timeout * load_relaxed_sys(rec + kClockKhz) / 1000000;
+  if (s.sync(c, order, ncclGinFenceLevel::Relaxed, cycles ? cycles : timeout) == ncclTimeout)
+    record_timeout(comm, what, -1, index, 0, 0, global_timer() - start);
+}
+#else
+// ncclGinBarrierSession::sync of NCCL < 2.30 with its spins bounded (same signals, orders
+// and barrier state). 2.28 counts one signal per barrier in an epoch; 2.29 has one signal
+// per peer and counts arrivals in the signals' shadows.
+template <typename Coop>
+__device__ __forceinline__ void bounded_gin_barrier_sync(ncclGinBarrierSession<Coop>& s, const ncclDevComm* comm,
+                                                         cuda::memory_order ord, int what, uint32_t index) {
+  auto scope = nccl::utility::releaseOrderOf(ord) != cuda::memory_order_relaxed ? cuda::thread_scope_thread
+                                                                                 : cuda::thread_scope_system;
+  s.coop.sync();
+#if NCCL_VERSION_CODE >= 22900
+  bool gave_up = false;
+#pragma unroll 1
+  for (int i = s.coop.thread_rank(); i < s.team.nRanks - 1; i += s.coop.size()) {
+    int peer = 1 + s.team.rank + i;
+    if (s.team.nRanks <= peer) peer -= s.team.nRanks;
+    s.net.signal(s.team, peer, ncclGin_SignalInc{s.signal + s.team.rank}, ncclCoopThread(), ncclGin_None(), scope);
+    uint32_t* shadow = (uint32_t*)s.net.getSignalShadowPtr(s.signal + peer);
+    uint32_t need = ++*shadow;
+    uint64_t state = 0;
+#pragma unroll 1
+    while (!gave_up) {
+      uint64_t got = s.net.readSignal(s.signal + peer, 32, nccl::utility::acquireOrderOf(ord));
+      if (nccl::utility::rollingLessEq((uint64_t)need, got, 32)) break;
+      gave_up = !keep_waiting(comm, state, what, ncclTeamRankToWorld(*comm, s.team, peer), index, need, got);
+    }
+  }
+#else
+#pragma unroll 1
+  for (int i = s.coop.thread_rank(); i < s.team.nRanks - 1; i += s.coop.size()) {
+    int peer = 1 + s.team.rank + i;
+    if (s.team.nRanks <= peer) peer -= s.team.nRanks;
+    s.net.signal(s.team, peer, ncclGin_SignalInc{s.signal}, ncclCoopThread(), ncclGin_None(), scope);
+  }
+  s.epoch += s.team.nRanks - 1;
+  if (s.coop.thread_rank() == 0) {
+    uint64_t state = 0;
+#pragma unroll 1
+    while (true) {
+      uint64_t got = s.net.readSignal(s.signal, 32, nccl::utility::acquireOrderOf(ord));
+      if (nccl::utility::rollingLessEq((uint64_t)s.epoch, got, 32)) break;
+      if (!keep_waiting(comm, state, what, -1, index, s.epoch, got)) break;
+    }
+  }
+#endif
+  s.coop.sync();
+}
+#endif
+
 }  // namespace
 
 #define FLOWDSL_FOR_EACH_COOP(X) X(thread) X(warp) X(lanes) X(warp_span) X(cta)
@@ -107,6 +316,7 @@ FLOWDSL_API void* flowdsl_get_team_pointer(ncclWindow_t win, size_t offset, int 
 // Each call opens a session (which loads the barrier's epoch from NCCL's
 // resource window) and closes it (which stores the epoch back), so Python
 // code needs no destructor and later launches continue the epoch sequence.
+// Waits are bounded (bounded_lsa_wait): NCCL's arrive, flowdsl's wait.
 #define FLOWDSL_LSA_BARRIER_FUNCS(K)                                                          \
   FLOWDSL_API void flowdsl_lsa_barrier_arrive__##K(uint32_t coop, const ncclDevComm* comm,   \
                                                    uint32_t index, int order) {              \
@@ -118,13 +328,14 @@ FLOWDSL_API void* flowdsl_get_team_pointer(ncclWindow_t win, size_t offset, int 
                                                  uint32_t index, int order) {                \
     auto c = coop_##K(coop);                                                                  \
     ncclLsaBarrierSession<decltype(c)> s{c, *comm, ncclTeamTagLsa(), index};                 \
-    s.wait(c, (cuda::memory_order)order);                                                     \
+    bounded_lsa_wait(s, comm, (cuda::memory_order)order);                                     \
   }                                                                                           \
   FLOWDSL_API void flowdsl_lsa_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm,     \
                                                  uint32_t index, int order) {                \
     auto c = coop_##K(coop);                                                                  \
     ncclLsaBarrierSession<decltype(c)> s{c, *comm, ncclTeamTagLsa(), index};                 \
-    s.sync(c, (cuda::memory_order)order);                                                     \
+    s.arrive(c, (cuda::memory_order)order);                                                   \
+    bounded_lsa_wait(s, comm, (cuda::memory_order)order);                                     \
   }
 FLOWDSL_FOR_EACH_COOP(FLOWDSL_LSA_BARRIER_FUNCS)
 
@@ -191,6 +402,46 @@ using LocalCounter = ncclGin_CounterInc;
 FLOWDSL_FOR_EACH_COOP(FLOWDSL_GIN_PUTS_FOR_COOP)
 FLOWDSL_FOR_EACH_COOP(FLOWDSL_GIN_SIGNALS_FOR_COOP)
 
+#if NCCL_VERSION_CODE >= 23003
+#define FLOWDSL_GIN_BARRIERS(K)                                                                       \
+  FLOWDSL_API void flowdsl_gin_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,     \
+                                                 uint32_t index, int order) {                         \
+    ncclGin net(*comm, ctx);                                                                          \
+    auto c = coop_##K(coop);                                                                          \
+    ncclGinBarrierSession<decltype(c)> s{c, net, ncclTeamTagRail(), index};                          \
+    bounded_barrier_sync(s, c, comm, (cuda::memory_order)order, kGinBarrier, index);                  \
+  }                                                                                                   \
+  FLOWDSL_API void flowdsl_hybrid_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,  \
+                                                    uint32_t index, int order) {                      \
+    ncclGin net(*comm, ctx);                                                                          \
+    auto c = coop_##K(coop);                                                                          \
+    ncclBarrierSession<decltype(c)> s{c, ncclTeamTagWorld(), net, index};                            \
+    bounded_barrier_sync(s, c, comm, (cuda::memory_order)order, kHybridBarrier, index);               \
+  }
+#else
+// The hybrid barrier as ncclBarrierSession composes it: the LSA team's barrier, then the
+// rail team's GIN barrier, each bounded.
+#define FLOWDSL_GIN_BARRIERS(K)                                                                       \
+  FLOWDSL_API void flowdsl_gin_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,     \
+                                                 uint32_t index, int order) {                         \
+    ncclGin net(*comm, ctx);                                                                          \
+    auto c = coop_##K(coop);                                                                          \
+    ncclGinBarrierSession<decltype(c)> s{c, net, ncclTeamTagRail(), index};                          \
+    bounded_gin_barrier_sync(s, comm, (cuda::memory_order)order, kGinBarrier, index);                 \
+  }                                                                                                   \
+  FLOWDSL_API void flowdsl_hybrid_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,  \
+                                                    uint32_t index, int order) {                      \
+    ncclGin net(*comm, ctx);                                                                          \
+    auto c = coop_##K(coop);                                                                          \
+    auto ord = (cuda::memory_order)order;                                                             \
+    ncclLsaBarrierSession<decltype(c)> lsa{c, *comm, ncclTeamTagLsa(), index};                       \
+    ncclGinBarrierSession<decltype(c)> rail{c, net, ncclTeamTagRail(), index};                       \
+    lsa.arrive(c, nccl::utility::releaseOrderOf(ord));                                                \
+    bounded_lsa_wait(lsa, comm, nccl::utility::releaseOrderOf(ord));                                  \
+    bounded_gin_barrier_sync(rail, comm, nccl::utility::acquireOrderOf(ord), kHybridBarrier, index);  \
+  }
+#endif
+
 #define FLOWDSL_GIN_COOP_FUNCS(K)                                                                      \
   FLOWDSL_API void flowdsl_gin_flush__##K(uint32_t coop, const ncclDevComm* comm, int ctx, int order) { \
     ncclGin net(*comm, ctx);                                                                          \
@@ -199,27 +450,16 @@ FLOWDSL_FOR_EACH_COOP(FLOWDSL_GIN_SIGNALS_FOR_COOP)
   FLOWDSL_API void flowdsl_gin_wait_signal__##K(uint32_t coop, const ncclDevComm* comm, int ctx,      \
                                                 uint32_t signal, uint64_t least, int bits, int order) { \
     ncclGin net(*comm, ctx);                                                                          \
-    net.waitSignal(coop_##K(coop), signal, least, bits, (cuda::memory_order)order);                   \
+    bounded_gin_wait<false>(coop_##K(coop), comm, net, signal, least, bits, (cuda::memory_order)order,  \
+                            kGinSignal, signal);                                                      \
   }                                                                                                   \
   FLOWDSL_API void flowdsl_gin_wait_counter__##K(uint32_t coop, const ncclDevComm* comm, int ctx,     \
                                                  uint32_t counter, uint64_t least, int bits, int order) { \
     ncclGin net(*comm, ctx);                                                                          \
-    net.waitCounter(coop_##K(coop), counter, least, bits, (cuda::memory_order)order);                 \
+    bounded_gin_wait<true>(coop_##K(coop), comm, net, counter, least, bits, (cuda::memory_order)order,  \
+                           kGinCounter, counter);                                                     \
   }                                                                                                   \
-  FLOWDSL_API void flowdsl_gin_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,     \
-                                                 uint32_t index, int order) {                         \
-    ncclGin net(*comm, ctx);                                                                          \
-    auto c = coop_##K(coop);                                                                          \
-    ncclGinBarrierSession<decltype(c)> s{c, net, ncclTeamTagRail(), index};                          \
-    s.sync(c, (cuda::memory_order)order, ncclGinFenceLevel::Relaxed);                                 \
-  }                                                                                                   \
-  FLOWDSL_API void flowdsl_hybrid_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,  \
-                                                    uint32_t index, int order) {                      \
-    ncclGin net(*comm, ctx);                                                                          \
-    auto c = coop_##K(coop);                                                                          \
-    ncclBarrierSession<decltype(c)> s{c, ncclTeamTagWorld(), net, index};                            \
-    s.sync(c, (cuda::memory_order)order, ncclGinFenceLevel::Relaxed);                                 \
-  }
+  FLOWDSL_GIN_BARRIERS(K)
 FLOWDSL_FOR_EACH_COOP(FLOWDSL_GIN_COOP_FUNCS)
 
 FLOWDSL_API uint64_t flowdsl_gin_read_signal(const ncclDevComm* comm, int ctx, uint32_t signal, int bits, int order) {

@@ -1,0 +1,114 @@
+"""Bounded waits on the simulator: what a GPU's timeout would have recorded, for the same programs.
+
+The simulator has no wall clock to time out by. Instead every bounded wait notes
+what it waits for (:func:`note`: ``flowdsl.wait.poll`` in spin loops, the LSA
+barrier and GIN waits before they block); when the scheduler finds that nothing
+can make progress (a deadlock or a livelock), :func:`as_timeout` turns its report
+into a :class:`~flowdsl.sim.errors.WaitTimeoutError` whose message starts with the
+diagnosis a GPU's wait record gives (:meth:`flowdsl.DeviceTimeoutError.describe`,
+one record per rank: the first stuck thread of each), followed by the
+simulator's own report.
+
+Contents: :func:`note`, :func:`as_timeout`, and the semantics of
+``flowdsl.wait.poll`` and ``flowdsl.mem.globaltimer``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from .. import wait
+from ..errors import DeviceTimeoutError
+from . import _state
+from .errors import WaitTimeoutError
+from .scheduler import _SIM_DIR, _STUBS_FILE, HostTask, sim_error
+from .semantics import _cur, implements
+
+__all__ = ["note", "as_timeout"]
+
+#: Simulated nanoseconds per scheduler step (``mem.globaltimer`` only needs to be monotonic).
+_NS_PER_STEP = 100
+
+
+def note(task, what: int, peer: int, index: int, expected, seen, wait_obj=None, frame=None) -> None:
+    """``task`` waits for ``what`` (a :mod:`flowdsl.wait` code); valid while it blocks in ``wait_obj``
+    or, for a spin loop, while ``frame`` is on its stack."""
+    notes = _state.sched.bounded_waits
+    notes[task] = (what, int(peer), int(index), expected, seen, wait_obj, frame)
+
+
+def _on_stack(task, frame) -> bool:
+    if task is _state.cur:  # the running greenlet has no gr_frame: its stack is this one
+        f = sys._getframe(1)
+    else:
+        f = task.gl.gr_frame if task.gl is not None else None
+    while f is not None:
+        if f is frame:
+            return True
+        f = f.f_back
+    return False
+
+
+def _current(sched, task):
+    """The bounded wait ``task`` is stuck in, or None."""
+    entry = sched.bounded_waits.get(task)
+    if entry is None or task.done or isinstance(task, HostTask):
+        return None
+    wait_obj, frame = entry[5], entry[6]
+    if wait_obj is not None:
+        return entry if task.waiting is wait_obj else None
+    return entry if task.waiting is None and _on_stack(task, frame) else None
+
+
+def as_timeout(sched, error):
+    """``error`` (a deadlock or livelock report) as a :class:`WaitTimeoutError` when threads are
+    stuck in bounded waits; else ``error`` itself."""
+    first = {}
+    for task in sched.tasks:
+        entry = _current(sched, task)
+        if entry is not None and task.rank not in first:
+            first[task.rank] = (task, entry)
+    if not first:
+        return error
+    records = []
+    for rank in sorted(first):
+        task, (what, peer, index, expected, seen, _, _) = first[rank]
+        seen = seen() if callable(seen) else seen
+        records.append(dict(rank=rank, block=task.blk.lin, thread=task.lin,
+                            primitive=wait.PRIMITIVE_NAMES.get(what, f"wait kind {what}"), index=index, peer=peer,
+                            expected=int(expected), seen=int(seen)))
+    context = f" ({sched.seed_line()})"
+    lines = [DeviceTimeoutError.describe("finish the simulation", **rec, context=context, fix=i == 0)
+             for i, rec in enumerate(records)]
+    message = "\n".join(lines) + "\nThe simulator's report:\n" + str(error)
+    exc = WaitTimeoutError(message, **records[0])
+    exc.seed = sched.seed
+    exc.rank = records[0]["rank"]
+    return exc
+
+
+@implements("flowdsl.wait.poll")
+def _poll(comm, state, what, peer, index, expected, seen):
+    t = _cur()
+    if getattr(comm, "group", None) is None or not hasattr(comm, "lsa_size"):
+        raise sim_error(TypeError, f"Cannot poll a wait with {comm!r}: flowdsl.wait.poll requires a device "
+                        "communicator. Pass the DevComm the kernel received")
+    note(t, int(what), int(peer), int(index), expected, seen, frame=_caller())
+    if getattr(comm.comm, "aborted", False):
+        return wait.GAVE_UP
+    return np.uint64((int(state) + 1) % (1 << 63))  # never GAVE_UP: the scheduler decides when nothing moves
+
+
+def _caller():
+    """The frame of the device code that called the primitive (the spin loop's)."""
+    f = sys._getframe(1)
+    while f is not None and (f.f_code.co_filename.startswith(_SIM_DIR) or f.f_code.co_filename == _STUBS_FILE):
+        f = f.f_back
+    return f
+
+
+@implements("flowdsl.mem.globaltimer")
+def _globaltimer():
+    return np.uint64(_state.sched.steps * _NS_PER_STEP)

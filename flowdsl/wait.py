@@ -1,0 +1,88 @@
+"""Bounded device-side waits: every spin in flowdsl gives up after the communicator's timeout.
+
+A spin loop that waits for a peer (a flag, a counter, a signal, a barrier) calls
+:func:`poll` once per iteration with what it waits for. Every :data:`CHECK_EVERY`
+iterations ``poll`` reads the GPU's ``%globaltimer`` and the device communicator's
+*wait record* (host-mapped memory the host reads while kernels run): when the
+communicator was aborted (``comm.abort()``), or when this wait has lasted longer
+than the timeout (``flowdsl.init(wait_timeout=...)``, ``FLOWDSL_WAIT_TIMEOUT``),
+``poll`` returns :data:`GAVE_UP` and the loop must stop waiting. The first wait to
+time out writes the record (rank, block, thread, what it waited on, the expected
+and last seen value, the peer); from then on every wait of the communicator gives
+up at its next check, so the kernel runs to its end (no trap: a trap would poison
+the CUDA context) and the host raises :class:`flowdsl.DeviceTimeoutError` from the
+record at ``comm.synchronize()``. Results of a kernel that gave up are garbage.
+
+The loop shape, in any kernel (``comm`` is the device communicator)::
+
+    state = uint64(0)
+    seen = mem.load_acquire(flags, i, ThreadScope.SYSTEM)
+    while seen < expected:
+        state = wait.poll(comm, state, wait.USER, peer, i, expected, seen)
+        if state == wait.GAVE_UP:
+            break
+        seen = mem.load_acquire(flags, i, ThreadScope.SYSTEM)
+
+The waits inside the support library (LSA barriers, ``gin.wait_signal``,
+``gin.wait_counter``, GIN and hybrid barriers) use the same check and record. On
+the simulator, a planted hang in a bounded wait raises
+:class:`flowdsl.sim.WaitTimeoutError` (a :class:`flowdsl.DeviceTimeoutError`) with the
+same diagnosis.
+"""
+
+from __future__ import annotations
+
+from numba import uint64
+
+from ._stubs import primitive
+
+__all__ = ["poll", "GAVE_UP", "CHECK_EVERY", "PRIMITIVE_NAMES", "USER", "FLOW_CREDIT", "FLOW_READY", "LL_LINE",
+           "LL128_LINE", "LSA_BARRIER", "GIN_SIGNAL", "GIN_COUNTER", "GIN_BARRIER", "HYBRID_BARRIER"]
+
+#: Tells the simulator that this module's functions are device code.
+__flowdsl_device_module__ = True
+
+#: What :func:`poll` returns once the wait must stop (the communicator gave up or was aborted).
+GAVE_UP = uint64(0xFFFFFFFFFFFFFFFF)
+#: Spins between two reads of the timer and the record (a power of two): the hot path pays a counter.
+CHECK_EVERY = 1024
+
+# What a wait waits on (the record's ``primitive`` field; the values are shared with prebuilt/src).
+USER = 0
+FLOW_CREDIT = 1
+FLOW_READY = 2
+LL_LINE = 3
+LL128_LINE = 4
+LSA_BARRIER = 5
+GIN_SIGNAL = 6
+GIN_COUNTER = 7
+GIN_BARRIER = 8
+HYBRID_BARRIER = 9
+
+#: Record code -> what the diagnosis calls it (the ``index`` field says which one).
+PRIMITIVE_NAMES = {
+    USER: "a kernel's own wait (flowdsl.wait.poll), index",
+    FLOW_CREDIT: "flow credit (the receiver freeing a slot) on connection",
+    FLOW_READY: "flow ready flag or signal (the sender posting a slot) on connection",
+    LL_LINE: "LL line flag, line",
+    LL128_LINE: "LL128 line flag, line",
+    LSA_BARRIER: "lsa barrier wait, barrier",
+    GIN_SIGNAL: "gin.wait_signal, signal",
+    GIN_COUNTER: "gin.wait_counter, counter",
+    GIN_BARRIER: "gin barrier sync, barrier",
+    HYBRID_BARRIER: "gin hybrid barrier sync, barrier",
+}
+
+
+@primitive
+def poll(comm, state, what, peer, index, expected, seen):
+    """One iteration of a bounded wait; returns the wait's next ``state`` or :data:`GAVE_UP`.
+
+    Start a wait with ``state = uint64(0)`` and pass back what ``poll`` returned.
+    ``what`` says what is waited on (:data:`USER` in a kernel's own loops), ``peer`` the
+    world rank expected to act (-1: none in particular), ``index`` which flag, signal or
+    barrier, ``expected`` and ``seen`` the awaited and the last read value: they go into
+    the record when this wait is the first to time out. Costs a counter per iteration;
+    every :data:`CHECK_EVERY` iterations one ``%globaltimer`` read and two loads of
+    host-mapped memory.
+    """

@@ -1,0 +1,114 @@
+"""Bounded waits compile: the spin loops read ``%globaltimer``, and everything still inlines.
+
+The linked code is read back as PTX (nvJitLink links the same LTO-IR to PTX as to
+the cubin): after LTO the support library's check is inlined into every wait loop,
+so each loop brings its own ``%globaltimer`` read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from numba import cuda, uint64
+
+import flowdsl
+from flowdsl import MemoryOrder, RedOp, coop, gin, lsa, mem
+from flowdsl.collectives import _library
+from flowdsl.lowering import compiler
+from flowdsl.lowering.types import devcomm_words
+from flowdsl.runtime.support import abi_layout
+from tests import planted_hangs
+
+pytestmark = pytest.mark.compile
+
+
+_LINKER = compiler.Linker
+
+
+class _LinkerKeepingPtx(_LINKER):
+    """The linker compile_kernel uses, which also links the same objects to PTX."""
+
+    ptx: list = []
+
+    def __init__(self, *objects, options):
+        super().__init__(*objects, options=options)
+        self._objects, self._options = objects, options
+
+    def link(self, target):
+        other = _LINKER(*self._objects, options=dataclasses.replace(self._options, ptx=True))
+        try:
+            self.ptx.append(bytes(other.link("ptx").code).decode())
+        finally:
+            other.close()
+        return super().link(target)
+
+
+@pytest.fixture
+def linked_ptx(monkeypatch):
+    monkeypatch.setattr(compiler, "Linker", _LinkerKeepingPtx)
+    _LinkerKeepingPtx.ptx = []
+
+    def compile_ptx(kernel, argtypes, nccl="2.28.9", arch="sm_90"):
+        compiled = kernel.compile(argtypes, arch=arch, nccl=nccl)
+        assert [s for s in compiled.function_symbols() if s.startswith("flowdsl_")] == []
+        return _LinkerKeepingPtx.ptx[-1]
+    return compile_ptx
+
+
+@flowdsl.kernel
+def read_timer(out):
+    out[0] = mem.globaltimer()
+
+
+def test_globaltimer_is_the_ptx_special_register(linked_ptx):
+    ptx = linked_ptx(read_timer, flowdsl.FlowKernel.argtypes_for(np.zeros(1, np.uint64), nccl="2.28.9"))
+    assert "%globaltimer" in ptx
+
+
+def test_the_device_communicator_carries_the_wait_record_after_nccl_s_struct():
+    for nccl in ("2.28.9", "2.32.3"):
+        (ty,) = flowdsl.FlowKernel.argtypes_for("devcomm", nccl=nccl)
+        size = abi_layout(tuple(int(x) for x in nccl.split(".")))["dev_comm_size"]
+        assert ty.nwords == devcomm_words(size) == -(-size // 8) + 1
+
+
+def test_every_flow_wait_of_the_ring_all_reduce_polls_the_timer(linked_ptx):
+    kernel = _library.kernel_for("ring", "all_reduce", RedOp.SUM, gin_peers=False)
+    ptx = linked_ptx(kernel, _library._argtypes("float32", "2.28.9"))
+    # credit and ready (SIMPLE), the LL line and the LL128 flag: four loops, each with its check
+    assert ptx.count("%globaltimer") >= 4, ptx.count("%globaltimer")
+
+
+def test_the_one_shot_all_reduce_polls_the_timer(linked_ptx):
+    kernel = _library.kernel_for("one_shot", "all_reduce", RedOp.SUM, gin_peers=False)
+    ptx = linked_ptx(kernel, _library._argtypes("float32", "2.28.9"))
+    assert "%globaltimer" in ptx
+
+
+def test_a_kernel_s_own_loop_with_wait_poll_compiles_and_inlines(linked_ptx):
+    argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", np.uint64), nccl="2.28.9")
+    assert "%globaltimer" in linked_ptx(planted_hangs.wait_for_next, argtypes)
+
+
+@flowdsl.kernel
+def barriers_and_signals(comm, flags):
+    cta = coop.cta()
+    lsa.barrier(comm, cta, 0).sync(MemoryOrder.ACQ_REL)
+    ctx = gin.context(comm, 0)
+    gin.wait_signal(ctx, cta, 0, uint64(flags[0]))
+    gin.wait_counter(ctx, cta, 0, uint64(flags[1]))
+    gin.barrier(ctx, cta, 0).sync(MemoryOrder.ACQ_REL)
+    gin.hybrid_barrier(ctx, cta, 0).sync(MemoryOrder.ACQ_REL)
+
+
+@pytest.mark.parametrize("nccl", ["2.28.9", "2.32.3"])
+def test_support_library_waits_poll_the_timer(linked_ptx, nccl):
+    argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", np.zeros(2, np.uint64), nccl=nccl)
+    ptx = linked_ptx(barriers_and_signals, argtypes, nccl=nccl)
+    # LSA barrier, signal, counter (and on 2.28 the GIN barriers' own loops); 2.32 bounds its
+    # GIN barriers itself, in clock64 cycles
+    assert ptx.count("%globaltimer") >= (5 if nccl == "2.28.9" else 3), ptx.count("%globaltimer")
+    if nccl == "2.32.3":
+        assert "%clock64" in ptx

@@ -1,0 +1,91 @@
+"""Planted hangs: programs where a peer never gets where the others wait for it.
+
+The same host programs run on the simulator (``tests/sim/test_timeouts.py``) and on
+GPUs (``tests/multigpu/timeouts_worker.py`` under torchrun); both must end with
+:class:`flowdsl.DeviceTimeoutError` naming who waited for what, from which peer.
+Each ``main(comm)`` returns ``"ok"`` when this rank finished without a timeout, or
+raises the timeout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, uint64
+
+import flowdsl
+from flowdsl import MemoryOrder, ThreadScope, coop, lsa, mem, wait
+from flowdsl import collectives as coll
+
+#: Seconds a GPU wait may last in these programs (the simulator needs no clock).
+TIMEOUT = 2.0
+#: Small staging, so a skipped collective leaves the waiter at its first slots.
+CONFIG = coll.FlowConfig(channels=1, nslots=2, slot_bytes=1024, threads=64)
+
+
+def skip_collective(skipper: int = 1, algorithm: str = "ring", count: int = 4099):
+    """All ranks call ``all_reduce`` once (which sets up its staging: host collectives); then
+    every rank but ``skipper`` calls it again."""
+    def main(comm):
+        comm.wait_timeout = TIMEOUT
+        x = comm.alloc(count, np.float32)
+        x[...] = 1.0
+        coll.all_reduce(comm, x, algorithm=algorithm, config=CONFIG)
+        comm.synchronize()
+        if comm.rank != skipper:
+            coll.all_reduce(comm, x, algorithm=algorithm, config=CONFIG)
+        comm.synchronize()
+        return "ok"
+    return main
+
+
+@flowdsl.kernel
+def absent_at_barrier(comm, absent):
+    bar = lsa.barrier(comm, coop.cta(), 0)
+    if comm.rank != absent:
+        bar.sync(MemoryOrder.ACQ_REL)
+
+
+def skip_barrier(absent: int = 1):
+    """Every rank but ``absent`` syncs on LSA barrier 0 (``absent`` runs the kernel, skips the barrier)."""
+    def main(comm):
+        comm.wait_timeout = TIMEOUT
+        with comm.device_communicator(lsa_barrier_count=1) as dc:
+            absent_at_barrier[1, 32](dc, absent)
+            comm.synchronize()
+        return "ok"
+    return main
+
+
+@flowdsl.kernel
+def wait_for_next(comm, win):
+    """Thread 0 of each rank waits for flag 0 of its window, which the next rank never sets."""
+    if cuda.threadIdx.x == 0:
+        flags = lsa.local_view(win)
+        seen = mem.load_acquire(flags, 0, ThreadScope.SYSTEM)
+        state = uint64(0)
+        while seen == uint64(0):
+            state = wait.poll(comm, state, wait.USER, (comm.rank + 1) % comm.nranks, 0, 1, seen)
+            if state == wait.GAVE_UP:
+                break
+            seen = mem.load_acquire(flags, 0, ThreadScope.SYSTEM)
+
+
+def everyone_waits():
+    """Every rank waits for its next peer, which waits too: every rank times out."""
+    def main(comm):
+        comm.wait_timeout = TIMEOUT
+        buf = comm.alloc(8, np.uint64)
+        buf[...] = 0
+        with comm.register(buf) as win, comm.device_communicator() as dc:
+            wait_for_next[1, 32](dc, win)
+            comm.synchronize()
+        return "ok"
+    return main
+
+
+#: name -> (program factory, what the waiting ranks' diagnosis names)
+PROGRAMS = {
+    "skip_collective": (skip_collective, "flow ready flag or signal"),
+    "skip_barrier": (skip_barrier, "lsa barrier wait, barrier 0"),
+    "everyone_waits": (everyone_waits, "a kernel's own wait (flowdsl.wait.poll)"),
+}

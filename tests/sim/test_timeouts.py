@@ -1,0 +1,135 @@
+"""Planted hangs on the simulator end with the GPU's timeout diagnosis (:mod:`flowdsl.wait`).
+
+The programs are ``tests/planted_hangs.py``'s, the ones the 2-GPU test runs under
+torchrun: a rank that skips a collective, one that never arrives at a barrier, and
+ranks that all wait for each other. The simulator raises
+:class:`flowdsl.sim.WaitTimeoutError`, a :class:`flowdsl.DeviceTimeoutError` whose
+message starts with :meth:`flowdsl.DeviceTimeoutError.describe` of the stuck wait
+(one format for both), and names the waiting rank, block, thread, primitive, the
+expected and last seen value and the peer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import flowdsl
+from flowdsl import Protocol, sim
+from flowdsl import collectives as coll
+from flowdsl.errors import DeviceTimeoutError, ResourceClosedError
+from tests import planted_hangs as planted
+
+pytestmark = pytest.mark.sim
+
+
+def _timeout(main, nranks=2, seed=3) -> sim.WaitTimeoutError:
+    with pytest.raises(sim.WaitTimeoutError) as info:
+        sim.spawn(main, nranks=nranks, seed=seed)
+    err = info.value
+    assert isinstance(err, DeviceTimeoutError) and isinstance(err, sim.DeadlockError)
+    return err
+
+
+def _same_format(err, operation="finish the simulation"):
+    """The message starts with the GPU's diagnosis of the same fields."""
+    fields = {name: getattr(err, name) for name in ("rank", "block", "thread", "primitive", "index", "peer",
+                                                     "expected", "seen")}
+    head = DeviceTimeoutError.describe(operation, **fields, context=f" (seed={err.seed}")
+    assert str(err).startswith(head.split(f" (seed={err.seed}")[0]), str(err)[:600]
+
+
+@pytest.mark.parametrize("algorithm,protocol,primitive", [
+    ("ring", Protocol.SIMPLE, "flow ready flag or signal (the sender posting a slot) on connection"),
+    ("ring", Protocol.LL, "LL line flag, line"),
+    ("ring", Protocol.LL128, "LL128 line flag, line"),
+    ("tree", Protocol.SIMPLE, "flow ready flag or signal (the sender posting a slot) on connection"),
+    ("one_shot", None, "LL line flag, line"),
+])
+def test_a_rank_that_skips_a_collective_leaves_its_peer_with_the_diagnosis(monkeypatch, algorithm, protocol,
+                                                                          primitive):
+    monkeypatch.setattr(planted, "CONFIG", coll.FlowConfig(channels=1, nslots=2, slot_bytes=1024, threads=64,
+                                                           protocol=protocol))
+    err = _timeout(planted.skip_collective(skipper=1, algorithm=algorithm))
+    assert (err.rank, err.peer) == (0, 1)
+    assert err.primitive == primitive
+    assert err.seen < err.expected or primitive.startswith("LL")
+    assert err.seen != err.expected
+    assert err.waited_s is None and err.seed == 3
+    _same_format(err)
+    assert "rank 0 block 0 thread" in str(err) and "from peer rank 1" in str(err)
+    assert "The simulator's report:" in str(err) and "livelock" in str(err)
+
+
+def test_a_rank_that_never_arrives_at_a_barrier_leaves_every_other_rank_with_the_diagnosis():
+    err = _timeout(planted.skip_barrier(absent=1), nranks=3)
+    assert (err.rank, err.peer, err.index) == (0, 1, 0)
+    assert err.primitive == "lsa barrier wait, barrier" and (err.expected, err.seen) == (1, 0)
+    _same_format(err)
+    msg = str(err)
+    assert "a device-side wait on rank 2 gave up" in msg and "from peer rank 1: expected 1, last seen 0" in msg
+    assert "rank 1 gave up" not in msg  # the absent rank waited for nobody
+    assert "deadlock" in msg  # the simulator's own report follows
+
+
+def test_ranks_waiting_for_each_other_all_get_the_diagnosis():
+    err = _timeout(planted.everyone_waits(), nranks=3, seed=5)
+    msg = str(err)
+    for rank in range(3):
+        assert (f"a device-side wait on rank {rank} gave up" in msg
+                and f"waited for a kernel's own wait (flowdsl.wait.poll), index 0 from peer rank {(rank + 1) % 3}: "
+                    "expected 1, last seen 0" in msg), msg[:1500]
+    assert msg.count("A peer never got there") == 1  # the fix once, after the first record
+
+
+def test_without_a_hang_nothing_changes():
+    def main(comm):
+        x = comm.alloc(1000, np.float32)
+        x[...] = np.arange(1000, dtype=np.float32) * (comm.rank + 1)
+        coll.all_reduce(comm, x, algorithm="ring", config=planted.CONFIG)
+        comm.synchronize()
+        return np.asarray(x).copy()
+
+    for out in sim.spawn(main, nranks=2, seed=1):
+        np.testing.assert_array_equal(out, np.arange(1000, dtype=np.float32) * 3)
+
+
+def test_abort_makes_polling_waits_give_up_and_synchronize_says_so():
+    def main(comm):
+        buf = comm.alloc(8, np.uint64)
+        buf[...] = 0
+        win, dc = comm.register(buf), comm.device_communicator()
+        planted.wait_for_next[1, 32](dc, win)
+        comm.abort()
+        with pytest.raises(ResourceClosedError, match="the communicator was aborted"):
+            comm.synchronize()
+        return "aborted"
+
+    assert sim.spawn(main, nranks=2, seed=2) == ["aborted", "aborted"]
+
+
+def test_wait_timeout_is_validated_like_on_gpus(monkeypatch):
+    def main(comm):
+        comm.wait_timeout = 5
+        assert comm.wait_timeout == 5.0 and comm.device_error() is None
+        with pytest.raises(flowdsl.UsageError, match="wait_timeout must be a number of seconds >= 0"):
+            comm.wait_timeout = -1
+        return True
+
+    assert sim.spawn(main, nranks=1) == [True]
+    monkeypatch.setenv("FLOWDSL_WAIT_TIMEOUT", "soon")
+    with pytest.raises(flowdsl.UsageError, match="FLOWDSL_WAIT_TIMEOUT must be a number"):
+        sim.spawn(lambda comm: comm.wait_timeout, nranks=1)
+
+
+def test_poll_needs_a_device_communicator():
+    @flowdsl.kernel
+    def bad(flags):
+        flowdsl.wait.poll(flags, 0, flowdsl.wait.USER, -1, 0, 1, 0)
+
+    def main(comm):
+        bad[1, 1](np.zeros(1, np.uint64))
+        comm.synchronize()
+
+    with pytest.raises(TypeError, match="flowdsl.wait.poll requires a device communicator"):
+        sim.spawn(main, nranks=1)
