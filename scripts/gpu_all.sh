@@ -40,7 +40,8 @@ if has tests; then
 fi
 if has multigpu && [ "$NGPUS" -ge 2 ]; then
   # Each test launches torchrun over every GPU (tests/multigpu/test_collectives_multigpu.py).
-  python3 -m pytest tests/multigpu -m multigpu -q -p no:cacheprovider --junitxml="$OUT/junit-multigpu.xml" \
+  timeout "${MULTIGPU_TIMEOUT:-1200}" python3 -m pytest tests/multigpu -m multigpu -q -p no:cacheprovider \
+    --junitxml="$OUT/junit-multigpu.xml" \
     2>&1 | tee "$OUT/pytest-multigpu.log" | tail -30
 fi
 if has sanitize; then

@@ -237,15 +237,17 @@ class SimComm:
 
     def synchronize(self):
         """Wait until this rank's launched kernels have finished."""
-        t = self._host("synchronize")
+        self._wait_for_kernels(self._host("synchronize"))
+        if getattr(self, "aborted", False):
+            raise aborted_error()
+
+    def _wait_for_kernels(self, t):
         w = self.world
         while w.pending(self.rank):
             w.sync_conds[self.rank].waiters.append(t)
             w.sched.block(t, Wait("comm.synchronize()", lambda s, r=self.rank: f"rank {r}: {s.rank_summary(r)}"))
         if w.sched.race is not None:
             w.sched.race.synchronize(t, self.rank)
-        if getattr(self, "aborted", False):
-            raise aborted_error()
 
     def barrier(self):
         """Host barrier among all ranks."""
@@ -266,7 +268,9 @@ class SimComm:
         if self.closed:
             return
         if isinstance(_state.cur, HostTask) and self.world.pending(self.rank):
-            self.synchronize()  # as the GPU runtime, which synchronizes before releasing
+            # As the GPU runtime, which synchronizes before releasing (after abort() too: the
+            # kernels' waits give up at once, and abort reports nothing).
+            self._wait_for_kernels(self._host("close the communicator"))
         for res in reversed(self._resources):
             res.close()
         self._resources.clear()
