@@ -62,12 +62,14 @@ def test_abort_from_another_thread_ends_a_kernel_without_a_limit():
 
     comm = flowdsl.init(wait_timeout=0)
     _spinning_kernel(comm)
-    threading.Timer(0.5, comm.abort).start()
+    aborting = threading.Timer(0.5, comm.abort)
+    aborting.start()
     start = time.monotonic()
     with pytest.raises(flowdsl.ResourceClosedError, match="the communicator was aborted"):
-        comm.synchronize()
+        comm.synchronize()  # raises as soon as the abort begins
     assert time.monotonic() - start < 10.0
-    assert comm.closed and comm.open_resources == []
+    aborting.join(10.0)  # the abort then releases the resources
+    assert not aborting.is_alive() and comm.closed and comm.open_resources == []
 
 
 def test_close_never_hangs_on_a_spinning_kernel():
