@@ -364,8 +364,16 @@ def _wait_credit(proc, ctx, out, step):
     if ctx is not None and out.gin:
         gin.wait_signal(ctx, coop.thread(), _credit_signal(proc, out.number), uint64(need))
     else:
-        _wait_at_least(proc.comm, lsa.local_view(proc.stage), _state_at(proc, _CREDIT, out.number), need,
-                       wait.FLOW_CREDIT, out.peer, out.number)
+        # Bounded (flowdsl.wait): a wait that gives up returns, and the step goes on with stale data.
+        words = lsa.local_view(proc.stage)
+        at = _state_at(proc, _CREDIT, out.number)
+        seen = int64(mem.load_acquire(words, at, _SYS))
+        state = uint64(0)
+        while seen < need:
+            state = wait.poll(proc.comm, state, wait.FLOW_CREDIT, out.peer, out.number, need, seen)
+            if state == wait.GAVE_UP:
+                return
+            seen = int64(mem.load_acquire(words, at, _SYS))
 
 
 @device(inline=False)
@@ -374,21 +382,15 @@ def _wait_ready(proc, ctx, inp, step):
     if ctx is not None and inp.gin:
         gin.wait_signal(ctx, coop.thread(), _ready_signal(proc, inp.number), uint64(step + 1))
     else:
-        _wait_at_least(proc.comm, lsa.local_view(proc.stage), _state_at(proc, _READY, inp.number), step + 1,
-                       wait.FLOW_READY, inp.peer, inp.number)
-
-
-@device
-def _wait_at_least(comm, words, at, need, what, peer, index):
-    """Spin until counter ``words[at]`` (acquire, system scope) reaches ``need``; bounded
-    (:mod:`flowdsl.wait`: a wait that gives up returns, and the step goes on with stale data)."""
-    seen = int64(mem.load_acquire(words, at, _SYS))
-    state = uint64(0)
-    while seen < need:
-        state = wait.poll(comm, state, what, peer, index, need, seen)
-        if state == wait.GAVE_UP:
-            return
+        words = lsa.local_view(proc.stage)
+        at = _state_at(proc, _READY, inp.number)
         seen = int64(mem.load_acquire(words, at, _SYS))
+        state = uint64(0)
+        while seen < step + 1:  # bounded, as _wait_credit's
+            state = wait.poll(proc.comm, state, wait.FLOW_READY, inp.peer, inp.number, step + 1, seen)
+            if state == wait.GAVE_UP:
+                return
+            seen = int64(mem.load_acquire(words, at, _SYS))
 
 
 @device(inline=False)

@@ -2,7 +2,9 @@
 
 The same host programs run on the simulator (``tests/sim/test_timeouts.py``) and on
 GPUs (``tests/multigpu/timeouts_worker.py`` under torchrun); both must end with
-:class:`flowdsl.DeviceTimeoutError` naming who waited for what, from which peer.
+:class:`flowdsl.DeviceTimeoutError` naming who waited for what, from which peer
+(except :func:`skip_collective` on the simulator, which checks collective calls on
+the host first).
 Each ``main(comm)`` returns ``"ok"`` when this rank finished without a timeout, or
 raises the timeout.
 """
@@ -13,7 +15,7 @@ import numpy as np
 from numba import cuda, uint64
 
 import flowdsl
-from flowdsl import MemoryOrder, ThreadScope, coop, lsa, mem, wait
+from flowdsl import MemoryOrder, ThreadScope, coop, flow, lsa, mem, wait
 from flowdsl import collectives as coll
 
 #: Seconds a GPU wait may last in these programs (the simulator needs no clock).
@@ -24,7 +26,9 @@ CONFIG = coll.FlowConfig(channels=1, nslots=2, slot_bytes=1024, threads=64)
 
 def skip_collective(skipper: int = 1, algorithm: str = "ring", count: int = 4099):
     """All ranks call ``all_reduce`` once (which sets up its staging: host collectives); then
-    every rank but ``skipper`` calls it again."""
+    every rank but ``skipper`` calls it again. On GPUs (without ``check_collectives``) the
+    others wait on the device; the simulator compares every collective call on the host
+    first and raises :class:`flowdsl.CollectiveMismatchError` instead."""
     def main(comm):
         comm.wait_timeout = TIMEOUT
         x = comm.alloc(count, np.float32)
@@ -34,6 +38,33 @@ def skip_collective(skipper: int = 1, algorithm: str = "ring", count: int = 4099
         if comm.rank != skipper:
             coll.all_reduce(comm, x, algorithm=algorithm, config=CONFIG)
         comm.synchronize()
+        return "ok"
+    return main
+
+
+@flowdsl.kernel
+def ring_step(comm, stage, src, dst, n, nslots, slot_words, protocol):
+    """One step of a ring collective on Flow: block 0 sends ``src`` to the next rank, block 1
+    receives the previous rank's into ``dst`` (both on channel 0, connection 0)."""
+    proc = flow.processor(comm, stage, None, 1, nslots, slot_words, protocol, 0)
+    if cuda.blockIdx.x == 0:
+        flow.send(proc, flow.connect(proc, (comm.rank + 1) % comm.nranks, 0, 0), src, 0, n)
+    else:
+        flow.recv(proc, flow.connect(proc, (comm.rank + comm.nranks - 1) % comm.nranks, 0, 0), dst, 0, n)
+
+
+def skip_flow_step(skipper: int = 1, count: int = 4099):
+    """Every rank but ``skipper`` launches a ring step (a collective's kernel); ``skipper`` never
+    does. The host calls (the staging, the device communicator) are made by every rank."""
+    def main(comm):
+        comm.wait_timeout = TIMEOUT
+        src, dst = comm.alloc(count, np.float32), comm.alloc(count, np.float32)
+        src[...] = 1.0
+        with flow.staging(comm, CONFIG, gin=False) as stage, comm.device_communicator() as dc:
+            if comm.rank != skipper:
+                ring_step[2, CONFIG.threads](dc, stage, src, dst, count, CONFIG.nslots, CONFIG.slot_bytes // 8,
+                                            int(CONFIG.protocol or 0))
+            comm.synchronize()
         return "ok"
     return main
 
@@ -85,7 +116,8 @@ def everyone_waits():
 
 #: name -> (program factory, what the waiting ranks' diagnosis names)
 PROGRAMS = {
-    "skip_collective": (skip_collective, "flow ready flag or signal"),
+    "skip_collective": (skip_collective, "flow"),
+    "skip_flow_step": (skip_flow_step, "flow"),
     "skip_barrier": (skip_barrier, "lsa barrier wait, barrier 0"),
     "everyone_waits": (everyone_waits, "a kernel's own wait (flowdsl.wait.poll)"),
 }

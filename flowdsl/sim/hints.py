@@ -46,7 +46,7 @@ _WAITS = (
 )
 #: Functions of flowdsl.flow that spin, and their hint.
 _FLOW_SPINS = {"_wait_ready": _FLOW_READY, "_wait_credit": _FLOW_CREDIT, "ll_read": _LL_LINE,
-               "_ll_move": _LL_LINE, "_ll128_move": _LL_LINE}
+               "_ll_move": _LL_LINE, "_ll128_move": _LL_LINE, "_ll128_wait": _LL_LINE}
 
 
 def _wait_hint(label: str) -> str | None:

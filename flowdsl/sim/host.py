@@ -292,8 +292,13 @@ class SimComm:
 
     def abort(self):
         """Waits of this rank's kernels in flowdsl.wait.poll give up at once; then close."""
+        if self.closed:
+            return
         self.aborted = True
-        self.close()
+        try:
+            self.close()  # waits for the kernels, which now leave their polling waits
+        except ResourceClosedError:  # what that wait says of an aborted communicator
+            self.close()  # the kernels are done: now it releases
 
     def __enter__(self):
         return self

@@ -48,8 +48,11 @@ def _launch(program: str, tmp_path) -> dict:
     return reports
 
 
-def test_a_rank_that_skips_the_collective_leaves_its_peer_with_the_diagnosis(tmp_path):
-    reports = _launch("skip_collective", tmp_path)
+@pytest.mark.parametrize("program", ["skip_collective", "skip_flow_step"])
+def test_a_rank_that_skips_the_collective_leaves_its_peer_with_the_diagnosis(tmp_path, program):
+    """``skip_collective``: the second all_reduce (no check_collectives: the device waits);
+    ``skip_flow_step``: a ring step's kernel on Flow (the program the simulator test runs)."""
+    reports = _launch(program, tmp_path)
     waiter, skipper = reports[0], reports[1]
     assert skipper["outcome"] == "ok"
     assert waiter["outcome"] == "timeout", waiter

@@ -1,8 +1,8 @@
 """Planted hangs on the simulator end with the GPU's timeout diagnosis (:mod:`flowdsl.wait`).
 
 The programs are ``tests/planted_hangs.py``'s, the ones the 2-GPU test runs under
-torchrun: a rank that skips a collective, one that never arrives at a barrier, and
-ranks that all wait for each other. The simulator raises
+torchrun: a rank that skips a collective's kernel (a ring step on Flow), one that
+never arrives at a barrier, and ranks that all wait for each other. The simulator raises
 :class:`flowdsl.sim.WaitTimeoutError`, a :class:`flowdsl.DeviceTimeoutError` whose
 message starts with :meth:`flowdsl.DeviceTimeoutError.describe` of the stuck wait
 (one format for both), and names the waiting rank, block, thread, primitive, the
@@ -39,19 +39,34 @@ def _same_format(err, operation="finish the simulation"):
     assert str(err).startswith(head.split(f" (seed={err.seed}")[0]), str(err)[:600]
 
 
-@pytest.mark.parametrize("algorithm,protocol", [("ring", Protocol.SIMPLE), ("ring", Protocol.LL),
-                                                ("ring", Protocol.LL128), ("tree", Protocol.SIMPLE),
-                                                ("one_shot", None)])
-def test_a_rank_that_skips_a_collective_is_named_before_any_wait(monkeypatch, algorithm, protocol):
-    """On GPUs the peer's waits time out (tests/multigpu/test_timeouts_multigpu.py); the simulator
-    sees every rank's host calls and names the skip before any thread spins."""
+_CREDIT = "flow credit (the receiver freeing a slot) on connection"
+_READY = "flow ready flag or signal (the sender posting a slot) on connection"
+
+
+@pytest.mark.parametrize("protocol,primitives", [
+    (Protocol.SIMPLE, (_CREDIT, _READY)),
+    (Protocol.LL, (_CREDIT, "LL line flag, line")),
+    (Protocol.LL128, (_CREDIT, "LL128 line flag, line")),
+])
+def test_a_rank_that_skips_a_collective_step_leaves_its_peer_with_the_diagnosis(monkeypatch, protocol, primitives):
     monkeypatch.setattr(planted, "CONFIG", coll.FlowConfig(channels=1, nslots=2, slot_bytes=1024, threads=64,
                                                            protocol=protocol))
-    with pytest.raises(flowdsl.CollectiveMismatchError) as info:
-        sim.spawn(planted.skip_collective(skipper=1, algorithm=algorithm), nranks=2, seed=3)
-    msg = str(info.value)
-    assert "rank 0 waits in flowdsl.collectives.all_reduce" in msg
-    assert "rank 1 returned from main without calling it" in msg
+    err = _timeout(planted.skip_flow_step(skipper=1))
+    assert (err.rank, err.peer) == (0, 1)
+    assert err.primitive in primitives, err.primitive
+    assert err.seen != err.expected
+    assert err.waited_s is None and err.seed == 3
+    _same_format(err)
+    assert "rank 0 block " in str(err) and "from peer rank 1" in str(err)
+    assert "The simulator's report:" in str(err) and "livelock" in str(err)
+    assert "rank 1 gave up" not in str(err)  # the rank that skipped waited for nobody
+
+
+def test_a_rank_that_skips_a_collective_call_is_caught_on_the_host_first():
+    """The simulator compares every collective call across ranks before launching (on GPUs
+    only with check_collectives): the device never waits."""
+    with pytest.raises(flowdsl.CollectiveMismatchError, match="rank 1 returned from main without calling it"):
+        sim.spawn(planted.skip_collective(skipper=1), nranks=2, seed=3)
 
 
 def test_a_rank_that_never_arrives_at_a_barrier_leaves_every_other_rank_with_the_diagnosis():
