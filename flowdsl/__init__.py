@@ -16,7 +16,7 @@ imported at their first use (``import flowdsl`` is enough to reach them), so tha
 from __future__ import annotations
 
 from ._version import __version__
-from .enums import CoopKind, MemoryOrder, Protocol, RedOp, ThreadScope
+from .enums import CoopKind, GinBackend, MemoryOrder, Protocol, RedOp, ThreadScope
 from . import lowering as _lowering  # registers the device surface's overloads
 from . import cft, coop, gin, lsa, mem, team, wait
 from ._kernel import FlowKernel, device, kernel
@@ -32,7 +32,7 @@ _LAZY_SUBMODULES = frozenset({"flow", "collectives", "sim", "testing"})
 __all__ = [
     "__version__", "init", "Communicator", "Window", "DevComm", "kernel", "device", "FlowKernel",
     "coop", "team", "lsa", "gin", "cft", "mem", "flow", "wait", "collectives", "sim", "testing",
-    "MemoryOrder", "ThreadScope", "CoopKind", "Protocol", "RedOp",
+    "MemoryOrder", "ThreadScope", "CoopKind", "Protocol", "RedOp", "GinBackend",
     "FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
     "DeviceTimeoutError", "FeatureUnavailableError", "DeviceOnlyError",
     "CacheWarning",

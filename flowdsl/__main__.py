@@ -206,9 +206,9 @@ def _cft_text(nccl, gpus, nvjitlink: str) -> str:
 def _gin_text(gpus) -> str:
     env = ", ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("NCCL_GIN")) or "none set"
     where = ("not knowable without a GPU" if not gpus else "not known before a communicator exists")
-    return (f"{where}: NCCL picks it per communicator spanning nodes (proxy, GDAKI, EFA GDA); a device "
-            f"communicator's .gin_backend names it (NCCL >= 2.29). NCCL_GIN_* variables: {env}. "
-            "flowdsl.sim models every backend (gin_backend=)")
+    return (f"{where}: NCCL picks it per communicator spanning nodes (proxy, GDAKI, GPI, EFA GDA); a "
+            f"device communicator's .gin_backend names it, and GIN kernels are linked for it. NCCL_GIN_* "
+            f"variables: {env}. flowdsl.sim models every backend (gin_backend=)")
 
 
 def _cache_text() -> str:

@@ -22,6 +22,7 @@ import json
 import struct
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from numba.core import types
@@ -123,6 +124,7 @@ class FlowKernel:
         self._launch_operation = f"launch {py_func.__name__}"  # for errors; built once, not per launch
         self._loaded: dict = {}
         self._loaded_by_ids: dict = {}  # numba types are interned: their ids are a cheaper key
+        self._loaded_for_backends: dict = {}  # (argtypes, GIN backend) -> loaded, beside the first one
         self._launches: dict = {}
         #: Last compile/load: {"source": "compiled"|"disk", "seconds": float}
         self.last_build: dict = {}
@@ -190,13 +192,13 @@ class FlowKernel:
             "flowdsl_sources": _cache.package_digest(), "qualname": self.py_func.__qualname__,
             "module": self.py_func.__module__, "args": [str(t) for t in argtypes],
             "nccl": format_version(target.nccl), "arch": target.arch,
-            "support": _digest_of(support.ltoir), "cft": _cft_digest(target),
+            "support": _digest_of(support.ltoir), "cft": _cft_digest(target), "gin": _gin_digest(target),
             "options": [self.fastmath, self.lineinfo, self.max_registers],
         }, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
     def compile(self, argtypes, *, arch: str = "sm_90", nccl: str | tuple | None = None,
-                cuda: str | tuple | None = None) -> CompiledKernel:
+                cuda: str | tuple | None = None, gin_backend=None) -> CompiledKernel:
         """Compile and link for explicit argument types and target; needs no GPU.
 
         Args:
@@ -205,13 +207,16 @@ class FlowKernel:
             nccl: NCCL release of the device ABI (default: the loaded libnccl).
             cuda: CUDA release of the linker, ``"13.3"`` (default: the installed nvJitLink's);
                 gates features that need a newer one (CFT needs 13.3).
+            gin_backend: ``"proxy"``, ``"gdaki"``, ``"gpi"``, ``"efa_gda"`` (or a
+                :class:`flowdsl.GinBackend`): link GIN for that backend only, as a launch does
+                for its device communicator's backend (default: every backend).
         """
         from .runtime import nccl as nccl_runtime  # noqa: PLC0415
         from .runtime.support import support_build_for  # noqa: PLC0415
 
         version = parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version()
         support = support_build_for(version, arch)
-        target = Target(version, arch, _cuda_version(cuda))
+        target = Target(version, arch, _cuda_version(cuda), _gin_backend_named(gin_backend, self.__name__))
         return compile_kernel(self.py_func, tuple(argtypes), target, support.ltoir,
                               fastmath=self.fastmath, lineinfo=self.lineinfo, support_arch=support.arch,
                               max_registers=self.max_registers,
@@ -258,7 +263,7 @@ class FlowKernel:
             if stream is not None:
                 refuse_during_capture(stream, self._launch_operation, "its first launch for these argument "
                                       "types compiles or loads the kernel's module (not capturable)")
-            target = _device_target()
+            target = replace(_device_target(), gin_backend=_gin_backend_of(args))
             loaded = _Loaded(self._load_or_compile(argtypes, target), argtypes)
             self._loaded[argtypes] = loaded
         self._loaded_by_ids[ids] = loaded  # the argtypes key keeps the types (and their ids) alive
@@ -274,6 +279,28 @@ class FlowKernel:
             return "loaded"
         self._loaded[argtypes] = _Loaded(self._load_or_compile(argtypes, _device_target()), argtypes)
         return self.last_build["source"]
+
+    def _for_gin_backend(self, loaded, args, stream: int | None):
+        """``loaded``, or, when it was linked for another GIN backend than that of ``args``' device
+        communicator, the kernel linked for that one (compiled or loaded once; the same argument
+        types on communicators of two backends in one process)."""
+        from .lowering.gin_surface import linked_backend  # noqa: PLC0415 - a cached module lookup
+
+        linked = linked_backend(loaded.features)
+        if linked is None:
+            return loaded
+        backend = _gin_backend_of(args)
+        if backend == linked:
+            return loaded
+        other = self._loaded_for_backends.get((loaded.argtypes, backend))
+        if other is None:
+            if stream is not None:
+                refuse_during_capture(stream, self._launch_operation, "its first launch on a device communicator "
+                                      "of this GIN backend compiles or loads the kernel's module (not capturable)")
+            target = replace(_device_target(), gin_backend=backend)
+            other = _Loaded(self._load_or_compile(loaded.argtypes, target), loaded.argtypes)
+            self._loaded_for_backends[(loaded.argtypes, backend)] = other
+        return other
 
     def build(self, argtypes, target: Target) -> str:
         """Compile for ``argtypes`` and ``target`` into the disk cache unless it is there already.
@@ -296,15 +323,22 @@ class FlowKernel:
         except _cache.Uncacheable as exc:
             key, uncacheable = None, exc
         root = _cache_root()
-        if key is not None:
-            hit = _cache.read_entry(root, key)
+        # A GIN kernel linked for one backend is stored under a key of its own; the plain key holds
+        # kernels that run with any backend (without GIN, or linked with every backend).
+        backend_key = _backend_key(key, target)
+        for k in (backend_key, key):
+            hit = _cache.read_entry(root, k) if k is not None else None
             if hit is not None:
-                return key, hit[0], hit[1], "disk"
+                return k, hit[0], hit[1], "disk"
         compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath,
                                   max_registers=self.max_registers,
                                   lineinfo=self.lineinfo, support_arch=support.arch,
                                   link_for_features=_feature_libraries(target))
         meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features)}
+        from .lowering.gin_surface import linked_backend  # noqa: PLC0415
+
+        if key is not None and linked_backend(compiled.features) is not None:
+            key = backend_key
         if key is not None:
             _cache.write_entry(root, key, compiled.cubin, compiled.entry_name, compiled.features)
         elif not self.__dict__.get("_warned_uncacheable"):
@@ -710,15 +744,46 @@ def _cuda_version(cuda) -> tuple[int, int]:
 
 
 def _feature_libraries(target: Target):
-    """Libraries a kernel's features add to its link: the CFT build when it uses flowdsl.cft."""
-    def libraries(features):
-        from .lowering.cft_surface import CFT_FEATURE  # noqa: PLC0415
-        from .runtime.support import cft_build_for  # noqa: PLC0415
+    """Libraries a kernel's features add to its link: a GIN build for GIN, the CFT build for flowdsl.cft."""
+    from .runtime.support import feature_libraries  # noqa: PLC0415
 
-        if CFT_FEATURE not in features:
-            return []
-        return [("flowdsl_cft", cft_build_for(target.nccl, target.arch).ltoir)]
-    return libraries
+    return feature_libraries(target)
+
+
+def _gin_digest(target: Target):
+    """Digest of the GIN builds a kernel for ``target`` may link (part of the cache key)."""
+    from .runtime import support, support_build  # noqa: PLC0415
+
+    return support.gin_digest(target.nccl) or "sources:" + ",".join(support_build.source_digest().values())
+
+
+def _backend_key(key, target: Target):
+    """The cache key of a GIN kernel linked for ``target``'s backend only (None: no backend named)."""
+    if key is None or target.gin_backend is None:
+        return None
+    return hashlib.sha256(f"{key} gin:{target.gin_backend.option}".encode()).hexdigest()[:32]
+
+
+def _gin_backend_named(name, kernel_name: str):
+    """``name`` as a :class:`flowdsl.GinBackend` (None stays None), or a UsageError naming the choices."""
+    from .enums import GinBackend  # noqa: PLC0415
+
+    if name is None:
+        return None
+    backend = GinBackend.from_option(name)
+    if backend is None:
+        raise UsageError(f"Cannot compile {kernel_name} for gin_backend={name!r}: it is not a GIN backend. "
+                         f"Use one of {', '.join(b.option for b in GinBackend)}, or None for every backend")
+    return backend
+
+
+def _gin_backend_of(args):
+    """The GIN backend of the first device communicator among launch ``args`` (None: none, or not one)."""
+    for arg in args:
+        backend = getattr(arg, "gin_backend", None)
+        if backend is not None:
+            return backend
+    return None
 
 
 def _numba_kernel(entry_name: str, cubin: bytes, argtypes):
@@ -795,6 +860,7 @@ class _Launch:
         _check_resources(name, args)
         loaded = self.kernel._specialize(args, stream)
         if loaded.features:
+            loaded = self.kernel._for_gin_backend(loaded, args, stream)
             check_features(name, loaded.features, args)
         return loaded, grid, block
 

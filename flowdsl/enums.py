@@ -1,16 +1,15 @@
 """Enums shared by the device surface, the lowering and the simulator.
 
-Contents: :class:`MemoryOrder`, :class:`ThreadScope`, :class:`CoopKind`,
-:class:`Protocol`, :class:`RedOp`.
-Values mirror libcu++ (``cuda::memory_order``, ``cuda::thread_scope``) exactly,
-so they pass straight through to the support library.
+Values mirror libcu++ (``cuda::memory_order``, ``cuda::thread_scope``) and NCCL
+(``ncclRedOp_t``, ``ncclNetDeviceType``) exactly, so they pass straight through to
+the support library.
 """
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["MemoryOrder", "ThreadScope", "CoopKind", "Protocol", "RedOp", "ConstantEnumMeta"]
+__all__ = ["MemoryOrder", "ThreadScope", "CoopKind", "Protocol", "RedOp", "GinBackend", "ConstantEnumMeta"]
 
 
 class ConstantEnumMeta(enum.EnumMeta):
@@ -77,3 +76,40 @@ class RedOp(enum.IntEnum, metaclass=ConstantEnumMeta):
     MAX = 2
     MIN = 3
     AVG = 4
+
+
+class GinBackend(enum.IntEnum):
+    """A GIN backend: how a device communicator's GIN connections reach the network.
+
+    Values match NCCL's ``ncclNetDeviceType``, which ``ncclDevComm`` records per GIN
+    connection (the device code dispatches on it). The one table of backends for the
+    GPU runtime, the support builds (one GIN build each) and the simulator's
+    ``gin_backend=`` option (:attr:`option`).
+    """
+
+    PROXY = 2
+    GDAKI = 3
+    GPI = 4
+    EFA_GDA = 5
+
+    @property
+    def strong_signals(self) -> bool:
+        """Whether it offers strong signals (EFA GDA offers weak ones only)."""
+        return self is not GinBackend.EFA_GDA
+
+    @property
+    def legacy_strong(self) -> bool:
+        """Whether NCCL's legacy signals (``signal_inc``, ``signal_add``) are strong on it."""
+        return self.strong_signals
+
+    @property
+    def option(self) -> str:
+        """Its lower-case name: the simulator's ``gin_backend=`` value and the support build's suffix."""
+        return self.name.lower()
+
+    @classmethod
+    def from_option(cls, name) -> GinBackend | None:
+        """The backend ``name`` names (``"proxy"``, ``"EFA_GDA"``, a member), or None if it names none."""
+        if isinstance(name, cls):
+            return name
+        return cls.__members__.get(str(name).upper())

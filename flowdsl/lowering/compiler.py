@@ -102,8 +102,9 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
     Typing errors (wrong argument types, a feature the target's NCCL lacks)
     are raised by numba with flowdsl's messages before anything is linked.
     ``link_for_features`` maps the features the kernel uses to further
-    ``(name, LTO-IR)`` libraries to link (the CFT library for ``cft``), so a
-    kernel without them links exactly as before.
+    ``(name, LTO-IR)`` libraries to link (a GIN build for ``gin``, the CFT library
+    for ``cft``: :func:`flowdsl.runtime.support.feature_libraries`), so a kernel
+    without them links the support build alone.
     """
     start = time.perf_counter()
     with compiling_for(target), _device_functions_for(target):
@@ -113,6 +114,7 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
         _mark_never_inline(lib)
         features = noted_features() | features_in_code(lib.get_llvm_str())
         features = _check_cft(lib, target, features)
+        features = _gin_backend_of(target, features)
     ltoir = lib.get_ltoir(cc=target.cc)
     objects = [ObjectCode.from_ltoir(ltoir, name=pyfunc.__name__),
                ObjectCode.from_ltoir(support_ltoir, name="flowdsl_support")]
@@ -130,6 +132,7 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
 
 
 _STRONG_CALL = re.compile(r'@"?flowdsl_gin_\w*__strong_')
+_GIN_CALL = re.compile(r'@"?flowdsl_(?:gin|hybrid)_')
 _MARKER = re.compile(r"flowdsl-feature:([\w.]+)")
 
 
@@ -140,12 +143,23 @@ def features_in_code(llvm_ir: str) -> frozenset:
     note made while typing is missing from the next kernel that reuses the function;
     the calls (and markers, :func:`flowdsl.lowering.intrinsics.feature_marker`) stay.
     """
-    from .gin_surface import STRONG_SIGNAL_FEATURE  # noqa: PLC0415
+    from .gin_surface import GIN_FEATURE, STRONG_SIGNAL_FEATURE  # noqa: PLC0415
 
     found = set(_MARKER.findall(llvm_ir))
     if _STRONG_CALL.search(llvm_ir):
         found.add(STRONG_SIGNAL_FEATURE)
+    if _GIN_CALL.search(llvm_ir):
+        found.add(GIN_FEATURE)
     return frozenset(found)
+
+
+def _gin_backend_of(target: Target, features: frozenset) -> frozenset:
+    """A GIN kernel for a target that names its backend links that backend's GIN build: record it."""
+    from .gin_surface import GIN_FEATURE, backend_feature  # noqa: PLC0415
+
+    if GIN_FEATURE in features and target.gin_backend is not None:
+        return features | {backend_feature(target.gin_backend)}
+    return features
 
 
 def _check_cft(lib, target: Target, features: frozenset) -> frozenset:

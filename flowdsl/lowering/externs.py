@@ -6,12 +6,13 @@ in :data:`EXTERNS`. From this table come: the numba declarations
 (:func:`render_header`), and the test that every symbol exists in every built
 LTO-IR. A row with ``coop=True`` stands for one C function per coop kind,
 named ``<name>__<kind>``, whose first argument is the packed coop word.
-Rows of ``library="cft"`` make a separate support library (``flowdsl_cft.h``,
-``prebuilt/src/flowdsl_cft.cu``), built with a CUDA >= 13.3 nvcc for sm_100
-and linked only into kernels that use :mod:`flowdsl.cft`.
-
-Contents: :class:`Extern`, :data:`EXTERNS`, :data:`C_TYPES`, :data:`COOP_SUFFIX`,
-:data:`CFT_SINCE`, :data:`CFT_ARCHS`, :data:`CFT_CUDA`, :data:`LIBRARIES`, :func:`symbols`, :func:`render_header`, :func:`by_name`.
+GIN's put, put_value and signal take the coop kind and word as arguments
+instead (one function for every coop; see ``prebuilt/src/flowdsl_gin.cu``).
+Rows of ``library="gin"`` make the GIN library (``flowdsl_gin.h``,
+``prebuilt/src/flowdsl_gin.cu``), built once per GIN backend and linked only
+into kernels that use GIN. Rows of ``library="cft"`` make a separate support
+library (``flowdsl_cft.h``, ``prebuilt/src/flowdsl_cft.cu``), built with a CUDA
+>= 13.3 nvcc for sm_100 and linked only into kernels that use :mod:`flowdsl.cft`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from dataclasses import dataclass
 
 from ..enums import CoopKind
 
-__all__ = ["Extern", "EXTERNS", "C_TYPES", "COOP_SUFFIX", "REMOTE_VARIANTS", "CFT_SINCE", "CFT_ARCHS", "CFT_CUDA",
-           "LIBRARIES", "symbols", "render_header", "by_name"]
+__all__ = ["Extern", "EXTERNS", "C_TYPES", "COOP_SUFFIX", "REMOTE_VARIANTS", "PAYLOAD_SUFFIX", "CFT_SINCE",
+           "CFT_ARCHS", "CFT_CUDA", "LIBRARIES", "symbols", "render_header", "by_name"]
 
 #: Table C type key -> C spelling. Only pointers and scalars cross the C ABI.
 C_TYPES = {
@@ -62,7 +63,8 @@ class Extern:
         coop: One function per coop kind, with a leading ``uint32_t coop`` word.
         since: Oldest NCCL release whose device API has it.
         archs: Targets it is built for.
-        library: ``"support"`` (every build) or ``"cft"`` (the separate CFT builds).
+        library: ``"support"`` (every build), ``"gin"`` (the GIN builds, one per backend) or ``"cft"``
+            (the separate CFT builds).
         cuda: Oldest CUDA toolkit (nvcc for the build, nvJitLink for the link) it needs.
     """
 
@@ -98,8 +100,9 @@ class Extern:
 
     def variant_since(self, symbol: str) -> tuple[int, int, int]:
         """Oldest NCCL release that has ``symbol`` (a variant may be newer than the row)."""
+        coops = [""] + [f"__{suffix}" for suffix in COOP_SUFFIX.values()] if self.coop else [""]
         for suffix, since in self.variants:
-            if symbol.startswith(f"{self.name}__{suffix}"):
+            if symbol in (f"{self.name}__{suffix}{coop}" for coop in coops):
                 return max(since, self.since)
         return self.since
 
@@ -108,17 +111,27 @@ def _e(name, ret, args, doc, **kw):
     return Extern(name, ret, tuple(args), doc, **kw)
 
 
+def _gin(name, ret, args, doc, **kw):
+    return Extern(name, ret, tuple(args), doc, library="gin", **kw)
+
+
 #: CFT needs NCCL 2.31, Blackwell (sm_100) and CUDA 13.3 (NCCL's headers compile it only then).
 CFT_SINCE = (2, 31, 0)
 CFT_ARCHS = ("sm_100",)
 CFT_CUDA = (13, 3)
-LIBRARIES = ("support", "cft")
+LIBRARIES = ("support", "gin", "cft")
 
 _COMM = ("devcomm", "comm")
 _WIN = ("window", "win")
 _TEAM = ("team", "team")
 _REMOTE = [("uint32", "signal"), ("window", "signal_win"), ("size_t", "signal_offset"), ("uint64", "value")]
 _TO_PEER = [_COMM, ("int", "ctx"), _TEAM, ("int", "peer")]
+_PUT_ARGS = [("window", "dst"), ("size_t", "dst_offset"), ("window", "src"), ("size_t", "src_offset"),
+             ("size_t", "bytes")]
+#: The coop as arguments: its kind (flowdsl.enums.CoopKind) and its packed word.
+_COOP_ARGS = [("int", "coop_kind"), ("uint32", "coop")]
+#: put_value payload sizes: the suffix of each function.
+PAYLOAD_SUFFIX = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
 #: GIN remote actions: (kind, oldest NCCL with it). Legacy kinds exist since 2.28; strong,
 #: weak and VA signals are used from 2.32 (flowdsl's oldest release with them).
 REMOTE_VARIANTS = (("none", (2, 28, 9)), ("signal_inc", (2, 28, 9)), ("signal_add", (2, 28, 9))) + tuple(
@@ -169,40 +182,42 @@ EXTERNS: tuple[Extern, ...] = (
        "ncclLsaBarrierSession::wait, bounded (flowdsl.wait).", coop=True),
     _e("flowdsl_lsa_barrier_sync", "void", [_COMM, ("uint32", "index"), ("order", "order")],
        "ncclLsaBarrierSession::sync, its wait bounded.", coop=True),
-    # GIN. One function per remote action (and counted or not): see REMOTE_VARIANTS.
-    _e("flowdsl_gin_put", "void", _TO_PEER + [("window", "dst"), ("size_t", "dst_offset"), ("window", "src"),
-                                              ("size_t", "src_offset"), ("size_t", "bytes")] + _REMOTE,
-       "ncclGin::put with a remote action.", coop=True, variants=REMOTE_VARIANTS),
-    _e("flowdsl_gin_put", "void", _TO_PEER + [("window", "dst"), ("size_t", "dst_offset"), ("window", "src"),
-                                              ("size_t", "src_offset"), ("size_t", "bytes")] + _REMOTE
-       + [("uint32", "counter")], "ncclGin::put with a remote action and a counter.", coop=True,
-       variants=tuple((f"{kind}__counted", since) for kind, since in REMOTE_VARIANTS)),
-    _e("flowdsl_gin_put_value", "void", _TO_PEER + [("window", "dst"), ("size_t", "dst_offset"),
-                                                    ("uint64", "payload"), ("int", "size")] + _REMOTE,
-       "ncclGin::putValue (size 1, 2, 4 or 8 bytes).", coop=True, variants=REMOTE_VARIANTS),
-    _e("flowdsl_gin_signal", "void", _TO_PEER + _REMOTE, "ncclGin::signal.", coop=True,
-       variants=REMOTE_VARIANTS[1:]),
-    _e("flowdsl_gin_get", "void", [_COMM, ("int", "ctx"), _TEAM, ("int", "peer"), ("window", "remote"),
-                                   ("size_t", "remote_offset"), ("window", "local"), ("size_t", "local_offset"),
-                                   ("size_t", "bytes")], "ncclGin::get.", coop=True, since=(2, 32, 0)),
-    _e("flowdsl_gin_flush", "void", [_COMM, ("int", "ctx"), ("order", "order")], "ncclGin::flush.", coop=True),
-    _e("flowdsl_gin_read_signal", "uint64", [_COMM, ("int", "ctx"), ("uint32", "signal"), ("int", "bits"),
-                                             ("order", "order")], "ncclGin::readSignal."),
-    _e("flowdsl_gin_wait_signal", "void", [_COMM, ("int", "ctx"), ("uint32", "signal"), ("uint64", "least"),
-                                           ("int", "bits"), ("order", "order")], "ncclGin::waitSignal, bounded.",
-       coop=True),
-    _e("flowdsl_gin_reset_signal", "void", [_COMM, ("int", "ctx"), ("uint32", "signal")], "ncclGin::resetSignal."),
-    _e("flowdsl_gin_read_counter", "uint64", [_COMM, ("int", "ctx"), ("uint32", "counter"), ("int", "bits"),
-                                              ("order", "order")], "ncclGin::readCounter."),
-    _e("flowdsl_gin_wait_counter", "void", [_COMM, ("int", "ctx"), ("uint32", "counter"), ("uint64", "least"),
-                                            ("int", "bits"), ("order", "order")], "ncclGin::waitCounter, bounded.",
-       coop=True),
-    _e("flowdsl_gin_reset_counter", "void", [_COMM, ("int", "ctx"), ("uint32", "counter")],
-       "ncclGin::resetCounter."),
-    _e("flowdsl_gin_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
-       "ncclGinBarrierSession (rail team)::sync, bounded.", coop=True),
-    _e("flowdsl_hybrid_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
-       "ncclBarrierSession (world: LSA inside, GIN across)::sync, bounded.", coop=True),
+    # GIN (the "gin" library, one build per backend). One function per remote action (and counted or
+    # not, and payload size): see REMOTE_VARIANTS. put, put_value and signal take the coop as arguments.
+    _gin("flowdsl_gin_put", "void", _COOP_ARGS + _TO_PEER + _PUT_ARGS + _REMOTE,
+         "ncclGin::put with a remote action.", variants=REMOTE_VARIANTS),
+    _gin("flowdsl_gin_put", "void", _COOP_ARGS + _TO_PEER + _PUT_ARGS + _REMOTE + [("uint32", "counter")],
+         "ncclGin::put with a remote action and a counter.",
+         variants=tuple((f"{kind}__counted", since) for kind, since in REMOTE_VARIANTS)),
+    _gin("flowdsl_gin_put_value", "void", _COOP_ARGS + _TO_PEER + [("window", "dst"), ("size_t", "dst_offset"),
+                                                                   ("uint64", "payload")] + _REMOTE,
+         "ncclGin::putValue of a 1, 2, 4 or 8-byte payload (the suffix).",
+         variants=tuple((f"{kind}__{size}", since) for kind, since in REMOTE_VARIANTS
+                   for size in PAYLOAD_SUFFIX.values())),
+    _gin("flowdsl_gin_signal", "void", _COOP_ARGS + _TO_PEER + _REMOTE, "ncclGin::signal.",
+         variants=REMOTE_VARIANTS[1:]),
+    _gin("flowdsl_gin_get", "void", [_COMM, ("int", "ctx"), _TEAM, ("int", "peer"), ("window", "remote"),
+                                     ("size_t", "remote_offset"), ("window", "local"), ("size_t", "local_offset"),
+                                     ("size_t", "bytes")], "ncclGin::get.", coop=True, since=(2, 32, 0)),
+    _gin("flowdsl_gin_flush", "void", [_COMM, ("int", "ctx"), ("order", "order")], "ncclGin::flush.", coop=True),
+    _gin("flowdsl_gin_read_signal", "uint64", [_COMM, ("int", "ctx"), ("uint32", "signal"), ("int", "bits"),
+                                               ("order", "order")], "ncclGin::readSignal."),
+    _gin("flowdsl_gin_wait_signal", "void", [_COMM, ("int", "ctx"), ("uint32", "signal"), ("uint64", "least"),
+                                             ("int", "bits"), ("order", "order")], "ncclGin::waitSignal, bounded.",
+         coop=True),
+    _gin("flowdsl_gin_reset_signal", "void", [_COMM, ("int", "ctx"), ("uint32", "signal")],
+         "ncclGin::resetSignal."),
+    _gin("flowdsl_gin_read_counter", "uint64", [_COMM, ("int", "ctx"), ("uint32", "counter"), ("int", "bits"),
+                                                ("order", "order")], "ncclGin::readCounter."),
+    _gin("flowdsl_gin_wait_counter", "void", [_COMM, ("int", "ctx"), ("uint32", "counter"), ("uint64", "least"),
+                                              ("int", "bits"), ("order", "order")], "ncclGin::waitCounter, bounded.",
+         coop=True),
+    _gin("flowdsl_gin_reset_counter", "void", [_COMM, ("int", "ctx"), ("uint32", "counter")],
+         "ncclGin::resetCounter."),
+    _gin("flowdsl_gin_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
+         "ncclGinBarrierSession (rail team)::sync, bounded.", coop=True),
+    _gin("flowdsl_hybrid_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
+         "ncclBarrierSession (world: LSA inside, GIN across)::sync, bounded.", coop=True),
 ) + tuple(
     Extern(e.name, e.ret, e.args, e.doc, coop=e.coop, since=CFT_SINCE, archs=CFT_ARCHS, library="cft",
            cuda=CFT_CUDA)

@@ -5,13 +5,15 @@ weak; indexed or VA; inc or add), so the kernel states at compile time which
 signals it needs: strong and weak kinds need NCCL >= 2.32, and a kernel that
 uses strong signals is refused at launch on a backend that offers only weak
 ones (see :data:`STRONG_SIGNAL_FEATURE`). Each (operation, remote kind,
-counted, coop) is its own C function of the support library, so a call
+counted, payload size) is its own C function of the GIN library, so a call
 inlines exactly one NCCL template instantiation; the action's operands cross
-as ``(signal id, VA window, VA offset, value)``.
+as ``(signal id, VA window, VA offset, value)``. put, put_value and signal
+take the coop kind as a constant argument (it folds after LTO inlining) rather
+than one function per coop: a fifth of the functions to build and link.
 
-Contents: :class:`GinContextType`, :class:`RemoteActionType`,
-:class:`LocalActionType`, :class:`GinBarrierSessionType`,
-:data:`REMOTE_KINDS`, :data:`STRONG_SIGNAL_FEATURE`, :func:`bind`.
+A kernel that calls the GIN library is marked :data:`GIN_FEATURE`: it links a
+GIN build, that of its device communicator's backend when the target names it
+(marked :func:`backend_feature`, checked at launch: :func:`linked_backend`).
 """
 
 from __future__ import annotations
@@ -24,22 +26,38 @@ from numba.cuda import models
 from numba.cuda.extending import intrinsic, make_attribute_wrapper, overload, overload_method, register_model
 
 from .. import gin
-from ..enums import CoopKind, MemoryOrder
+from ..enums import CoopKind, GinBackend, MemoryOrder
 from .checks import expect, is_omitted
 from .declarations import DECLARED
-from .externs import COOP_SUFFIX, REMOTE_VARIANTS
+from .externs import COOP_SUFFIX, PAYLOAD_SUFFIX, REMOTE_VARIANTS
 from .intrinsics import devcomm_ptr, enum_value
 from .target import note_feature, require
 from .types import CoopType, DevCommType, TeamType, WindowType
 
 __all__ = ["GinContextType", "RemoteActionType", "LocalActionType", "GinBarrierSessionType", "REMOTE_KINDS",
-           "STRONG_SIGNAL_FEATURE", "bind"]
+           "STRONG_SIGNAL_FEATURE", "GIN_FEATURE", "backend_feature", "linked_backend", "bind"]
 
 #: Remote action kinds; each names a variant of the GIN support functions (externs.REMOTE_VARIANTS).
 REMOTE_KINDS = tuple(kind for kind, _ in REMOTE_VARIANTS)
 #: Recorded on a compiled kernel that issues strong signals.
 STRONG_SIGNAL_FEATURE = "gin.strong_signals"
+#: Recorded on a compiled kernel that calls the GIN library (it links a GIN build).
+GIN_FEATURE = "gin"
+_BACKEND_FEATURE = "gin.backend:"
 _NCCL_2_32 = (2, 32, 0)
+
+
+def backend_feature(backend: GinBackend) -> str:
+    """Recorded on a kernel linked with the GIN build of ``backend`` only (it runs with no other)."""
+    return _BACKEND_FEATURE + backend.option
+
+
+def linked_backend(features) -> GinBackend | None:
+    """The one GIN backend a compiled kernel runs with, or None (any: no GIN, or every backend linked)."""
+    for feature in features:
+        if feature.startswith(_BACKEND_FEATURE):
+            return GinBackend.from_option(feature[len(_BACKEND_FEATURE):])
+    return None
 
 
 class GinContextType(types.Type):
@@ -231,9 +249,13 @@ def _order_of(op, order):
 _ACQUIRE = int(MemoryOrder.ACQUIRE)
 
 
+def _coop_kind(coop) -> int:
+    """The coop's kind (the calling thread when ``coop`` is None), as put/put_value/signal take it."""
+    return int(CoopKind.THREAD if coop is None else coop.kind)
+
+
 def _symbol(stem, coop):
-    kind = CoopKind.THREAD if coop is None else coop.kind
-    return DECLARED[f"{stem}__{COOP_SUFFIX[kind]}"]
+    return DECLARED[f"{stem}__{COOP_SUFFIX[_coop_kind(coop)]}"]
 
 
 def _check_remote(op, remote):
@@ -312,22 +334,22 @@ def bind():
     def _counter_inc(counter):
         return lambda counter: _make_local(counter)
 
-    # put: remote and local actions are optional; their kinds are compile-time constants.
-    def put_impl(fn, has_local):
+    # put: remote and local actions are optional; their kinds and the coop kind are compile-time constants.
+    def put_impl(fn, has_local, kind):
         if has_local:
             def impl(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remote=None, local=None,
                      coop=None):
                 signal, win, offset, value = _remote_fields(remote)
-                fn(_coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride, peer,
-                   dst_win._handle, dst_offset, src_win._handle, src_offset, nbytes, signal, win, offset, value,
-                   _counter_of(local))
+                fn(kind, _coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride,
+                   peer, dst_win._handle, dst_offset, src_win._handle, src_offset, nbytes, signal, win, offset,
+                   value, _counter_of(local))
             return impl
 
         def impl(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remote=None, local=None,
                  coop=None):
             signal, win, offset, value = _remote_fields(remote)
-            fn(_coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride, peer,
-               dst_win._handle, dst_offset, src_win._handle, src_offset, nbytes, signal, win, offset, value)
+            fn(kind, _coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride,
+               peer, dst_win._handle, dst_offset, src_win._handle, src_offset, nbytes, signal, win, offset, value)
         return impl
 
     @overload(gin.put)
@@ -345,7 +367,8 @@ def bind():
             _expect("put", "local=flowdsl.gin.counter_inc(counter)", local, LocalActionType)
         c = _coop_of("put", coop)
         kind = remote.kind if has_remote else "none"
-        return put_impl(_symbol(f"flowdsl_gin_put__{kind}{'__counted' if has_local else ''}", c), has_local)
+        return put_impl(DECLARED[f"flowdsl_gin_put__{kind}{'__counted' if has_local else ''}"], has_local,
+                        _coop_kind(c))
 
     @overload(gin.put_value)
     def _put_value(ctx, team, peer, dst_win, dst_offset, value, remote=None, coop=None):
@@ -357,14 +380,14 @@ def bind():
         has_remote = not is_omitted(remote)
         if has_remote:
             _check_remote("put_value", remote)
-        c = _coop_of("put_value", coop)
-        fn = _symbol(f"flowdsl_gin_put_value__{remote.kind if has_remote else 'none'}", c)
-        size = _size_of(value)
+        kind = _coop_kind(_coop_of("put_value", coop))
+        fn = DECLARED[f"flowdsl_gin_put_value__{remote.kind if has_remote else 'none'}__"
+                      f"{PAYLOAD_SUFFIX[_size_of(value)]}"]
 
         def impl(ctx, team, peer, dst_win, dst_offset, value, remote=None, coop=None):
             signal, win, offset, arg = _remote_fields(remote)
-            fn(_coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride, peer,
-               dst_win._handle, dst_offset, _payload_bits(value), size, signal, win, offset, arg)
+            fn(kind, _coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride, peer,
+               dst_win._handle, dst_offset, _payload_bits(value), signal, win, offset, arg)
         return impl
 
     @overload(gin.signal)
@@ -372,11 +395,11 @@ def bind():
         _expect("signal", "a GIN context", ctx, GinContextType)
         _expect("signal", "a team", team, TeamType)
         _check_remote("signal", remote)
-        c = _coop_of("signal", coop)
-        fn = _symbol(f"flowdsl_gin_signal__{remote.kind}", c)
+        kind = _coop_kind(_coop_of("signal", coop))
+        fn = DECLARED[f"flowdsl_gin_signal__{remote.kind}"]
 
         def impl(ctx, team, peer, remote, coop=None):
-            fn(_coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride, peer,
+            fn(kind, _coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride, peer,
                remote.signal, remote.win, remote.offset, remote.value)
         return impl
 

@@ -27,15 +27,20 @@ class FeatureUnavailableError(NumbaTypeError):
 
 @dataclass(frozen=True)
 class Target:
-    """What a kernel is compiled for: NCCL device ABI release, ``sm_XX`` arch, linking CUDA.
+    """What a kernel is compiled for: NCCL device ABI release, ``sm_XX`` arch, linking CUDA, GIN backend.
 
     ``cuda`` is the ``(major, minor)`` of the nvJitLink that links the kernel (it must
     read the LTO-IR of every support build linked in); ``None`` when not known.
+    ``gin_backend`` (a :class:`flowdsl.enums.GinBackend`) is the backend of the device
+    communicator the kernel will run with, when known: a kernel that uses GIN then links
+    the GIN build of that backend only, and runs with no other. ``None``: the build with
+    every backend the NCCL release has, which runs with any.
     """
 
     nccl: tuple[int, int, int]
     arch: str
     cuda: tuple[int, int] | None = None
+    gin_backend: object = None
 
     @property
     def cc(self) -> tuple[int, int]:

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from dataclasses import dataclass
 
 import numpy as np
 
+from ..enums import GinBackend
 from ..errors import UsageError
 from ..lowering.target import format_version
 from ..lowering.types import DevCommType, WindowType, devcomm_words
 from . import checks, nccl
 
 __all__ = ["Resource", "SymmetricAllocation", "Window", "DevComm", "device_pointer", "GinBackend", "GIN_BACKENDS",
-           "gin_backend_of"]
+           "gin_backend_of", "gin_backends_in"]
 
 
 class Resource:
@@ -156,17 +156,9 @@ class Window(Resource):
         self._nccl_window.close()
 
 
-@dataclass(frozen=True)
-class GinBackend:
-    """A GIN backend and the signals it offers (what NCCL reports as ``ncclGinType_t``)."""
-
-    name: str
-    strong_signals: bool
-
-
-#: ncclGinType_t -> backend. EFA GDA offers weak signals only; the proxy (and GDAKI, GPI) strong ones.
-GIN_BACKENDS = {2: GinBackend("PROXY", True), 3: GinBackend("GDAKI", True), 4: GinBackend("GPI", True),
-                5: GinBackend("EFA_GDA", False)}
+#: ncclGinType_t / ncclNetDeviceType -> backend. EFA GDA offers weak signals only; the proxy (and GDAKI, GPI)
+#: strong ones.
+GIN_BACKENDS = {int(b): b for b in GinBackend}
 
 
 def gin_backend_of(comm) -> GinBackend | None:
@@ -175,6 +167,15 @@ def gin_backend_of(comm) -> GinBackend | None:
         return GIN_BACKENDS.get(int(comm._nccl.gin_type))
     except Exception:  # noqa: BLE001 - ncclCommQueryProperties is missing before NCCL 2.29
         return None
+
+
+def gin_backends_in(raw: bytes, layout: dict) -> frozenset | None:
+    """The backends of the GIN connections an ``ncclDevComm`` struct records (what its device code
+    dispatches on), or None when the layout does not say where they are."""
+    if "gin_types" not in layout:
+        return None
+    count_at, types_at = layout["gin_types"]
+    return frozenset(GIN_BACKENDS.get(t) for t in raw[types_at:types_at + raw[count_at]])
 
 
 class DevComm(Resource):
@@ -208,8 +209,12 @@ class DevComm(Resource):
             self._closed = True
             comm._untrack(self)
             raise
-        self.gin_backend = gin_backend_of(comm)
         raw = bytes(self._struct)
+        backends = gin_backends_in(raw, layout)
+        #: The GIN backend of its connections (None: no GIN connection, or not one backend for all). A
+        #: kernel that uses GIN is linked for it at its first launch with this device communicator.
+        self.gin_backend = gin_backend_of(comm) if backends is None else (
+            next(iter(backends)) if len(backends) == 1 else None)
         # Unsigned 64-bit kernel parameters (a plain int above 2**63 would not fit ssize_t), then the
         # communicator's wait record (bounded device waits read their limit there and record a timeout).
         self._word_values = struct.unpack(f"<{len(raw) // 8}Q", raw) + (comm._wait_record.device_address,)

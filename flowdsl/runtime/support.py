@@ -1,7 +1,9 @@
-"""Choosing the support-library build for the loaded NCCL and a target arch.
+"""Choosing the support-library builds for the loaded NCCL, a target arch and a GIN backend.
 
-Contents: :func:`manifest`, :func:`support_build_for`, :func:`cft_build_for`,
-:func:`abi_layout`, :func:`cache_dir`.
+Every kernel links the support build of its NCCL release and arch; a kernel that uses
+GIN also links a GIN build: the one of its device communicator's backend when the
+target names it (:class:`~flowdsl.lowering.target.Target` ``gin_backend``), else the one
+with every backend (:func:`gin_build_for`); a kernel that uses CFT the CFT build.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ import json
 import os
 from pathlib import Path
 
+from ..enums import GinBackend
 from ..lowering.target import format_version
 from . import support_build
 
-__all__ = ["manifest", "support_build_for", "cft_build_for", "abi_layout", "cache_dir", "SupportBuild"]
+__all__ = ["manifest", "support_build_for", "gin_build_for", "gin_backends", "gin_digest", "cft_build_for",
+           "abi_layout", "cache_dir", "SupportBuild", "feature_libraries"]
 
 
 def cache_dir() -> Path:
@@ -74,6 +78,71 @@ def support_build_for(nccl: tuple[int, int, int], arch: str) -> SupportBuild:
     chosen = _pick_arch(arch, support_build.ARCHS) or arch
     path, layout = support_build.build_for_installed(version, chosen, cache_dir() / "support")
     return SupportBuild(path, nccl, chosen, layout)
+
+
+@functools.cache
+def gin_backends(nccl: tuple[int, int, int]) -> tuple[GinBackend, ...]:
+    """The GIN backends whose device code NCCL release ``nccl`` has (each has a GIN build)."""
+    version = format_version(nccl)
+    entry = manifest()["abis"].get(version)
+    if entry is not None:
+        return tuple(GinBackend.from_option(name) for name in entry["gin"]["backends"])
+    include_dir = support_build.installed_include_dir()
+    if include_dir is None:
+        return ()
+    return support_build.installed_gin_backends(version, include_dir, cache_dir() / "support")
+
+
+@functools.cache
+def gin_build_for(nccl: tuple[int, int, int], arch: str, backend: GinBackend | None = None) -> SupportBuild:
+    """The GIN library build for NCCL ``nccl``, ``arch`` and ``backend`` (None: every backend).
+
+    Raises:
+        UsageError: NCCL ``nccl`` has no device code for ``backend``.
+    """
+    from ..errors import UsageError  # noqa: PLC0415
+
+    version = format_version(nccl)
+    name = "all" if backend is None else backend.option
+    entry = manifest()["abis"].get(version)
+    if backend is not None and backend not in gin_backends(nccl):
+        raise UsageError(f"Cannot compile for GIN backend {backend.option}: NCCL {version} has device code "
+                           f"for {', '.join(b.option for b in gin_backends(nccl)) or 'no GIN backend'} only.")
+    if entry is not None:
+        builds = entry["gin"]["builds"][name]
+        chosen = _pick_arch(arch, builds)
+        if chosen is None:
+            raise RuntimeError(f"Cannot compile for {arch}: the flowdsl GIN library is built for "
+                               f"{', '.join(sorted(builds))} only. Use a GPU of sm_80 or newer.")
+        return SupportBuild(support_build.PREBUILT_DIR / builds[chosen]["file"], nccl, chosen, entry["layout"])
+    chosen = _pick_arch(arch, support_build.ARCHS) or arch
+    path, layout = support_build.build_for_installed(version, chosen, cache_dir() / "support", gin=name)
+    return SupportBuild(path, nccl, chosen, layout)
+
+
+@functools.cache
+def gin_digest(nccl: tuple[int, int, int]) -> str | None:
+    """One digest of every checked-in GIN build of ``nccl`` (part of the kernel cache key), or None."""
+    entry = manifest()["abis"].get(format_version(nccl))
+    if entry is None:
+        return None
+    return ",".join(sorted(b["sha256"] for builds in entry["gin"]["builds"].values() for b in builds.values()))
+
+
+def feature_libraries(target):
+    """``features -> [(name, LTO-IR)]``: the builds a kernel for ``target`` links beyond the support
+    build (``link_for_features`` of :func:`flowdsl.lowering.compiler.compile_kernel`)."""
+    def libraries(features):
+        from ..lowering.cft_surface import CFT_FEATURE  # noqa: PLC0415
+        from ..lowering.gin_surface import GIN_FEATURE  # noqa: PLC0415
+
+        out = []
+        if GIN_FEATURE in features:
+            out.append(("flowdsl_gin", gin_build_for(target.nccl, target.arch, target.gin_backend).ltoir))
+        if CFT_FEATURE in features:
+            out.append(("flowdsl_cft", cft_build_for(target.nccl, target.arch).ltoir))
+        return out
+    return libraries
 
 
 @functools.cache

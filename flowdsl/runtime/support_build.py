@@ -3,8 +3,10 @@
 The checked-in builds are made by ``prebuilt/build.sh``, which runs this module
 with ``--all``: for each supported NCCL release it downloads that exact
 ``nvidia-nccl-cu13`` wheel for its headers, compiles
-``prebuilt/src/flowdsl_support.cu`` to LTO-IR for each arch with nvcc, reads
-the host-side struct layouts the runtime needs (``ncclDevComm`` size,
+``prebuilt/src/flowdsl_support.cu`` to LTO-IR for each arch with nvcc, and
+``prebuilt/src/flowdsl_gin.cu`` (the GIN library) once with every GIN backend the
+headers have and once per backend (:func:`gin_defines`), reads the host-side
+struct layouts the runtime needs (``ncclDevComm`` size and GIN connection types,
 ``ncclDevCommRequirements`` field offsets and initializer), and writes
 ``prebuilt/build/manifest.json``. At run time, a loaded NCCL without a
 checked-in build gets one built at first use from its installed headers
@@ -16,11 +18,6 @@ CUDA >= 13.3), which :func:`install_cft_toolkit` installs from PyPI at pinned
 versions into ``$FLOWDSL_CFT_TOOLKIT``. They are recorded under the manifest's
 ``"cft"`` key with that toolkit's version, so the CUDA 13.0 builds stay as they are.
 
-Contents: :data:`SUPPORTED_VERSIONS`, :data:`ARCHS`, :data:`CFT_VERSIONS`,
-:data:`CFT_TOOLKIT`, :func:`source_digest`, :func:`compile_ltoir`,
-:func:`read_layout`, :func:`build_all`, :func:`build_cft`,
-:func:`install_cft_toolkit`, :func:`cft_nvcc_path`, :func:`build_for_installed`,
-:func:`installed_include_dir`.
 """
 
 from __future__ import annotations
@@ -37,11 +34,14 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from ..enums import GinBackend
+
 __all__ = [
     "SUPPORTED_VERSIONS", "ARCHS", "PREBUILT_DIR", "source_digest", "compile_ltoir", "read_layout",
     "build_all", "build_for_installed", "installed_include_dir", "nvcc_path", "header_version_code",
     "defined_symbols", "CFT_VERSIONS", "CFT_SOURCES", "CFT_TOOLKIT", "cft_toolkit_dir", "cft_nvcc_path",
-    "install_cft_toolkit", "build_cft",
+    "install_cft_toolkit", "build_cft", "GIN_SOURCE", "gin_backends_in", "gin_defines", "gin_build_name",
+    "installed_gin_backends",
 ]
 
 #: NCCL releases with a checked-in build: what PyTorch 2.11 pins, and the newest.
@@ -69,7 +69,10 @@ def _prebuilt_dir() -> Path:
 
 #: The support library's sources and builds (:func:`_prebuilt_dir`).
 PREBUILT_DIR = _prebuilt_dir()
-SOURCES = ("src/flowdsl_support.cu", "include/flowdsl_support.h")
+SOURCES = ("src/flowdsl_support.cu", "include/flowdsl_support.h", "src/flowdsl_gin.cu", "include/flowdsl_gin.h",
+           "src/flowdsl_internal.cuh")
+#: The GIN library's source, built once per backend (``-DNCCL_GIN_<OTHER>_ENABLE=0``) and once with all.
+GIN_SOURCE = "src/flowdsl_gin.cu"
 CFT_SOURCES = ("src/flowdsl_cft.cu", "include/flowdsl_cft.h")
 
 # Host program that prints what the runtime must know about the ABI's structs.
@@ -80,6 +83,15 @@ _LAYOUT_PROGRAM = r"""
 #include <nccl_device.h>
 #define FIELD(f) std::printf("\"%s\": [%zu, %zu],", #f, offsetof(ncclDevCommRequirements, f), \
                              sizeof(((ncclDevCommRequirements*)0)->f))
+// Where ncclDevComm records its GIN connections: [offset of the count, offset of the types
+// (uint8 ncclNetDeviceType each)]. NCCL 2.28 calls them ginContextCount / ginTypes.
+template <typename C> auto gin_types(int) -> decltype(&C::ginNetDeviceTypes, void()) {
+  std::printf("\"gin_types\": [%zu, %zu], ", offsetof(C, ginConnectionCount), offsetof(C, ginNetDeviceTypes));
+}
+template <typename C> auto gin_types(long) -> decltype(&C::ginTypes, void()) {
+  std::printf("\"gin_types\": [%zu, %zu], ", offsetof(C, ginContextCount), offsetof(C, ginTypes));
+}
+template <typename C> void gin_types(...) {}
 int main() {
   // Static storage, so that padding bytes are zero and the manifest is reproducible.
 #ifdef NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER
@@ -89,6 +101,7 @@ int main() {
 #endif
   std::printf("{\"version_code\": %d, \"dev_comm_size\": %zu, \"dev_comm_align\": %zu, ",
               NCCL_VERSION_CODE, sizeof(ncclDevComm), alignof(ncclDevComm));
+  gin_types<ncclDevComm>(0);
   std::printf("\"requirements_size\": %zu, \"requirements_fields\": {", sizeof(reqs));
   FIELD(lsaMultimem); FIELD(barrierCount); FIELD(lsaBarrierCount); FIELD(railGinBarrierCount);
   FIELD(lsaLLA2ABlockCount); FIELD(lsaLLA2ASlotCount); FIELD(ginForceEnable);
@@ -127,7 +140,7 @@ def _nvcc_version(nvcc: str) -> str:
 
 
 def compile_ltoir(include_dir: Path, arch: str, out: Path, prebuilt_dir: Path = PREBUILT_DIR, *,
-                  source: str = "src/flowdsl_support.cu", nvcc: str | None = None) -> None:
+                  source: str = "src/flowdsl_support.cu", nvcc: str | None = None, defines=()) -> None:
     """Compile the support library (or ``source``) for ``arch`` against the NCCL headers in ``include_dir``."""
     nvcc = nvcc or nvcc_path()
     if nvcc is None:
@@ -137,7 +150,7 @@ def compile_ltoir(include_dir: Path, arch: str, out: Path, prebuilt_dir: Path = 
             f"that has a prebuilt build: nvidia-nccl-cu13=={' or =='.join(SUPPORTED_VERSIONS)}"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [nvcc, "-std=c++17", "-O3", "-rdc=true", "-dlto", "--ltoir", f"-arch={arch}",
+    cmd = [nvcc, "-std=c++17", "-O3", "-rdc=true", "-dlto", "--ltoir", f"-arch={arch}", *defines,
            "-I", str(prebuilt_dir / "include"), "-I", str(include_dir),
            str(prebuilt_dir / source), "-o", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -147,7 +160,7 @@ def compile_ltoir(include_dir: Path, arch: str, out: Path, prebuilt_dir: Path = 
 
 
 def defined_symbols(include_dir: Path, arch: str, prebuilt_dir: Path = PREBUILT_DIR, *,
-                    source: str = "src/flowdsl_support.cu", nvcc: str | None = None) -> list[str]:
+                    source: str = "src/flowdsl_support.cu", nvcc: str | None = None, defines=()) -> list[str]:
     """The functions the support source defines against these headers (read after preprocessing).
 
     LTO-IR cannot be inspected and a full PTX build of the library takes minutes, so the
@@ -155,11 +168,36 @@ def defined_symbols(include_dir: Path, arch: str, prebuilt_dir: Path = PREBUILT_
     ``flowdsl_*`` functions in the manifest (the support code has no arch-specific
     definitions; ``arch`` is passed for the record).
     """
-    out = subprocess.run([nvcc or nvcc_path(), "-std=c++17", "-E", "-x", "cu", f"-arch={arch}",
+    out = subprocess.run([nvcc or nvcc_path(), "-std=c++17", "-E", "-x", "cu", f"-arch={arch}", *defines,
                           "-I", str(prebuilt_dir / "include"), "-I", str(include_dir),
                           str(prebuilt_dir / source)],
                          check=True, capture_output=True, text=True).stdout
     return sorted(set(re.findall(r"\b(flowdsl_\w+)\s*\([^;{}]*\)\s*\{", out)))
+
+
+_BACKENDS_PROGRAM = "#include <nccl_device.h>\n" + "".join(
+    f"#ifdef NCCL_GIN_{b.name}_ENABLE\nflowdsl_gin_backend {b.option}\n#endif\n" for b in GinBackend)
+
+
+def gin_backends_in(include_dir: Path, nvcc: str | None = None) -> tuple[GinBackend, ...]:
+    """The GIN backends whose device code the NCCL headers in ``include_dir`` have (each has a
+    ``NCCL_GIN_<BACKEND>_ENABLE`` switch; 2.28 has the proxy and GDAKI)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "backends.cu"
+        src.write_text(_BACKENDS_PROGRAM)
+        out = subprocess.run([nvcc or nvcc_path(), "-std=c++17", "-E", "-x", "cu", "-I", str(include_dir), str(src)],
+                             check=True, capture_output=True, text=True).stdout
+    return tuple(GinBackend.from_option(name) for name in re.findall(r"^flowdsl_gin_backend (\w+)", out, re.M))
+
+
+def gin_defines(backend: GinBackend | None, available) -> list[str]:
+    """nvcc flags that leave only ``backend``'s device code in NCCL's GIN dispatch (None: every backend)."""
+    return [] if backend is None else [f"-DNCCL_GIN_{b.name}_ENABLE=0" for b in available if b != backend]
+
+
+def gin_build_name(arch: str, backend: GinBackend | None) -> str:
+    """File stem of a GIN build: ``sm_90-gin`` (every backend) or ``sm_90-gin-proxy``."""
+    return f"{arch}-gin" if backend is None else f"{arch}-gin-{backend.option}"
 
 
 def read_layout(include_dir: Path) -> dict:
@@ -201,14 +239,26 @@ def build_all(prebuilt_dir: Path = PREBUILT_DIR, versions=SUPPORTED_VERSIONS, ar
     for version in versions:
         with tempfile.TemporaryDirectory() as tmp:
             include_dir, wheel_sha = _fetch_headers(version, Path(tmp))
+            backends = gin_backends_in(include_dir)
             entry = {"wheel": f"nvidia-nccl-cu13=={version}", "wheel_sha256": wheel_sha,
-                     "layout": read_layout(include_dir), "builds": {}}
+                     "layout": read_layout(include_dir), "builds": {},
+                     "gin": {"backends": [b.option for b in backends], "builds": {}}}
             for arch in archs:
                 rel = Path("build") / f"nccl-{version}" / f"{arch}.ltoir"
                 compile_ltoir(include_dir, arch, prebuilt_dir / rel, prebuilt_dir)
                 entry["builds"][arch] = {"file": str(rel), "sha256": _sha256(prebuilt_dir / rel),
                                          "symbols": defined_symbols(include_dir, arch, prebuilt_dir)}
                 print(f"built {rel}", flush=True)
+                for backend in (None, *backends):
+                    rel = Path("build") / f"nccl-{version}" / f"{gin_build_name(arch, backend)}.ltoir"
+                    defines = gin_defines(backend, backends)
+                    compile_ltoir(include_dir, arch, prebuilt_dir / rel, prebuilt_dir, source=GIN_SOURCE,
+                                  defines=defines)
+                    entry["gin"]["builds"].setdefault("all" if backend is None else backend.option, {})[arch] = {
+                        "file": str(rel), "sha256": _sha256(prebuilt_dir / rel),
+                        "symbols": defined_symbols(include_dir, arch, prebuilt_dir, source=GIN_SOURCE,
+                                                   defines=defines)}
+                    print(f"built {rel}", flush=True)
         manifest["abis"][version] = entry
     previous = _read_manifest(prebuilt_dir)
     if "cft" in previous:  # built by build_cft with another toolkit: kept as it is
@@ -322,11 +372,13 @@ def header_version_code(include_dir: Path) -> int:
     return int(match.group(1))
 
 
-def build_for_installed(version: str, arch: str, cache_dir: Path) -> tuple[Path, dict]:
+def build_for_installed(version: str, arch: str, cache_dir: Path, gin: str | None = None) -> tuple[Path, dict]:
     """Build at first use for a loaded NCCL without a checked-in build.
 
     Uses the headers of the installed ``nvidia-nccl-cu13`` wheel when they are of
     the same release as the loaded library; the result is cached under ``cache_dir``.
+    ``gin``: build the GIN library instead, with every backend (``"all"``) or one
+    (``"proxy"``, ...; a backend these headers lack is a RuntimeError).
     """
     include_dir = installed_include_dir()
     needed = f"Install nvidia-nccl-cu13=={version} (its headers must match the loaded libnccl), " \
@@ -340,16 +392,40 @@ def build_for_installed(version: str, arch: str, cache_dir: Path) -> tuple[Path,
         raise RuntimeError(f"Cannot build the flowdsl support library for NCCL {version}: the installed "
                            f"headers are of NCCL {found // 10000}.{found // 100 % 100}.{found % 100}. {needed}")
     layout_path = cache_dir / f"nccl-{version}" / "layout.json"
-    out = cache_dir / f"nccl-{version}" / f"{arch}.ltoir"
     if not layout_path.exists():
         layout = read_layout(include_dir)
         layout_path.parent.mkdir(parents=True, exist_ok=True)
-        layout_path.write_text(json.dumps(layout))
+        _write_whole(layout_path, json.dumps(layout).encode())
+    source, defines, name = "src/flowdsl_support.cu", [], arch
+    if gin is not None:
+        backends = installed_gin_backends(version, include_dir, cache_dir)
+        backend = None if gin == "all" else GinBackend.from_option(gin)
+        if gin != "all" and backend not in backends:
+            raise RuntimeError(f"Cannot build the flowdsl GIN library for backend {gin}: the headers of NCCL "
+                               f"{version} have {', '.join(b.option for b in backends) or 'no GIN backend'}")
+        source, defines, name = GIN_SOURCE, gin_defines(backend, backends), gin_build_name(arch, backend)
+    out = cache_dir / f"nccl-{version}" / f"{name}.ltoir"
     if not out.exists():
         tmp = out.with_suffix(f".tmp{os.getpid()}")
-        compile_ltoir(include_dir, arch, tmp)
+        compile_ltoir(include_dir, arch, tmp, source=source, defines=defines)
         os.replace(tmp, out)
     return out, json.loads(layout_path.read_text())
+
+
+def installed_gin_backends(version: str, include_dir: Path, cache_dir: Path) -> tuple[GinBackend, ...]:
+    """:func:`gin_backends_in` of the installed headers of ``version``, remembered under ``cache_dir``."""
+    path = cache_dir / f"nccl-{version}" / "gin_backends.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_whole(path, json.dumps([b.option for b in gin_backends_in(include_dir)]).encode())
+    return tuple(GinBackend.from_option(name) for name in json.loads(path.read_text()))
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """Write ``path`` so that readers (other ranks) see all of it or none of it."""
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,7 @@ import random
 
 import numpy as np
 
-from ..enums import MemoryOrder
+from ..enums import GinBackend, MemoryOrder
 from . import _state
 from .errors import (BarrierIndexError, GinBackendError, GinCoverageError, GinResourceError, UsageError,
                      WindowAccessError)
@@ -45,8 +45,9 @@ from .semantics import (BarrierSession, Team, _coop_sync, _cur, _lsa_arrive, _ls
 __all__ = ["Network", "Op", "Channel", "GinState", "GinContext", "Action", "GinBarrierSession",
            "HybridBarrierSession", "BACKENDS", "DELIVERIES"]
 
-#: GIN backends: name -> whether legacy signals are strong, whether strong signals exist.
-BACKENDS = {"proxy": (True, True), "gdaki": (True, True), "efa_gda": (False, False)}
+#: GIN backends (flowdsl.GinBackend, the GPU runtime's table): name -> whether legacy signals are strong,
+#: whether strong signals exist.
+BACKENDS = {b.option: (b.legacy_strong, b.strong_signals) for b in GinBackend}
 #: Delivery orders of the simulated network.
 DELIVERIES = ("ordered", "reordered")
 #: Probability that the network makes one step of progress at a scheduler step.
@@ -202,7 +203,7 @@ class Network:
     Args:
         seed: Seeds the landing order (with the scheduler's seed: reproducible).
         delivery: ``"ordered"`` or ``"reordered"``.
-        backend: ``"proxy"``, ``"gdaki"`` or ``"efa_gda"``.
+        backend: ``"proxy"``, ``"gdaki"``, ``"gpi"`` or ``"efa_gda"`` (:attr:`flowdsl.GinBackend.option`).
     """
 
     def __init__(self, seed, delivery, backend, world):

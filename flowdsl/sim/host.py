@@ -17,6 +17,7 @@ from ..runtime import checks
 from ..runtime.wait_record import aborted_error, resolve_timeout
 from . import _state
 from .cudashim import simulate_function
+from ..enums import GinBackend
 from ..errors import ResourceClosedError
 from ..errors import UsageError as _UsageErrorBase
 from .errors import CollectiveMismatchError, SimulationError, UsageError
@@ -86,6 +87,8 @@ class DevComm:
         lsa_rank: Rank within the LSA team (this node).
         lsa_size: Size of the LSA team.
         lsa_barrier_count: Number of LSA barriers.
+        gin_backend: The simulated GIN backend (``spawn(gin_backend=...)``), a
+            :class:`flowdsl.GinBackend` as on GPUs.
     """
 
     __flowdsl_sim__ = True
@@ -98,6 +101,7 @@ class DevComm:
         self.lsa_rank = comm.lsa_rank
         self.lsa_size = comm.lsa_size
         self.lsa_barrier_count = group.lsa_barrier_count
+        self.gin_backend = GinBackend.from_option(comm.world.net.backend)
         self.closed = False
 
     def close(self):

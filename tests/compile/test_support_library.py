@@ -1,4 +1,5 @@
-"""The support library: header generated from the table, builds matching their sources, every symbol present."""
+"""The support library and its GIN builds: headers generated from the table, builds matching their sources,
+every symbol present in every build (the GIN library's in the build of every backend)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ pytestmark = pytest.mark.compile
 PREBUILT = support_build.PREBUILT_DIR
 
 
-def test_header_is_generated_from_the_extern_table():
-    assert (PREBUILT / "include" / "flowdsl_support.h").read_text() == externs.render_header(), \
-        "prebuilt/include/flowdsl_support.h is stale: run prebuilt/build.sh"
+@pytest.mark.parametrize("library", ["support", "gin"])
+def test_header_is_generated_from_the_extern_table(library):
+    assert (PREBUILT / "include" / f"flowdsl_{library}.h").read_text() == externs.render_header(library), \
+        f"prebuilt/include/flowdsl_{library}.h is stale: run prebuilt/build.sh"
 
 
 def test_manifest_matches_sources_and_builds():
@@ -28,9 +30,15 @@ def test_manifest_matches_sources_and_builds():
     assert set(m["abis"]) == set(support_build.SUPPORTED_VERSIONS)
     for version, entry in m["abis"].items():
         assert set(entry["builds"]) == set(support_build.ARCHS), version
-        for arch, build in entry["builds"].items():
+        assert set(entry["gin"]["builds"]) == {"all", *entry["gin"]["backends"]}, version
+        builds = [*entry["builds"].values(), *(b for arches in entry["gin"]["builds"].values() for b in arches.values())]
+        for arches in entry["gin"]["builds"].values():
+            assert set(arches) == set(support_build.ARCHS), version
+        for build in builds:
             data = (PREBUILT / build["file"]).read_bytes()
-            assert hashlib.sha256(data).hexdigest() == build["sha256"], (version, arch)
+            assert hashlib.sha256(data).hexdigest() == build["sha256"], (version, build["file"])
+    assert m["abis"]["2.28.9"]["gin"]["backends"] == ["proxy", "gdaki"]
+    assert m["abis"]["2.32.3"]["gin"]["backends"] == ["proxy", "gdaki", "gpi", "efa_gda"]
 
 
 def _call_externs_kernel(symbols):
@@ -62,13 +70,16 @@ def _call_externs_kernel(symbols):
 @pytest.mark.parametrize("version", support_build.SUPPORTED_VERSIONS)
 @pytest.mark.parametrize("arch", support_build.ARCHS)
 def test_every_table_symbol_is_in_every_build(version, arch):
-    """The build records what its source defines (a relocatable cubin of the same source)."""
+    """Each build records what its source defines (read from the preprocessed source)."""
     nccl = tuple(map(int, version.split(".")))
-    wanted = externs.symbols(nccl, arch)
-    built = set(manifest()["abis"][version]["builds"][arch]["symbols"])
-    assert [s for s in wanted if s not in built] == []
-    # and nothing is built that the table does not declare (a stale or misspelled wrapper)
-    assert sorted(built - set(wanted)) == []
+    entry = manifest()["abis"][version]
+    builds = [("support", entry["builds"][arch])] + [("gin", arches[arch]) for arches in entry["gin"]["builds"].values()]
+    for library, build in builds:
+        wanted = externs.symbols(nccl, arch, library=library)
+        built = set(build["symbols"])
+        assert [s for s in wanted if s not in built] == [], build["file"]
+        # and nothing is built that the table does not declare (a stale or misspelled wrapper)
+        assert sorted(built - set(wanted)) == [], build["file"]
 
 
 @pytest.mark.parametrize("version", support_build.SUPPORTED_VERSIONS)
@@ -78,14 +89,16 @@ def test_the_ltoir_files_resolve_the_table(version):
 
     from flowdsl.lowering.compiler import compile_kernel
     from flowdsl.lowering.target import Target
-    from flowdsl.runtime.support import support_build_for
+    from flowdsl.runtime.support import feature_libraries, gin_backends, support_build_for
 
     nccl = tuple(map(int, version.split(".")))
-    available = set(externs.symbols(nccl, "sm_90"))
+    available = set(externs.symbols(nccl, "sm_90")) | set(externs.symbols(nccl, "sm_90", library="gin"))
     sample = [s for ext in externs.EXTERNS for s in ext.symbols(nccl)[:1] if s in available]
     sample += [s for s in externs.by_name("flowdsl_lsa_barrier_sync").symbols()]
-    compile_kernel(_call_externs_kernel(sorted(set(sample))), (types.int32,), Target(nccl, "sm_90"),
-                   support_build_for(nccl, "sm_90").ltoir)
+    for backend in (None, gin_backends(nccl)[-1]):
+        target = Target(nccl, "sm_90", gin_backend=backend)
+        compile_kernel(_call_externs_kernel(sorted(set(sample))), (types.int32,), target,
+                       support_build_for(nccl, "sm_90").ltoir, link_for_features=feature_libraries(target))
 
 
 def test_a_missing_symbol_fails_the_link():
@@ -123,6 +136,25 @@ def test_layouts_are_those_of_the_abis():
     assert int.from_bytes(init[0:8], "little") == 120
     assert int.from_bytes(init[8:12], "little") == 0xCAFEBEEF
     assert int.from_bytes(init[12:16], "little") == 23203
+    # Where ncclDevComm records its GIN connections (count, then one ncclNetDeviceType byte each).
+    for layout in layouts.values():
+        count_at, types_at = layout["gin_types"]
+        assert 0 < count_at < types_at <= layout["dev_comm_size"] - 4
+
+
+def test_a_device_communicator_names_the_backend_its_struct_records():
+    from flowdsl.enums import GinBackend
+    from flowdsl.runtime.memory import gin_backends_in
+
+    layout = manifest()["abis"]["2.32.3"]["layout"]
+    count_at, types_at = layout["gin_types"]
+    raw = bytearray(layout["dev_comm_size"])
+    assert gin_backends_in(bytes(raw), layout) == frozenset()
+    raw[count_at], raw[types_at:types_at + 2] = 2, bytes([3, 3])
+    assert gin_backends_in(bytes(raw), layout) == {GinBackend.GDAKI}
+    raw[types_at + 1] = 5
+    assert gin_backends_in(bytes(raw), layout) == {GinBackend.GDAKI, GinBackend.EFA_GDA}
+    assert gin_backends_in(bytes(raw), {"dev_comm_size": 248}) is None  # a layout read by an older flowdsl
 
 
 def test_a_release_without_a_build_and_without_matching_headers_says_what_to_install(tmp_path):
@@ -149,3 +181,8 @@ def test_first_use_build_from_installed_headers_links(tmp_path):
                                                nccl=version)
     compiled = compile_kernel(allgather_lsa.py_func, argtypes, Target(nccl, "sm_90"), path.read_bytes())
     assert not [s for s in compiled.function_symbols() if s.startswith("flowdsl_")]
+    # The GIN library of one backend, built from the same headers.
+    gin_path, _ = support_build.build_for_installed(version, "sm_90", tmp_path, gin="proxy")
+    assert gin_path.name == "sm_90-gin-proxy.ltoir" and gin_path.stat().st_size > 0
+    with pytest.raises(RuntimeError, match=r"Cannot build the flowdsl GIN library for backend ib"):
+        support_build.build_for_installed(version, "sm_90", tmp_path, gin="ib")

@@ -201,8 +201,26 @@ def test_strong_signal_on_efa_gda_is_refused():
 def test_unknown_gin_options_are_refused():
     with pytest.raises(sim.UsageError, match="gin_delivery='sorted'"):
         run_ranks(lambda c: None, nranks=1, gin_delivery="sorted")
-    with pytest.raises(sim.UsageError, match="gin_backend='ib'"):
+    with pytest.raises(sim.UsageError, match=r"gin_backend='ib': it is not a GIN backend\. Use one of proxy, gdaki, "
+                                             r"gpi, efa_gda"):
         run_ranks(lambda c: None, nranks=1, gin_backend="ib")
+
+
+@pytest.mark.parametrize("backend", list(flowdsl.GinBackend))
+def test_every_backend_of_the_gpu_runtime_is_simulated_and_named_by_the_device_communicator(backend):
+    """The backends are one table (flowdsl.GinBackend) for GPUs, their GIN builds and the simulator. A
+    device communicator names its backend (what a GPU launch links GIN kernels for); the MoE example
+    runs on every backend whose signals it can use (a strong signal is refused on EFA GDA, above)."""
+    def main(comm):
+        with comm.device_communicator() as dcomm:
+            named = dcomm.gin_backend
+        out, ref = moe_gin.run(comm, mode=moe_gin.WEAK_PER_PUT)
+        return named, out, ref
+
+    for named, out, ref in run_ranks(main, nranks=4, nodes=2, seed=3, gin_delivery="reordered",
+                                     gin_backend=backend.option):
+        assert named is backend
+        np.testing.assert_allclose(out, ref, rtol=1e-6)
 
 
 # ---------------------------------------------------------------- semantics

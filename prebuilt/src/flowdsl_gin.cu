@@ -1,0 +1,285 @@
+// flowdsl support library, GIN part: extern "C" wrappers over NCCL's ncclGin.
+//
+// Built apart from flowdsl_support.cu, once per GIN backend: NCCL dispatches every GIN
+// operation over the backends its headers enable (NCCL_GIN_<BACKEND>_ENABLE, which the
+// build sets to 0 for all but one), and LTO of that dispatch for every backend is most of
+// a GIN kernel's compile time. The build with every backend ("gin", NCCL's default) serves
+// kernels compiled before their device communicator is known; see
+// flowdsl/runtime/support.py. Prototypes come from include/flowdsl_gin.h, generated from
+// flowdsl/lowering/externs.py.
+#include "flowdsl_support.h"
+#include "flowdsl_gin.h"
+#include "flowdsl_internal.cuh"
+
+namespace {
+
+// Thread 0 of the coop waits until signal (or counter) reaches least, as ncclGin::waitSignal.
+template <bool Counter, typename Coop>
+__device__ __forceinline__ void bounded_gin_wait(Coop coop, const ncclDevComm* comm, const ncclGin& net,
+                                                 uint32_t id, uint64_t least, int bits, cuda::memory_order order,
+                                                 int what, uint32_t index) {
+  coop.sync();
+  if (coop.thread_rank() == 0) {
+    uint64_t state = 0;
+#pragma unroll 1
+    while (true) {
+      uint64_t got = Counter ? net.readCounter(id, bits, order) : net.readSignal(id, bits, order);
+      if (nccl::utility::rollingLessEq(least, got, bits)) break;
+      if (!keep_waiting(comm, state, what, -1, index, least, got)) break;
+    }
+  }
+  coop.sync();
+}
+
+#if NCCL_VERSION_CODE >= 23003
+// NCCL >= 2.30.3 bounds its barrier sessions itself, in SM cycles (without watching any abort
+// flag while it does); a timeout it reports fills flowdsl's record. Without a limit, the plain
+// form, which watches NCCL's own abort flag (set by ncclCommAbort).
+template <typename Session, typename Coop>
+__device__ __forceinline__ void bounded_barrier_sync(Session& s, Coop c, const ncclDevComm* comm,
+                                                     cuda::memory_order order, int what, uint32_t index) {
+  uint64_t* rec = wait_record(comm);
+  uint64_t timeout = rec ? load_relaxed_sys(rec + kTimeoutNs) : 0;
+  if (timeout == 0) {
+    s.sync(c, order, ncclGinFenceLevel::Relaxed);
+    return;
+  }
+  uint64_t start = global_timer();
+  uint64_t cycles = timeout * load_relaxed_sys(rec + kClockKhz) / 1000000;
+  if (s.sync(c, order, ncclGinFenceLevel::Relaxed, cycles ? cycles : timeout) == ncclTimeout)
+    record_timeout(comm, what, -1, index, 0, 0, global_timer() - start);
+}
+#else
+// ncclGinBarrierSession::sync of NCCL < 2.30 with its spins bounded (same signals, orders
+// and barrier state). 2.28 counts one signal per barrier in an epoch; 2.29 has one signal
+// per peer and counts arrivals in the signals' shadows.
+template <typename Coop>
+__device__ __forceinline__ void bounded_gin_barrier_sync(ncclGinBarrierSession<Coop>& s, const ncclDevComm* comm,
+                                                         cuda::memory_order ord, int what, uint32_t index) {
+  auto scope = nccl::utility::releaseOrderOf(ord) != cuda::memory_order_relaxed ? cuda::thread_scope_thread
+                                                                                 : cuda::thread_scope_system;
+  s.coop.sync();
+#if NCCL_VERSION_CODE >= 22900
+  bool gave_up = false;
+#pragma unroll 1
+  for (int i = s.coop.thread_rank(); i < s.team.nRanks - 1; i += s.coop.size()) {
+    int peer = 1 + s.team.rank + i;
+    if (s.team.nRanks <= peer) peer -= s.team.nRanks;
+    s.net.signal(s.team, peer, ncclGin_SignalInc{s.signal + s.team.rank}, ncclCoopThread(), ncclGin_None(), scope);
+    uint32_t* shadow = (uint32_t*)s.net.getSignalShadowPtr(s.signal + peer);
+    uint32_t need = ++*shadow;
+    uint64_t state = 0;
+#pragma unroll 1
+    while (!gave_up) {
+      uint64_t got = s.net.readSignal(s.signal + peer, 32, nccl::utility::acquireOrderOf(ord));
+      if (nccl::utility::rollingLessEq((uint64_t)need, got, 32)) break;
+      gave_up = !keep_waiting(comm, state, what, ncclTeamRankToWorld(*comm, s.team, peer), index, need, got);
+    }
+  }
+#else
+#pragma unroll 1
+  for (int i = s.coop.thread_rank(); i < s.team.nRanks - 1; i += s.coop.size()) {
+    int peer = 1 + s.team.rank + i;
+    if (s.team.nRanks <= peer) peer -= s.team.nRanks;
+    s.net.signal(s.team, peer, ncclGin_SignalInc{s.signal}, ncclCoopThread(), ncclGin_None(), scope);
+  }
+  s.epoch += s.team.nRanks - 1;
+  if (s.coop.thread_rank() == 0) {
+    uint64_t state = 0;
+#pragma unroll 1
+    while (true) {
+      uint64_t got = s.net.readSignal(s.signal, 32, nccl::utility::acquireOrderOf(ord));
+      if (nccl::utility::rollingLessEq((uint64_t)s.epoch, got, 32)) break;
+      if (!keep_waiting(comm, state, what, -1, index, s.epoch, got)) break;
+    }
+  }
+#endif
+  s.coop.sync();
+}
+#endif
+
+// put, putValue and signal take the coop kind (flowdsl.enums.CoopKind) and word at run time.
+// NCCL's forms of them sync the coop, issue the operation from the coop's thread 0 with
+// ncclCoopThread, and sync again (impl/gin__funcs.h); these wrappers do the same around the
+// ncclCoopThread form, so one function serves every coop. After LTO inlining the kind is a
+// constant and the switch folds: the code is that of NCCL's form for that coop.
+__device__ __forceinline__ void coop_sync(int kind, uint32_t w) {
+  switch (kind) {
+    case 1: coop_warp(w).sync(); break;
+    case 2: coop_lanes(w).sync(); break;
+    case 3: coop_warp_span(w).sync(); break;
+    case 4: coop_cta(w).sync(); break;
+    default: coop_thread(w).sync(); break;
+  }
+}
+__device__ __forceinline__ bool coop_leader(int kind, uint32_t w) {
+  switch (kind) {
+    case 1: return coop_warp(w).thread_rank() == 0;
+    case 2: return coop_lanes(w).thread_rank() == 0;
+    case 3: return coop_warp_span(w).thread_rank() == 0;
+    case 4: return coop_cta(w).thread_rank() == 0;
+    default: return true;
+  }
+}
+
+}  // namespace
+
+// ---- put, putValue, signal ----------------------------------------------------------
+// One C function per remote action (and, for put, counted or not; for putValue, payload
+// size): each is one instantiation of NCCL's template, so a kernel compiles only the kinds
+// it uses. Remote actions read their operands from the common parameters (signal,
+// signal_win, signal_offset, value); unused ones are zero.
+#if NCCL_VERSION_CODE >= 23200
+using LocalCounter = ncclGin_WeakCounterInc;
+#define FLOWDSL_FOR_EACH_REMOTE_2_32(X)                                   \
+  X(strong_signal_inc, ncclGin_StrongSignalInc{signal})                 \
+  X(weak_signal_inc, ncclGin_WeakSignalInc{signal})                     \
+  X(strong_signal_add, (ncclGin_StrongSignalAdd{signal, value}))        \
+  X(weak_signal_add, (ncclGin_WeakSignalAdd{signal, value}))            \
+  X(strong_va_signal_inc, (ncclGin_StrongVASignalInc{signal_win, signal_offset}))        \
+  X(weak_va_signal_inc, (ncclGin_WeakVASignalInc{signal_win, signal_offset}))            \
+  X(strong_va_signal_add, (ncclGin_StrongVASignalAdd{signal_win, signal_offset, value})) \
+  X(weak_va_signal_add, (ncclGin_WeakVASignalAdd{signal_win, signal_offset, value}))
+#else
+using LocalCounter = ncclGin_CounterInc;
+#define FLOWDSL_FOR_EACH_REMOTE_2_32(X)
+#endif
+#define FLOWDSL_FOR_EACH_SIGNAL(X)                                        \
+  X(signal_inc, ncclGin_SignalInc{signal})                              \
+  X(signal_add, (ncclGin_SignalAdd{signal, value}))                     \
+  FLOWDSL_FOR_EACH_REMOTE_2_32(X)
+#define FLOWDSL_FOR_EACH_REMOTE(X) X(none, ncclGin_None{}) FLOWDSL_FOR_EACH_SIGNAL(X)
+
+#define FLOWDSL_GIN_PARAMS_TO_PEER                                                                    \
+  int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank,     \
+      int team_stride, int peer
+#define FLOWDSL_GIN_PARAMS_REMOTE \
+  uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value
+// The coop syncs, its thread 0 issues OP on the context, the coop syncs (as NCCL's forms do).
+#define FLOWDSL_GIN_BY_LEADER(OP)                                                                     \
+  coop_sync(coop_kind, coop);                                                                         \
+  if (coop_leader(coop_kind, coop)) ncclGin(*comm, ctx).OP;                                           \
+  coop_sync(coop_kind, coop);
+
+#define FLOWDSL_GIN_PUT(R, ACTION)                                                                    \
+  FLOWDSL_API void flowdsl_gin_put__##R(FLOWDSL_GIN_PARAMS_TO_PEER, ncclWindow_t dst, size_t dst_offset, \
+      ncclWindow_t src, size_t src_offset, size_t bytes, FLOWDSL_GIN_PARAMS_REMOTE) {                 \
+    FLOWDSL_GIN_BY_LEADER(put(make_team(team_nranks, team_rank, team_stride), peer, dst, dst_offset, src, \
+                              src_offset, bytes, ACTION, ncclGin_None{}, ncclCoopThread()))           \
+  }                                                                                                   \
+  FLOWDSL_API void flowdsl_gin_put__##R##__counted(FLOWDSL_GIN_PARAMS_TO_PEER, ncclWindow_t dst,       \
+      size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, FLOWDSL_GIN_PARAMS_REMOTE,   \
+      uint32_t counter) {                                                                             \
+    FLOWDSL_GIN_BY_LEADER(put(make_team(team_nranks, team_rank, team_stride), peer, dst, dst_offset, src, \
+                              src_offset, bytes, ACTION, LocalCounter{counter}, ncclCoopThread()))    \
+  }
+#define FLOWDSL_GIN_PUT_VALUE_OF(R, ACTION, SIZE, T)                                                  \
+  FLOWDSL_API void flowdsl_gin_put_value__##R##__##SIZE(FLOWDSL_GIN_PARAMS_TO_PEER, ncclWindow_t dst,  \
+      size_t dst_offset, uint64_t payload, FLOWDSL_GIN_PARAMS_REMOTE) {                               \
+    FLOWDSL_GIN_BY_LEADER(putValue(make_team(team_nranks, team_rank, team_stride), peer, dst, dst_offset, \
+                                   (T)payload, ACTION, ncclCoopThread()))                             \
+  }
+#define FLOWDSL_GIN_PUT_VALUE(R, ACTION)                                                              \
+  FLOWDSL_GIN_PUT_VALUE_OF(R, ACTION, u8, uint8_t)                                                    \
+  FLOWDSL_GIN_PUT_VALUE_OF(R, ACTION, u16, uint16_t)                                                  \
+  FLOWDSL_GIN_PUT_VALUE_OF(R, ACTION, u32, uint32_t)                                                  \
+  FLOWDSL_GIN_PUT_VALUE_OF(R, ACTION, u64, uint64_t)
+#define FLOWDSL_GIN_SIGNAL(R, ACTION)                                                                 \
+  FLOWDSL_API void flowdsl_gin_signal__##R(FLOWDSL_GIN_PARAMS_TO_PEER, FLOWDSL_GIN_PARAMS_REMOTE) {   \
+    FLOWDSL_GIN_BY_LEADER(signal(make_team(team_nranks, team_rank, team_stride), peer, ACTION,        \
+                                 ncclCoopThread()))                                                   \
+  }
+FLOWDSL_FOR_EACH_REMOTE(FLOWDSL_GIN_PUT)
+FLOWDSL_FOR_EACH_REMOTE(FLOWDSL_GIN_PUT_VALUE)
+FLOWDSL_FOR_EACH_SIGNAL(FLOWDSL_GIN_SIGNAL)
+
+#if NCCL_VERSION_CODE >= 23003
+#define FLOWDSL_GIN_BARRIERS(K)                                                                       \
+  FLOWDSL_API void flowdsl_gin_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,     \
+                                                 uint32_t index, int order) {                         \
+    ncclGin net(*comm, ctx);                                                                          \
+    auto c = coop_##K(coop);                                                                          \
+    ncclGinBarrierSession<decltype(c)> s{c, net, ncclTeamTagRail(), index};                          \
+    bounded_barrier_sync(s, c, comm, (cuda::memory_order)order, kGinBarrier, index);                  \
+  }                                                                                                   \
+  FLOWDSL_API void flowdsl_hybrid_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,  \
+                                                    uint32_t index, int order) {                      \
+    ncclGin net(*comm, ctx);                                                                          \
+    auto c = coop_##K(coop);                                                                          \
+    ncclBarrierSession<decltype(c)> s{c, ncclTeamTagWorld(), net, index};                            \
+    bounded_barrier_sync(s, c, comm, (cuda::memory_order)order, kHybridBarrier, index);               \
+  }
+#else
+// The hybrid barrier as ncclBarrierSession composes it: the LSA team's barrier, then the
+// rail team's GIN barrier, each bounded.
+#define FLOWDSL_GIN_BARRIERS(K)                                                                       \
+  FLOWDSL_API void flowdsl_gin_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,     \
+                                                 uint32_t index, int order) {                         \
+    ncclGin net(*comm, ctx);                                                                          \
+    auto c = coop_##K(coop);                                                                          \
+    ncclGinBarrierSession<decltype(c)> s{c, net, ncclTeamTagRail(), index};                          \
+    bounded_gin_barrier_sync(s, comm, (cuda::memory_order)order, kGinBarrier, index);                 \
+  }                                                                                                   \
+  FLOWDSL_API void flowdsl_hybrid_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,  \
+                                                    uint32_t index, int order) {                      \
+    ncclGin net(*comm, ctx);                                                                          \
+    auto c = coop_##K(coop);                                                                          \
+    auto ord = (cuda::memory_order)order;                                                             \
+    ncclLsaBarrierSession<decltype(c)> lsa{c, *comm, ncclTeamTagLsa(), index};                       \
+    ncclGinBarrierSession<decltype(c)> rail{c, net, ncclTeamTagRail(), index};                       \
+    lsa.arrive(c, nccl::utility::releaseOrderOf(ord));                                                \
+    bounded_lsa_wait(lsa, comm, nccl::utility::releaseOrderOf(ord));                                  \
+    bounded_gin_barrier_sync(rail, comm, nccl::utility::acquireOrderOf(ord), kHybridBarrier, index);  \
+  }
+#endif
+
+#define FLOWDSL_GIN_COOP_FUNCS(K)                                                                      \
+  FLOWDSL_API void flowdsl_gin_flush__##K(uint32_t coop, const ncclDevComm* comm, int ctx, int order) { \
+    ncclGin net(*comm, ctx);                                                                          \
+    net.flush(coop_##K(coop), (cuda::memory_order)order);                                             \
+  }                                                                                                   \
+  FLOWDSL_API void flowdsl_gin_wait_signal__##K(uint32_t coop, const ncclDevComm* comm, int ctx,      \
+                                                uint32_t signal, uint64_t least, int bits, int order) { \
+    ncclGin net(*comm, ctx);                                                                          \
+    bounded_gin_wait<false>(coop_##K(coop), comm, net, signal, least, bits, (cuda::memory_order)order,  \
+                            kGinSignal, signal);                                                      \
+  }                                                                                                   \
+  FLOWDSL_API void flowdsl_gin_wait_counter__##K(uint32_t coop, const ncclDevComm* comm, int ctx,     \
+                                                 uint32_t counter, uint64_t least, int bits, int order) { \
+    ncclGin net(*comm, ctx);                                                                          \
+    bounded_gin_wait<true>(coop_##K(coop), comm, net, counter, least, bits, (cuda::memory_order)order,  \
+                           kGinCounter, counter);                                                     \
+  }                                                                                                   \
+  FLOWDSL_GIN_BARRIERS(K)
+FLOWDSL_FOR_EACH_COOP(FLOWDSL_GIN_COOP_FUNCS)
+
+FLOWDSL_API uint64_t flowdsl_gin_read_signal(const ncclDevComm* comm, int ctx, uint32_t signal, int bits, int order) {
+  ncclGin net(*comm, ctx);
+  return net.readSignal(signal, bits, (cuda::memory_order)order);
+}
+FLOWDSL_API void flowdsl_gin_reset_signal(const ncclDevComm* comm, int ctx, uint32_t signal) {
+  ncclGin net(*comm, ctx);
+  net.resetSignal(signal);
+}
+FLOWDSL_API uint64_t flowdsl_gin_read_counter(const ncclDevComm* comm, int ctx, uint32_t counter, int bits,
+                                              int order) {
+  ncclGin net(*comm, ctx);
+  return net.readCounter(counter, bits, (cuda::memory_order)order);
+}
+FLOWDSL_API void flowdsl_gin_reset_counter(const ncclDevComm* comm, int ctx, uint32_t counter) {
+  ncclGin net(*comm, ctx);
+  net.resetCounter(counter);
+}
+
+#if NCCL_VERSION_CODE >= 23200
+#define FLOWDSL_GIN_GET_FUNCS(K)                                                                       \
+  FLOWDSL_API void flowdsl_gin_get__##K(                                                              \
+      uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride,  \
+      int peer, ncclWindow_t remote, size_t remote_offset, ncclWindow_t local, size_t local_offset,      \
+      size_t bytes) {                                                                                 \
+    ncclGin net(*comm, ctx);                                                                          \
+    net.get(make_team(team_nranks, team_rank, team_stride), peer, remote, remote_offset, local,       \
+            local_offset, bytes, coop_##K(coop));                                                     \
+  }
+FLOWDSL_FOR_EACH_COOP(FLOWDSL_GIN_GET_FUNCS)
+#endif
