@@ -263,6 +263,8 @@ class FlowKernel:
             if stream is not None:
                 refuse_during_capture(stream, self._launch_operation, "its first launch for these argument "
                                       "types compiles or loads the kernel's module (not capturable)")
+            # GIN kernels are linked for the backend of the device communicator they are launched with:
+            # known only now, and NCCL's code for the other backends is most of their compile time.
             target = replace(_device_target(), gin_backend=_gin_backend_of(args))
             loaded = _Loaded(self._load_or_compile(argtypes, target), argtypes)
             self._loaded[argtypes] = loaded

@@ -210,9 +210,10 @@ class Network:
         if delivery not in DELIVERIES:
             raise UsageError(f"Cannot spawn with gin_delivery={delivery!r}: it is not a delivery order. "
                              f"Use one of {', '.join(DELIVERIES)}")
-        if backend not in BACKENDS:
+        if GinBackend.from_option(backend) is None:  # the names flowdsl.FlowKernel.compile(gin_backend=) takes
             raise UsageError(f"Cannot spawn with gin_backend={backend!r}: it is not a GIN backend. "
                              f"Use one of {', '.join(BACKENDS)}")
+        backend = GinBackend.from_option(backend).option
         self.rng = random.Random(f"gin-{seed}")
         self.reordered = delivery == "reordered"
         self.delivery, self.backend = delivery, backend

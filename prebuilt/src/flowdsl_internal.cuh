@@ -7,6 +7,11 @@
 
 #define FLOWDSL_FOR_EACH_COOP(X) X(thread) X(warp) X(lanes) X(warp_span) X(cta)
 
+namespace flowdsl_detail {
+__device__ __noinline__ void record_timeout(const ncclDevComm* comm, int what, int peer, uint32_t index,
+                                            uint64_t expected, uint64_t seen, uint64_t waited_ns);
+}  // namespace flowdsl_detail
+
 namespace {
 
 // A coop crosses the ABI as one word: the lane mask for ncclCoopLanes,
@@ -65,26 +70,9 @@ __device__ __forceinline__ uint64_t load_relaxed_sys(const uint64_t* p) {
   return v;
 }
 
-// The first wait to give up claims the record (the stop word, 0 -> 2) and fills it; an
-// abort (1) or an earlier timeout leaves it as it is.
-__device__ __noinline__ void record_timeout(const ncclDevComm* comm, int what, int peer, uint32_t index,
-                                            uint64_t expected, uint64_t seen, uint64_t waited_ns) {
-  uint64_t* rec = wait_record(comm);
-  uint64_t old;
-  asm volatile("atom.relaxed.sys.cas.b64 %0, [%1], %2, %3;" : "=l"(old) : "l"(rec + kStop), "l"(0ull), "l"(2ull)
-               : "memory");
-  if (old != 0) return;
-  rec[kWhat] = (uint64_t)what;
-  rec[kRank] = (uint64_t)comm->rank;
-  rec[kBlock] = blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
-  rec[kThread] = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-  rec[kExpected] = expected;
-  rec[kSeen] = seen;
-  rec[kPeer] = (uint64_t)(int64_t)peer;
-  rec[kIndex] = index;
-  rec[kWaitedNs] = waited_ns;
-  asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(rec + kDone), "l"(1ull) : "memory");
-}
+// The first wait to give up claims the record (defined once, in flowdsl_support.cu: a kernel
+// that links the GIN library too gets one copy of this cold function).
+using flowdsl_detail::record_timeout;
 
 // One iteration of a bounded wait (flowdsl.wait.poll in C++): false once it must stop.
 __device__ __forceinline__ bool keep_waiting(const ncclDevComm* comm, uint64_t& state, int what, int peer,
