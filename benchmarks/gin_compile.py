@@ -40,14 +40,15 @@ ARCH = "sm_90"
 
 
 def _cases(nccl: str):
-    """kernel name -> (kernel, argtypes). The examples use weak signals (NCCL >= 2.32); ``ring_gin`` (the
-    library's ring all_reduce for peers beyond the LSA team, float32 sum) compiles for every release."""
+    """kernel name -> (kernel, argtypes). The GIN examples use weak signals (NCCL >= 2.32); ``ring_gin`` (the
+    library's ring all_reduce for peers beyond the LSA team, float32 sum) compiles for every release;
+    ``allgather_lsa`` uses no GIN."""
     import numpy as np
 
     import flowdsl
     from flowdsl import RedOp
     from flowdsl.collectives import _library
-    from flowdsl.examples import alltoall_gin, alltoall_hybrid, moe_gin
+    from flowdsl.examples import allgather_lsa, alltoall_gin, alltoall_hybrid, moe_gin
 
     f, i32, i64 = ("window", np.float32), ("window", np.int32), ("window", np.int64)
     cases = {
@@ -55,6 +56,8 @@ def _cases(nccl: str):
                                       np.zeros(2, np.int32), np.zeros(2, np.float32), 12, 32, 0)),
         "alltoall_gin": (alltoall_gin.alltoall_gin, ("devcomm", f, f, 256, 4)),
         "alltoall_hybrid": (alltoall_hybrid.alltoall_hybrid, ("devcomm", f, f, 256, 4)),
+        # no GIN: links the support build alone (the control)
+        "allgather_lsa": (allgather_lsa.allgather_lsa, ("devcomm", np.zeros(4, np.float32), f, 4)),
     }
     out = {name: (k, flowdsl.FlowKernel.argtypes_for(*args, nccl=nccl)) for name, (k, args) in cases.items()}
     out["ring_gin"] = (_library.kernel_for("ring", "all_reduce", RedOp.SUM, True), _library._argtypes("float32", nccl))
