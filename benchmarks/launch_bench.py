@@ -8,7 +8,9 @@ launch of a kernel with as many arguments. The versions:
 - ``cuLaunchKernel`` alone, parameters packed once (the floor of any launch from Python);
 - flowdsl's prepared launch (what a repeated collective call makes: it replays a one-node
   CUDA graph), and the same launch captured by CuPy in a graph and replayed;
-- a direct launch ``k[grid, block](dcomm, window, array, n)`` (typed and packed per call);
+- a direct launch ``k[grid, block](dcomm, window, array, n)`` with the same arguments each call
+  (from the second call on, a replay of the prepared launch), and with one of 16 arrays in turn
+  (more than a launch remembers: typed, checked and packed at every call);
 - CuPy ``RawKernel`` with four arguments (two pointers, two integers);
 - ``flowdsl.collectives.all_reduce`` of 8 bytes, repeated (the planned fast path), one rank;
 - the fast path's parts: stream resolution and the plan lookup.
@@ -17,6 +19,7 @@ launch of a kernel with as many arguments. The versions:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -89,6 +92,7 @@ def main() -> None:
             captured()
             graph = side.end_capture()
             stream = cupy.cuda.get_current_stream()
+            rotation = itertools.cycle([comm.alloc(1024, np.float32) for _ in range(16)])
             for algorithm in ("ring", "one_shot"):
                 coll.all_reduce(comm, small_x, small_y, algorithm=algorithm)
             key = ("all_reduce", id(small_x), id(small_y), "sum", 0, "one_shot", stream.ptr, None, None)
@@ -100,6 +104,8 @@ def main() -> None:
                 "CuPy RawKernel, 4 arguments": lambda: raw((1,), (32,), (x, y, np.int64(1024), np.int32(1))),
                 "flowdsl direct launch k[1, 32](dcomm, window, array, n)": lambda: empty4[1, 32](dcomm, window, y,
                                                                                               1024),
+                "  same, one of 16 arrays in turn (not replayed)": lambda: empty4[1, 32](dcomm, window,
+                                                                                        next(rotation), 1024),
                 "all_reduce 8 B, one_shot, repeated (1 rank)": lambda: coll.all_reduce(
                     comm, small_x, small_y, algorithm="one_shot"),
                 "all_reduce 8 B, ring, repeated (1 rank)": lambda: coll.all_reduce(
