@@ -5,7 +5,8 @@ tiny kernel: the host is the bottleneck), versions interleaved round by round; t
 over rounds is printed, in microseconds per call, with its ratio to CuPy's ``RawKernel``
 launch of a kernel with as many arguments. The versions:
 
-- ``cuLaunchKernel`` alone, parameters packed once (the floor of any launch from Python);
+- ``cuLaunchKernel`` alone, parameters packed once (the floor of any launch from Python), through
+  cuda.bindings and through CuPy's wrapper (which flowdsl's launches call);
 - flowdsl's prepared launch (what a repeated collective call makes: it replays a one-node
   CUDA graph), and the same launch captured by CuPy in a graph and replayed;
 - a direct launch ``k[grid, block](dcomm, window, array, n)`` with the same arguments each call
@@ -34,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 import cupy  # noqa: E402
 
 import flowdsl  # noqa: E402
+from flowdsl import _launch  # noqa: E402
 from flowdsl import collectives as coll  # noqa: E402
 from flowdsl.collectives import _host  # noqa: E402
 from flowdsl.runtime.streams import stream_handle  # noqa: E402
@@ -99,6 +101,8 @@ def main() -> None:
             versions = {
                 "cuLaunchKernel alone (cuda.bindings, parameters packed once)": lambda: driver.cuLaunchKernel(
                     handle, 1, 1, 1, 32, 1, 1, 0, legacy, address, 0),
+                "cuLaunchKernel alone (CuPy's wrapper, as flowdsl calls it)": lambda: _launch._launch_kernel(
+                    loaded.handle, 1, 1, 1, 32, 1, 1, 0, 0, address),
                 "flowdsl prepared launch (k[1, 32].prepare(...)(), a graph replay)": launch,
                 "CuPy: a CUDA graph of that launch, replayed (cudaGraphLaunch)": lambda: graph.launch(side),
                 "CuPy RawKernel, 4 arguments": lambda: raw((1,), (32,), (x, y, np.int64(1024), np.int32(1))),

@@ -68,7 +68,7 @@ def kernel(fn=None, *, fastmath: bool = False, lineinfo: bool = False, max_regis
     argument types compiles or loads the kernel, which cannot be captured.
     A launch repeated with the same arguments on the same stream (a loop) replays a CUDA graph
     of its first such launch, which costs less host time; what it packs is checked to be
-    unchanged first (the same objects, array layouts and scalars; see :mod:`flowdsl._launch`).
+    unchanged first: the same objects (held weakly), array layouts and scalars.
     ``k[grid, block].prepare(*args)`` returns such a launch as a callable without the checks.
     ``max_registers`` caps registers per thread (``-maxrregcount``): more threads fit
     on an SM, which bandwidth-bound loops need, at the price of spills elsewhere.
