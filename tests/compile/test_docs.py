@@ -163,14 +163,3 @@ def test_flow_guide_example_runs_on_the_simulator(nranks, nodes):
     results = flowdsl.sim.spawn(namespace["main"], nranks=nranks, nodes=nodes, seed=nranks,
                                 gin_delivery="reordered" if nodes > 1 else "ordered")
     assert results == [True] * nranks
-
-
-@pytest.mark.sim
-def test_notebook_code_cells_run():
-    import json
-
-    notebook = json.loads((ROOT / "notebooks" / "rmsnorm_fused.ipynb").read_text())
-    namespace: dict = {}
-    for cell in notebook["cells"]:
-        if cell["cell_type"] == "code":
-            exec(compile("".join(cell["source"]), "rmsnorm_fused.ipynb", "exec"), namespace)  # noqa: S102
