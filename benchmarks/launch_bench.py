@@ -5,10 +5,13 @@ tiny kernel: the host is the bottleneck), versions interleaved round by round; t
 over rounds is printed, in microseconds per call, with its ratio to CuPy's ``RawKernel``
 launch of a kernel with as many arguments. The versions:
 
-- ``cuLaunchKernel`` alone, parameters packed once (the floor of any launch from Python);
+- ``cuLaunchKernel`` alone, parameters packed once (the floor of any launch from Python), through
+  cuda.bindings and through CuPy's wrapper (which flowdsl's launches call);
 - flowdsl's prepared launch (what a repeated collective call makes: it replays a one-node
   CUDA graph), and the same launch captured by CuPy in a graph and replayed;
-- a direct launch ``k[grid, block](dcomm, window, array, n)`` (typed and packed per call);
+- a direct launch ``k[grid, block](dcomm, window, array, n)`` with the same arguments each call
+  (from the second call on, a replay of the prepared launch), and with one of 16 arrays in turn
+  (more than a launch remembers: typed, checked and packed at every call);
 - CuPy ``RawKernel`` with four arguments (two pointers, two integers);
 - ``flowdsl.collectives.all_reduce`` of 8 bytes, repeated (the planned fast path), one rank;
 - the fast path's parts: stream resolution and the plan lookup.
@@ -17,6 +20,7 @@ launch of a kernel with as many arguments. The versions:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -31,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 import cupy  # noqa: E402
 
 import flowdsl  # noqa: E402
+from flowdsl import _launch  # noqa: E402
 from flowdsl import collectives as coll  # noqa: E402
 from flowdsl.collectives import _host  # noqa: E402
 from flowdsl.runtime.streams import stream_handle  # noqa: E402
@@ -89,17 +94,22 @@ def main() -> None:
             captured()
             graph = side.end_capture()
             stream = cupy.cuda.get_current_stream()
+            rotation = itertools.cycle([comm.alloc(1024, np.float32) for _ in range(16)])
             for algorithm in ("ring", "one_shot"):
                 coll.all_reduce(comm, small_x, small_y, algorithm=algorithm)
             key = ("all_reduce", id(small_x), id(small_y), "sum", 0, "one_shot", stream.ptr, None, None)
             versions = {
                 "cuLaunchKernel alone (cuda.bindings, parameters packed once)": lambda: driver.cuLaunchKernel(
                     handle, 1, 1, 1, 32, 1, 1, 0, legacy, address, 0),
+                "cuLaunchKernel alone (CuPy's wrapper, as flowdsl calls it)": lambda: _launch._launch_kernel(
+                    loaded.handle, 1, 1, 1, 32, 1, 1, 0, 0, address),
                 "flowdsl prepared launch (k[1, 32].prepare(...)(), a graph replay)": launch,
                 "CuPy: a CUDA graph of that launch, replayed (cudaGraphLaunch)": lambda: graph.launch(side),
                 "CuPy RawKernel, 4 arguments": lambda: raw((1,), (32,), (x, y, np.int64(1024), np.int32(1))),
                 "flowdsl direct launch k[1, 32](dcomm, window, array, n)": lambda: empty4[1, 32](dcomm, window, y,
                                                                                               1024),
+                "  same, one of 16 arrays in turn (not replayed)": lambda: empty4[1, 32](dcomm, window,
+                                                                                        next(rotation), 1024),
                 "all_reduce 8 B, one_shot, repeated (1 rank)": lambda: coll.all_reduce(
                     comm, small_x, small_y, algorithm="one_shot"),
                 "all_reduce 8 B, ring, repeated (1 rank)": lambda: coll.all_reduce(

@@ -27,8 +27,11 @@ class Staging:
     """What a staging window was laid out for (``window.flow_staging``).
 
     Attributes:
-        channels, nslots, slot_words: The layout: pass the same to :func:`flowdsl.flow.processor`
-            in every launch (the layout must not move while connections continue).
+        channels: Channels of the layout. Pass the same ``channels``, ``nslots`` and ``slot_words``
+            to :func:`flowdsl.flow.processor` in every launch (the layout must not move while
+            connections continue).
+        nslots: Slots per connection.
+        slot_words: uint64 words per slot.
         with_outbox: Room for GIN outboxes, needed when a peer is outside the LSA team.
         buffer: The symmetric buffer under the window (released with the communicator).
     """

@@ -58,12 +58,16 @@ class DeviceTimeoutError(FlowDSLError, TimeoutError):
     message is made by :meth:`describe`, one format for both.
 
     Attributes:
-        rank, block, thread: Who waited (world rank, linear block and thread index).
+        rank: The world rank that waited.
+        block: The linear index of the block that waited.
+        thread: The linear index of the thread that waited, in its block.
         primitive: What it waited on, e.g. ``"flow ready flag or signal ... on connection"``.
         index: Which connection, line, barrier, signal or counter.
         peer: The world rank expected to act, or -1 when the wait names none.
-        expected, seen: The value waited for and the last one read.
-        waited_s, timeout_s: How long it waited and the limit (None on the simulator).
+        expected: The value waited for.
+        seen: The last value read.
+        waited_s: How long it waited, in seconds (None on the simulator).
+        timeout_s: The limit, in seconds (None on the simulator).
     """
 
     FIELDS = ("rank", "block", "thread", "primitive", "index", "peer", "expected", "seen", "waited_s", "timeout_s")

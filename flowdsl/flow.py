@@ -11,7 +11,7 @@ Transport, chosen per connection at run time: a peer in this rank's LSA team is
 reached by stores into its window (NVLink or PCIe P2P), any other peer by GIN
 puts with *strong* signals (a strong signal also covers the earlier puts on the
 connection). Both kinds go through one code path per step: only posting a slot
-and waiting for it differ (:func:`_post`, :func:`_wait_ready`).
+and waiting for it differ (``_post``, ``_wait_ready``).
 
 Staging: every connection has ``nslots`` slots in the receiver's window; the
 sender may run ``nslots`` slots ahead of the receiver (credits). Counters live
@@ -115,8 +115,10 @@ Reduction.__doc__ = """A reduction operator (:class:`flowdsl.RedOp`) over ``nran
 ``fp8`` says how to read uint8 elements: 0 as integers, :data:`E4M3` or :data:`E5M2` as fp8.
 On the GPU, ``op`` and ``fp8`` given as constants are part of the value's type."""
 
-#: fp8 formats of uint8 elements (``Reduction.fp8``): e4m3fn and e5m2.
-E4M3, E5M2 = _fp8.E4M3, _fp8.E5M2
+#: fp8 format e4m3fn of uint8 elements (``Reduction.fp8``).
+E4M3 = _fp8.E4M3
+#: fp8 format e5m2 of uint8 elements (``Reduction.fp8``).
+E5M2 = _fp8.E5M2
 
 
 # ---- layout ------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Everything GPU-side in one call: install carried wheels (the GPU machine has no network),
-# build the collectives library, run the GPU tests (compile and simulator tests run in CI), the
-# demo, compute-sanitizer and the benchmarks, and print a summary table last. With two or more
-# GPUs it also runs the multi-GPU tests (tests/multigpu, under torchrun), compute-sanitizer over
-# them, and the multi-GPU sweep against NCCL and PyTorch SymmetricMemory.
+# Everything GPU-side in one call: install carried wheels (.whl/, listed in scripts/gpu-wheels.txt: the
+# GPU machine has no network), build the collectives library, run the GPU tests (compile and simulator
+# tests run in CI), the demo, compute-sanitizer and the benchmarks, and print a summary table last. With
+# two or more GPUs it also runs the multi-GPU tests (tests/multigpu, under torchrun), compute-sanitizer
+# over them, and the multi-GPU sweep against NCCL and PyTorch SymmetricMemory. Stage notebooks executes
+# notebooks/ (their GPU cells included) and leaves them, outputs and figures saved, in $OUT/notebooks.
 #   usage: bash scripts/gpu_all.sh [pytest -k expression]
-#   STAGES="tests multigpu sanitize bench launch sweep" picks stages (default: all); BENCH_ARGS go to
+#   STAGES="tests multigpu sanitize bench launch sweep notebooks" picks stages (default: all); BENCH_ARGS go to
 #   benchmarks/collectives_bench.py, MULTIGPU_BENCH_ARGS (e.g. --quick) to benchmarks/multigpu_bench.py.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,7 @@ export FLOWDSL_CACHE_DIR=${FLOWDSL_CACHE_DIR:-/tmp/flowdsl-cache}
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/flowdsl-out}
-STAGES=${STAGES:-tests multigpu sanitize bench launch sweep}
+STAGES=${STAGES:-tests multigpu sanitize bench launch sweep notebooks}
 mkdir -p "$OUT"
 NGPUS=$(nvidia-smi -L | wc -l)
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -82,5 +83,16 @@ if has sweep && [ "$NGPUS" -ge 2 ]; then
   python3 -m torch.distributed.run --standalone --nproc_per_node="$NGPUS" benchmarks/multigpu_bench.py \
     ${MULTIGPU_BENCH_ARGS:-} --json "$OUT/multigpu.json" --plot "$OUT/multigpu.png" 2>&1 | quiet \
     | tee "$OUT/multigpu_bench.log" | tail -150
+fi
+if has notebooks; then
+  # Headless (nbclient + ipykernel, carried as wheels: scripts/gpu-wheels.txt); the GPU cells run the fused
+  # kernel's benchmark under torchrun on every GPU. Copy $OUT/notebooks/*.ipynb over notebooks/ to commit them.
+  if python3 -c "import nbclient, nbformat, ipykernel" 2>/dev/null; then
+    python3 scripts/run_notebooks.py --out "$OUT/notebooks" 2>&1 | grep -v 'Kernel is running over TCP' \
+      | tee "$OUT/notebooks.log"
+  else
+    echo "notebooks: skipped, nbclient/nbformat/ipykernel missing: carry the wheels of scripts/gpu-wheels.txt in .whl/" \
+      | tee "$OUT/notebooks.log"
+  fi
 fi
 python3 scripts/summary.py "$OUT"

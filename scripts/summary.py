@@ -42,6 +42,13 @@ def main(out: str) -> None:
             rows.append((goal["name"], verdict))
     if (out_dir / "demo.log").exists():
         rows.append(("demo (python -m flowdsl demo)", (out_dir / "demo.log").read_text().strip().splitlines()[-1].strip()))
+    if (out_dir / "notebooks.log").exists():  # scripts/run_notebooks.py: one line per notebook
+        for line in (out_dir / "notebooks.log").read_text().splitlines():
+            name, sep, verdict = line.partition(": ")
+            if sep and name.endswith(".ipynb"):
+                rows.append((f"notebook {name}", verdict))
+            elif line.startswith("notebooks: "):
+                rows.append(("notebooks", line.removeprefix("notebooks: ")))
     for name in ("gpu.txt", "versions.txt"):
         if (out_dir / name).exists():
             rows.append((name.split(".")[0], (out_dir / name).read_text().strip()))

@@ -82,7 +82,8 @@ def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin
     Args:
         arch: Target such as ``"sm_90"`` (default: this machine's GPU).
         nccl: NCCL release of the device ABI (default: the loaded libnccl).
-        dtypes, ops: Subsets to build (default: all).
+        dtypes: Subset of the element types to build (default: all).
+        ops: Subset of the reduction operators (:class:`flowdsl.RedOp`) to build (default: all).
         gin_peers: Build the kernels for communicators spanning several nodes (GIN).
         jobs: Worker processes (default: the CPUs this process may use; each kernel
             compiles on one core).

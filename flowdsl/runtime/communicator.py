@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import DeviceTimeoutError, NoDeviceError, UsageError
 from ..lowering.target import format_version
 from . import checks, nccl, streams
-from .memory import DevComm, SymmetricAllocation, Window, device_pointer
+from .memory import DevComm, SymmetricAllocation, Window, device_pointer, resources_changed
 from .support import abi_layout
 from .wait_record import GRACE, WaitRecord, aborted_error, resolve_timeout, wait_for_device
 
@@ -432,6 +432,7 @@ class Communicator:
         for res in list(self._resources):
             res._closed = True  # NCCL's abort releases windows and device communicators
             self._untrack(res)
+        resources_changed()
         self._nccl.abort()
         if idle:  # memory (and the record) a kernel may still use are left alone
             for allocation in allocations:

@@ -26,6 +26,16 @@ __all__ = ["Resource", "SymmetricAllocation", "Window", "DevComm", "device_point
            "gin_backend_of", "gin_backends_in"]
 
 
+#: Counts the changes of resources that launches pack (closing, re-typing): a launch replayed
+#: from a CUDA graph (:mod:`flowdsl._launch`) checks it has not moved since the graph was made.
+changes = 0
+
+
+def resources_changed() -> None:
+    global changes  # noqa: PLW0603 - one counter for every resource: closing any is rare
+    changes += 1
+
+
 class Resource:
     """Base of communicator-owned resources: idempotent ``close()``, usable in ``with``."""
 
@@ -49,6 +59,7 @@ class Resource:
         if self._closed:
             return
         self._closed = True
+        resources_changed()
         try:
             self._release()
         finally:
@@ -146,6 +157,7 @@ class Window(Resource):
         """Mark the window as made by :func:`flowdsl.flow.staging`: kernels see a ``StagingWindow``."""
         self.flow_staging = staging
         self._type = WindowType(self._type.dtype, staging=True)
+        resources_changed()
 
     @property
     def _numba_type_(self):

@@ -12,12 +12,12 @@ table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
 :class:`UsageError`, :class:`GinCoverageError`, :class:`GinResourceError`,
 :class:`GinBackendError`, :class:`CftCoverageError`, :class:`DataRaceError` (see
-:mod:`flowdsl.sim.races`: data races found by happens-before), :class:`WaitTimeoutError` (threads
+``flowdsl.sim.races``: data races found by happens-before), :class:`WaitTimeoutError` (threads
 stuck in bounded waits: the GPU's :class:`flowdsl.DeviceTimeoutError` diagnosis, see
-:mod:`flowdsl.sim.timeouts`), and :func:`last_stats`. GIN
+``flowdsl.sim.timeouts``), and :func:`last_stats`. GIN
 (puts, signals, counters, GIN barriers over a simulated network) is modelled in
-:mod:`flowdsl.sim.gin`, CFT (LE-addressed puts and gets, counted writes and the
-receiver's fence rule, CFT barriers) in :mod:`flowdsl.sim.cft`, on the same network.
+``flowdsl.sim.gin``, CFT (LE-addressed puts and gets, counted writes and the
+receiver's fence rule, CFT barriers) in ``flowdsl.sim.cft``, on the same network.
 """
 
 from __future__ import annotations

@@ -123,9 +123,12 @@ class SimComm:
     """A simulated rank's host communicator (what ``main(comm)`` receives).
 
     Attributes:
-        rank, nranks: World rank and size.
-        lsa_rank, lsa_size: Rank and size within this node (the LSA team).
-        node, nodes: This rank's node and the number of nodes.
+        rank: World rank.
+        nranks: World size.
+        lsa_rank: Rank within this node (the LSA team).
+        lsa_size: Number of ranks in this node.
+        node: This rank's node.
+        nodes: The number of nodes.
     """
 
     __flowdsl_sim__ = True
@@ -595,7 +598,7 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
             strong and weak signals, legacy signals strong; ``"efa_gda"``: weak
             signals only), ``races`` (detect data races: ``True``/``False``; default
             on, unless the environment variable ``FLOWDSL_SIM_RACES=0``; see
-            :mod:`flowdsl.sim.races`).
+            ``flowdsl.sim.races``).
 
     Returns:
         ``[main(comm_0), main(comm_1), ...]``.

@@ -177,7 +177,7 @@ def test_requirements_are_derived_from_the_kernel():
 def test_strong_signals_are_refused_on_a_weak_only_backend():
     from types import SimpleNamespace
 
-    from flowdsl._kernel import check_features
+    from flowdsl._launch import check_features
     from flowdsl.runtime.memory import GIN_BACKENDS
 
     efa = SimpleNamespace(gin_backend=GIN_BACKENDS[5])

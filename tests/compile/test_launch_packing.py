@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba.core import types
 
-from flowdsl import _kernel
+from flowdsl import _launch
 from flowdsl.errors import UsageError
 
 pytestmark = pytest.mark.compile
@@ -27,7 +27,7 @@ def _slots(argtypes, args):
     """Each flattened parameter as the prepared path makes it, in its own 8-byte slot."""
     flat: list = []
     for ty, arg in zip(argtypes, args):
-        _kernel._packer(ty)(arg, flat)
+        _launch._packer(ty)(arg, flat)
     out = b""
     for v in flat:
         raw = bytes(v) if isinstance(v, ctypes._SimpleCData) else bytes(ctypes.c_uint64(v & (2**64 - 1)))
@@ -46,7 +46,7 @@ def test_the_one_buffer_holds_what_the_per_parameter_packers_make(seed):
                 types.uint64, types.float32, types.float64, types.int8)
     args = (contiguous, strided, int(rng.integers(-2**31, 2**31)), int(rng.integers(0, 2**63)) * 2 + 1,
             float(rng.standard_normal()), float(rng.standard_normal()), -3)
-    params = _kernel._ParameterBuffer(argtypes)
+    params = _launch._ParameterBuffer(argtypes)
     values: list = []
     for pack, arg in zip(params.packers, args):
         pack(arg, values)
@@ -57,7 +57,7 @@ def test_the_one_buffer_holds_what_the_per_parameter_packers_make(seed):
 
 
 def test_a_value_out_of_its_parameters_range_is_refused_with_the_fix():
-    params = _kernel._ParameterBuffer((types.int32,))
+    params = _launch._ParameterBuffer((types.int32,))
     with pytest.raises(UsageError, match="does not fit its kernel parameter.*within the range"):
         params.launch(None, (2**40,), (1, 1, 1), (1, 1, 1), 0, 0)
 

@@ -67,7 +67,8 @@ def test_the_first_launch_links_the_backend_of_the_device_communicator(comm):
 
 
 def test_a_kernel_linked_for_another_backend_is_not_launched(comm):
-    from flowdsl._kernel import _argument_type, _device_target, _Loaded
+    from flowdsl._kernel import _device_target
+    from flowdsl._launch import _argument_type, _Loaded
     from flowdsl.lowering.gin_surface import linked_backend
     from flowdsl.runtime.support import gin_backends
 
