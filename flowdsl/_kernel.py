@@ -1,4 +1,4 @@
-"""``@flowdsl.kernel`` and ``@flowdsl.device``.
+"""``@flowdsl.kernel`` (and ``@flowdsl.device``, made in :mod:`flowdsl._devices`).
 
 A :class:`FlowKernel` is compiled per (argument types, NCCL release, arch) at
 first launch: numba lowers it to LTO-IR, nvJitLink links it with the support
@@ -23,43 +23,23 @@ import struct
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from numba.core import types
 
 from . import _cache, _stubs
+from ._devices import device
+from ._release import format_version, parse_version
 from ._version import __version__
 from .errors import UsageError
-from .lowering.compiler import CompiledKernel, compile_kernel
-from .lowering.target import Target, format_version, parse_version
-from .lowering.types import ArgumentMarshaller, DevCommType, WindowType, devcomm_words
 from .runtime.checks import launch_shape
 from .runtime.streams import refuse_during_capture, stream_handle
 
+if TYPE_CHECKING:  # the compiler (numba-cuda, nvJitLink) is imported at the first compile
+    from .lowering.compiler import CompiledKernel
+    from .lowering.target import Target
+
 __all__ = ["kernel", "device", "FlowKernel", "check_features"]
-
-
-def device(fn=None, *, inline: bool = True):
-    """A helper device function callable from flowdsl kernels (compiled per target).
-
-    Device functions may not return arrays (numba-cuda restriction without NRT):
-    pass output arrays in, or return scalars. ``inline=False`` keeps one copy of a
-    large function that many call sites share (NVVM inlines every call otherwise,
-    which multiplies code size and link time).
-    """
-    from numba.cuda.extending import register_jitable  # noqa: PLC0415
-
-    if fn is None:
-        return functools.partial(device, inline=inline)
-    if not inline:
-        from .lowering.compiler import never_inline  # noqa: PLC0415
-
-        never_inline(f"{fn.__module__}.{fn.__qualname__}")
-    jitted = register_jitable(fn)
-    jitted.__flowdsl_device__ = True
-    jitted.__flowdsl_inline__ = inline  # part of the cache key of every kernel that calls it
-    jitted.py_func = fn
-    return jitted
-
 
 def kernel(fn=None, *, fastmath: bool = False, lineinfo: bool = False, max_registers: int | None = None):
     """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
@@ -124,7 +104,8 @@ class FlowKernel:
         self._loaded: dict = {}
         self._loaded_by_ids: dict = {}  # numba types are interned: their ids are a cheaper key
         self._launches: dict = {}
-        #: Last compile/load: {"source": "compiled"|"disk", "seconds": float}
+        #: Last compile/load: {"source": "compiled"|"disk", "seconds": float, "key": str,
+        #: "phases": CPU seconds per compile step (:attr:`CompiledKernel.phases`; empty from disk)}
         self.last_build: dict = {}
 
     def __repr__(self):
@@ -206,6 +187,8 @@ class FlowKernel:
             cuda: CUDA release of the linker, ``"13.3"`` (default: the installed nvJitLink's);
                 gates features that need a newer one (CFT needs 13.3).
         """
+        from .lowering.compiler import compile_kernel  # noqa: PLC0415
+        from .lowering.target import Target  # noqa: PLC0415
         from .runtime import nccl as nccl_runtime  # noqa: PLC0415
         from .runtime.support import support_build_for  # noqa: PLC0415
 
@@ -225,6 +208,7 @@ class FlowKernel:
         from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
         from numba.np.numpy_support import from_dtype  # noqa: PLC0415
 
+        from .lowering.types import DevCommType, WindowType, devcomm_words  # noqa: PLC0415
         from .runtime import nccl as nccl_runtime  # noqa: PLC0415
         from .runtime.support import abi_layout  # noqa: PLC0415
 
@@ -280,7 +264,21 @@ class FlowKernel:
 
         Needs no GPU. Returns ``"compiled"`` or ``"cached"``.
         """
-        return "cached" if self._cached_or_compiled(argtypes, target)[3] == "disk" else "compiled"
+        start = time.perf_counter()
+        key, _, meta, source = self._cached_or_compiled(argtypes, target)
+        self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key,
+                           "phases": meta.get("phases", {})}
+        return "cached" if source == "disk" else "compiled"
+
+    def cached(self, argtypes, target: Target) -> bool:
+        """Whether the disk cache holds a sound entry for ``argtypes`` and ``target`` (compiles nothing)."""
+        from .runtime.support import support_build_for  # noqa: PLC0415
+
+        try:
+            key = self._cache_key(argtypes, target, support_build_for(target.nccl, target.arch))
+        except _cache.Uncacheable:
+            return False
+        return _cache.read_entry(_cache_root(), key) is not None
 
     def _cached_or_compiled(self, argtypes, target: Target):
         """``(key, cubin, meta, source)`` from the disk cache, or compiled and stored there.
@@ -300,11 +298,13 @@ class FlowKernel:
             hit = _cache.read_entry(root, key)
             if hit is not None:
                 return key, hit[0], hit[1], "disk"
+        from .lowering.compiler import compile_kernel  # noqa: PLC0415 - binds numba-cuda: not for a disk hit
+
         compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath,
                                   max_registers=self.max_registers,
                                   lineinfo=self.lineinfo, support_arch=support.arch,
                                   link_for_features=_feature_libraries(target))
-        meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features)}
+        meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features), "phases": compiled.phases}
         if key is not None:
             _cache.write_entry(root, key, compiled.cubin, compiled.entry_name, compiled.features)
         elif not self.__dict__.get("_warned_uncacheable"):
@@ -320,7 +320,8 @@ class FlowKernel:
         loaded = _numba_kernel(meta["entry_name"], cubin, argtypes)
         loaded.bind()  # load the module now, so that the time below includes it
         loaded.flowdsl_features = frozenset(meta.get("features", ()))
-        self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key}
+        self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key,
+                           "phases": meta.get("phases", {})}
         return loaded
 
 
@@ -506,6 +507,8 @@ def _cu_stream(handle: int):
 
 def _value_packer(ty):
     """``(struct codes, pack(arg, values))`` of one argument's flattened parameters."""
+    from .lowering.types import DevCommType, WindowType  # noqa: PLC0415
+
     if isinstance(ty, DevCommType):
         return "Q" * ty.nwords, lambda arg, values: values.extend(arg._kernel_word_values())
     if isinstance(ty, WindowType):
@@ -645,6 +648,8 @@ def _capture_hint(error_name: str) -> str:
 def _packer(ty):
     import ctypes  # noqa: PLC0415
 
+    from .lowering.types import DevCommType, WindowType  # noqa: PLC0415
+
     if isinstance(ty, DevCommType):
         return lambda arg, flat: flat.extend(arg._kernel_words())
     if isinstance(ty, WindowType):
@@ -684,6 +689,7 @@ def _packer(ty):
 def _device_target() -> Target:
     from numba import cuda  # noqa: PLC0415
 
+    from .lowering.target import Target  # noqa: PLC0415
     from .runtime import nccl as nccl_runtime  # noqa: PLC0415
 
     cc = cuda.get_current_device().compute_capability
@@ -727,6 +733,8 @@ def _numba_kernel(entry_name: str, cubin: bytes, argtypes):
     from numba.cuda.codegen import CUDACodeLibrary  # noqa: PLC0415
     from numba.cuda.descriptor import cuda_target  # noqa: PLC0415
     from numba.cuda.dispatcher import _Kernel  # noqa: PLC0415
+
+    from .lowering.types import ArgumentMarshaller  # noqa: PLC0415
 
     codegen = cuda_target.target_context.codegen()
     library = CUDACodeLibrary._rebuild(codegen, entry_name, entry_name, [], {}, {}, {}, None, {}, False, False,

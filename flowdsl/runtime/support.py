@@ -11,8 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from ..lowering.target import format_version
-from . import support_build
+from .._release import format_version
 
 __all__ = ["manifest", "support_build_for", "cft_build_for", "abi_layout", "cache_dir", "SupportBuild"]
 
@@ -26,6 +25,8 @@ def cache_dir() -> Path:
 
 @functools.cache
 def manifest() -> dict:
+    from . import support_build  # noqa: PLC0415 - the build tools (subprocess, zipfile) at first use
+
     path = support_build.PREBUILT_DIR / "build" / "manifest.json"
     if not path.exists():
         return {"abis": {}}
@@ -62,6 +63,8 @@ def _pick_arch(target_arch: str, available) -> str | None:
 @functools.cache
 def support_build_for(nccl: tuple[int, int, int], arch: str) -> SupportBuild:
     """The support build for NCCL ``nccl`` and ``arch``: checked in, or built at first use."""
+    from . import support_build  # noqa: PLC0415
+
     version = format_version(nccl)
     entry = manifest()["abis"].get(version)
     if entry is not None:
@@ -84,6 +87,8 @@ def cft_build_for(nccl: tuple[int, int, int], arch: str) -> SupportBuild:
         RuntimeError: No CFT build fits (the compile-time gates refuse older NCCL
             releases and archs first, so this names a release flowdsl has no build for).
     """
+    from . import support_build  # noqa: PLC0415
+
     version = format_version(nccl)
     entry = manifest().get("cft", {}).get("abis", {}).get(version)
     if entry is None:
