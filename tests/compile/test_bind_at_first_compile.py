@@ -1,8 +1,8 @@
-"""``@flowdsl.device`` functions are bound to numba-cuda at the first compile, not at import.
+"""The device surface and ``@flowdsl.device`` functions are bound to numba-cuda at the first compile.
 
 A device function made before anything compiled and one made after both compile into
-kernels, and ``inline=False`` keeps either out of line (its own function in the cubin).
-Runs in a fresh interpreter, where nothing has compiled yet.
+kernels, and ``inline=False`` keeps either out of line (its own function in the cubin). A
+kernel found in the disk cache binds nothing. Each case runs in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -65,8 +65,28 @@ print("ok")
 '''
 
 
-def test_device_functions_made_before_and_after_the_first_compile():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-c", _CODE], capture_output=True, text=True, cwd=ROOT, env=env,
+def _fresh(code: str, **env) -> str:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])), **env)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=600)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-4000:]
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout.strip()
+
+
+def test_device_functions_made_before_and_after_the_first_compile():
+    assert _fresh(_CODE).endswith("ok")
+
+
+_BUILD = """
+import sys
+from flowdsl import RedOp
+from flowdsl.collectives import _library
+from flowdsl.lowering.target import Target
+print(_library._build(("one_shot", "all_reduce", RedOp.MAX, "int32"), Target((2, 28, 9), "sm_90"), False),
+      "flowdsl.lowering.bindings" in sys.modules)
+"""
+
+
+def test_a_kernel_found_on_disk_binds_nothing(tmp_path):
+    assert _fresh(_BUILD, FLOWDSL_CACHE_DIR=str(tmp_path)).splitlines()[-1] == "compiled True"
+    assert _fresh(_BUILD, FLOWDSL_CACHE_DIR=str(tmp_path)).splitlines()[-1] == "cached False"
