@@ -9,25 +9,29 @@ written on Flow): :mod:`flowdsl.collectives`. CPU simulator: :mod:`flowdsl.sim`;
 :mod:`flowdsl.testing`.
 
 ``flowdsl.flow``, ``flowdsl.collectives``, ``flowdsl.sim`` and ``flowdsl.testing`` are
-imported at their first use (``import flowdsl`` is enough to reach them), so that
-``import flowdsl`` stays fast.
+imported at their first use (``import flowdsl`` is enough to reach them), and so are
+:func:`kernel`, :class:`FlowKernel` (they need numba) and
+:class:`FeatureUnavailableError` (a numba typing error): ``import flowdsl`` imports
+neither numba nor a CUDA library. Compiling binds the device surface to numba-cuda
+(:mod:`flowdsl.lowering.bindings`); the simulator never does.
 """
 
 from __future__ import annotations
 
 from ._version import __version__
 from .enums import CoopKind, GinBackend, MemoryOrder, Protocol, RedOp, ThreadScope
-from . import lowering as _lowering  # registers the device surface's overloads
-from . import cft, coop, gin, lsa, mem, team, wait
-from ._kernel import FlowKernel, device, kernel
-from .errors import (CollectiveMismatchError, DeviceOnlyError, DeviceTimeoutError, FeatureUnavailableError,
-                     FlowDSLError, NoDeviceError, ResourceClosedError, UsageError)
+from . import cft, coop, lsa, mem, team, gin, wait  # docs/api.md lists the device modules in this order
+from ._devices import device
+from .errors import (CollectiveMismatchError, DeviceOnlyError, DeviceTimeoutError, FlowDSLError, NoDeviceError,
+                     ResourceClosedError, UsageError)
 from .errors import CacheWarning
 from .runtime.communicator import Communicator, init
 from .runtime.memory import DevComm, Window
 
 #: Submodules imported at first attribute access (``flowdsl.sim.spawn(...)`` after ``import flowdsl``).
 _LAZY_SUBMODULES = frozenset({"flow", "collectives", "sim", "testing"})
+#: Names imported from a module at first attribute access: name -> module.
+_LAZY_NAMES = {"kernel": "._kernel", "FlowKernel": "._kernel", "FeatureUnavailableError": ".errors"}
 
 __all__ = [
     "__version__", "init", "Communicator", "Window", "DevComm", "kernel", "device", "FlowKernel",
@@ -40,12 +44,16 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    if name in _LAZY_SUBMODULES:
-        import importlib  # noqa: PLC0415
+    import importlib  # noqa: PLC0415
 
+    if name in _LAZY_SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")  # binds flowdsl.<name>: called once
+    if name in _LAZY_NAMES:
+        value = getattr(importlib.import_module(_LAZY_NAMES[name], __name__), name)
+        globals()[name] = value  # later lookups find it without this call
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _LAZY_SUBMODULES)
+    return sorted(set(globals()) | _LAZY_SUBMODULES | set(_LAZY_NAMES))

@@ -1,4 +1,4 @@
-"""``@flowdsl.kernel`` and ``@flowdsl.device``.
+"""``@flowdsl.kernel`` (and ``@flowdsl.device``, made in :mod:`flowdsl._devices`).
 
 A :class:`FlowKernel` is compiled per (argument types, NCCL release, arch) at
 first launch: numba lowers it to LTO-IR, nvJitLink links it with the support
@@ -20,43 +20,23 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from numba.core import types
 
 from . import _cache
+from ._devices import device
+from ._launch import _argument_type, _array_type, _config_key, _Launch, _Loaded, check_features
+from ._release import format_version, parse_version
 from ._version import __version__
 from .errors import UsageError
-from .lowering.compiler import CompiledKernel, compile_kernel
-from .lowering.target import Target, format_version, parse_version
-from .lowering.types import ArgumentMarshaller, DevCommType, WindowType, devcomm_words
-from ._launch import _argument_type, _array_type, _config_key, _Launch, _Loaded, check_features
 from .runtime.streams import refuse_during_capture
 
+if TYPE_CHECKING:  # the compiler (numba-cuda, nvJitLink) is imported at the first compile
+    from .lowering.compiler import CompiledKernel
+    from .lowering.target import Target
+
 __all__ = ["kernel", "device", "FlowKernel", "check_features"]
-
-
-def device(fn=None, *, inline: bool = True):
-    """A helper device function callable from flowdsl kernels (compiled per target).
-
-    Device functions may not return arrays (numba-cuda restriction without NRT):
-    pass output arrays in, or return scalars. ``inline=False`` keeps one copy of a
-    large function that many call sites share (NVVM inlines every call otherwise,
-    which multiplies code size and link time).
-    """
-    from numba.cuda.extending import register_jitable  # noqa: PLC0415
-
-    if fn is None:
-        return functools.partial(device, inline=inline)
-    if not inline:
-        from .lowering.compiler import never_inline  # noqa: PLC0415
-
-        never_inline(f"{fn.__module__}.{fn.__qualname__}")
-    jitted = register_jitable(fn)
-    jitted.__flowdsl_device__ = True
-    jitted.__flowdsl_inline__ = inline  # part of the cache key of every kernel that calls it
-    jitted.py_func = fn
-    return jitted
-
 
 def kernel(fn=None, *, fastmath: bool = False, lineinfo: bool = False, max_registers: int | None = None):
     """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
@@ -118,7 +98,8 @@ class FlowKernel:
         self._loaded_by_ids: dict = {}  # numba types are interned: their ids are a cheaper key
         self._loaded_for_backends: dict = {}  # (argtypes, GIN backend) -> loaded, beside the first one
         self._launches: dict = {}
-        #: Last compile/load: {"source": "compiled"|"disk", "seconds": float}
+        #: Last compile/load: {"source": "compiled"|"disk", "seconds": float, "key": str,
+        #: "phases": CPU seconds per compile step (:attr:`CompiledKernel.phases`; empty from disk)}
         self.last_build: dict = {}
 
     def __repr__(self):
@@ -203,6 +184,8 @@ class FlowKernel:
                 :class:`flowdsl.GinBackend`): link GIN for that backend only, as a launch does
                 for its device communicator's backend (default: every backend).
         """
+        from .lowering.compiler import compile_kernel  # noqa: PLC0415
+        from .lowering.target import Target  # noqa: PLC0415
         from .runtime import nccl as nccl_runtime  # noqa: PLC0415
         from .runtime.support import support_build_for  # noqa: PLC0415
 
@@ -222,6 +205,7 @@ class FlowKernel:
         from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
         from numba.np.numpy_support import from_dtype  # noqa: PLC0415
 
+        from .lowering.types import DevCommType, WindowType, devcomm_words  # noqa: PLC0415
         from .runtime import nccl as nccl_runtime  # noqa: PLC0415
         from .runtime.support import abi_layout  # noqa: PLC0415
 
@@ -301,7 +285,21 @@ class FlowKernel:
 
         Needs no GPU. Returns ``"compiled"`` or ``"cached"``.
         """
-        return "cached" if self._cached_or_compiled(argtypes, target)[3] == "disk" else "compiled"
+        start = time.perf_counter()
+        key, _, meta, source = self._cached_or_compiled(argtypes, target)
+        self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key,
+                           "phases": meta.get("phases", {})}
+        return "cached" if source == "disk" else "compiled"
+
+    def cached(self, argtypes, target: Target) -> bool:
+        """Whether the disk cache holds a sound entry for ``argtypes`` and ``target`` (compiles nothing)."""
+        from .runtime.support import support_build_for  # noqa: PLC0415
+
+        try:
+            key = self._cache_key(argtypes, target, support_build_for(target.nccl, target.arch))
+        except _cache.Uncacheable:
+            return False
+        return _cache.read_entry(_cache_root(), key) is not None
 
     def _cached_or_compiled(self, argtypes, target: Target):
         """``(key, cubin, meta, source)`` from the disk cache, or compiled and stored there.
@@ -324,11 +322,13 @@ class FlowKernel:
             hit = _cache.read_entry(root, k) if k is not None else None
             if hit is not None:
                 return k, hit[0], hit[1], "disk"
+        from .lowering.compiler import compile_kernel  # noqa: PLC0415 - binds numba-cuda: not for a disk hit
+
         compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath,
                                   max_registers=self.max_registers,
                                   lineinfo=self.lineinfo, support_arch=support.arch,
                                   link_for_features=_feature_libraries(target))
-        meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features)}
+        meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features), "phases": compiled.phases}
         from .lowering.gin_surface import linked_backend  # noqa: PLC0415
 
         if key is not None and linked_backend(compiled.features) is not None:
@@ -348,7 +348,8 @@ class FlowKernel:
         loaded = _numba_kernel(meta["entry_name"], cubin, argtypes)
         loaded.bind()  # load the module now, so that the time below includes it
         loaded.flowdsl_features = frozenset(meta.get("features", ()))
-        self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key}
+        self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key,
+                           "phases": meta.get("phases", {})}
         return loaded
 
 
@@ -389,6 +390,7 @@ def _numba_config() -> list:
 def _device_target() -> Target:
     from numba import cuda  # noqa: PLC0415
 
+    from .lowering.target import Target  # noqa: PLC0415
     from .runtime import nccl as nccl_runtime  # noqa: PLC0415
 
     cc = cuda.get_current_device().compute_capability
@@ -463,6 +465,8 @@ def _numba_kernel(entry_name: str, cubin: bytes, argtypes):
     from numba.cuda.codegen import CUDACodeLibrary  # noqa: PLC0415
     from numba.cuda.descriptor import cuda_target  # noqa: PLC0415
     from numba.cuda.dispatcher import _Kernel  # noqa: PLC0415
+
+    from .lowering.types import ArgumentMarshaller  # noqa: PLC0415
 
     codegen = cuda_target.target_context.codegen()
     library = CUDACodeLibrary._rebuild(codegen, entry_name, entry_name, [], {}, {}, {}, None, {}, False, False,

@@ -8,7 +8,6 @@ Contents: :class:`FlowDSLError`, :class:`UsageError`, :class:`NoDeviceError`,
 from __future__ import annotations
 
 from ._stubs import DeviceOnlyError
-from .lowering.target import FeatureUnavailableError
 
 __all__ = ["FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
            "DeviceTimeoutError", "FeatureUnavailableError", "DeviceOnlyError", "CacheWarning"]
@@ -97,3 +96,13 @@ FIX = (" A peer never got there: make every rank launch the same kernels and col
        "rank that skipped one, failed, or called another stops its peers here), or raise the limit "
        "(flowdsl.init(wait_timeout=seconds) or FLOWDSL_WAIT_TIMEOUT; 0 turns it off). This communicator's waits "
        "now give up at once: call comm.abort() and create a new one.")
+
+
+def __getattr__(name: str):
+    # A numba typing error (numba reports it from inside a kernel's typing): numba is imported
+    # when the name is first used, not by ``import flowdsl``.
+    if name == "FeatureUnavailableError":
+        from .lowering.target import FeatureUnavailableError  # noqa: PLC0415
+
+        return FeatureUnavailableError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

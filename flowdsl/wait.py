@@ -32,7 +32,7 @@ same diagnosis.
 
 from __future__ import annotations
 
-from numba import uint64
+import numpy as np
 
 from ._stubs import primitive
 
@@ -43,7 +43,7 @@ __all__ = ["poll", "GAVE_UP", "CHECK_EVERY", "PRIMITIVE_NAMES", "USER", "FLOW_CR
 __flowdsl_device_module__ = True
 
 #: What :func:`poll` returns once the wait must stop (the communicator gave up or was aborted).
-GAVE_UP = uint64(0xFFFFFFFFFFFFFFFF)
+GAVE_UP = np.uint64(0xFFFFFFFFFFFFFFFF)
 #: Spins between two reads of the timer and the record (a power of two): the hot path pays a counter.
 CHECK_EVERY = 1024
 

@@ -68,11 +68,53 @@ def _argtypes(dtype: str, nccl, algorithm: str = "ring"):
     return FlowKernel.argtypes_for("devcomm", stage, sample, sample, *([0] * 8), nccl=nccl)
 
 
-def _build(entry, target, gin_peers) -> str:
-    """Compile one library entry into the disk cache (runs in a worker process)."""
+def _kernel_of(entry, gin_peers):
     algorithm, collective, op, dtype = entry
-    kernel = kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1])
-    return kernel.build(_argtypes(dtype, target.nccl, algorithm), target)
+    return kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1])
+
+
+def _build(entry, target, gin_peers) -> str:
+    """Compile one library entry into the disk cache."""
+    return _kernel_of(entry, gin_peers).build(_argtypes(entry[3], target.nccl, entry[0]), target)
+
+
+def _affinity(entry) -> tuple:
+    """Sort key that puts kernels sharing compiled device code next to each other.
+
+    numba compiles Flow's steps once per process and element type (about 3 s of CPU the
+    first time), again for each operator (about 1.5 s), and reuses them for every other
+    program of that type and operator (0.3 s each): the kernel's element type (the
+    storage type, then the fp8 format), then the operator, then the program.
+    """
+    algorithm, collective, op, dtype = entry
+    kernel_type, fp8 = storage(dtype)
+    return kernel_type, fp8, int(op), algorithm, collective
+
+
+def _runs(entries: list, jobs: int) -> list[list]:
+    """``entries`` in :func:`_affinity` order, cut into ``jobs`` contiguous runs of equal length.
+
+    One run per worker process: a worker meets each element type and operator once (not
+    once per kernel, as when kernels go to whichever worker is free), and since every
+    (type, operator) has the same mix of programs, equal lengths are equal work.
+    """
+    ordered = sorted(entries, key=_affinity)
+    cuts = [round(i * len(ordered) / jobs) for i in range(jobs + 1)]
+    return [ordered[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+_progress_queue = None
+
+
+def _start_worker(queue) -> None:
+    global _progress_queue
+    _progress_queue = queue
+
+
+def _build_run(run, target, gin_peers) -> None:
+    """Compile a run of entries in a worker process, reporting each kernel as it is done."""
+    for entry in run:
+        _progress_queue.put((entry, _build(entry, target, gin_peers)))
 
 
 def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin_peers: bool = False,
@@ -114,21 +156,50 @@ def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin
                              f"{algorithm} {collective} {op.name.lower()} {dtype}        ")
             sys.stderr.flush()
 
-    if jobs == 1:
-        for i, entry in enumerate(entries, 1):
+    # Found here, the cached kernels start no worker (a worker's start-up is seconds).
+    missing = []
+    for entry in entries:
+        if _kernel_of(entry, gin_peers).cached(_argtypes(entry[3], target.nccl, entry[0]), target):
+            report(counts["cached"] + 1, entry, "cached")
+        else:
+            missing.append(entry)
+    found = counts["cached"]
+    if min(jobs, len(missing)) == 1:
+        for i, entry in enumerate(sorted(missing, key=_affinity), found + 1):
             report(i, entry, _build(entry, target, gin_peers))
-    else:  # numba compiles one kernel at a time per process: spread the kernels over processes
-        import multiprocessing  # noqa: PLC0415
-        from concurrent.futures import ProcessPoolExecutor, as_completed  # noqa: PLC0415
-
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(_build, entry, target, gin_peers): entry for entry in entries}
-            for i, future in enumerate(as_completed(futures), 1):
-                report(i, futures[future], future.result())
+    elif missing:
+        _build_in_workers(_runs(missing, min(jobs, len(missing))), target, gin_peers,
+                          lambda i, entry, source: report(found + i, entry, source))
     if progress:
         sys.stderr.write("\n")
     counts["seconds"] = time.perf_counter() - start
     return counts
+
+
+def _build_in_workers(runs, target, gin_peers, report) -> None:
+    """One worker process per run (numba compiles one kernel at a time per process); each
+    kernel is reported as it is done."""
+    import multiprocessing  # noqa: PLC0415
+    import queue as queues  # noqa: PLC0415
+    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+
+    context = multiprocessing.get_context("spawn")
+    done_queue = context.Queue()
+    total = sum(map(len, runs))
+    with ProcessPoolExecutor(len(runs), mp_context=context, initializer=_start_worker,
+                             initargs=(done_queue,)) as pool:
+        futures = [pool.submit(_build_run, run, target, gin_peers) for run in runs]
+        done = 0
+        while done < total:
+            try:
+                entry, source = done_queue.get(timeout=0.5)
+            except queues.Empty:
+                for future in futures:  # a worker that failed (or died) ends the build with its error
+                    if future.done() and future.exception() is not None:
+                        raise future.exception()
+                continue
+            done += 1
+            report(done, entry, source)
 
 
 def load(*, dtypes=None, ops=None, gin_peers: bool = False) -> dict:

@@ -1,47 +1,5 @@
 """flowdsl's numba lowering: types, the extern table, inline PTX, and the kernel compiler.
 
-Importing this package registers every overload of the device surface.
+Importing this package costs nothing: the device surface is bound to numba by
+:mod:`flowdsl.lowering.bindings`, which the compiler imports.
 """
-
-from __future__ import annotations
-
-from numba.core import types as numba_types
-from numba.cuda.extending import lower_getattr_generic, typeof_impl
-from numba.cuda.typing.templates import AttributeTemplate, infer_getattr
-
-from ..enums import ConstantEnumMeta, MemoryOrder, Protocol, RedOp, ThreadScope
-from . import cft_surface, surface
-from .types import ConstantEnumClass
-
-
-@typeof_impl.register(ConstantEnumMeta)
-def _typeof_constant_enum(val, c):
-    return ConstantEnumClass(val)
-
-
-def _typeof_constant_member(val, c):
-    """A member captured as a constant (a factory's closure) is its integer value."""
-    return numba_types.IntegerLiteral(int(val))
-
-
-for _enum in (MemoryOrder, ThreadScope, Protocol, RedOp):
-    typeof_impl.register(_enum)(_typeof_constant_member)
-
-
-@infer_getattr
-class _ConstantEnumAttribute(AttributeTemplate):
-    key = ConstantEnumClass
-
-    def generic_resolve(self, ty, attr):
-        if attr in ty.instance_class.__members__:
-            return numba_types.IntegerLiteral(int(ty.instance_class[attr]))
-        return None
-
-
-@lower_getattr_generic(ConstantEnumClass)
-def _lower_constant_enum_member(context, builder, ty, value, attr):
-    return context.get_constant(numba_types.int64, int(ty.instance_class[attr]))
-
-
-surface.bind()
-cft_surface.bind()

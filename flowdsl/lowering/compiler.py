@@ -22,6 +22,8 @@ from numba.core import types
 from numba.cuda import compiler as numba_compiler
 from numba.cuda import dispatcher as numba_dispatcher
 
+from .. import _devices
+from . import bindings  # noqa: F401 - the device surface is bound before anything compiles
 from .target import Target, compiling_for, noted_features
 
 __all__ = ["CompiledKernel", "compile_kernel", "elf_function_symbols"]
@@ -49,6 +51,9 @@ class CompiledKernel:
     support_arch: str = ""
     #: What the kernel needs of the runtime (e.g. ``gin.strong_signals``), checked at launch.
     features: frozenset = field(default_factory=frozenset)
+    #: CPU seconds of each step: ``numba`` (typing and lowering), ``nvvm`` (LLVM IR to LTO-IR),
+    #: ``link`` (nvJitLink: link-time optimisation with the support build, then ptxas).
+    phases: dict = field(default_factory=dict)
 
     def function_symbols(self) -> list[str]:
         """Every function symbol in the cubin (the kernel alone, once everything is inlined)."""
@@ -71,26 +76,43 @@ def _device_functions_for(target: Target):
         numba_dispatcher.get_current_device = real
 
 
-_NEVER_INLINE: set[str] = set()
-
-
 def never_inline(qualified_name: str) -> None:
     """Keep device function ``module.qualname`` out of line in every kernel that calls it."""
-    parts = qualified_name.split(".")
-    _NEVER_INLINE.add("_ZN" + "".join(f"{len(p)}{p}" for p in parts))
+    _devices.OUT_OF_LINE.add(qualified_name)
 
 
-def _mark_never_inline(lib) -> None:
-    if not _NEVER_INLINE:
+def _mangled_prefix(qualified_name: str) -> str:
+    return "_ZN" + "".join(f"{len(p)}{p}" for p in qualified_name.split("."))
+
+
+def _mark_never_inline(modules) -> None:
+    prefixes = [_mangled_prefix(name) for name in sorted(_devices.OUT_OF_LINE)]
+    if not prefixes:
         return
-    for mod in lib.modules:
+    for mod in modules:
         for fn in mod.functions:
             name = fn.name
             if not fn.is_declaration and name.startswith("_ZN") and any(
-                    name.startswith(prefix) and name[len(prefix)] in "BE" for prefix in _NEVER_INLINE
+                    name.startswith(prefix) and name[len(prefix)] in "BE" for prefix in prefixes
                     if len(name) > len(prefix)):
                 fn.attributes.add("noinline")
-    lib._llvm_strs = None  # numba caches the IR text
+
+
+def _unique_modules(lib) -> list:
+    """The library's LLVM modules, each once.
+
+    numba-cuda lists a device function's module once per caller that links it (487
+    entries for 79 modules in a ring all-reduce): NVVM would parse and drop the
+    copies, and the IR text would be made for each. The copies are the same objects,
+    so the first of each is kept, in numba's order (the linked code is the same).
+    """
+    seen: set[int] = set()
+    unique = []
+    for mod in lib.modules:
+        if id(mod) not in seen:
+            seen.add(id(mod))
+            unique.append(mod)
+    return unique
 
 
 def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fastmath: bool = False,
@@ -107,15 +129,20 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
     without them links the support build alone.
     """
     start = time.perf_counter()
+    clock = _PhaseClock()
     with compiling_for(target), _device_functions_for(target):
         lib, _ = numba_compiler._compile_pyfunc_with_fixup(
             pyfunc, types.void(*argtypes), device=False, cc=target.cc, lto=True, abi="numba",
             fastmath=fastmath, lineinfo=lineinfo)
-        _mark_never_inline(lib)
+        modules = _unique_modules(lib)
+        _mark_never_inline(modules)
+        lib._llvm_strs = [str(mod) for mod in modules]  # what numba's get_ltoir hands NVVM
         features = noted_features() | features_in_code(lib.get_llvm_str())
         features = _check_cft(lib, target, features)
         features = _gin_backend_of(target, features)
+    clock.lap("numba")
     ltoir = lib.get_ltoir(cc=target.cc)
+    clock.lap("nvvm")
     objects = [ObjectCode.from_ltoir(ltoir, name=pyfunc.__name__),
                ObjectCode.from_ltoir(support_ltoir, name="flowdsl_support")]
     if link_for_features is not None:
@@ -127,8 +154,22 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
         log = linker.get_info_log()
     finally:
         linker.close()
+    clock.lap("link")
     return CompiledKernel(lib._entry_name, bytes(cubin), target, tuple(argtypes), log,
-                          time.perf_counter() - start, support_arch, features=features)
+                          time.perf_counter() - start, support_arch, features=features, phases=clock.phases)
+
+
+class _PhaseClock:
+    """CPU seconds of this thread per phase (the compile runs in one thread; others' load does not count)."""
+
+    def __init__(self):
+        self.phases: dict[str, float] = {}
+        self._last = time.thread_time()
+
+    def lap(self, name: str) -> None:
+        now = time.thread_time()
+        self.phases[name] = now - self._last
+        self._last = now
 
 
 _STRONG_CALL = re.compile(r'@"?flowdsl_gin_\w*__strong_')

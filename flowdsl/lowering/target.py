@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from numba.core.errors import NumbaTypeError
 
+from .._release import format_version, parse_version
+
 __all__ = ["Target", "compiling_for", "current", "require", "FeatureUnavailableError",
            "parse_version", "format_version", "note_feature", "noted_features", "linker_cuda_version"]
 
@@ -46,17 +48,6 @@ class Target:
     def cc(self) -> tuple[int, int]:
         digits = self.arch.removeprefix("sm_").rstrip("a")
         return int(digits[:-1]), int(digits[-1])
-
-
-def parse_version(text: str | tuple) -> tuple[int, int, int]:
-    if isinstance(text, tuple):
-        return tuple(int(x) for x in text)  # type: ignore[return-value]
-    major, minor, patch = (int(x) for x in str(text).split(".")[:3])
-    return major, minor, patch
-
-
-def format_version(version: tuple[int, ...]) -> str:
-    return ".".join(str(x) for x in version)
 
 
 _local = threading.local()

@@ -19,13 +19,13 @@ from __future__ import annotations
 from numba.core import types
 from numba.cuda import models
 from numba.cuda.datamodel.models import OpaqueModel
-from numba.cuda.extending import make_attribute_wrapper, register_model
+from numba.cuda.extending import register_model
 
 from ..enums import CoopKind
 
 __all__ = [
     "DevCommType", "WindowType", "TeamType", "CoopType", "LsaBarrierSessionType",
-    "team_type", "ArgumentMarshaller", "ConstantEnumClass", "devcomm_words",
+    "team_type", "ArgumentMarshaller", "ConstantEnumClass", "devcomm_words", "bind_attributes",
 ]
 
 
@@ -152,10 +152,15 @@ class _LsaBarrierSessionModel(models.StructModel):
                                         ("index", types.uint32)])
 
 
-for _attr in ("nranks", "rank", "stride"):
-    make_attribute_wrapper(TeamType, _attr, _attr)
-make_attribute_wrapper(WindowType, "handle", "_handle")
-make_attribute_wrapper(WindowType, "nbytes", "nbytes")
+def bind_attributes() -> None:
+    """Device-side attributes of teams and windows (called by :mod:`flowdsl.lowering.bindings`:
+    registering them imports numba-cuda's lowering, which loading a cached kernel does not need)."""
+    from numba.cuda.extending import make_attribute_wrapper  # noqa: PLC0415
+
+    for attr in ("nranks", "rank", "stride"):
+        make_attribute_wrapper(TeamType, attr, attr)
+    make_attribute_wrapper(WindowType, "handle", "_handle")
+    make_attribute_wrapper(WindowType, "nbytes", "nbytes")
 
 
 class ArgumentMarshaller:

@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from ..errors import DeviceTimeoutError, NoDeviceError, UsageError
-from ..lowering.target import format_version
+from .._release import format_version
 from . import checks, nccl, streams
 from .memory import DevComm, SymmetricAllocation, Window, device_pointer, resources_changed
 from .support import abi_layout

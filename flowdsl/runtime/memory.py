@@ -18,8 +18,7 @@ import numpy as np
 
 from ..enums import GinBackend
 from ..errors import UsageError
-from ..lowering.target import format_version
-from ..lowering.types import DevCommType, WindowType, devcomm_words
+from .._release import format_version
 from . import checks, nccl
 
 __all__ = ["Resource", "SymmetricAllocation", "Window", "DevComm", "device_pointer", "GinBackend", "GIN_BACKENDS",
@@ -144,6 +143,8 @@ class Window(Resource):
         self.handle = int(self._nccl_window.handle)
         from numba.np.numpy_support import from_dtype  # noqa: PLC0415
 
+        from ..lowering.types import WindowType  # noqa: PLC0415 - numba at first use, not at import
+
         self._type = WindowType(from_dtype(self.dtype))
 
     #: The :class:`flowdsl.flow.Staging` that :func:`flowdsl.flow.staging` made this window for, or None.
@@ -155,6 +156,8 @@ class Window(Resource):
 
     def _made_staging(self, staging) -> None:
         """Mark the window as made by :func:`flowdsl.flow.staging`: kernels see a ``StagingWindow``."""
+        from ..lowering.types import WindowType  # noqa: PLC0415
+
         self.flow_staging = staging
         self._type = WindowType(self._type.dtype, staging=True)
         resources_changed()
@@ -231,6 +234,8 @@ class DevComm(Resource):
         # communicator's wait record (bounded device waits read their limit there and record a timeout).
         self._word_values = struct.unpack(f"<{len(raw) // 8}Q", raw) + (comm._wait_record.device_address,)
         self._words = tuple(ctypes.c_uint64(w) for w in self._word_values)
+        from ..lowering.types import DevCommType, devcomm_words  # noqa: PLC0415
+
         self._type = DevCommType(self.abi, devcomm_words(size))
 
     @property

@@ -13,9 +13,8 @@ import json
 import os
 from pathlib import Path
 
+from .._release import format_version
 from ..enums import GinBackend
-from ..lowering.target import format_version
-from . import support_build
 
 __all__ = ["manifest", "support_build_for", "gin_build_for", "gin_backends", "gin_digest", "cft_build_for",
            "abi_layout", "cache_dir", "SupportBuild", "feature_libraries"]
@@ -30,6 +29,8 @@ def cache_dir() -> Path:
 
 @functools.cache
 def manifest() -> dict:
+    from . import support_build  # noqa: PLC0415 - the build tools (subprocess, zipfile) at first use
+
     path = support_build.PREBUILT_DIR / "build" / "manifest.json"
     if not path.exists():
         return {"abis": {}}
@@ -66,6 +67,8 @@ def _pick_arch(target_arch: str, available) -> str | None:
 @functools.cache
 def support_build_for(nccl: tuple[int, int, int], arch: str) -> SupportBuild:
     """The support build for NCCL ``nccl`` and ``arch``: checked in, or built at first use."""
+    from . import support_build  # noqa: PLC0415
+
     version = format_version(nccl)
     entry = manifest()["abis"].get(version)
     if entry is not None:
@@ -83,6 +86,7 @@ def support_build_for(nccl: tuple[int, int, int], arch: str) -> SupportBuild:
 @functools.cache
 def gin_backends(nccl: tuple[int, int, int]) -> tuple[GinBackend, ...]:
     """The GIN backends whose device code NCCL release ``nccl`` has (each has a GIN build)."""
+    from . import support_build  # noqa: PLC0415 - the build tools at first use
     version = format_version(nccl)
     entry = manifest()["abis"].get(version)
     if entry is not None:
@@ -100,6 +104,7 @@ def gin_build_for(nccl: tuple[int, int, int], arch: str, backend: GinBackend | N
     Raises:
         UsageError: NCCL ``nccl`` has no device code for ``backend``.
     """
+    from . import support_build  # noqa: PLC0415 - the build tools at first use
     from ..errors import UsageError  # noqa: PLC0415
 
     version = format_version(nccl)
@@ -153,6 +158,8 @@ def cft_build_for(nccl: tuple[int, int, int], arch: str) -> SupportBuild:
         RuntimeError: No CFT build fits (the compile-time gates refuse older NCCL
             releases and archs first, so this names a release flowdsl has no build for).
     """
+    from . import support_build  # noqa: PLC0415
+
     version = format_version(nccl)
     entry = manifest().get("cft", {}).get("abis", {}).get(version)
     if entry is None:

@@ -19,16 +19,30 @@ from flowdsl.lowering.gin_surface import STRONG_SIGNAL_FEATURE
 pytestmark = pytest.mark.compile
 
 
-def test_precompile_builds_every_program_then_finds_them_cached(tmp_path, monkeypatch):
+def test_precompile_builds_every_program_then_finds_them_cached(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FLOWDSL_CACHE_DIR", str(tmp_path))
-    first = _library.precompile(arch="sm_90", nccl="2.28.9", dtypes=["float32"], ops=[RedOp.SUM], jobs=1,
-                                progress=False)
+    first = _library.precompile(arch="sm_90", nccl="2.28.9", dtypes=["float32"], ops=[RedOp.SUM], jobs=2)
     programs = len(_library.PROGRAMS)
     assert first["kernels"] == programs and first["compiled"] == programs, first
-    again = _library.precompile(arch="sm_90", nccl="2.28.9", dtypes=["float32"], ops=[RedOp.SUM], jobs=1,
+    bar = capsys.readouterr().err.split("\r")  # two worker processes, each kernel reported as it is done
+    assert [line.split()[2] for line in bar[1:]] == [f"{i}/{programs}" for i in range(1, programs + 1)], bar
+    again = _library.precompile(arch="sm_90", nccl="2.28.9", dtypes=["float32"], ops=[RedOp.SUM], jobs=2,
                                 progress=False)
     assert again["cached"] == programs and again["compiled"] == 0, again
     assert len(list((tmp_path / "kernels").glob("*.cubin"))) == programs
+
+
+def test_precompile_gives_each_worker_a_run_of_kernels_that_share_compiled_steps():
+    """numba compiles Flow's steps once per process and element type: a worker gets a contiguous run of
+    the library in element-type order (not every 16th kernel), and the runs are of equal length."""
+    entries = _library.library()
+    runs = _library._runs(entries, 16)
+    assert sorted(e for run in runs for e in run) == sorted(entries)
+    assert max(map(len, runs)) - min(map(len, runs)) <= 1
+    for run in runs:
+        assert len({_library.storage(dtype) for _, _, _, dtype in run}) <= 2, run
+        assert [_library._affinity(e) for e in run] == sorted(_library._affinity(e) for e in run)
+    assert _library._runs(entries[:3], 16) == [[e] for e in sorted(entries[:3], key=_library._affinity)]
 
 
 def test_library_lists_every_collective_dtype_and_op():

@@ -1,0 +1,62 @@
+"""``@flowdsl.device``: helper device functions, bound to numba-cuda at the first compile.
+
+Making one needs no numba (``import flowdsl`` and the simulator never import it): the
+function is recorded and registered with numba-cuda (``register_jitable``) when
+:mod:`flowdsl.lowering.bindings` is imported, which the compiler does; from then on each
+new one is registered as it is made.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+__all__ = ["device", "bind_devices", "OUT_OF_LINE"]
+
+#: ``module.qualname`` of every device function made with ``inline=False`` (the compiler keeps them out of line).
+OUT_OF_LINE: set[str] = set()
+#: Device functions made before numba-cuda was bound (:func:`bind_devices` registers them).
+_PENDING_DEVICES: list = []
+_devices_bound = False
+_devices_lock = threading.Lock()
+
+
+def device(fn=None, *, inline: bool = True):
+    """A helper device function callable from flowdsl kernels (compiled per target).
+
+    Device functions may not return arrays (numba-cuda restriction without NRT):
+    pass output arrays in, or return scalars. ``inline=False`` keeps one copy of a
+    large function that many call sites share (NVVM inlines every call otherwise,
+    which multiplies code size and link time).
+    """
+    if fn is None:
+        return functools.partial(device, inline=inline)
+    if not inline:
+        OUT_OF_LINE.add(f"{fn.__module__}.{fn.__qualname__}")
+    fn.__flowdsl_device__ = True
+    fn.__flowdsl_inline__ = inline  # part of the cache key of every kernel that calls it
+    fn.py_func = fn
+    with _devices_lock:
+        if not _devices_bound:  # registered with numba-cuda when something first compiles
+            _PENDING_DEVICES.append(fn)
+            return fn
+    _register_device(fn)
+    return fn
+
+
+def _register_device(fn) -> None:
+    from numba.cuda.extending import register_jitable  # noqa: PLC0415
+
+    register_jitable(fn)  # an overload of fn itself: fn stays the plain Python function
+
+
+def bind_devices() -> None:
+    """Register the device functions made so far with numba-cuda, and each later one as it is made
+    (called once, by :mod:`flowdsl.lowering.bindings`)."""
+    global _devices_bound
+    with _devices_lock:
+        _devices_bound = True
+        pending = list(_PENDING_DEVICES)
+        _PENDING_DEVICES.clear()
+    for fn in pending:
+        _register_device(fn)
