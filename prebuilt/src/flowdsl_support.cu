@@ -11,13 +11,16 @@
 #include "flowdsl_internal.cuh"
 
 // The first wait to give up claims the record (the stop word, 0 -> 2) and fills it; an
-// abort (1) or an earlier timeout leaves it as it is.
+// abort (1) or an earlier timeout leaves it as it is. The record is mapped host memory, which
+// takes no system-scope atomics over PCIe (compute-sanitizer: "invalid system-scoped atomic");
+// only this GPU's threads race for it, so a GPU-scope CAS decides, and the host's plain store
+// of an abort (1) against it leaves the word non-zero either way.
 __device__ __noinline__ void flowdsl_detail::record_timeout(const ncclDevComm* comm, int what, int peer,
                                                            uint32_t index, uint64_t expected, uint64_t seen,
                                                            uint64_t waited_ns) {
   uint64_t* rec = wait_record(comm);
   uint64_t old;
-  asm volatile("atom.relaxed.sys.cas.b64 %0, [%1], %2, %3;" : "=l"(old) : "l"(rec + kStop), "l"(0ull), "l"(2ull)
+  asm volatile("atom.relaxed.gpu.cas.b64 %0, [%1], %2, %3;" : "=l"(old) : "l"(rec + kStop), "l"(0ull), "l"(2ull)
                : "memory");
   if (old != 0) return;
   rec[kWhat] = (uint64_t)what;
