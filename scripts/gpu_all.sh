@@ -55,6 +55,14 @@ if has sanitize; then
     echo "compute-sanitizer $tool, 1 GPU: exit $? ($(grep -h 'SUMMARY' "$OUT/sanitizer-$tool.log" | tail -1))" \
       | tee -a "$OUT/sanitizer.txt"
   done
+  # The planted hangs (a bounded wait that gives up and records why, abort from a thread) and launches
+  # replayed from CUDA graphs, under memcheck: the tests themselves check the results.
+  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 python3 -m pytest -q \
+    -p no:cacheprovider tests/gpu/test_timeouts_gpu.py tests/gpu/test_launch_replay_gpu.py \
+    > "$OUT/sanitizer-memcheck-tests.log" 2>&1
+  echo "compute-sanitizer memcheck, timeout and replay tests, 1 GPU: exit $? ($(grep -h 'SUMMARY' \
+    "$OUT/sanitizer-memcheck-tests.log" | tail -1); $(grep -E '[0-9]+ passed' "$OUT/sanitizer-memcheck-tests.log" \
+    | tail -1))" | tee -a "$OUT/sanitizer.txt"
   if [ "$NGPUS" -ge 2 ]; then
     for tool in memcheck racecheck synccheck; do
       timeout 300 python3 -m torch.distributed.run --standalone --nproc_per_node="$NGPUS" --no-python \
