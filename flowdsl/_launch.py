@@ -18,7 +18,6 @@ from numba.core import types
 
 from . import _stubs
 from .errors import UsageError
-from .lowering.types import DevCommType, WindowType
 from .runtime.checks import launch_shape
 from .runtime.streams import stream_handle
 
@@ -192,6 +191,7 @@ def _launch_error(status: int) -> UsageError:
 
 def _value_packer(ty):
     """``(struct codes, pack(arg, values))`` of one argument's flattened parameters."""
+    from .lowering.types import DevCommType, WindowType  # noqa: PLC0415 - lowering/ is for compiling
     if isinstance(ty, DevCommType):
         return "Q" * ty.nwords, lambda arg, values: values.extend(arg._kernel_word_values())
     if isinstance(ty, WindowType):
@@ -335,6 +335,8 @@ def _capture_hint(error_name: str) -> str:
 
 def _packer(ty):
     import ctypes  # noqa: PLC0415
+
+    from .lowering.types import DevCommType, WindowType  # noqa: PLC0415
 
     if isinstance(ty, DevCommType):
         return lambda arg, flat: flat.extend(arg._kernel_words())

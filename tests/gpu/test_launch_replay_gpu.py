@@ -47,19 +47,19 @@ def test_replayed_launches_see_new_contents_scalars_and_arrays(comm):
         x[...] = cupy.asarray(_values(round_, n))
         y.fill(np.nan)
         launch(x, y, np.float32(2.0), np.float32(0.5))
-        np.testing.assert_allclose(y.get(), 2.0 * _values(round_, n) + 0.5, rtol=1e-6)
+        np.testing.assert_allclose(y.get(), 2.0 * _values(round_, n) + 0.5, rtol=1e-6, atol=1e-6)
     assert launch.replays.prepared
 
     launch(x, y, np.float32(-3.0), np.float32(0.5))  # another scalar: launched, not replayed
-    np.testing.assert_allclose(y.get(), -3.0 * _values(4, n) + 0.5, rtol=1e-6)
+    np.testing.assert_allclose(y.get(), -3.0 * _values(4, n) + 0.5, rtol=1e-6, atol=1e-6)
     other = cupy.full(n, np.nan, np.float32)
     launch(x, other, np.float32(2.0), np.float32(0.5))  # another output array
-    np.testing.assert_allclose(other.get(), 2.0 * _values(4, n) + 0.5, rtol=1e-6)
+    np.testing.assert_allclose(other.get(), 2.0 * _values(4, n) + 0.5, rtol=1e-6, atol=1e-6)
     y.fill(np.nan)
     y.shape = (1, n)  # set in place: the launch packs another shape
     y.shape = (n,)
     launch(x, y, np.float32(2.0), np.float32(0.5))
-    np.testing.assert_allclose(y.get(), 2.0 * _values(4, n) + 0.5, rtol=1e-6)
+    np.testing.assert_allclose(y.get(), 2.0 * _values(4, n) + 0.5, rtol=1e-6, atol=1e-6)
     cupy.cuda.runtime.deviceSynchronize()
 
 
@@ -74,7 +74,7 @@ def test_a_repointed_torch_tensor_is_launched_at_its_new_memory(comm):
     fresh = torch.full((n,), float("nan"), device="cuda")
     y.set_(fresh)  # y now points at fresh's memory
     launch(x, y, 1.5, 0.0)
-    np.testing.assert_allclose(fresh.cpu().numpy(), 1.5 * _values(5, n), rtol=1e-6)
+    np.testing.assert_allclose(fresh.cpu().numpy(), 1.5 * _values(5, n), rtol=1e-6, atol=1e-6)
 
 
 def test_replays_go_into_a_graph_capture_and_refuse_closed_windows(comm):
