@@ -77,9 +77,10 @@ FEATURES = (
             "yes; reads before a covering signal reported"),
     Feature("GIN get", ("flowdsl_gin_get",), GIN_2_32),
     Feature("GIN rail and hybrid barriers", ("flowdsl_gin_barrier_sync", "flowdsl_hybrid_barrier_sync"), SURFACE),
-    Feature("GIN backends (proxy, GDAKI, EFA GDA): strong signals refused on EFA GDA", (), frozenset(), "",
-            "`gin_backend=` proxy, gdaki, efa_gda",
-            (("2.28.9", "NCCL does not report the backend"), ("2.32.3", "backend reported")), device=False),
+    Feature("GIN backends: kernels linked for the device communicator's; strong signals refused on EFA GDA",
+            (), frozenset(), "", "`gin_backend=` proxy, gdaki, gpi, efa_gda",
+            (("2.28.9", "GIN builds: proxy, GDAKI"), ("2.32.3", "GIN builds: proxy, GDAKI, GPI, EFA GDA")),
+            device=False),
     Feature("CFT: LE puts / gets, counted writes, fences, barriers", ("flowdsl_cft_",),
             frozenset({("2.32.3", "sm_100")}), "", "yes; the counter-then-fence rule checked"),
     Feature("Flow SIMPLE over LSA", _LSA, FLOW, "2×H200", "1–8 ranks, 2 nodes × 4"),
@@ -107,8 +108,10 @@ def _version(text: str) -> tuple[int, int, int]:
 
 
 def _symbols(release: str, arch: str) -> list[str]:
-    """Every symbol the builds for (release, arch) hold: the support build's, and the CFT build's if there is one."""
+    """Every symbol the builds for (release, arch) hold: the support build's, the GIN builds' (one per
+    backend, same symbols), and the CFT build's if there is one."""
     found = externs.symbols(_version(release), arch, library="support")
+    found += externs.symbols(_version(release), arch, library="gin")
     if release in support_build.CFT_VERSIONS and arch in support_build.CFT_ARCHS:
         found += externs.symbols(_version(release), arch, library="cft")
     return found
