@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the compiler (numba-cuda, nvJitLink) is imported at the fir
 
 __all__ = ["kernel", "device", "FlowKernel", "check_features"]
 
+
 def kernel(fn=None, *, fastmath: bool = False, lineinfo: bool = False, max_registers: int | None = None):
     """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
 

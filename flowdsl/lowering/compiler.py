@@ -160,7 +160,8 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
 
 
 class _PhaseClock:
-    """CPU seconds of this thread per phase (the compile runs in one thread; others' load does not count)."""
+    """CPU seconds of this thread per phase (the compile runs in it: other threads' and processes' CPU
+    does not count)."""
 
     def __init__(self):
         self.phases: dict[str, float] = {}
