@@ -91,15 +91,21 @@ def _affinity(entry) -> tuple:
     return kernel_type, fp8, int(op), algorithm, collective
 
 
-def _runs(entries: list, jobs: int) -> list[list]:
-    """``entries`` in :func:`_affinity` order, cut into ``jobs`` contiguous runs of equal length.
+#: Runs per worker process: a free worker takes the next run.
+RUNS_PER_WORKER = 4
 
-    One run per worker process: a worker meets each element type and operator once (not
-    once per kernel, as when kernels go to whichever worker is free), and since every
-    (type, operator) has the same mix of programs, equal lengths are equal work.
+
+def _runs(entries: list, runs: int) -> list[list]:
+    """``entries`` in :func:`_affinity` order, cut into ``runs`` contiguous runs of equal length.
+
+    A worker meets an element type and operator once per run (not once per kernel, as
+    when kernels go to whichever worker is free). Runs are not equal work: an fp8 or
+    bfloat16 kernel compiles several times longer than a float32 one, so with one run per
+    worker the fp8 workers finished last, long after the others (226 s for the library on 16
+    CPUs); with several runs per worker, the free workers take the remaining runs.
     """
     ordered = sorted(entries, key=_affinity)
-    cuts = [round(i * len(ordered) / jobs) for i in range(jobs + 1)]
+    cuts = [round(i * len(ordered) / runs) for i in range(runs + 1)]
     return [ordered[a:b] for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
@@ -168,17 +174,18 @@ def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin
         for i, entry in enumerate(sorted(missing, key=_affinity), found + 1):
             report(i, entry, _build(entry, target, gin_peers))
     elif missing:
-        _build_in_workers(_runs(missing, min(jobs, len(missing))), target, gin_peers,
-                          lambda i, entry, source: report(found + i, entry, source))
+        workers = min(jobs, len(missing))
+        _build_in_workers(_runs(missing, min(workers * RUNS_PER_WORKER, len(missing))), workers, target,
+                          gin_peers, lambda i, entry, source: report(found + i, entry, source))
     if progress:
         sys.stderr.write("\n")
     counts["seconds"] = time.perf_counter() - start
     return counts
 
 
-def _build_in_workers(runs, target, gin_peers, report) -> None:
-    """One worker process per run (numba compiles one kernel at a time per process); each
-    kernel is reported as it is done."""
+def _build_in_workers(runs, workers: int, target, gin_peers, report) -> None:
+    """``workers`` processes (numba compiles one kernel at a time per process) take the runs
+    in order as they become free; each kernel is reported as it is done."""
     import multiprocessing  # noqa: PLC0415
     import queue as queues  # noqa: PLC0415
     from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
@@ -186,7 +193,7 @@ def _build_in_workers(runs, target, gin_peers, report) -> None:
     context = multiprocessing.get_context("spawn")
     done_queue = context.Queue()
     total = sum(map(len, runs))
-    with ProcessPoolExecutor(len(runs), mp_context=context, initializer=_start_worker,
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
                              initargs=(done_queue,)) as pool:
         futures = [pool.submit(_build_run, run, target, gin_peers) for run in runs]
         done = 0
