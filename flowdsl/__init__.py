@@ -13,10 +13,12 @@ imported at their first use (``import flowdsl`` is enough to reach them), and so
 :func:`kernel`, :class:`FlowKernel` (they need numba) and
 :class:`FeatureUnavailableError` (a numba typing error): ``import flowdsl`` imports
 neither numba nor a CUDA library. Compiling binds the device surface to numba-cuda
-(:mod:`flowdsl.lowering.bindings`); the simulator never does.
+(``flowdsl.lowering.bindings``); the simulator never does.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from ._version import __version__
 from .enums import CoopKind, GinBackend, MemoryOrder, Protocol, RedOp, ThreadScope
@@ -27,6 +29,10 @@ from .errors import (CollectiveMismatchError, DeviceOnlyError, DeviceTimeoutErro
 from .errors import CacheWarning
 from .runtime.communicator import Communicator, init
 from .runtime.memory import DevComm, Window
+
+if TYPE_CHECKING:  # imported at first use (below); named here for readers and the API reference
+    from ._kernel import FlowKernel, kernel
+    from .errors import FeatureUnavailableError
 
 #: Submodules imported at first attribute access (``flowdsl.sim.spawn(...)`` after ``import flowdsl``).
 _LAZY_SUBMODULES = frozenset({"flow", "collectives", "sim", "testing"})

@@ -100,7 +100,7 @@ class FlowKernel:
         self._loaded_for_backends: dict = {}  # (argtypes, GIN backend) -> loaded, beside the first one
         self._launches: dict = {}
         #: Last compile/load: {"source": "compiled"|"disk", "seconds": float, "key": str,
-        #: "phases": CPU seconds per compile step (:attr:`CompiledKernel.phases`; empty from disk)}
+        #: "phases": CPU seconds per compile step (numba, nvvm, link; empty from disk)}
         self.last_build: dict = {}
 
     def __repr__(self):

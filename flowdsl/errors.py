@@ -7,7 +7,12 @@ Contents: :class:`FlowDSLError`, :class:`UsageError`, :class:`NoDeviceError`,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._stubs import DeviceOnlyError
+
+if TYPE_CHECKING:  # a numba typing error: imported at first use (below)
+    from .lowering.target import FeatureUnavailableError
 
 __all__ = ["FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
            "DeviceTimeoutError", "FeatureUnavailableError", "DeviceOnlyError", "CacheWarning"]
