@@ -27,7 +27,9 @@ def device(fn=None, *, inline: bool = True):
     Device functions may not return arrays (numba-cuda restriction without NRT):
     pass output arrays in, or return scalars. ``inline=False`` keeps one copy of a
     large function that many call sites share (NVVM inlines every call otherwise,
-    which multiplies code size and link time).
+    which multiplies code size and link time). numba-cuda learns of the function when the
+    first flowdsl kernel compiles; a plain ``numba.cuda.jit`` kernel that calls it before
+    then needs ``import flowdsl.lowering.bindings`` first.
     """
     if fn is None:
         return functools.partial(device, inline=inline)
