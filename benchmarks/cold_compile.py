@@ -17,7 +17,8 @@ Prints, per step, the median (min-max) of wall and process CPU seconds over ``--
 processes, and the compile's CPU seconds by step: numba (typing and lowering), nvvm (LLVM IR
 to LTO-IR), link (nvJitLink: link-time optimisation with the support build, and ptxas).
 ``--profile`` adds, for the first and a further kernel, numba's own passes (CPU seconds,
-nested compiles excluded) and the device functions it compiled: where numba is the floor.
+nested compiles excluded) and the device functions it compiled: where numba is the floor; with
+``--gpu``, the cProfile of the first call of a fresh process whose cache is filled.
 
 ``--precompile JOBS...`` times ``python -m flowdsl precompile`` of the whole library into a
 fresh cache for each number of worker processes (wall, and the CPU of every process it ran).
@@ -117,6 +118,52 @@ def _child_gpu() -> list[dict]:
                      **build.get("phases", {})})
     comm.close()
     return rows
+
+
+def _child_gpu_profile() -> dict:
+    """Where the warm first call's time goes (cache filled): the top of its cProfile, by cumulative time."""
+    import cProfile  # noqa: PLC0415
+    import io  # noqa: PLC0415
+    import pstats  # noqa: PLC0415
+
+    start = _clocks()
+    import flowdsl  # noqa: PLC0415
+
+    comm = flowdsl.init()
+    from flowdsl import collectives  # noqa: PLC0415
+
+    src, dst = comm.alloc(1 << 20, "float32"), comm.alloc(1 << 20, "float32")
+    comm.synchronize()
+    ready = _since(start)
+    imported = _watch_imports(("torch", "cupyx", "scipy"))
+    profiler = cProfile.Profile()
+    first = _clocks()
+    profiler.enable()
+    collectives.all_reduce(comm, src, dst, algorithm="ring", op="sum")
+    comm.synchronize()
+    profiler.disable()
+    spent = _since(first)
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)
+    comm.close()
+    return {"before": ready, "first": spent, "profile": text.getvalue(), "imported": imported}
+
+
+def _watch_imports(names) -> dict:
+    """Record the Python stack of the first import of each of ``names`` from now on."""
+    import importlib.abc  # noqa: PLC0415
+    import traceback  # noqa: PLC0415
+
+    seen: dict = {}
+
+    class Watch(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            if fullname in names and fullname not in seen:
+                seen[fullname] = "".join(traceback.format_stack(limit=25)[:-1])
+            return None
+
+    sys.meta_path.insert(0, Watch())
+    return seen
 
 
 def _child_profile(arch: str, nccl: str) -> dict:
@@ -222,10 +269,10 @@ def main() -> int:
     parser.add_argument("--precompile", type=int, nargs="+", metavar="JOBS",
                         help="instead: time the whole library's precompile with these numbers of workers")
     parser.add_argument("--tree", type=Path, default=ROOT, help="the flowdsl checkout to measure (default: this one)")
-    parser.add_argument("--child", choices=["cpu", "gpu", "profile"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["cpu", "gpu", "gpu-profile", "profile"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        result = {"cpu": lambda: _child_cpu(args.arch, args.nccl), "gpu": _child_gpu,
+        result = {"cpu": lambda: _child_cpu(args.arch, args.nccl), "gpu": _child_gpu, "gpu-profile": _child_gpu_profile,
                   "profile": lambda: _child_profile(args.arch, args.nccl)}[args.child]()
         print(json.dumps(result))
         return 0
@@ -244,7 +291,15 @@ def main() -> int:
     print(f"cold_compile: {tree}; {where}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     _table("cold cache: each step compiles", cold)
     _table("warm cache: a fresh process finds each step on disk", warm)
-    if args.profile:
+    if args.profile and args.gpu:
+        with tempfile.TemporaryDirectory(prefix="flowdsl-cold-") as cache:
+            _run_child(["--child", "gpu"], cache, tree)
+            found = _run_child(["--child", "gpu-profile"], cache, tree)
+        print(f"\nwarm first call, profiled: {found['first']['wall']:.3f} s wall "
+              f"({found['before']['wall']:.2f} s before it: import, init, alloc)\n{found['profile']}")
+        for name, stack in found["imported"].items():
+            print(f"first import of {name} during the call, from:\n{stack}")
+    elif args.profile:
         with tempfile.TemporaryDirectory(prefix="flowdsl-cold-") as cache:
             profile = _run_child(["--child", "profile", "--arch", args.arch, "--nccl", args.nccl], cache, tree)
         for label, found in profile.items():

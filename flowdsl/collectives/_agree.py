@@ -23,6 +23,7 @@ import numpy as np
 
 from ..enums import Protocol, RedOp
 from ..errors import CollectiveMismatchError, UsageError
+from ..runtime.nccl import without_torch_probe
 
 __all__ = ["COLLECTIVES", "Signature", "encode", "decode", "compare", "agreement", "NcclAgreement"]
 
@@ -232,7 +233,8 @@ class NcclAgreement:
     def _exchange(self, words, handle) -> list:
         stream = self._stream(handle)
         self._send.set(words, stream=stream)
-        self.comm._nccl.allgather(self._send, self._recv, stream=int(handle or 0))
+        with without_torch_probe():
+            self.comm._nccl.allgather(self._send, self._recv, stream=int(handle or 0))
         self._recv.get(stream=stream, out=self._host)
         stream.synchronize()
         return [decode(self._host[r * WORDS:(r + 1) * WORDS]) for r in range(self.comm.nranks)]

@@ -21,6 +21,7 @@ import numpy as np
 from ..enums import Protocol, RedOp
 from ..errors import UsageError
 from ..runtime import checks
+from ..runtime.nccl import without_torch_probe
 from ..runtime.streams import refuse_during_capture, stream_handle
 from . import _agree, cost
 from .programs import PROGRAMS
@@ -509,16 +510,21 @@ def _run_nccl(collective, comm, src, dst, redop, root, stream):
     ops = {RedOp.SUM: NcclRedOp.SUM, RedOp.PROD: NcclRedOp.PROD, RedOp.MIN: NcclRedOp.MIN,
            RedOp.MAX: NcclRedOp.MAX, RedOp.AVG: NcclRedOp.AVG}
     kw = {"stream": stream}  # the resolved handle: NCCL's collectives are capturable on it
+    with without_torch_probe():
+        _call_nccl(nccl_comm, collective, src, dst, ops.get(redop), root, kw)
+
+
+def _call_nccl(nccl_comm, collective, src, dst, op, root, kw):
     if collective == "all_reduce":
-        nccl_comm.allreduce(src, dst, ops[redop], **kw)
+        nccl_comm.allreduce(src, dst, op, **kw)
     elif collective == "all_gather":
         nccl_comm.allgather(src, dst, **kw)
     elif collective == "reduce_scatter":
-        nccl_comm.reduce_scatter(src, dst, ops[redop], **kw)
+        nccl_comm.reduce_scatter(src, dst, op, **kw)
     elif collective == "broadcast":
         nccl_comm.broadcast(src, dst, int(root), **kw)
     else:
-        nccl_comm.reduce(src, dst, ops[redop], int(root), **kw)
+        nccl_comm.reduce(src, dst, op, int(root), **kw)
 
 
 # ---- public entry points -----------------------------------------------------------------------

@@ -126,6 +126,8 @@ class Window(Resource):
     def __init__(self, comm, array, nbytes: int, ptr: int, dtype: np.dtype, cft_counted: bool = False):
         from nccl.core import WindowFlag  # noqa: PLC0415
 
+        from .nccl import without_torch_probe  # noqa: PLC0415
+
         super().__init__(comm)
         self.array = array
         self.nbytes = nbytes
@@ -135,7 +137,8 @@ class Window(Resource):
         try:
             # NCCL_WIN_CFT_COUNTED (0x08): CFT counted writes may target it (flowdsl.cft.put_counted).
             flags = WindowFlag.COLL_SYMMETRIC | (WindowFlag(0x08) if cft_counted else WindowFlag.DEFAULT)
-            self._nccl_window = comm._nccl.register_window(array, flags)
+            with without_torch_probe():
+                self._nccl_window = comm._nccl.register_window(array, flags)
         except Exception:
             self._closed = True
             comm._untrack(self)

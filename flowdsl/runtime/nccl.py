@@ -8,12 +8,14 @@ Contents: :func:`loaded_version`, :func:`library`, :func:`check`.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+import sys
 
 from ..errors import FlowDSLError
 
-__all__ = ["loaded_version", "library", "check", "NcclError"]
+__all__ = ["loaded_version", "library", "check", "NcclError", "without_torch_probe"]
 
 
 class NcclError(FlowDSLError, RuntimeError):
@@ -58,3 +60,26 @@ def check(result: int, operation: str) -> None:
     if result != 0:
         text = library().ncclGetErrorString(result).decode()
         raise NcclError(f"Cannot {operation}: NCCL returned {result} ({text})")
+
+
+_TORCH_INTEROP = "nccl.core.interop.torch"
+
+
+@contextlib.contextmanager
+def without_torch_probe():
+    """Around an nccl4py call that takes buffers, while the process has not imported PyTorch.
+
+    nccl4py resolves every buffer through its PyTorch interop first, which imports torch:
+    seconds on the first call of a process that never uses it (the first window a collective
+    registers). Without torch imported no buffer can be a tensor, so the interop is hidden for
+    the call and nccl4py takes its CuPy path directly.
+    """
+    if "torch" in sys.modules or sys.modules.get(_TORCH_INTEROP) is not None:
+        yield
+        return
+    sys.modules[_TORCH_INTEROP] = None  # a None entry makes the import raise ImportError
+    try:
+        yield
+    finally:
+        if _TORCH_INTEROP in sys.modules and sys.modules[_TORCH_INTEROP] is None:
+            del sys.modules[_TORCH_INTEROP]

@@ -43,6 +43,7 @@ for algorithm in ("ring", "tree"):
     seconds[algorithm + " source"] = _library.kernel_for(algorithm, "all_reduce", RedOp.SUM).last_build["source"]
 comm.close()
 seconds["bound numba-cuda's compiler"] = "flowdsl.lowering.bindings" in sys.modules
+seconds["imported torch"] = "torch" in sys.modules
 print(json.dumps(seconds))
 """
 
@@ -63,5 +64,6 @@ def test_first_collectives_compile_cold_then_load_warm_without_the_compiler(tmp_
     warm = _fresh(tmp_path)
     assert warm["ring source"] == warm["tree source"] == "disk", warm
     assert warm["bound numba-cuda's compiler"] is False, "a kernel loaded from disk bound the compiler"
+    assert cold["imported torch"] is warm["imported torch"] is False, "a collective imported PyTorch (seconds)"
     print(f"\nfirst all_reduce, cold cache: ring {cold['ring']:.2f} s, tree {cold['tree']:.2f} s; "
           f"warm cache: ring {warm['ring']:.3f} s, tree {warm['tree']:.3f} s")

@@ -83,3 +83,27 @@ def test_a_simulator_run_binds_no_compiler_and_loads_no_gpu_library():
     assert not _loaded(found["modules"], "cupy", "nccl", "torch")
     assert not [m for m in found["modules"] if m.startswith("flowdsl.lowering")]
     assert found["libraries"] == []
+
+
+def test_nccl_buffer_calls_do_not_import_torch(monkeypatch):
+    """nccl4py resolves buffers through its PyTorch interop first; while torch is not imported,
+    flowdsl hides that interop around its nccl4py calls (importing torch costs seconds), and
+    leaves it alone once torch is imported (tensors must then resolve)."""
+    import importlib
+
+    from flowdsl.runtime.nccl import without_torch_probe
+
+    interop = "nccl.core.interop.torch"
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.delitem(sys.modules, interop, raising=False)
+    with without_torch_probe():
+        with pytest.raises(ImportError):
+            importlib.import_module(interop)
+    assert interop not in sys.modules, "the hidden interop outlived the call"
+
+    fake_torch, fake_interop = type(sys)("torch"), type(sys)(interop)
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setitem(sys.modules, interop, fake_interop)
+    with without_torch_probe():
+        assert importlib.import_module(interop) is fake_interop
+    assert sys.modules[interop] is fake_interop
