@@ -99,11 +99,12 @@ _WARP = 32
 
 Processor = namedtuple("Processor", ["comm", "stage", "ctx", "channel", "nchannels", "channels", "nslots",
                                      "slot_words", "protocol", "inbox_at", "outbox_at", "workers",
-                                     "sync_thread"])
+                                     "sync_thread", "ll128"])
 Processor.__doc__ = """One CTA's side of Flow: its channel, staging window and protocol (see :func:`processor`).
 
 ``slot_words`` and ``inbox_at`` / ``outbox_at`` are those of the processor's protocol;
-threads below ``workers`` move data, thread ``sync_thread`` waits and publishes."""
+threads below ``workers`` move data, thread ``sync_thread`` waits and publishes; ``ll128``
+0: the kernel holds no LL128 code."""
 Connection = namedtuple("Connection", ["peer", "number", "remote_number", "gin"])
 Connection.__doc__ = """A connection to ``peer`` (see :func:`connect`).
 
@@ -155,7 +156,7 @@ def staging_words(channels, nslots, slot_words, with_outbox):
 
 
 @device
-def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=-1):
+def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=-1, ll128=1):
     """This CTA's processor: channel ``blockIdx.x`` of ``gridDim.x`` (or ``channel``), over ``stage``.
 
     Args:
@@ -172,8 +173,14 @@ def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=
         protocol: A :class:`flowdsl.Protocol`.
         channel: The channel to use instead of ``blockIdx.x`` (two blocks may then hold the
             two ends of one connection, e.g. a rank sending to itself).
+        ll128: 0 leaves LL128's code out of the kernel: pass it as a constant (as the
+            collectives do for calls that do not ask for LL128); the link carries it into
+            every step, and LL128 is a third to a half of a kernel's link time. Such a
+            processor runs a ``Protocol.LL128`` request as LL.
     """
     _require_staging(stage)
+    if not ll128 and protocol == Protocol.LL128:
+        protocol = Protocol.LL
     state = _state_words(channels)
     before = 0  # words of the protocols laid out before this one
     if protocol >= Protocol.LL:
@@ -187,7 +194,7 @@ def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=
     sync_thread = nt - _WARP if nt >= 2 * _WARP else 0
     return Processor(comm, stage, ctx, mine, cuda.gridDim.x, channels, nslots,
                      _protocol_slot_words(slot_words, protocol), protocol, state + before,
-                     state + boxes + before, workers, sync_thread)
+                     state + boxes + before, workers, sync_thread, ll128)
 
 
 @device
@@ -682,7 +689,7 @@ def _move(proc, inp, out, src, dst, base, m, red, rstep, sstep, vectors, recv, s
     """Move one slot under the processor's protocol (worker threads only)."""
     if proc.protocol == Protocol.LL:
         _ll_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, reduce, store, last)
-    elif proc.protocol == Protocol.LL128:
+    elif proc.ll128 and proc.protocol == Protocol.LL128:  # a constant 0 drops this branch when linked
         _ll128_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, reduce, store, last)
     else:
         per_word = 8 // dst.itemsize

@@ -462,7 +462,8 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config)
     if algorithm == "one_shot":
         _check_one_shot(comm, st, count, kernel_dtype)
         window, grid = st.one_shot_window(collective, stream), cost.one_shot_blocks(count, comm.nranks)
-    kernel = kernel_for(algorithm, collective, redop if redop is not None else RedOp.SUM, st.gin, fp8)
+    kernel = kernel_for(algorithm, collective, redop if redop is not None else RedOp.SUM, st.gin, fp8,
+                        ll128=protocol == Protocol.LL128)
     src, dst = s.kernel_array(), d.kernel_array()
     vectors = int(s.ptr % 16 == 0 and d.ptr % 16 == 0)
     launch = kernel[grid, config.threads, stream].prepare(

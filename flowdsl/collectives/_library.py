@@ -31,14 +31,16 @@ def storage(dtype: str) -> tuple[str, int]:
     return _STORAGE.get(dtype, (dtype, 0))
 
 
-def kernel_for(algorithm: str, collective: str, op: RedOp, gin_peers: bool = False, fp8: int = 0):
+def kernel_for(algorithm: str, collective: str, op: RedOp, gin_peers: bool = False, fp8: int = 0,
+               ll128: bool = False):
     """The ``@flowdsl.kernel`` of a program for ``op`` (``gin_peers``: peers beyond the LSA team;
-    ``fp8``: the format of uint8 elements, for the collectives that combine them)."""
-    if algorithm in _LSA_ONLY:  # no GIN variant: the host refuses these across nodes
-        gin_peers = False
+    ``fp8``: the format of uint8 elements, for the collectives that combine them; ``ll128``: with
+    LL128's code, for calls whose ``FlowConfig`` asks for it: the library holds the kernels without)."""
+    if algorithm in _LSA_ONLY:  # no GIN variant (the host refuses these across nodes), no Flow protocols
+        gin_peers, ll128 = False, False
     if collective in _NO_OP:  # a copy: neither the operator nor the fp8 format matters
-        return PROGRAMS[(algorithm, collective)](RedOp.SUM, bool(gin_peers), 0)
-    return PROGRAMS[(algorithm, collective)](RedOp(op), bool(gin_peers), int(fp8))
+        return PROGRAMS[(algorithm, collective)](RedOp.SUM, bool(gin_peers), 0, bool(ll128))
+    return PROGRAMS[(algorithm, collective)](RedOp(op), bool(gin_peers), int(fp8), bool(ll128))
 
 
 def library(dtypes=None, ops=None) -> list[tuple[str, str, RedOp, str]]:

@@ -17,7 +17,9 @@ block is one channel and takes an equal share of every chunk. With one rank each
 collective is the local copy it reduces to. ``gin_peers=True`` builds the kernel for
 communicators that span several LSA teams (nodes): connections to peers outside
 the team use GIN; without it no GIN code is compiled (faster to build, smaller).
-``fp8`` (``flow.E4M3`` or ``flow.E5M2``) reads uint8 elements as fp8.
+``fp8`` (``flow.E4M3`` or ``flow.E5M2``) reads uint8 elements as fp8. ``ll128=True`` compiles
+LL128's code in (the host asks for it when a call's ``FlowConfig`` names ``Protocol.LL128``;
+the cost model never picks it, and it is a third to a half of a kernel's link time).
 """
 
 from __future__ import annotations
@@ -79,13 +81,14 @@ def local_copy(src, dst, count, inplace, vectors):
 
 
 @functools.cache
-def ring_all_gather(op=RedOp.SUM, gin_peers=False, fp8=0):
+def ring_all_gather(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     """Ring AllGather: ``dst[r*count:(r+1)*count] = src@r`` on every rank (``op`` unused)."""
     context = gin_context if gin_peers else no_gin_context
+    ll128 = int(ll128)
 
     @flowdsl.kernel(max_registers=_MAX_REGISTERS)
     def ring_all_gather(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
-        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
         n, r = comm.nranks, comm.rank
         lo, hi = channel_range(count, proc)
         if n == 1:
@@ -107,14 +110,15 @@ def ring_all_gather(op=RedOp.SUM, gin_peers=False, fp8=0):
 
 
 @functools.cache
-def ring_reduce_scatter(op=RedOp.SUM, gin_peers=False, fp8=0):
+def ring_reduce_scatter(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     """Ring ReduceScatter: ``dst@r = op over ranks of src@q[r*count:(r+1)*count]``."""
     context = gin_context if gin_peers else no_gin_context
+    ll128 = int(ll128)
 
     @flowdsl.kernel(max_registers=_MAX_REGISTERS)
     def ring_reduce_scatter(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words,
                             protocol, vectors):
-        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
         n, r = comm.nranks, comm.rank
         red = flow.reduction(op, n, fp8)
         lo, hi = channel_range(count, proc)
@@ -137,13 +141,14 @@ def ring_reduce_scatter(op=RedOp.SUM, gin_peers=False, fp8=0):
 
 
 @functools.cache
-def ring_broadcast(op=RedOp.SUM, gin_peers=False, fp8=0):
+def ring_broadcast(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     """Ring Broadcast: ``dst@r = src@root`` (a chain from ``root``; ``op`` unused)."""
     context = gin_context if gin_peers else no_gin_context
+    ll128 = int(ll128)
 
     @flowdsl.kernel(max_registers=_MAX_REGISTERS)
     def ring_broadcast(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
-        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
         n, r = comm.nranks, comm.rank
         lo, hi = channel_range(count, proc)
         if n == 1:
@@ -166,13 +171,14 @@ def ring_broadcast(op=RedOp.SUM, gin_peers=False, fp8=0):
 
 
 @functools.cache
-def ring_reduce(op=RedOp.SUM, gin_peers=False, fp8=0):
+def ring_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     """Ring Reduce: ``dst@root = op over ranks of src`` (a chain that ends at ``root``)."""
     context = gin_context if gin_peers else no_gin_context
+    ll128 = int(ll128)
 
     @flowdsl.kernel(max_registers=_MAX_REGISTERS)
     def ring_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
-        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
         n, r = comm.nranks, comm.rank
         red = flow.reduction(op, n, fp8)
         lo, hi = channel_range(count, proc)
@@ -196,13 +202,14 @@ def ring_reduce(op=RedOp.SUM, gin_peers=False, fp8=0):
 
 
 @functools.cache
-def ring_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0):
+def ring_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     """Ring AllReduce: a reduce-scatter then an all-gather around the ring, chunk by chunk."""
     context = gin_context if gin_peers else no_gin_context
+    ll128 = int(ll128)
 
     @flowdsl.kernel(max_registers=_MAX_REGISTERS)
     def ring_all_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
-        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
         n, r = comm.nranks, comm.rank
         red = flow.reduction(op, n, fp8)
         lo, hi = channel_range(count, proc)
@@ -279,14 +286,15 @@ def _tree_down(proc, pos, nkids, down, kid0_out, kid1_out, dst, base, m):
 
 
 @functools.cache
-def tree_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0):
+def tree_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     """Double-binary-tree AllReduce: reduce up to the root, broadcast down; even channels use
     tree 0, odd channels tree 1."""
     context = gin_context if gin_peers else no_gin_context
+    ll128 = int(ll128)
 
     @flowdsl.kernel(max_registers=_MAX_REGISTERS)
     def tree_all_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
-        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
+        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
         n, r = comm.nranks, comm.rank
         lo, hi = channel_range(count, proc)
         if n == 1:
@@ -353,7 +361,7 @@ def _one_shot_read(comm, words, at, lines, flag, like, lsa_peer):
 
 
 @functools.cache
-def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0):
+def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     """One-shot AllReduce over one LSA team, for small messages (NCCL's symmetric ``AGxLL_R``).
 
     Each rank stores its input as LL lines (data and flag in one word) into its region of
@@ -361,7 +369,8 @@ def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0):
     order (so every rank gets the same bits). No barrier: a line's flag is the launch's
     epoch, counted per block in the window. Two buffers by epoch parity: a rank can be at
     most one launch ahead of a peer still reading, so it never overwrites unread lines.
-    ``stage`` is the one-shot window (:func:`one_shot_words`), not Flow's staging.
+    ``stage`` is the one-shot window (:func:`one_shot_words`), not Flow's staging (so no Flow
+    protocol: ``ll128`` is unused).
     """
     @flowdsl.kernel(max_registers=_MAX_REGISTERS)
     def one_shot_all_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol,

@@ -75,7 +75,7 @@ def test_the_device_communicator_carries_the_wait_record_after_nccl_s_struct():
 
 
 def test_every_flow_wait_of_the_ring_all_reduce_polls_the_timer(linked_ptx):
-    kernel = _library.kernel_for("ring", "all_reduce", RedOp.SUM, gin_peers=False)
+    kernel = _library.kernel_for("ring", "all_reduce", RedOp.SUM, gin_peers=False, ll128=True)
     ptx = linked_ptx(kernel, _library._argtypes("float32", "2.28.9"))
     # credit and ready (SIMPLE), the LL line and the LL128 flag: four loops, each with its check
     assert ptx.count("%globaltimer") >= 4, ptx.count("%globaltimer")

@@ -55,6 +55,20 @@ def test_library_lists_every_collective_dtype_and_op():
     assert ("ring", "all_gather", RedOp.SUM, "uint16") in entries
 
 
+def test_ll128_is_compiled_only_into_kernels_for_calls_that_ask_for_it():
+    """The library's kernels carry SIMPLE and LL (what the cost model picks); a call whose FlowConfig
+    names LL128 gets a kernel with LL128's code too. The constant ``ll128=0`` reaches the steps
+    through the link, which drops LL128's code from them."""
+    argtypes = _library._argtypes("float32", "2.28.9")
+    without = _library.kernel_for("ring", "reduce_scatter", RedOp.SUM).compile(argtypes, arch="sm_90",
+                                                                               nccl="2.28.9")
+    with_ll128 = _library.kernel_for("ring", "reduce_scatter", RedOp.SUM, ll128=True).compile(
+        argtypes, arch="sm_90", nccl="2.28.9")
+    assert len(without.cubin) < 0.85 * len(with_ll128.cubin), (len(without.cubin), len(with_ll128.cubin))
+    assert _library.kernel_for("one_shot", "all_reduce", RedOp.SUM, ll128=True) is \
+        _library.kernel_for("one_shot", "all_reduce", RedOp.SUM), "one-shot has no Flow protocol"
+
+
 @pytest.mark.parametrize("nccl,arch", [("2.28.9", "sm_90"), ("2.32.3", "sm_100")])
 @pytest.mark.parametrize("algorithm", ["ring", "tree"])
 def test_all_reduce_across_nodes_uses_strong_signals(nccl, arch, algorithm):

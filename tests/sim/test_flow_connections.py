@@ -434,3 +434,33 @@ def test_staging_refuses_a_bad_layout():
     errors = spawn(main, nranks=1)[0]
     assert all("pass a flowdsl.collectives.FlowConfig" in e for e in errors[:2]), errors
     assert all("channels >= 1, nslots >= 2 and slot_bytes a positive multiple of 128" in e for e in errors[2:]), errors
+
+
+@flowdsl.kernel
+def _processor_protocol(comm, stage, out, protocol, ll128):
+    proc = flow.processor(comm, stage, None, CFG.channels, CFG.nslots, CFG.slot_bytes // 8, protocol, -1, ll128)
+    if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
+        out[0] = proc.protocol
+        out[1] = proc.ll128
+        out[2] = proc.inbox_at
+
+
+def test_a_processor_built_without_ll128_runs_ll128_requests_as_ll():
+    """``ll128=0`` (a kernel built without LL128's code) takes a ``Protocol.LL128`` request as LL,
+    LL's slots included; ``ll128=1`` (the default) keeps it."""
+    def main(comm):
+        gin_peers, stage, dcomm = _staging(comm)
+        out = comm.alloc(3, np.int64)
+        seen = {}
+        with stage, dcomm:
+            for protocol, ll128 in ((Protocol.LL128, 1), (Protocol.LL128, 0), (Protocol.LL, 0)):
+                out.fill(-1)
+                _processor_protocol[1, CFG.threads](dcomm, stage, out, int(protocol), ll128)
+                comm.synchronize()
+                seen[(protocol, ll128)] = tuple(int(v) for v in out.get())
+        return seen
+
+    (seen,) = spawn(main, nranks=1)
+    assert seen[(Protocol.LL128, 1)][:2] == (Protocol.LL128, 1)
+    assert seen[(Protocol.LL128, 0)] == (Protocol.LL, 0, seen[(Protocol.LL, 0)][2])
+    assert seen[(Protocol.LL128, 1)][2] != seen[(Protocol.LL, 0)][2]
