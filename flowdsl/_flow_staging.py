@@ -54,7 +54,7 @@ def refusal(got: str) -> str:
 
 def require_staging(stage) -> None:
     """Refuse ``stage`` unless :func:`staging` made it (the simulator's check; on the GPU the
-    same check is part of typing, ``lowering/flow_surface.py``)."""
+    same check is part of typing, ``lowering/flow.py``)."""
     if getattr(stage, "flow_staging", None) is None:
         dtype = getattr(stage, "dtype", None)
         got = f"Window({dtype})" if hasattr(stage, "_made_staging") else type(stage).__name__

@@ -1,7 +1,7 @@
 """fp8 (e4m3fn, e5m2) by table: every code's value, and rounding to the nearest code.
 
 The meaning of fp8 for the simulator and the reference the tests compare with; the GPU
-converts by bit arithmetic instead (``lowering/flow_surface.py``), so the tests check
+converts by bit arithmetic instead (``lowering/flow.py``), so the tests check
 one against the other. Rounding is to nearest, ties to the even code, saturating at
 the largest finite value (NCCL's reductions convert with ``__NV_SATFINITE``); NaN
 stays NaN.

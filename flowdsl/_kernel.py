@@ -263,7 +263,7 @@ class FlowKernel:
         """``loaded``, or, when it was linked for another GIN backend than that of ``args``' device
         communicator, the kernel linked for that one (compiled or loaded once; the same argument
         types on communicators of two backends in one process)."""
-        from .lowering.gin_surface import linked_backend  # noqa: PLC0415 - a cached module lookup
+        from .lowering.gin import linked_backend  # noqa: PLC0415 - a cached module lookup
 
         linked = linked_backend(loaded.features)
         if linked is None:
@@ -330,7 +330,7 @@ class FlowKernel:
                                   lineinfo=self.lineinfo, support_arch=support.arch,
                                   link_for_features=_feature_libraries(target))
         meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features), "phases": compiled.phases}
-        from .lowering.gin_surface import linked_backend  # noqa: PLC0415
+        from .lowering.gin import linked_backend  # noqa: PLC0415
 
         if key is not None and linked_backend(compiled.features) is not None:
             key = backend_key

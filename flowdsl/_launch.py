@@ -480,7 +480,7 @@ def _check_resources(name: str, args) -> None:
 
 def check_features(name: str, features, args) -> None:
     """Refuse a launch whose kernel needs what the device communicator's backend lacks."""
-    from .lowering.gin_surface import STRONG_SIGNAL_FEATURE  # noqa: PLC0415
+    from .lowering.gin import STRONG_SIGNAL_FEATURE  # noqa: PLC0415
 
     if STRONG_SIGNAL_FEATURE not in features:
         return

@@ -47,8 +47,16 @@ def set_simulator_launch(launch: Callable[..., Any] | None, active: Callable[[],
     _simulator_active = active or (lambda: False)
 
 
-def primitive(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark ``fn`` as a device primitive; its body is never run."""
+def primitive(fn: Callable[..., Any] | None = None, /, *, extern: str | None = None, gate=None, **args):
+    """Mark ``fn`` as a device primitive; its body is never run.
+
+    Used bare (``@primitive``) or with the primitive's spec (``@primitive(extern=..., comm=COMM, ...)``:
+    see :mod:`flowdsl._spec`), which every layer reads.
+    """
+    if fn is None:
+        return lambda f: primitive(f, extern=extern, gate=gate, **args)
+    from ._spec import make_spec  # noqa: PLC0415 - a leaf module
+
     name = f"{fn.__module__}.{fn.__name__}"
 
     @functools.wraps(fn)
@@ -62,5 +70,6 @@ def primitive(fn: Callable[..., Any]) -> Callable[..., Any]:
         )
 
     stub.__flowdsl_primitive__ = name
+    stub.__flowdsl_spec__ = make_spec(fn, extern, gate, **args)
     PRIMITIVES[name] = stub
     return stub

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import enum
 
+from ._spec import CFT_SESSION, COMM, COOP, ENUM, SHARED_ARRAY, TEAM, WINDOW, Gate
 from ._stubs import primitive
 from .enums import ConstantEnumMeta
 
@@ -49,6 +50,13 @@ __all__ = [
     "put_counted", "get", "submit", "flush", "flush_smem", "close", "read_counter", "wait_counted", "fence",
     "barrier",
 ]
+
+#: Every CFT primitive needs NCCL 2.31, Blackwell (sm_100) and a CUDA 13.3 linker (NCCL's headers compile
+#: CFT only then).
+GATE = Gate(nccl=(2, 31, 0), min_cc=(10, 0), cuda=(13, 3))
+COUNTED_WINDOW = WINDOW.but("a counted window")
+ORDER_ENUM = ENUM.but("a flowdsl.MemoryOrder")
+PROXY_ENUM = ENUM.but("a flowdsl.cft.MemProxyType")
 
 #: u64 words of shared memory one session needs (its mbarrier and NCCL's session state).
 SESSION_WORDS = 4
@@ -71,22 +79,22 @@ class MemFenceScope(enum.IntEnum, metaclass=ConstantEnumMeta):
     SYS = 2
 
 
-@primitive
+@primitive(extern="flowdsl_cft_team", gate=GATE, comm=COMM)
 def team(comm):
     """The CFT team of the device communicator (``ncclTeamCft``, flat: every rank with CFT)."""
 
 
-@primitive
+@primitive(extern="flowdsl_cft_le_info", gate=GATE, comm=COMM, win=WINDOW.but("a window"), team=TEAM.but("a team (flowdsl.cft.team(comm), ...)"))
 def le_info(comm, win, offset, team, peer):
     """``(le_id, le_offset)`` of byte ``offset`` of ``team``'s rank ``peer``'s ``win`` (``ncclGetCftLeInfo``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_cft_peer_le_info", gate=GATE, comm=COMM, win=WINDOW.but("a window"))
 def peer_le_info(comm, win, offset, peer):
     """``(le_id, le_offset)`` of byte ``offset`` of world rank ``peer``'s ``win`` (``ncclGetPeerLeInfo``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_cft_session_open", gate=GATE, comm=COMM, coop=COOP.but("a coop (flowdsl.coop.warp(), .cta(), ...)"))
 def session(comm, coop, storage):
     """Open a CFT session of ``coop`` over ``storage`` (``ncclCft(coop, smem)``).
 
@@ -96,12 +104,12 @@ def session(comm, coop, storage):
     """
 
 
-@primitive
+@primitive(extern="flowdsl_cft_put", gate=GATE, session=CFT_SESSION, src=SHARED_ARRAY)
 def put(session, le_id, le_offset, src, nbytes):
     """Queue a write of ``nbytes`` from the shared array ``src`` to the LE ``le_id`` at ``le_offset``."""
 
 
-@primitive
+@primitive(extern="flowdsl_cft_put_counted", gate=GATE, session=CFT_SESSION, src=SHARED_ARRAY)
 def put_counted(session, le_id, le_offset, counter_offset, src, nbytes):
     """Queue a counted write: the data, then ``nbytes`` added to the u64 counter at ``counter_offset``.
 
@@ -109,32 +117,32 @@ def put_counted(session, le_id, le_offset, counter_offset, src, nbytes):
     """
 
 
-@primitive
+@primitive(extern="flowdsl_cft_get", gate=GATE, session=CFT_SESSION, dst=SHARED_ARRAY)
 def get(session, le_id, le_offset, dst, nbytes):
     """Queue a read of ``nbytes`` from the LE ``le_id`` at ``le_offset`` into the shared array ``dst``."""
 
 
-@primitive
+@primitive(extern="flowdsl_cft_submit", gate=GATE, session=CFT_SESSION)
 def submit(session):
     """Hand the operations queued since the last submit to the fabric (``ncclCft::submit``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_cft_flush", gate=GATE, session=CFT_SESSION)
 def flush(session):
     """Wait until every submitted operation has completed; 0, or ``0x100 | report`` if the fabric reported one."""
 
 
-@primitive
+@primitive(extern="flowdsl_cft_flush_smem", gate=GATE, session=CFT_SESSION)
 def flush_smem(session):
     """Wait until the fabric has read the shared-memory sources of the submitted puts (they may be reused)."""
 
 
-@primitive
+@primitive(extern="flowdsl_cft_session_close", gate=GATE, session=CFT_SESSION)
 def close(session):
     """End the session (``~ncclCft``: its mbarrier is invalidated; the storage may be reused)."""
 
 
-@primitive
+@primitive(extern="flowdsl_cft_read_counter", gate=GATE, win=COUNTED_WINDOW, order=ORDER_ENUM)
 def read_counter(win, offset, order=None):
     """The u64 counter at byte ``offset`` of this rank's counted ``win`` (``order`` default relaxed).
 
@@ -142,7 +150,7 @@ def read_counter(win, offset, order=None):
     """
 
 
-@primitive
+@primitive(extern="flowdsl_cft_wait_counted", gate=GATE, session=CFT_SESSION, win=COUNTED_WINDOW, order=ORDER_ENUM, consumer=PROXY_ENUM)
 def wait_counted(session, win, offset, expected, order=None, consumer=None):
     """Wait until the counter at byte ``offset`` of this rank's ``win`` reaches ``expected`` bytes, then fence.
 
@@ -152,7 +160,7 @@ def wait_counted(session, win, offset, expected, order=None, consumer=None):
     """
 
 
-@primitive
+@primitive(extern="flowdsl_cft_mem_fence", gate=GATE, coop=COOP.but("a coop"), order=ORDER_ENUM, producer=PROXY_ENUM, consumer=PROXY_ENUM, scope=ENUM.but("a flowdsl.cft.MemFenceScope"))
 def fence(coop, order=None, producer=None, consumer=None, scope=None):
     """``ncclMemFence``: order ``producer``'s memory accesses before ``consumer``'s.
 
@@ -161,7 +169,7 @@ def fence(coop, order=None, producer=None, consumer=None, scope=None):
     """
 
 
-@primitive
+@primitive(extern="flowdsl_cft_barrier", gate=GATE, comm=COMM, coop=COOP.but("a coop"))
 def barrier(comm, coop, index):
     """A barrier session over the CFT team (``ncclCftBarrierSession``, barrier ``index``).
 

@@ -10,6 +10,7 @@ Contents: :func:`thread`, :func:`warp`, :func:`lanes`, :func:`warp_span`,
 
 from __future__ import annotations
 
+from ._spec import COOP, INT
 from ._stubs import primitive
 
 __all__ = ["thread", "warp", "lanes", "warp_span", "cta", "sync", "thread_rank", "size"]
@@ -25,12 +26,12 @@ def warp():
     """The calling thread's whole warp, 32 lanes (``ncclCoopWarp``)."""
 
 
-@primitive
+@primitive(mask=INT)
 def lanes(mask):
     """The lanes of this warp set in ``mask`` (``ncclCoopLanes``); all must call."""
 
 
-@primitive
+@primitive(first_warp=INT, nwarps=INT, id=INT)
 def warp_span(first_warp, nwarps, id):
     """Warps ``first_warp .. first_warp+nwarps-1`` of this CTA (``ncclCoopWarpSpan``).
 
@@ -44,16 +45,16 @@ def cta():
     """Every thread of this CTA (``ncclCoopCta``); ``blockDim`` must be 1-D."""
 
 
-@primitive
+@primitive(extern="flowdsl_coop_sync", coop=COOP)
 def sync(coop):
     """Barrier among the coop's threads (``__syncthreads``, ``__syncwarp``, ``bar.sync``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_coop_thread_rank", coop=COOP)
 def thread_rank(coop):
     """This thread's index within the coop, ``0 .. size(coop)-1``."""
 
 
-@primitive
+@primitive(extern="flowdsl_coop_size", coop=COOP)
 def size(coop):
     """Number of threads in the coop."""

@@ -226,7 +226,7 @@ def reduction(op, nranks, fp8=0):
 
 
 # ---- element arithmetic ----------------------------------------------------------------------
-# On the GPU these are overloaded per element type (lowering/flow_surface.py) so that the result
+# On the GPU these are overloaded per element type (lowering/flow.py) so that the result
 # keeps the element type; the bodies below are their meaning, which the simulator runs.
 
 def _bf16_to_float(bits):

@@ -32,6 +32,7 @@ Offsets and sizes are in bytes, as in NCCL.
 
 from __future__ import annotations
 
+from ._spec import COMM, COOP, GIN_CONTEXT, LOCAL, ORDER, REMOTE, TEAM, WINDOW, Gate
 from ._stubs import primitive
 
 __all__ = [
@@ -42,8 +43,13 @@ __all__ = [
     "hybrid_barrier",
 ]
 
+#: Strong, weak and VA signals, and get.
+NCCL_2_32 = Gate(nccl=(2, 32, 0))
+#: The threads that issue a put, put_value, signal or get together (default: the calling thread).
+ISSUING_COOP = COOP.but("a coop (flowdsl.coop.thread(), .warp(), .cta(), ...)")
 
-@primitive
+
+@primitive(comm=COMM)
 def context(comm, index=0):
     """GIN context ``index`` of the device communicator (``ncclGin(comm, index)``).
 
@@ -61,42 +67,42 @@ def signal_add(signal, value):
     """Remote action: add ``value`` to signal ``signal`` (legacy kind, ``ncclGin_SignalAdd``)."""
 
 
-@primitive
+@primitive(gate=NCCL_2_32)
 def strong_signal_inc(signal):
     """Remote action: add 1 to ``signal``, strong (covers earlier puts to the peer). NCCL >= 2.32."""
 
 
-@primitive
+@primitive(gate=NCCL_2_32)
 def weak_signal_inc(signal):
     """Remote action: add 1 to ``signal``, weak (covers only this put). NCCL >= 2.32."""
 
 
-@primitive
+@primitive(gate=NCCL_2_32)
 def strong_signal_add(signal, value):
     """Remote action: add ``value`` to ``signal``, strong. NCCL >= 2.32."""
 
 
-@primitive
+@primitive(gate=NCCL_2_32)
 def weak_signal_add(signal, value):
     """Remote action: add ``value`` to ``signal``, weak. NCCL >= 2.32."""
 
 
-@primitive
+@primitive(gate=NCCL_2_32, win=WINDOW)
 def strong_va_signal_inc(win, offset):
     """Remote action: add 1 to the u64 at byte ``offset`` of the peer's ``win``, strong. NCCL >= 2.32."""
 
 
-@primitive
+@primitive(gate=NCCL_2_32, win=WINDOW)
 def weak_va_signal_inc(win, offset):
     """Remote action: add 1 to the u64 at byte ``offset`` of the peer's ``win``, weak. NCCL >= 2.32."""
 
 
-@primitive
+@primitive(gate=NCCL_2_32, win=WINDOW)
 def strong_va_signal_add(win, offset, value):
     """Remote action: add ``value`` to the u64 at byte ``offset`` of the peer's ``win``, strong. NCCL >= 2.32."""
 
 
-@primitive
+@primitive(gate=NCCL_2_32, win=WINDOW)
 def weak_va_signal_add(win, offset, value):
     """Remote action: add ``value`` to the u64 at byte ``offset`` of the peer's ``win``, weak. NCCL >= 2.32."""
 
@@ -106,7 +112,7 @@ def counter_inc(counter):
     """Local action: add 1 to counter ``counter`` once the source of the put may be reused."""
 
 
-@primitive
+@primitive(extern="flowdsl_gin_put", ctx=GIN_CONTEXT, team=TEAM.but("a team (flowdsl.team.world(comm), ...)"), dst_win=WINDOW.but("a destination window"), src_win=WINDOW.but("a source window"), remote=REMOTE, local=LOCAL, coop=ISSUING_COOP)
 def put(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remote=None, local=None, coop=None):
     """One-sided write of ``nbytes`` from this rank's ``src_win`` to ``team``'s rank ``peer``'s ``dst_win``.
 
@@ -116,17 +122,17 @@ def put(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remot
     """
 
 
-@primitive
+@primitive(extern="flowdsl_gin_put_value", ctx=GIN_CONTEXT, team=TEAM, dst_win=WINDOW.but("a destination window"), remote=REMOTE, coop=ISSUING_COOP)
 def put_value(ctx, team, peer, dst_win, dst_offset, value, remote=None, coop=None):
     """One-sided write of the scalar ``value`` (at most 8 bytes) to the peer's ``dst_win``."""
 
 
-@primitive
+@primitive(extern="flowdsl_gin_signal", ctx=GIN_CONTEXT, team=TEAM, remote=REMOTE, coop=ISSUING_COOP)
 def signal(ctx, team, peer, remote, coop=None):
     """Apply the signal action ``remote`` at the peer with no data (ordered after earlier puts if strong)."""
 
 
-@primitive
+@primitive(extern="flowdsl_gin_get", gate=NCCL_2_32, ctx=GIN_CONTEXT, team=TEAM, remote_win=WINDOW.but("a remote window"), local_win=WINDOW.but("a local window"), coop=ISSUING_COOP)
 def get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nbytes, coop=None):
     """One-sided read of ``nbytes`` from the peer's ``remote_win`` into ``local_win``. NCCL >= 2.32.
 
@@ -134,7 +140,7 @@ def get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nby
     """
 
 
-@primitive
+@primitive(extern="flowdsl_gin_flush", ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
 def flush(ctx, coop, order=None):
     """Wait until every operation this coop issued on ``ctx`` has consumed its source (and gets landed).
 
@@ -142,37 +148,37 @@ def flush(ctx, coop, order=None):
     """
 
 
-@primitive
+@primitive(extern="flowdsl_gin_read_signal", ctx=GIN_CONTEXT, order=ORDER)
 def read_signal(ctx, signal, bits=64, order=None):
     """Current value of signal ``signal`` (low ``bits`` bits)."""
 
 
-@primitive
+@primitive(extern="flowdsl_gin_wait_signal", ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
 def wait_signal(ctx, coop, signal, least, bits=64, order=None):
     """Wait until signal ``signal`` reaches ``least`` (rolling comparison over ``bits`` bits)."""
 
 
-@primitive
+@primitive(extern="flowdsl_gin_reset_signal", ctx=GIN_CONTEXT)
 def reset_signal(ctx, signal):
     """Set signal ``signal`` to 0. Must not race with puts that signal it."""
 
 
-@primitive
+@primitive(extern="flowdsl_gin_read_counter", ctx=GIN_CONTEXT, order=ORDER)
 def read_counter(ctx, counter, bits=56, order=None):
     """Current value of counter ``counter`` (counters have 56 bits)."""
 
 
-@primitive
+@primitive(extern="flowdsl_gin_wait_counter", ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
 def wait_counter(ctx, coop, counter, least, bits=56, order=None):
     """Wait until counter ``counter`` reaches ``least``."""
 
 
-@primitive
+@primitive(extern="flowdsl_gin_reset_counter", ctx=GIN_CONTEXT)
 def reset_counter(ctx, counter):
     """Set counter ``counter`` to 0. Must not race with puts that count on it."""
 
 
-@primitive
+@primitive(extern="flowdsl_gin_barrier_sync", ctx=GIN_CONTEXT, coop=COOP.but("a coop"))
 def barrier(ctx, coop, index):
     """A GIN barrier session on the rail team (``ncclGinBarrierSession``, ``ncclTeamTagRail``).
 
@@ -181,7 +187,7 @@ def barrier(ctx, coop, index):
     """
 
 
-@primitive
+@primitive(extern="flowdsl_hybrid_barrier_sync", ctx=GIN_CONTEXT, coop=COOP.but("a coop"))
 def hybrid_barrier(ctx, coop, index):
     """A barrier over every rank: LSA inside each node, GIN across nodes (``ncclBarrierSession``, world).
 

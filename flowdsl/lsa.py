@@ -16,7 +16,10 @@ Data movement over all LSA peers, written in flowdsl itself:
 
 from __future__ import annotations
 
+from ._spec import ARRAY, COMM, COOP, INT, LSA_SESSION, ORDER, TEAM, WINDOW
 from ._stubs import primitive
+from . import coop as _coop
+from . import mem as _mem
 
 __all__ = [
     "get_local_pointer", "get_lsa_pointer", "get_peer_pointer", "get_team_pointer",
@@ -26,17 +29,17 @@ __all__ = [
 ]
 
 
-@primitive
+@primitive(extern="flowdsl_get_local_pointer", win=WINDOW)
 def get_local_pointer(win, offset):
     """Pointer to byte ``offset`` of this rank's part of ``win`` (``ncclGetLocalPointer``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_get_lsa_pointer", win=WINDOW)
 def get_lsa_pointer(win, offset, lsa_peer):
     """Pointer to byte ``offset`` of LSA rank ``lsa_peer``'s window (``ncclGetLsaPointer``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_get_peer_pointer", win=WINDOW)
 def get_peer_pointer(win, offset, peer):
     """Pointer to byte ``offset`` of world rank ``peer``'s window (``ncclGetPeerPointer``).
 
@@ -44,12 +47,12 @@ def get_peer_pointer(win, offset, peer):
     """
 
 
-@primitive
+@primitive(extern="flowdsl_get_team_pointer", win=WINDOW, team=TEAM)
 def get_team_pointer(win, offset, team, peer):
     """Pointer to byte ``offset`` of ``team``'s rank ``peer`` (``ncclGetPeerPointer`` with a team)."""
 
 
-@primitive
+@primitive(extern="flowdsl_get_local_pointer", win=WINDOW, start=INT, count=INT)
 def local_view(win, start=0, count=-1, dtype=None):
     """This rank's window as a 1-D array: elements ``start .. start+count-1``.
 
@@ -59,22 +62,22 @@ def local_view(win, start=0, count=-1, dtype=None):
     """
 
 
-@primitive
+@primitive(extern="flowdsl_get_lsa_pointer", win=WINDOW, lsa_peer=INT, start=INT, count=INT)
 def lsa_view(win, lsa_peer, start=0, count=-1, dtype=None):
     """LSA rank ``lsa_peer``'s window as a 1-D array (see :func:`local_view`)."""
 
 
-@primitive
+@primitive(extern="flowdsl_get_peer_pointer", win=WINDOW, peer=INT, start=INT, count=INT)
 def peer_view(win, peer, start=0, count=-1, dtype=None):
     """World rank ``peer``'s window as a 1-D array; ``peer`` must be an LSA peer."""
 
 
-@primitive
+@primitive(extern="flowdsl_get_team_pointer", win=WINDOW, team=TEAM, peer=INT, start=INT, count=INT)
 def team_view(win, team, peer, start=0, count=-1, dtype=None):
     """``team``'s rank ``peer``'s window as a 1-D array."""
 
 
-@primitive
+@primitive(comm=COMM, coop=COOP, index=INT)
 def barrier(comm, coop, index):
     """An LSA barrier session on barrier ``index`` (``ncclLsaBarrierSession``, LSA team).
 
@@ -87,22 +90,22 @@ def barrier(comm, coop, index):
     """
 
 
-@primitive
+@primitive(extern="flowdsl_lsa_barrier_arrive", session=LSA_SESSION, order=ORDER)
 def arrive(session, order):
     """Signal this rank's arrival at the barrier; ``order`` may release."""
 
 
-@primitive
+@primitive(extern="flowdsl_lsa_barrier_wait", session=LSA_SESSION, order=ORDER)
 def wait(session, order):
     """Wait until every LSA peer has arrived; ``order`` may acquire."""
 
 
-@primitive
+@primitive(extern="flowdsl_lsa_barrier_sync", session=LSA_SESSION, order=ORDER)
 def sync(session, order):
     """``arrive`` then ``wait``."""
 
 
-@primitive
+@primitive(coop=COOP.but("a coop"), win=WINDOW.but("a window"), dst=ARRAY.but("an output array"))
 def reduce_sum(coop, comm, win, start, dst, count):
     """``dst[i] = sum over LSA ranks r of win@r[start + i]`` for ``i < count``.
 
@@ -111,12 +114,89 @@ def reduce_sum(coop, comm, win, start, dst, count):
     """
 
 
-@primitive
+@primitive(coop=COOP.but("a coop"), src=ARRAY.but("an input array"), win=WINDOW.but("a window"))
 def copy(coop, comm, src, win, start, count):
     """``win@r[start + i] = src[i]`` on every LSA rank ``r``, for ``i < count``."""
 
 
-@primitive
+@primitive(coop=COOP.but("a coop"), src_win=WINDOW.but("a source window"), dst_win=WINDOW.but("a destination window"))
 def reduce_sum_copy(coop, comm, src_win, src_start, dst_win, dst_start, count):
     """Sum ``src_win[src_start:]`` over LSA ranks and write the sum to every LSA rank's
     ``dst_win[dst_start:]`` (``ncclLsaReduceSumCopy``)."""
+
+
+# ---- what reduce_sum, copy and reduce_sum_copy do, written in flowdsl --------------------------
+# The one meaning of each: compiled for the GPU (flowdsl/lowering/lsa.py; every NCCL release, 2.28 has
+# no such helpers) and run by the simulator (flowdsl/sim/lsa.py). The bulk moves in 16-byte vectors
+# (mem.load_vec/store_vec) when both sides are 16-byte aligned; the rest, and unaligned ranges,
+# element by element.
+
+def _vec_add(a, b):
+    """Element-wise sum of two equal-length tuples (typed per length on the GPU)."""
+    return tuple(x + y for x, y in zip(a, b))
+
+
+def _vector_lanes(view, start):
+    """Elements per 16-byte vector, or 0 if ``view``'s dtype or ``start`` does not allow vectors."""
+    size = view.itemsize
+    if (size == 4 or size == 8) and (start * size) % 16 == 0:
+        return 16 // size
+    return 0
+
+
+def reduce_sum_program(coop, comm, win, start, dst, count):
+    """:func:`reduce_sum`."""
+    rank = _coop.thread_rank(coop)
+    nthreads = _coop.size(coop)
+    npeers = comm.lsa_size
+    i = rank
+    while i < count:
+        acc = lsa_view(win, 0, start, count)[i]
+        for peer in range(1, npeers):
+            acc += lsa_view(win, peer, start, count)[i]
+        dst[i] = acc
+        i += nthreads
+
+
+def copy_program(coop, comm, src, win, start, count):
+    """:func:`copy`."""
+    rank = _coop.thread_rank(coop)
+    nthreads = _coop.size(coop)
+    for peer in range(comm.lsa_size):
+        out = lsa_view(win, peer, start, count)
+        i = rank
+        while i < count:
+            out[i] = src[i]
+            i += nthreads
+
+
+def reduce_sum_copy_program(coop, comm, src_win, src_start, dst_win, dst_start, count):
+    """:func:`reduce_sum_copy`."""
+    rank = _coop.thread_rank(coop)
+    nthreads = _coop.size(coop)
+    npeers = comm.lsa_size
+    first = lsa_view(src_win, 0, src_start, count)
+    lanes = _vector_lanes(first, src_start)
+    if lanes != _vector_lanes(first, dst_start):
+        lanes = 0
+    done = 0
+    if lanes != 0:
+        nvec = count // lanes
+        v = rank
+        while v < nvec:
+            i = v * lanes
+            acc = _mem.load_vec(lsa_view(src_win, 0, src_start, count), i)
+            for peer in range(1, npeers):
+                acc = _vec_add(acc, _mem.load_vec(lsa_view(src_win, peer, src_start, count), i))
+            for peer in range(npeers):
+                _mem.store_vec(lsa_view(dst_win, peer, dst_start, count), i, acc)
+            v += nthreads
+        done = nvec * lanes
+    i = done + rank
+    while i < count:
+        acc = lsa_view(src_win, 0, src_start, count)[i]
+        for peer in range(1, npeers):
+            acc += lsa_view(src_win, peer, src_start, count)[i]
+        for peer in range(npeers):
+            lsa_view(dst_win, peer, dst_start, count)[i] = acc
+        i += nthreads

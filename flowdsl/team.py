@@ -9,6 +9,7 @@ attributes ``nranks``, ``rank`` and ``stride``.
 
 from __future__ import annotations
 
+from ._spec import COMM, TEAM, TEAMS
 from ._stubs import primitive
 
 __all__ = [
@@ -17,51 +18,51 @@ __all__ = [
 ]
 
 
-@primitive
+@primitive(extern="flowdsl_team_world", comm=COMM)
 def world(comm):
     """Every rank of the communicator (``ncclTeamWorld``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_team_lsa", comm=COMM)
 def lsa(comm):
     """The ranks whose memory this GPU can load and store (``ncclTeamLsa``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_team_rail", comm=COMM)
 def rail(comm):
     """The ranks with this rank's LSA index in every LSA team (``ncclTeamRail``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_team_rank_to_world", comm=COMM, team=TEAM)
 def rank_to_world(comm, team, rank):
     """World rank of ``team``'s rank ``rank`` (``ncclTeamRankToWorld``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_team_rank_to_lsa", comm=COMM, team=TEAM)
 def rank_to_lsa(comm, team, rank):
     """LSA rank of ``team``'s rank ``rank`` (``ncclTeamRankToLsa``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_team_rank_is_member", a=TEAMS, b=TEAMS)
 def rank_is_member(a, b, b_rank):
     """Whether ``b``'s rank ``b_rank`` belongs to team ``a`` (``ncclTeamRankIsMember``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_team_rank_to_team", a=TEAMS, b=TEAMS)
 def rank_to_team(a, b, b_rank):
     """``a``'s rank of ``b``'s rank ``b_rank`` (``ncclTeamRankToTeam``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_team_inner_factor", parent=TEAM)
 def inner_factor(parent, inner_size):
     """The block of ``inner_size`` consecutive ranks holding this rank (``ncclTeamInnerFactor``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_team_outer_factor", parent=TEAM)
 def outer_factor(parent, inner_size):
     """The ranks at this rank's position in every inner block (``ncclTeamOuterFactor``)."""
 
 
-@primitive
+@primitive(extern="flowdsl_team_rank_in_difference", parent=TEAMS, subset=TEAMS)
 def rank_in_difference(parent, subset, index):
     """The ``index``-th rank of ``parent`` that is not in ``subset`` (``ncclTeamRankInDifference``)."""

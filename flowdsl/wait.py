@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._spec import COMM, INT
 from ._stubs import primitive
 
 __all__ = ["poll", "GAVE_UP", "CHECK_EVERY", "PRIMITIVE_NAMES", "USER", "FLOW_CREDIT", "FLOW_READY", "LL_LINE",
@@ -74,7 +75,8 @@ PRIMITIVE_NAMES = {
 }
 
 
-@primitive
+@primitive(extern="flowdsl_wait_check", comm=COMM, state=INT, what=INT, peer=INT, index=INT, expected=INT,
+           seen=INT)
 def poll(comm, state, what, peer, index, expected, seen):
     """One iteration of a bounded wait; returns the wait's next ``state`` or :data:`GAVE_UP`.
 

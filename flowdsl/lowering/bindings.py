@@ -1,6 +1,7 @@
 """Binding the device surface to numba: importing this module registers every primitive's typing and
-lowering, and the ``@flowdsl.device`` functions (those made before it and, from then on, each as it is
-made). :mod:`flowdsl.lowering.compiler` imports it: nothing binds until something compiles, so
+lowering (each module of this package that mirrors one of the surface's, ``coop``, ``team``, ``lsa``,
+``mem``, ``gin``, ``cft``, ``flow``, ``wait``, registers its own when imported), and the
+``@flowdsl.device`` functions (those made before it and, from then on, each as it is made). :mod:`flowdsl.lowering.compiler` imports it: nothing binds until something compiles, so
 ``import flowdsl`` and the simulator never pay for it.
 """
 
@@ -12,7 +13,7 @@ from numba.cuda.typing.templates import AttributeTemplate, infer_getattr
 
 from .. import _devices
 from ..enums import ConstantEnumMeta, MemoryOrder, Protocol, RedOp, ThreadScope
-from . import cft_surface, surface
+from . import cft, coop, flow, gin, lsa, mem, team, wait  # noqa: F401 - each registers its bindings
 from .types import ConstantEnumClass, bind_attributes
 
 
@@ -46,6 +47,4 @@ def _lower_constant_enum_member(context, builder, ty, value, attr):
 
 
 bind_attributes()
-surface.bind()
-cft_surface.bind()
 _devices.bind_devices()

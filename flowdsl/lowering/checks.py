@@ -1,16 +1,36 @@
-"""Argument checks shared by the typing of every device-surface binding.
+"""The typing side of every primitive's spec (:mod:`flowdsl._spec`): argument checks and target gates.
 
-Messages read "``op`` requires ``what``, got ``type``".
-
-Contents: :func:`expect`, :func:`expect_int`, :func:`is_omitted`.
+A binding's typer calls :func:`check` with the stub and its argument types, in the stub's order.
+Each argument the spec names is checked by its kind (:data:`KIND_TYPES`: the numba type a kind
+must have), and errors read "``op`` requires ``what``, got ``type``" (for integers, orders and
+enum members: "``op`` requires ``name`` to be ``what``, got ``type``"); a gated primitive is
+checked against the target first. An omitted optional argument is not checked.
 """
 
 from __future__ import annotations
 
+import inspect
+
 from numba.core import types
 from numba.core.errors import NumbaTypeError
 
-__all__ = ["expect", "expect_int", "is_omitted"]
+from .._spec import Gate, spec_of
+from .target import require
+from .types import CoopType, DevCommType, LsaBarrierSessionType, TeamType, WindowType
+
+__all__ = ["check", "require_gate", "expect", "expect_int", "is_omitted", "KIND_TYPES"]
+
+_INTEGERS = (types.Integer, types.IntegerLiteral)
+_ENUMS = (types.Integer, types.IntegerLiteral, types.IntEnumMember)
+
+#: Argument kind -> numba type class it must have (the GIN and CFT bindings add theirs).
+KIND_TYPES: dict[str, type | tuple] = {
+    "comm": DevCommType, "coop": CoopType, "window": WindowType, "team": TeamType, "array": types.Array,
+    "shared_array": types.Array, "lsa_session": LsaBarrierSessionType,
+    "int": _INTEGERS, "order": _ENUMS, "enum": _ENUMS,
+}
+#: Kinds whose errors name the argument: "requires ``name`` to be ``what``".
+_NAMED = ("int", "order", "enum", "shared_array")
 
 
 def expect(op: str, what: str, ty, cls) -> None:
@@ -21,10 +41,30 @@ def expect(op: str, what: str, ty, cls) -> None:
 
 def expect_int(op: str, what: str, ty) -> None:
     """Raise a typing error unless ``ty`` is an integer type."""
-    if not isinstance(ty, (types.Integer, types.IntegerLiteral)):
+    if not isinstance(ty, _INTEGERS):
         raise NumbaTypeError(f"{op} requires {what} to be an integer, got {ty}")
 
 
 def is_omitted(ty) -> bool:
     """Whether an optional argument was left out (or passed as None)."""
     return ty is None or isinstance(ty, (types.Omitted, types.NoneType))
+
+
+def require_gate(name: str, gate: Gate) -> None:
+    """Raise at compile time when the target lacks what ``gate`` asks (see :func:`require`)."""
+    if gate.gates:
+        require(name, nccl=gate.nccl, min_cc=gate.min_cc, cuda=gate.cuda if gate.cuda > Gate().cuda else None)
+
+
+def check(stub, *arg_types, gated: bool = True) -> None:
+    """Check ``stub``'s gate (unless ``gated`` is False) and its arguments' types against its spec."""
+    spec = spec_of(stub)
+    if gated:
+        require_gate(spec.name, spec.gate)
+    for param, ty in zip(spec.params, arg_types):
+        arg = spec.args.get(param.name)
+        if arg is None or (param.default is not inspect.Parameter.empty and is_omitted(ty)):
+            continue
+        if not isinstance(ty, KIND_TYPES[arg.kind]):
+            what = f"{param.name} to be {arg.what}" if arg.kind in _NAMED else arg.what
+            raise NumbaTypeError(f"{spec.name} requires {what}, got {ty}")

@@ -185,7 +185,7 @@ def features_in_code(llvm_ir: str) -> frozenset:
     note made while typing is missing from the next kernel that reuses the function;
     the calls (and markers, :func:`flowdsl.lowering.intrinsics.feature_marker`) stay.
     """
-    from .gin_surface import GIN_FEATURE, STRONG_SIGNAL_FEATURE  # noqa: PLC0415
+    from .gin import GIN_FEATURE, STRONG_SIGNAL_FEATURE  # noqa: PLC0415
 
     found = set(_MARKER.findall(llvm_ir))
     if _STRONG_CALL.search(llvm_ir):
@@ -197,7 +197,7 @@ def features_in_code(llvm_ir: str) -> frozenset:
 
 def _gin_backend_of(target: Target, features: frozenset) -> frozenset:
     """A GIN kernel for a target that names its backend links that backend's GIN build: record it."""
-    from .gin_surface import GIN_FEATURE, backend_feature  # noqa: PLC0415
+    from .gin import GIN_FEATURE, backend_feature  # noqa: PLC0415
 
     if GIN_FEATURE in features and target.gin_backend is not None:
         return features | {backend_feature(target.gin_backend)}
@@ -206,7 +206,7 @@ def _gin_backend_of(target: Target, features: frozenset) -> frozenset:
 
 def _check_cft(lib, target: Target, features: frozenset) -> frozenset:
     """Gate and record CFT from the calls the code makes (the typers' own checks may have been cached)."""
-    from .cft_surface import CFT_FEATURE, cft_primitives_called  # noqa: PLC0415
+    from .cft import CFT_FEATURE, cft_primitives_called  # noqa: PLC0415
     from .externs import CFT_CUDA, CFT_SINCE  # noqa: PLC0415
     from .target import require  # noqa: PLC0415
 

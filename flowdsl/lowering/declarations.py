@@ -3,8 +3,6 @@
 ``DECLARED[symbol]`` is a device function declared with the C ABI
 (``abi="c"``: plain C arguments and return value) and no link file: the
 compiler links the support build matching the target itself.
-
-Contents: :data:`DECLARED`, :data:`NUMBA_TYPES`, :func:`signature_of`.
 """
 
 from __future__ import annotations
@@ -13,9 +11,11 @@ from llvmlite import ir
 from numba import cuda
 from numba.core import types
 
-from .externs import EXTERNS, Extern
+from .._spec import spec_of
+from ..enums import CoopKind
+from .externs import COOP_SUFFIX, EXTERNS, Extern, by_name
 
-__all__ = ["DECLARED", "NUMBA_TYPES", "signature_of", "call_extern"]
+__all__ = ["DECLARED", "NUMBA_TYPES", "signature_of", "call_extern", "extern"]
 
 #: Table C type key -> numba type(s). Must agree with externs.C_TYPES.
 NUMBA_TYPES = {
@@ -62,3 +62,12 @@ def call_extern(context, builder, symbol, args):
     fn = cgutils.get_or_insert_function(builder.module, fnty, symbol)
     args = [builder.bitcast(a, t) if a.type != t else a for a, t in zip(args, fnty.args)]
     return builder.call(fn, args)
+
+
+def extern(stub, coop=None, stem: str | None = None):
+    """The declared C function ``stub`` calls (its spec's ``extern``, or ``stem``), that of ``coop``'s kind
+    for a coop row (the calling thread's when ``coop`` is None)."""
+    stem = stem or spec_of(stub).extern
+    if not by_name(stem).coop:
+        return DECLARED[stem]
+    return DECLARED[f"{stem}__{COOP_SUFFIX[CoopKind.THREAD if coop is None else coop.kind]}"]

@@ -20,6 +20,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from .. import cft, coop, gin, lsa, team, wait  # noqa: F401 - their specs give the rows' gates
+from .._spec import SPECS, Gate, spec_of
 from ..enums import CoopKind
 
 __all__ = ["Extern", "EXTERNS", "C_TYPES", "COOP_SUFFIX", "REMOTE_VARIANTS", "PAYLOAD_SUFFIX", "CFT_SINCE",
@@ -107,18 +109,33 @@ class Extern:
         return self.since
 
 
-def _e(name, ret, args, doc, **kw):
-    return Extern(name, ret, tuple(args), doc, **kw)
+def _gate_of(name: str, of) -> Gate:
+    """The gate of the primitive that calls ``name`` (``of``, else the one whose spec names it)."""
+    if of is not None:
+        return spec_of(of).gate
+    return next((s.gate for s in SPECS.values() if s.extern == name), Gate())
+
+
+def _e(name, ret, args, doc, of=None, **kw):
+    """A row whose oldest NCCL, archs and CUDA are those of the primitive that calls it."""
+    gate = _gate_of(name, of)
+    return Extern(name, ret, tuple(args), doc, since=gate.nccl, archs=gate.archs, cuda=gate.cuda, **kw)
 
 
 def _gin(name, ret, args, doc, **kw):
-    return Extern(name, ret, tuple(args), doc, library="gin", **kw)
+    return _e(name, ret, args, doc, library="gin", **kw)
 
 
-#: CFT needs NCCL 2.31, Blackwell (sm_100) and CUDA 13.3 (NCCL's headers compile it only then).
-CFT_SINCE = (2, 31, 0)
-CFT_ARCHS = ("sm_100",)
-CFT_CUDA = (13, 3)
+def _cft(name, ret, args, doc, **kw):
+    return _e(name, ret, args, doc, library="cft", of=kw.pop("of", None) or _CFT_STEM_OF.get(name), **kw)
+
+
+#: CFT needs NCCL 2.31, Blackwell (sm_100) and CUDA 13.3 (flowdsl.cft.GATE).
+CFT_SINCE = cft.GATE.nccl
+CFT_ARCHS = cft.GATE.archs
+CFT_CUDA = cft.GATE.cuda
+#: CFT rows a primitive calls under another name: its barrier session's methods.
+_CFT_STEM_OF = {f"flowdsl_cft_barrier_{method}": cft.barrier for method in ("arrive", "wait", "sync")}
 LIBRARIES = ("support", "gin", "cft")
 
 _COMM = ("devcomm", "comm")
@@ -132,12 +149,11 @@ _PUT_ARGS = [("window", "dst"), ("size_t", "dst_offset"), ("window", "src"), ("s
 _COOP_ARGS = [("int", "coop_kind"), ("uint32", "coop")]
 #: put_value payload sizes: the suffix of each function.
 PAYLOAD_SUFFIX = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
-#: GIN remote actions: (kind, oldest NCCL with it). Legacy kinds exist since 2.28; strong,
-#: weak and VA signals are used from 2.32 (flowdsl's oldest release with them).
-REMOTE_VARIANTS = (("none", (2, 28, 9)), ("signal_inc", (2, 28, 9)), ("signal_add", (2, 28, 9))) + tuple(
-    (kind, (2, 32, 0)) for kind in ("strong_signal_inc", "weak_signal_inc", "strong_signal_add", "weak_signal_add",
-                                    "strong_va_signal_inc", "weak_va_signal_inc", "strong_va_signal_add",
-                                    "weak_va_signal_add"))
+#: GIN remote actions: (kind, oldest NCCL with it), from the actions' specs (flowdsl.gin): legacy
+#: kinds exist since 2.28; strong, weak and VA signals are used from 2.32.
+REMOTE_VARIANTS = (("none", Gate().nccl),) + tuple(
+    (name, spec_of(getattr(gin, name)).gate.nccl) for name in gin.__all__ if name.endswith(("_inc", "_add"))
+    and name != "counter_inc")
 
 EXTERNS: tuple[Extern, ...] = (
     # Device communicator fields.
@@ -198,7 +214,7 @@ EXTERNS: tuple[Extern, ...] = (
          variants=REMOTE_VARIANTS[1:]),
     _gin("flowdsl_gin_get", "void", [_COMM, ("int", "ctx"), _TEAM, ("int", "peer"), ("window", "remote"),
                                      ("size_t", "remote_offset"), ("window", "local"), ("size_t", "local_offset"),
-                                     ("size_t", "bytes")], "ncclGin::get.", coop=True, since=(2, 32, 0)),
+                                     ("size_t", "bytes")], "ncclGin::get.", coop=True),
     _gin("flowdsl_gin_flush", "void", [_COMM, ("int", "ctx"), ("order", "order")], "ncclGin::flush.", coop=True),
     _gin("flowdsl_gin_read_signal", "uint64", [_COMM, ("int", "ctx"), ("uint32", "signal"), ("int", "bits"),
                                                ("order", "order")], "ncclGin::readSignal."),
@@ -218,50 +234,45 @@ EXTERNS: tuple[Extern, ...] = (
          "ncclGinBarrierSession (rail team)::sync, bounded.", coop=True),
     _gin("flowdsl_hybrid_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
          "ncclBarrierSession (world: LSA inside, GIN across)::sync, bounded.", coop=True),
-) + tuple(
-    Extern(e.name, e.ret, e.args, e.doc, coop=e.coop, since=CFT_SINCE, archs=CFT_ARCHS, library="cft",
-           cuda=CFT_CUDA)
-    for e in (
-        # CFT (the separate "cft" library): teams, logical endpoints, sessions, counted writes, barriers.
-        _e("flowdsl_cft_team", "void", [_COMM, ("int_out", "out")], "ncclTeamCft (flat)."),
-        _e("flowdsl_cft_le_info", "void", [_COMM, _WIN, ("size_t", "offset"), _TEAM, ("int", "peer"),
-                                           ("u64_out", "out")],
-           "ncclGetCftLeInfo: out[0] = LE id, out[1] = LE offset."),
-        _e("flowdsl_cft_peer_le_info", "void", [_COMM, _WIN, ("size_t", "offset"), ("int", "peer"),
-                                                ("u64_out", "out")],
-           "ncclGetPeerLeInfo (world peer): out[0] = LE id, out[1] = LE offset."),
-        _e("flowdsl_cft_read_counter", "uint64", [_WIN, ("size_t", "offset"), ("order", "order")],
-           "Load of the u64 counter at a byte offset of the local counted window (no fabric fence)."),
-        _e("flowdsl_cft_session_open", "void", [("ptr", "session")],
-           "ncclCft constructor: initialises the session's mbarrier in shared memory.", coop=True),
-        _e("flowdsl_cft_session_close", "void", [("ptr", "session")],
-           "ncclCft destructor: invalidates the session's mbarrier.", coop=True),
-        _e("flowdsl_cft_put", "void", [("ptr", "session"), ("uint32", "le_id"), ("size_t", "le_offset"),
-                                       ("ptr", "src"), ("uint32", "bytes")], "ncclCft::put.", coop=True),
-        _e("flowdsl_cft_put_counted", "void", [("ptr", "session"), ("uint32", "le_id"), ("size_t", "le_offset"),
-                                               ("size_t", "counter_offset"), ("ptr", "src"), ("uint32", "bytes")],
-           "ncclCft::putCounted.", coop=True),
-        _e("flowdsl_cft_get", "void", [("ptr", "session"), ("uint32", "le_id"), ("size_t", "le_offset"),
-                                       ("ptr", "dst"), ("uint32", "bytes")], "ncclCft::get.", coop=True),
-        _e("flowdsl_cft_submit", "void", [("ptr", "session")], "ncclCft::submit.", coop=True),
-        _e("flowdsl_cft_flush", "uint32", [("ptr", "session")],
-           "ncclCft::flush; 0, or 0x100 | the fabric's report.", coop=True),
-        _e("flowdsl_cft_flush_smem", "void", [("ptr", "session")], "ncclCft::flushSmem.", coop=True),
-        _e("flowdsl_cft_wait_counted", "void", [_COMM, ("ptr", "session"), _WIN, ("size_t", "offset"),
-                                                ("uint64", "expected"), ("order", "order"), ("int", "consumer")],
-           "ncclCft::waitCounted (waits, then fences fabric -> consumer).", coop=True),
-        _e("flowdsl_cft_mem_fence", "void", [("order", "order"), ("int", "producer"), ("int", "consumer"),
-                                             ("int", "scope")], "ncclMemFence.", coop=True),
-        _e("flowdsl_cft_barrier_arrive", "void", [_COMM, ("uint32", "index"), ("order", "order"),
-                                                  ("int", "producer"), ("int", "consumer")],
-           "ncclCftBarrierSession::arrive.", coop=True),
-        _e("flowdsl_cft_barrier_wait", "void", [_COMM, ("uint32", "index"), ("order", "order"),
+    # CFT (the separate "cft" library): teams, logical endpoints, sessions, counted writes, barriers.
+    _cft("flowdsl_cft_team", "void", [_COMM, ("int_out", "out")], "ncclTeamCft (flat)."),
+    _cft("flowdsl_cft_le_info", "void", [_COMM, _WIN, ("size_t", "offset"), _TEAM, ("int", "peer"),
+                                         ("u64_out", "out")],
+         "ncclGetCftLeInfo: out[0] = LE id, out[1] = LE offset."),
+    _cft("flowdsl_cft_peer_le_info", "void", [_COMM, _WIN, ("size_t", "offset"), ("int", "peer"),
+                                              ("u64_out", "out")],
+         "ncclGetPeerLeInfo (world peer): out[0] = LE id, out[1] = LE offset."),
+    _cft("flowdsl_cft_read_counter", "uint64", [_WIN, ("size_t", "offset"), ("order", "order")],
+         "Load of the u64 counter at a byte offset of the local counted window (no fabric fence)."),
+    _cft("flowdsl_cft_session_open", "void", [("ptr", "session")],
+         "ncclCft constructor: initialises the session's mbarrier in shared memory.", coop=True),
+    _cft("flowdsl_cft_session_close", "void", [("ptr", "session")],
+         "ncclCft destructor: invalidates the session's mbarrier.", coop=True),
+    _cft("flowdsl_cft_put", "void", [("ptr", "session"), ("uint32", "le_id"), ("size_t", "le_offset"),
+                                     ("ptr", "src"), ("uint32", "bytes")], "ncclCft::put.", coop=True),
+    _cft("flowdsl_cft_put_counted", "void", [("ptr", "session"), ("uint32", "le_id"), ("size_t", "le_offset"),
+                                             ("size_t", "counter_offset"), ("ptr", "src"), ("uint32", "bytes")],
+         "ncclCft::putCounted.", coop=True),
+    _cft("flowdsl_cft_get", "void", [("ptr", "session"), ("uint32", "le_id"), ("size_t", "le_offset"),
+                                     ("ptr", "dst"), ("uint32", "bytes")], "ncclCft::get.", coop=True),
+    _cft("flowdsl_cft_submit", "void", [("ptr", "session")], "ncclCft::submit.", coop=True),
+    _cft("flowdsl_cft_flush", "uint32", [("ptr", "session")],
+         "ncclCft::flush; 0, or 0x100 | the fabric's report.", coop=True),
+    _cft("flowdsl_cft_flush_smem", "void", [("ptr", "session")], "ncclCft::flushSmem.", coop=True),
+    _cft("flowdsl_cft_wait_counted", "void", [_COMM, ("ptr", "session"), _WIN, ("size_t", "offset"),
+                                              ("uint64", "expected"), ("order", "order"), ("int", "consumer")],
+         "ncclCft::waitCounted (waits, then fences fabric -> consumer).", coop=True),
+    _cft("flowdsl_cft_mem_fence", "void", [("order", "order"), ("int", "producer"), ("int", "consumer"),
+                                           ("int", "scope")], "ncclMemFence.", coop=True),
+    _cft("flowdsl_cft_barrier_arrive", "void", [_COMM, ("uint32", "index"), ("order", "order"),
                                                 ("int", "producer"), ("int", "consumer")],
-           "ncclCftBarrierSession::wait.", coop=True),
-        _e("flowdsl_cft_barrier_sync", "void", [_COMM, ("uint32", "index"), ("order", "order"),
-                                                ("int", "producer"), ("int", "consumer")],
-           "ncclCftBarrierSession::sync.", coop=True),
-    )
+         "ncclCftBarrierSession::arrive.", coop=True),
+    _cft("flowdsl_cft_barrier_wait", "void", [_COMM, ("uint32", "index"), ("order", "order"),
+                                              ("int", "producer"), ("int", "consumer")],
+         "ncclCftBarrierSession::wait.", coop=True),
+    _cft("flowdsl_cft_barrier_sync", "void", [_COMM, ("uint32", "index"), ("order", "order"),
+                                              ("int", "producer"), ("int", "consumer")],
+         "ncclCftBarrierSession::sync.", coop=True),
 )
 
 

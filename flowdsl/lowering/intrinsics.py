@@ -1,21 +1,17 @@
-"""Small numba intrinsics the surface bindings are built from (LLVM-level glue).
-
-Contents: :func:`devcomm_ptr`, :func:`array_ptr`, :func:`make_coop`,
-:func:`make_team`, :func:`make_session`, :func:`typed_pointer`,
-:func:`enum_value`, :func:`emit_trap`, :func:`feature_marker`.
-"""
+"""Small numba intrinsics the surface bindings are built from (LLVM-level glue)."""
 
 from __future__ import annotations
 
 from llvmlite import ir
 from numba.core import cgutils, types
-from numba.cuda.extending import intrinsic
+from numba.cuda.extending import intrinsic, overload
 
 from ..enums import CoopKind
+from .checks import is_omitted
 from .types import CoopType, DevCommType, LsaBarrierSessionType, team_type
 
-__all__ = ["devcomm_ptr", "array_ptr", "make_coop", "make_team", "make_session", "typed_pointer",
-           "enum_value", "emit_trap", "feature_marker"]
+__all__ = ["devcomm_ptr", "array_ptr", "struct_maker", "make_coop", "make_team", "make_session", "value_or",
+           "typed_pointer", "enum_value", "emit_trap", "feature_marker"]
 
 
 @intrinsic
@@ -46,49 +42,52 @@ def array_ptr(typingctx, ary):
     return types.voidptr(ary), codegen
 
 
-def _coop_maker(kind):
-    coop_type = CoopType(kind)
+def struct_maker(result, fields):
+    """An intrinsic building a struct value from its arguments, one a field, each cast to its field's type.
 
-    @intrinsic
-    def make(typingctx, word):
-        def codegen(context, builder, sig, args):
-            coop = cgutils.create_struct_proxy(coop_type)(context, builder)
-            coop.word = context.cast(builder, args[0], sig.args[0], types.uint32)
-            return coop._getvalue()
+    ``result`` is the struct's numba type, or a function of the argument types that gives it.
+    """
+    def typer(args):
+        ty = result if isinstance(result, types.Type) else result(*args)
+        if ty is None:
+            return None
 
-        return coop_type(word), codegen
+        def codegen(context, builder, sig, llargs):
+            value = cgutils.create_struct_proxy(ty)(context, builder)
+            model = context.data_model_manager[ty]
+            for name, arg, arg_ty in zip(fields, llargs, sig.args):
+                setattr(value, name, context.cast(builder, arg, arg_ty, model.get_member_fe_type(name)))
+            return value._getvalue()
 
-    return make
+        return ty(*args), codegen
+
+    # numba lowers an intrinsic's arguments by its parameters: one a field, no *args.
+    if len(fields) == 1:
+        return intrinsic(lambda typingctx, a: typer((a,)))
+    if len(fields) == 3:
+        return intrinsic(lambda typingctx, a, b, c: typer((a, b, c)))
+    if len(fields) == 2:
+        return intrinsic(lambda typingctx, a, b: typer((a, b)))
+    return intrinsic(lambda typingctx, a, b, c, d: typer((a, b, c, d)))
 
 
 #: CoopKind -> intrinsic(word) building that coop.
-make_coop = {kind: _coop_maker(kind) for kind in CoopKind}
+make_coop = {kind: struct_maker(CoopType(kind), ("word",)) for kind in CoopKind}
+make_team = struct_maker(team_type, ("nranks", "rank", "stride"))
+make_session = struct_maker(
+    lambda comm, coop, index: LsaBarrierSessionType(comm, coop)
+    if isinstance(comm, DevCommType) and isinstance(coop, CoopType) else None, ("comm", "coop", "index"))
 
 
-@intrinsic
-def make_team(typingctx, nranks, rank, stride):
-    def codegen(context, builder, sig, args):
-        team = cgutils.create_struct_proxy(team_type)(context, builder)
-        team.nranks, team.rank, team.stride = (
-            context.cast(builder, v, t, types.int32) for v, t in zip(args, sig.args))
-        return team._getvalue()
-
-    return team_type(nranks, rank, stride), codegen
+def value_or(x, default):
+    """``x``'s value as an int32 (an enum member's too), or ``default`` when ``x`` is omitted."""
 
 
-@intrinsic
-def make_session(typingctx, comm, coop, index):
-    if not isinstance(comm, DevCommType) or not isinstance(coop, CoopType):
-        return None
-    session_type = LsaBarrierSessionType(comm, coop)
-
-    def codegen(context, builder, sig, args):
-        s = cgutils.create_struct_proxy(session_type)(context, builder)
-        s.comm, s.coop = args[0], args[1]
-        s.index = context.cast(builder, args[2], sig.args[2], types.uint32)
-        return s._getvalue()
-
-    return session_type(comm, coop, index), codegen
+@overload(value_or)
+def _value_or(x, default):
+    if is_omitted(x):
+        return lambda x, default: default
+    return lambda x, default: enum_value(x)
 
 
 @intrinsic

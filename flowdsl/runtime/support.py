@@ -138,8 +138,8 @@ def feature_libraries(target):
     """``features -> [(name, LTO-IR)]``: the builds a kernel for ``target`` links beyond the support
     build (``link_for_features`` of :func:`flowdsl.lowering.compiler.compile_kernel`)."""
     def libraries(features):
-        from ..lowering.cft_surface import CFT_FEATURE  # noqa: PLC0415
-        from ..lowering.gin_surface import GIN_FEATURE  # noqa: PLC0415
+        from ..lowering.cft import CFT_FEATURE  # noqa: PLC0415
+        from ..lowering.gin import GIN_FEATURE  # noqa: PLC0415
 
         out = []
         if GIN_FEATURE in features:

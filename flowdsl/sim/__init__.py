@@ -6,7 +6,7 @@ scheduled cooperatively in a seeded random order; window memory is numpy.
 Importing this package installs the simulator's dispatch and launch hooks
 into ``flowdsl._stubs``.
 
-Contents: :func:`spawn`, :data:`SEMANTICS` / :func:`implements` (the primitive
+The public names: :func:`spawn`, :data:`SEMANTICS` / :func:`implements` (the primitive
 table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
 :class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
@@ -14,10 +14,10 @@ table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
 :class:`GinBackendError`, :class:`CftCoverageError`, :class:`DataRaceError` (see
 ``flowdsl.sim.races``: data races found by happens-before), :class:`WaitTimeoutError` (threads
 stuck in bounded waits: the GPU's :class:`flowdsl.DeviceTimeoutError` diagnosis, see
-``flowdsl.sim.timeouts``), and :func:`last_stats`. GIN
-(puts, signals, counters, GIN barriers over a simulated network) is modelled in
-``flowdsl.sim.gin``, CFT (LE-addressed puts and gets, counted writes and the
-receiver's fence rule, CFT barriers) in ``flowdsl.sim.cft``, on the same network.
+``flowdsl.sim.timeouts``), and :func:`last_stats`. Each module
+of the device surface has its module here (``coop``, ``team``, ``lsa``, ``mem``, ``gin``, ``cft``;
+``flowdsl.wait`` in ``timeouts``); GIN and CFT operations cross one simulated network
+(``flowdsl.sim.network``).
 """
 
 from __future__ import annotations
@@ -25,9 +25,7 @@ from __future__ import annotations
 from .. import _stubs
 from . import _state
 from . import host as _host
-from . import gin as _gin  # noqa: F401 - registers flowdsl.gin's semantics
-from . import cft as _cft  # noqa: F401 - registers flowdsl.cft's semantics
-from . import timeouts as _timeouts  # noqa: F401 - registers flowdsl.wait's semantics
+from . import cft, coop, gin, lsa, mem, team, timeouts  # noqa: F401 - each registers its primitives' semantics
 from .errors import (BarrierIndexError, CftCoverageError, CollectiveMismatchError, DataRaceError, DeadlockError,
                      GinBackendError, GinCoverageError, GinResourceError, LivelockError, SimulationError,
                      UnsupportedFeatureError, UsageError, WaitTimeoutError, WindowAccessError)

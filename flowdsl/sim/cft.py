@@ -2,7 +2,7 @@
 
 Registers one :func:`~flowdsl.sim.semantics.implements` entry per primitive of
 :mod:`flowdsl.cft` in the simulator's one semantics table. CFT operations go
-over the same simulated network as GIN (:class:`~flowdsl.sim.gin.Network`),
+over the same simulated network as GIN (:class:`~flowdsl.sim.network.Network`),
 so ``gin_delivery="ordered"`` lands the operations of one (session's
 communicator, source, peer) in issue order and ``"reordered"`` in a seeded
 random order. An operation is queued by ``put``/``put_counted``/``get``,
@@ -41,11 +41,14 @@ from ..cft import MemProxyType
 from ..enums import MemoryOrder
 from . import _state
 from .errors import BarrierIndexError, CftCoverageError, UsageError, WindowAccessError
-from .gin import Op, _roll_ge
+from .coop import coop_sync
+from .gin import roll_ge
+from .network import Op
 from .memory import Window, raw
 from .races import net_what
 from .scheduler import Cond, Wait, sim_error
-from .semantics import Team, _coop_sync, _cur, implements
+from .semantics import current, implements
+from .team import Team
 
 __all__ = ["CftState", "Session", "CftSession", "CftBarrierSession", "LE_STRIDE"]
 
@@ -118,7 +121,7 @@ def _ptr(a) -> int:
 def _window(win, op):
     if not isinstance(win, Window):
         raise sim_error(UsageError, f"Cannot {op}: {win!r} is not a window. Pass a window from comm.register()")
-    if win.rank != _cur().rank:
+    if win.rank != current().rank:
         raise sim_error(UsageError, f"Cannot {op}: the window belongs to rank {win.rank}. Pass this rank's window")
     return win
 
@@ -185,12 +188,12 @@ def _smem(arr, n, op, what):
 def _coop_issue(coop):
     if coop.nthreads == 1:
         return True
-    _coop_sync(coop)
+    coop_sync(coop)
     return coop.trank == 0
 
 
 class _Hooks:
-    """How the network reads and lands a CFT operation (see :class:`flowdsl.sim.gin.Op`).
+    """How the network reads and lands a CFT operation (see :class:`flowdsl.sim.network.Op`).
 
     ``counter`` is the window byte offset of a counted write's counter (None otherwise).
     """
@@ -287,7 +290,7 @@ def _queue(s, kind, le_id, le_offset, arr, nbytes, op_name, counter_offset=None)
                             f"the data (bytes {off}..{off + n - 1}). Keep counters apart from the data")
     if not _coop_issue(s.coop):
         return None
-    t = _cur()
+    t = current()
     op = Op(kind, t.rank, dst, "cft", SimpleNamespace(group=s.comm.group))
     op.group, op.off, op.n, op.lgroup, op.hooks = g, off, n, arr, _Hooks(coff)
     st.queued.append(op)
@@ -319,7 +322,7 @@ def _cft_peer_le_info(comm, win, offset, peer):
 # ---------------------------------------------------------------- sessions
 @implements("flowdsl.cft.session")
 def _cft_session(comm, coop, storage):
-    t = _cur()
+    t = current()
     if not isinstance(storage, np.ndarray) or storage.dtype != np.uint64 or storage.size < 4:
         raise sim_error(UsageError, f"Cannot open a CFT session over {storage!r}: it needs a shared u64 array of "
                         "flowdsl.cft.SESSION_WORDS (4) elements. Pass cuda.shared.array(4, uint64, alignment=16)")
@@ -328,7 +331,7 @@ def _cft_session(comm, coop, storage):
                         "with cuda.shared.array(4, uint64, alignment=16)")
     st = _cft()
     key = (t.rank, _ptr(storage))
-    _coop_sync(coop)
+    coop_sync(coop)
     if coop.trank == 0:
         other = st.sessions.get(key)
         if other is not None and not other.closed:
@@ -337,7 +340,7 @@ def _cft_session(comm, coop, storage):
                 "is still open over it. Give each concurrent session its own storage, or close the other first"))
         st.nsessions += 1
         st.sessions[key] = Session(st.nsessions, t.rank, t.name(), comm, coop)
-    _coop_sync(coop)
+    coop_sync(coop)
     return CftSession(st.sessions[key], coop, comm)
 
 
@@ -363,7 +366,7 @@ def _cft_submit(session):
     if not _coop_issue(session.coop):
         return None
     net = _net()
-    t = _cur()
+    t = current()
     for op in st.queued:
         net.issue(op, st.issuer, t.name())
         st.issued.append(op)
@@ -378,11 +381,11 @@ def _cft_submit(session):
 
 def _wait_ops(session, done, what, op):
     st = _session(session, op)
-    _coop_sync(session.coop)  # what the coop's issuing thread queued and submitted is in place
+    coop_sync(session.coop)  # what the coop's issuing thread queued and submitted is in place
     if st.queued:
         raise sim_error(UsageError, f"Cannot {op}: {len(st.queued)} operations of CFT session #{st.sid} were "
                         "queued but not submitted. Call flowdsl.cft.submit(session) first")
-    t = _cur()
+    t = current()
     net = _net()
     sched = _state.sched
     while not all(done(o) for o in st.issued):
@@ -391,7 +394,7 @@ def _wait_ops(session, done, what, op):
         sched.block(t, Wait(f"{op} (CFT session #{st.sid}, {left} operations not yet {what})"))
     if _state.race is not None:
         _state.race.acquire_from(t, ("cft-land" if what == "complete" else "cft-read", st.issuer))
-    _coop_sync(session.coop)
+    coop_sync(session.coop)
 
 
 @implements("flowdsl.cft.flush")
@@ -400,7 +403,7 @@ def _cft_flush(session):
     st = session.state
     if session.coop.trank == 0:
         st.issued = [o for o in st.issued if not o.landed]
-    _coop_sync(session.coop)
+    coop_sync(session.coop)
     return 0
 
 
@@ -412,12 +415,12 @@ def _cft_flush_smem(session):
 @implements("flowdsl.cft.close")
 def _cft_close(session):
     st = _session(session, "close a CFT session")
-    _coop_sync(session.coop)
+    coop_sync(session.coop)
     left = [o for o in st.issued if not o.landed] + st.queued
     if left:
         raise sim_error(UsageError, f"Cannot close CFT session #{st.sid}: {len(left)} operations are queued or "
                         "in flight. Submit and flush them before closing")
-    _coop_sync(session.coop)
+    coop_sync(session.coop)
     st.closed = True
     return None
 
@@ -459,7 +462,7 @@ def _race_counter(t, g, offset, order):
 @implements("flowdsl.cft.read_counter")
 def _cft_read_counter(win, offset, order=None):
     g, offset = _counter(win, offset, "read a CFT counter")
-    t = _cur()
+    t = current()
     v = _value(g, t.rank, offset)
     _state.sched.yield_spin(t, ("cft-counter", g.wid, t.rank, offset, v))
     _observe(t.rank, g, offset, False, f"flowdsl.cft.read_counter by {t.name()}")
@@ -471,17 +474,17 @@ def _cft_read_counter(win, offset, order=None):
 def _cft_wait_counted(session, win, offset, expected, order=None, consumer=None):
     _session(session, "wait for a CFT counter")
     g, offset = _counter(win, offset, "wait for a CFT counter")
-    t = _cur()
+    t = current()
     sched = _state.sched
     st = _cft()
-    while not _roll_ge(_value(g, t.rank, offset), int(expected), 64):
+    while not roll_ge(_value(g, t.rank, offset), int(expected), 64):
         st.ctr_cond[t.rank].waiters.append(t)
         sched.block(t, Wait(f"cft.wait_counted(counter at byte {offset} of {g.name()} >= {int(expected)} bytes; "
                             f"now {_value(g, t.rank, offset)})"))
     order = MemoryOrder.ACQUIRE if order is None else MemoryOrder(int(order))
     _observe(t.rank, g, offset, order in _ACQUIRING, f"a relaxed flowdsl.cft.wait_counted by {t.name()}")
     _race_counter(t, g, offset, order)
-    _coop_sync(session.coop)
+    coop_sync(session.coop)
 
 
 def _fence(rank, order, producer):
@@ -495,11 +498,11 @@ def _fence(rank, order, producer):
 def _cft_fence(coop, order=None, producer=None, consumer=None, scope=None):
     order = MemoryOrder.ACQUIRE if order is None else MemoryOrder(int(order))
     producer = MemProxyType.FABRIC if producer is None else MemProxyType(int(producer))
-    _fence(_cur().rank, order, producer)
+    _fence(current().rank, order, producer)
     if _state.race is not None:
-        _state.race.fence(_cur(), order)
+        _state.race.fence(current(), order)
     if coop.nthreads > 1:
-        _coop_sync(coop)
+        coop_sync(coop)
 
 
 # ---------------------------------------------------------------- barrier
@@ -546,16 +549,16 @@ def _cft_barrier(comm, coop, index):
             f"Cannot open CFT barrier {index}: the device communicator has cft_barrier_count={bs.count} "
             f"(valid indices 0..{bs.count - 1}). Create it with comm.device_communicator(cft_barrier_count="
             f"{index + 1}) or more, or use a smaller index"))
-    return CftBarrierSession(comm, coop, index, bs.epoch[_cur().rank][index])
+    return CftBarrierSession(comm, coop, index, bs.epoch[current().rank][index])
 
 
 def _bar_arrive(s, order):
-    _coop_sync(s.coop)
+    coop_sync(s.coop)
     if s.coop.trank == 0:
         bs = _bar_state(s.comm.group)
         me, val = s.comm.rank, s.epoch + 1
         rc = _state.race
-        published = rc.release_vc(_cur(), order) if rc is not None else None
+        published = rc.release_vc(current(), order) if rc is not None else None
         for q in range(s.comm.nranks):
             if q != me:
                 if rc is not None:
@@ -566,7 +569,7 @@ def _bar_arrive(s, order):
 
 
 def _bar_wait(s, order, producer):
-    t = _cur()
+    t = current()
     bs = _bar_state(s.comm.group)
     me, need = s.comm.rank, s.epoch + 1
     box = bs.inbox[me][s.index]
@@ -581,7 +584,7 @@ def _bar_wait(s, order, producer):
     _fence(me, MemoryOrder(int(order)), MemProxyType.GENERIC if producer is None else MemProxyType(int(producer)))
     if _state.race is not None:
         _state.race.acquire_from(t, ("cft-bar", s.comm.group.did, me, s.index), order)
-    _coop_sync(s.coop)
+    coop_sync(s.coop)
     s.epoch = need
     if s.coop.trank == 0:
         bs.epoch[me][s.index] = need

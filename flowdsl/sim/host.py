@@ -21,6 +21,7 @@ from ..enums import GinBackend
 from ..errors import ResourceClosedError
 from ..errors import UsageError as _UsageErrorBase
 from .errors import CollectiveMismatchError, SimulationError, UsageError
+from .network import Network
 from .memory import SymBuffer, Window, WindowGroup, poisoned
 from .races import RaceDetector, enabled_by_default
 from .scheduler import Block, Cond, HostTask, KernelThread, Launch, Scheduler, Wait, fmt_ids, sim_error
@@ -620,7 +621,6 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
     sched = Scheduler(seed=seed, livelock_rounds=opts["livelock_rounds"], max_steps=opts["max_steps"])
     world = World(nranks, nodes, sched)
     sched.world = world
-    from .gin import Network
     world.net = sched.net = Network(seed, opts["gin_delivery"], opts["gin_backend"], world)
     races = enabled_by_default() if opts["races"] is None else bool(opts["races"])
     if races:

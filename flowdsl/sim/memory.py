@@ -19,6 +19,7 @@ from ..runtime.streams import stream_handle
 from . import _state
 from .errors import UsageError, WindowAccessError
 from .races import TrackedArray
+from .network import check_read
 from .scheduler import sim_error
 
 __all__ = [
@@ -299,7 +300,7 @@ class WindowView:
     def __getitem__(self, i):
         if type(i) is int and 0 <= i < self._n:
             if self.group.gin_tags is not None:
-                _gin_check_read(self, i)
+                check_read(self, i)
             if self._rc is not None:
                 self._rc.read(self._cells, self._off0 + i * self._isz, self, i)
             return self._a[i]
@@ -313,7 +314,7 @@ class WindowView:
             return self._part(s, e)
         i = self._index(i, "read")
         if self.group.gin_tags is not None:
-            _gin_check_read(self, i)
+            check_read(self, i)
         if self._rc is not None:
             self._rc.read(self._cells, self._off0 + int(i) * self._isz, self, i)
         return self._a[i]
@@ -348,9 +349,6 @@ class WindowView:
         self.group.gin_tags[self.wrank][(self.start + lo) * isz:(self.start + hi) * isz] = 0
 
 
-def _gin_check_read(view, i):
-    from .gin import check_read
-    check_read(view, i)
 
 
 def raw(arr):

@@ -24,9 +24,9 @@ from ..errors import DeviceTimeoutError
 from . import _state
 from .errors import WaitTimeoutError
 from .scheduler import _SIM_DIR, _STUBS_FILE, HostTask, sim_error
-from .semantics import _cur, implements
+from .semantics import current, implements
 
-__all__ = ["note", "as_timeout"]
+__all__ = ["note", "note_bounded", "as_timeout"]
 
 #: Simulated nanoseconds per scheduler step (``mem.globaltimer`` only needs to be monotonic).
 _NS_PER_STEP = 100
@@ -37,6 +37,11 @@ def note(task, what: int, peer: int, index: int, expected, seen, wait_obj=None, 
     or, for a spin loop, while ``frame`` is on its stack."""
     notes = _state.sched.bounded_waits
     notes[task] = (what, int(peer), int(index), expected, seen, wait_obj, frame)
+
+
+def note_bounded(task, what: str, peer, index, expected, seen, wait_obj) -> None:
+    """``task`` blocks in a wait a GPU bounds, of kind ``wait.<what>`` (``"LSA_BARRIER"``, ...)."""
+    note(task, getattr(wait, what), peer, index, expected, seen, wait_obj=wait_obj)
 
 
 def _on_stack(task, frame) -> bool:
@@ -91,7 +96,7 @@ def as_timeout(sched, error):
 
 @implements("flowdsl.wait.poll")
 def _poll(comm, state, what, peer, index, expected, seen):
-    t = _cur()
+    t = current()
     if getattr(comm, "group", None) is None or not hasattr(comm, "lsa_size"):
         raise sim_error(TypeError, f"Cannot poll a wait with {comm!r}: flowdsl.wait.poll requires a device "
                         "communicator. Pass the DevComm the kernel received")

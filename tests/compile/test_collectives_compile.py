@@ -14,7 +14,7 @@ import pytest
 from flowdsl import Protocol, RedOp
 from flowdsl.collectives import _library, cost
 from flowdsl.collectives._host import FlowConfig
-from flowdsl.lowering.gin_surface import STRONG_SIGNAL_FEATURE
+from flowdsl.lowering.gin import STRONG_SIGNAL_FEATURE
 
 pytestmark = pytest.mark.compile
 
@@ -160,7 +160,7 @@ def _host_version(fn):
     """A device helper runnable on the host: ``mem.to_bits`` on float32 via NumPy."""
     import types
 
-    import flowdsl.lowering.flow_surface as fs
+    import flowdsl.lowering.flow as fs
 
     class Mem:
         @staticmethod
@@ -176,7 +176,7 @@ def test_fp8_bit_conversions_match_the_table(fmt):
     """The GPU's fp8 conversions (bit arithmetic) against flowdsl/_fp8.py's table, every code
     and every tie, run on the host with the same code."""
     from flowdsl import _fp8
-    from flowdsl.lowering import flow_surface
+    from flowdsl.lowering import flow as flow_surface
 
     decode, encode = _host_version(flow_surface._fp8_to_float), _host_version(flow_surface._float_to_fp8)
     table = _fp8.values(fmt)

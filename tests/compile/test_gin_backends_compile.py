@@ -16,7 +16,7 @@ import flowdsl
 from flowdsl import GinBackend, coop, gin, team
 from flowdsl.examples import moe_gin
 from flowdsl.lowering import externs
-from flowdsl.lowering.gin_surface import GIN_FEATURE, STRONG_SIGNAL_FEATURE, backend_feature, linked_backend
+from flowdsl.lowering.gin import GIN_FEATURE, STRONG_SIGNAL_FEATURE, backend_feature, linked_backend
 from flowdsl.lowering.target import Target
 from flowdsl.runtime import support
 

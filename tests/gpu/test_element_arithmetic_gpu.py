@@ -2,7 +2,7 @@
 
 The simulator runs the Python bodies in ``flowdsl/flow.py`` (fp8 by the table in
 ``flowdsl/_fp8.py``); the GPU runs their overloads in
-``flowdsl/lowering/flow_surface.py`` (bit arithmetic for fp8 and bfloat16). A
+``flowdsl/lowering/flow.py`` (bit arithmetic for fp8 and bfloat16). A
 collective that passes on the simulator can only be trusted on the GPU if the two
 agree on every element, so a kernel per (operator, fp8 format), both compile-time
 constants captured by a factory as the collectives' programs capture them, applies

@@ -70,7 +70,7 @@ def _run(comm, before_launch=None):
 
 
 def test_the_first_launch_links_the_backend_of_the_device_communicator(comm):
-    from flowdsl.lowering.gin_surface import linked_backend
+    from flowdsl.lowering.gin import linked_backend
 
     result, expected, backend = _run(comm)
     np.testing.assert_array_equal(result, expected)
@@ -81,7 +81,7 @@ def test_the_first_launch_links_the_backend_of_the_device_communicator(comm):
 def test_a_kernel_linked_for_another_backend_is_not_launched(comm):
     from flowdsl._kernel import _device_target
     from flowdsl._launch import _argument_type, _Loaded
-    from flowdsl.lowering.gin_surface import linked_backend
+    from flowdsl.lowering.gin import linked_backend
     from flowdsl.runtime.support import gin_backends
 
     def load_for_another_backend(dcomm, src_win, dst_win):

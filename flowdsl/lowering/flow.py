@@ -30,15 +30,16 @@ from numba.cuda import models
 from numba.cuda.extending import (intrinsic, make_attribute_wrapper, overload, overload_attribute,
                                   register_jitable, register_model)
 
-from .. import gin, mem
+from .. import flow, gin, mem
 from .._flow_staging import refusal
+from .._fp8 import E4M3 as _E4M3
 from ..enums import RedOp
-from .gin_surface import STRONG_SIGNAL_FEATURE
+from .gin import STRONG_SIGNAL_FEATURE
 from .intrinsics import feature_marker
 from .target import current, note_feature
 from .types import WindowType
 
-__all__ = ["bind", "ReductionType"]
+__all__ = ["ReductionType"]
 
 _PROD, _MIN, _MAX, _AVG = int(RedOp.PROD), int(RedOp.MIN), int(RedOp.MAX), int(RedOp.AVG)
 
@@ -64,9 +65,7 @@ def _float_to_bf16(value):
     return uint16((bits + uint64(0x7FFF) + ((bits >> uint64(16)) & uint64(1))) >> uint64(16))
 
 
-# fp8: (exponent bits, mantissa bits, bias, largest finite value, its code). e4m3fn has no
-# infinities (0x7F is NaN); e5m2 is IEEE-like.
-_E4M3, _E5M2 = 1, 2
+# fp8 (the format codes of flowdsl/_fp8.py): e4m3fn has no infinities (0x7F is NaN); e5m2 is IEEE-like.
 
 
 def _fp8_to_float(code, fmt):
@@ -196,118 +195,122 @@ def _element(op, ty):
         raise NumbaTypeError(f"flowdsl.flow.{op} requires integer or float elements, got {ty}")
 
 
-def bind():
-    """Register the overloads (idempotent through :func:`flowdsl.lowering.surface.bind`)."""
-    from .. import flow  # noqa: PLC0415 (flow imports the kernel decorator, which imports lowering)
+apply = register_jitable(_apply)
+to_float = register_jitable(_bf16_to_float)
+to_bf16 = register_jitable(_float_to_bf16)
+fp8_to_float = register_jitable(_fp8_to_float)
+float_to_fp8 = register_jitable(_float_to_fp8)
 
-    apply = register_jitable(_apply)
-    to_float = register_jitable(_bf16_to_float)
-    to_bf16 = register_jitable(_float_to_bf16)
 
-    fp8_to_float = register_jitable(_fp8_to_float)
-    float_to_fp8 = register_jitable(_float_to_fp8)
+@overload(flow.combine)
+def flow_combine(op, a, b, fp8=0):
+    _element("combine", a)
+    if a == types.uint16:
+        return lambda op, a, b, fp8=0: to_bf16(apply(op, to_float(a), to_float(b)))
+    ty = a
+    if a == types.float16:  # in float32 (exact for one operation, then rounded once)
+        return lambda op, a, b, fp8=0: ty(apply(op, float32(a), float32(b)))
+    if a == types.uint8:
+        def byte(op, a, b, fp8=0):
+            if fp8 != 0:
+                return float_to_fp8(apply(op, fp8_to_float(a, fp8), fp8_to_float(b, fp8)), fp8)
+            return ty(apply(op, a, b))
+        return byte
+    return lambda op, a, b, fp8=0: ty(apply(op, a, b))
 
-    @overload(flow.combine)
-    def _combine(op, a, b, fp8=0):
-        _element("combine", a)
-        if a == types.uint16:
-            return lambda op, a, b, fp8=0: to_bf16(apply(op, to_float(a), to_float(b)))
-        ty = a
-        if a == types.float16:  # in float32 (exact for one operation, then rounded once)
-            return lambda op, a, b, fp8=0: ty(apply(op, float32(a), float32(b)))
-        if a == types.uint8:
-            def byte(op, a, b, fp8=0):
-                if fp8 != 0:
-                    return float_to_fp8(apply(op, fp8_to_float(a, fp8), fp8_to_float(b, fp8)), fp8)
-                return ty(apply(op, a, b))
-            return byte
-        return lambda op, a, b, fp8=0: ty(apply(op, a, b))
 
-    @overload(flow.reduction, prefer_literal=True)
-    def _reduction(op, nranks, fp8=0):
-        make = _reduction_maker(_constant(op), _constant(fp8))
-        return lambda op, nranks, fp8=0: make(op, nranks, fp8)
+@overload(flow.reduction, prefer_literal=True)
+def flow_reduction(op, nranks, fp8=0):
+    make = _reduction_maker(_constant(op), _constant(fp8))
+    return lambda op, nranks, fp8=0: make(op, nranks, fp8)
 
-    @overload_attribute(ReductionType, "op")
-    def _reduction_op(red):
-        if red.op is None:
-            return lambda red: red.op_value
-        value = red.op
-        return lambda red: value
 
-    @overload_attribute(ReductionType, "fp8")
-    def _reduction_fp8(red):
-        if red.fp8 is None:
-            return lambda red: red.fp8_value
-        value = red.fp8
-        return lambda red: value
+@overload_attribute(ReductionType, "op")
+def reduction_op(red):
+    if red.op is None:
+        return lambda red: red.op_value
+    value = red.op
+    return lambda red: value
 
-    @overload(flow.combine_packs)
-    def _combine_packs(red, a, b):
-        if not isinstance(a, types.UniTuple) or a != b:
-            raise NumbaTypeError(f"flowdsl.flow.combine_packs requires two packs of one type, got {a} and {b}")
-        impl = _lanewise("combine_packs", len(a), "combine(red.op, a[{i}], b[{i}], red.fp8)", "red, a, b")
-        impl.__globals__["combine"] = flow.combine
-        return impl
 
-    @overload(flow.finish_pack)
-    def _finish_pack(red, a):
-        if not isinstance(a, types.UniTuple):
-            raise NumbaTypeError(f"flowdsl.flow.finish_pack requires a pack, got {a}")
-        impl = _lanewise("finish_pack", len(a), "finish(red.op, a[{i}], red.nranks, red.fp8)", "red, a")
-        impl.__globals__["finish"] = flow.finish
-        return impl
+@overload_attribute(ReductionType, "fp8")
+def reduction_fp8(red):
+    if red.fp8 is None:
+        return lambda red: red.fp8_value
+    value = red.fp8
+    return lambda red: value
 
-    @overload(flow._require_staging)
-    def _require_staging(stage):
-        # A staging window has its own type (made by flow.staging, zeroed): checked here, so a
-        # processor over any other window never compiles.
-        if not (isinstance(stage, WindowType) and stage.staging):
-            raise NumbaTypeError(refusal(str(stage)))
-        return lambda stage: None
 
-    @overload(flow.strong_signal_inc)
-    def _strong_signal_inc(signal):
-        target = current()
-        note_feature(STRONG_SIGNAL_FEATURE)  # refused at launch on a weak-only backend
-        if target is not None and target.nccl < (2, 32, 0):
-            def legacy(signal):
-                feature_marker("gin.strong_signals")  # legacy signals are relied on to be strong
-                return gin.signal_inc(signal)
-            return legacy
-        return lambda signal: gin.strong_signal_inc(signal)
+@overload(flow.combine_packs)
+def flow_combine_packs(red, a, b):
+    if not isinstance(a, types.UniTuple) or a != b:
+        raise NumbaTypeError(f"flowdsl.flow.combine_packs requires two packs of one type, got {a} and {b}")
+    impl = _lanewise("combine_packs", len(a), "combine(red.op, a[{i}], b[{i}], red.fp8)", "red, a, b")
+    impl.__globals__["combine"] = flow.combine
+    return impl
 
-    @overload(flow.finish)
-    def _finish(op, value, nranks, fp8=0):
-        _element("finish", value)
-        ty = value
-        if value == types.uint16:
-            def bf16(op, value, nranks, fp8=0):
-                return to_bf16(to_float(value) / nranks) if op == _AVG else value
-            return bf16
-        if value == types.float16:
-            def half(op, value, nranks, fp8=0):
-                return ty(float32(value) / nranks) if op == _AVG else value
-            return half
-        if isinstance(value, types.Float):
-            def floating(op, value, nranks, fp8=0):
-                return ty(value / nranks) if op == _AVG else value
-            return floating
 
-        def integer(op, value, nranks, fp8=0):
+@overload(flow.finish_pack)
+def flow_finish_pack(red, a):
+    if not isinstance(a, types.UniTuple):
+        raise NumbaTypeError(f"flowdsl.flow.finish_pack requires a pack, got {a}")
+    impl = _lanewise("finish_pack", len(a), "finish(red.op, a[{i}], red.nranks, red.fp8)", "red, a")
+    impl.__globals__["finish"] = flow.finish
+    return impl
+
+
+@overload(flow._require_staging)
+def flow_require_staging(stage):
+    # A staging window has its own type (made by flow.staging, zeroed): checked here, so a
+    # processor over any other window never compiles.
+    if not (isinstance(stage, WindowType) and stage.staging):
+        raise NumbaTypeError(refusal(str(stage)))
+    return lambda stage: None
+
+
+@overload(flow.strong_signal_inc)
+def flow_strong_signal_inc(signal):
+    target = current()
+    note_feature(STRONG_SIGNAL_FEATURE)  # refused at launch on a weak-only backend
+    if target is not None and target.nccl < (2, 32, 0):
+        def legacy(signal):
+            feature_marker("gin.strong_signals")  # legacy signals are relied on to be strong
+            return gin.signal_inc(signal)
+        return legacy
+    return lambda signal: gin.strong_signal_inc(signal)
+
+
+@overload(flow.finish)
+def flow_finish(op, value, nranks, fp8=0):
+    _element("finish", value)
+    ty = value
+    if value == types.uint16:
+        def bf16(op, value, nranks, fp8=0):
+            return to_bf16(to_float(value) / nranks) if op == _AVG else value
+        return bf16
+    if value == types.float16:
+        def half(op, value, nranks, fp8=0):
+            return ty(float32(value) / nranks) if op == _AVG else value
+        return half
+    if isinstance(value, types.Float):
+        def floating(op, value, nranks, fp8=0):
+            return ty(value / nranks) if op == _AVG else value
+        return floating
+
+    def integer(op, value, nranks, fp8=0):
+        if op != _AVG:
+            return value
+        q = value // nranks  # floor; C division truncates toward zero (abs() would wrap at INT_MIN)
+        if value < 0 and q * nranks != value:
+            q += 1
+        return ty(q)
+
+    if value == types.uint8:
+        def byte(op, value, nranks, fp8=0):
             if op != _AVG:
                 return value
-            q = value // nranks  # floor; C division truncates toward zero (abs() would wrap at INT_MIN)
-            if value < 0 and q * nranks != value:
-                q += 1
-            return ty(q)
-
-        if value == types.uint8:
-            def byte(op, value, nranks, fp8=0):
-                if op != _AVG:
-                    return value
-                if fp8 != 0:
-                    return float_to_fp8(fp8_to_float(value, fp8) / float32(nranks), fp8)
-                return ty(value // nranks)
-            return byte
-        return integer
+            if fp8 != 0:
+                return float_to_fp8(fp8_to_float(value, fp8) / float32(nranks), fp8)
+            return ty(value // nranks)
+        return byte
+    return integer

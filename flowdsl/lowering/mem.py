@@ -9,13 +9,9 @@ values. numba types enum members without their value, so each operation
 emits one instruction per (order, scope) behind a switch on the values; with
 the usual constant arguments LLVM folds the switch to the one instruction,
 and a literal that is not allowed is a compile-time error.
-
-Contents: :func:`bind`, :data:`PTX_TYPES`.
 """
 
 from __future__ import annotations
-
-import inspect
 
 from llvmlite import ir
 from numba.core import cgutils, types
@@ -26,7 +22,7 @@ from .. import mem
 from ..enums import MemoryOrder, ThreadScope
 from .intrinsics import emit_trap
 
-__all__ = ["bind", "PTX_TYPES"]
+__all__ = ["PTX_TYPES"]
 
 #: numba type -> (PTX type suffix, inline-asm register constraint)
 PTX_TYPES = {
@@ -358,49 +354,98 @@ _atomic_exch = _atomic("atomic_exch", "exch", _INTEGER_ONLY)
 _red_add = _atomic("red_add", "add", _ARITH, returns=False)
 
 
-def _typer(op, impl, scope_at=None, order_at=None, orders=_ATOM_ORDERS):
-    """An @overload typer that checks literal scope/order arguments, then calls ``impl``.
-
-    numba first offers the overload non-literal types, then literals: the non-literal
-    attempt is refused, so the literal one decides (and its error is the one reported).
-    """
-    def typer(*args):
-        if scope_at is not None:
-            _check_choice(op, "scope", args[scope_at], _SCOPES, ThreadScope)
-        if order_at is not None:
-            _check_choice(op, "order", args[order_at], orders, MemoryOrder)
-        return impl
-    return typer
+def _scope(op, scope):
+    _check_choice(op, "scope", scope, _SCOPES, ThreadScope)
 
 
-def bind():
-    """Register the overloads that give ``flowdsl.mem``'s stubs their meaning on the GPU."""
-    def register(stub, impl, **checks):
-        typer = _typer(stub.__name__, impl, **checks)
-        params = inspect.signature(stub).parameters
-        # numba wants the typer's parameters named like the stub's.
-        typer.__signature__ = inspect.Signature(list(params.values()))
-        overload(stub)(typer)
+def _order_scope(op, order, scope, orders=_ATOM_ORDERS):
+    _check_choice(op, "scope", scope, _SCOPES, ThreadScope)
+    _check_choice(op, "order", order, orders, MemoryOrder)
 
-    register(mem.load_acquire, lambda array, index, scope: _load_acquire(array, index, scope), scope_at=2)
-    register(mem.load_relaxed, lambda array, index, scope: _load_relaxed(array, index, scope), scope_at=2)
-    register(mem.store_release, lambda array, index, value, scope: _store_release(array, index, value, scope),
-             scope_at=3)
-    register(mem.store_relaxed, lambda array, index, value, scope: _store_relaxed(array, index, value, scope),
-             scope_at=3)
-    register(mem.fence, lambda order, scope: _fence(order, scope), order_at=0, scope_at=1, orders=_FENCES)
-    register(mem.atomic_add, lambda array, index, value, order, scope: _atomic_add(array, index, value, order, scope),
-             order_at=3, scope_at=4)
-    register(mem.atomic_exch,
-             lambda array, index, value, order, scope: _atomic_exch(array, index, value, order, scope),
-             order_at=3, scope_at=4)
-    register(mem.red_add, lambda array, index, value, order, scope: _red_add(array, index, value, order, scope),
-             order_at=3, scope_at=4)
-    register(mem.atomic_cas, lambda array, index, expected, desired, order, scope: _atomic_cas(
-        array, index, expected, desired, order, scope), order_at=4, scope_at=5)
-    register(mem.load_vec, lambda array, index: _load_vec(array, index))
-    register(mem.store_vec, lambda array, index, values: _store_vec(array, index, values))
-    register(mem.to_bits, lambda value: _to_bits(value))
-    register(mem.from_bits, lambda bits, dtype: _from_bits(bits, dtype))
-    register(mem.address, lambda array, index: _address(array, index))
-    register(mem.globaltimer, lambda: _globaltimer())
+
+# numba first offers an overload non-literal types, then literals: the non-literal attempt is refused
+# by the choice checks, so the literal one decides (and its error is the one reported).
+
+@overload(mem.load_acquire)
+def mem_load_acquire(array, index, scope):
+    _scope("load_acquire", scope)
+    return lambda array, index, scope: _load_acquire(array, index, scope)
+
+
+@overload(mem.load_relaxed)
+def mem_load_relaxed(array, index, scope):
+    _scope("load_relaxed", scope)
+    return lambda array, index, scope: _load_relaxed(array, index, scope)
+
+
+@overload(mem.store_release)
+def mem_store_release(array, index, value, scope):
+    _scope("store_release", scope)
+    return lambda array, index, value, scope: _store_release(array, index, value, scope)
+
+
+@overload(mem.store_relaxed)
+def mem_store_relaxed(array, index, value, scope):
+    _scope("store_relaxed", scope)
+    return lambda array, index, value, scope: _store_relaxed(array, index, value, scope)
+
+
+@overload(mem.fence)
+def mem_fence(order, scope):
+    _order_scope("fence", order, scope, _FENCES)
+    return lambda order, scope: _fence(order, scope)
+
+
+@overload(mem.atomic_add)
+def mem_atomic_add(array, index, value, order, scope):
+    _order_scope("atomic_add", order, scope)
+    return lambda array, index, value, order, scope: _atomic_add(array, index, value, order, scope)
+
+
+@overload(mem.atomic_exch)
+def mem_atomic_exch(array, index, value, order, scope):
+    _order_scope("atomic_exch", order, scope)
+    return lambda array, index, value, order, scope: _atomic_exch(array, index, value, order, scope)
+
+
+@overload(mem.red_add)
+def mem_red_add(array, index, value, order, scope):
+    _order_scope("red_add", order, scope)
+    return lambda array, index, value, order, scope: _red_add(array, index, value, order, scope)
+
+
+@overload(mem.atomic_cas)
+def mem_atomic_cas(array, index, expected, desired, order, scope):
+    _order_scope("atomic_cas", order, scope)
+    return lambda array, index, expected, desired, order, scope: _atomic_cas(
+        array, index, expected, desired, order, scope)
+
+
+@overload(mem.load_vec)
+def mem_load_vec(array, index):
+    return lambda array, index: _load_vec(array, index)
+
+
+@overload(mem.store_vec)
+def mem_store_vec(array, index, values):
+    return lambda array, index, values: _store_vec(array, index, values)
+
+
+@overload(mem.to_bits)
+def mem_to_bits(value):
+    return lambda value: _to_bits(value)
+
+
+@overload(mem.from_bits)
+def mem_from_bits(bits, dtype):
+    return lambda bits, dtype: _from_bits(bits, dtype)
+
+
+@overload(mem.address)
+def mem_address(array, index):
+    return lambda array, index: _address(array, index)
+
+
+@overload(mem.globaltimer)
+def mem_globaltimer():
+    return lambda: _globaltimer()

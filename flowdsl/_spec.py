@@ -1,0 +1,132 @@
+"""What a primitive asks of its arguments, written once beside its stub and read by every layer.
+
+A primitive's stub (``flowdsl/lsa.py`` ...) declares, in ``@primitive(...)``, the kind of each
+argument that is checked (:class:`Arg`), the support-library function it calls (``extern``, the
+C name stem; a coop primitive adds ``__<coop kind>``) and the target it needs (:class:`Gate`).
+Its defaults are the stub's own. From that one :class:`Spec`:
+
+* the numba typing checks each argument's type (``flowdsl/lowering/checks.py``: "``op`` requires
+  ``what``, got ``type``") and gates the target (``flowdsl.lowering.target.require``);
+* the lowering names the C function it calls (``flowdsl.lowering.declarations.extern``);
+* the extern table (``flowdsl/lowering/externs.py``) takes each row's oldest NCCL, archs and CUDA
+  from the gate of the primitive that calls it;
+* the simulator checks each argument's value (``flowdsl/sim/checks.py``: "Cannot ``op``: ``value``
+  is not ``what``. ``fix``").
+
+No numba here: the simulator and ``import flowdsl`` read specs too.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field, replace
+
+__all__ = ["Arg", "Gate", "Spec", "SPECS", "spec_of", "ALL_ARCHS",
+           "COMM", "COOP", "WINDOW", "TEAM", "TEAMS", "INT", "ORDER", "ARRAY", "SHARED_ARRAY",
+           "LSA_SESSION", "GIN_CONTEXT", "REMOTE", "LOCAL", "CFT_SESSION", "ENUM"]
+
+#: Targets the support library is built for, oldest first.
+ALL_ARCHS = ("sm_80", "sm_90", "sm_100")
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One checked argument: its kind (a key both layers know), how errors name it, and the fix.
+
+    Attributes:
+        kind: ``"comm"``, ``"coop"``, ``"window"``, ``"team"``, ``"int"``, ``"order"``, ``"array"``, ...
+        what: The phrase errors use ("a device communicator").
+        fix: What the simulator's error tells the user to pass instead.
+    """
+
+    kind: str
+    what: str
+    fix: str = ""
+
+    def but(self, what: str | None = None, fix: str | None = None) -> "Arg":
+        """This kind, named differently for one argument (``WINDOW.but("a source window")``)."""
+        return replace(self, what=self.what if what is None else what, fix=self.fix if fix is None else fix)
+
+
+COMM = Arg("comm", "a device communicator", "Pass the DevComm from comm.device_communicator()")
+COOP = Arg("coop", "a coop (flowdsl.coop.cta(), .warp(), ...)", "Pass flowdsl.coop.cta(), .warp(), ...")
+WINDOW = Arg("window", "a window (from comm.register(buf))", "Pass a window from comm.register()")
+TEAM = Arg("team", "a team", "Pass flowdsl.team.world(comm), team.lsa(comm) or team.rail(comm)")
+TEAMS = TEAM.but("teams")
+#: An integer; errors read "``name`` to be an integer".
+INT = Arg("int", "an integer")
+ORDER = Arg("order", "a flowdsl.MemoryOrder", "Pass a flowdsl.MemoryOrder")
+ARRAY = Arg("array", "an array")
+SHARED_ARRAY = Arg("shared_array", "a shared-memory array (a cuda.shared.array)")
+LSA_SESSION = Arg("lsa_session", "a barrier session (from flowdsl.lsa.barrier)")
+GIN_CONTEXT = Arg("gin_context", "a GIN context", "Make one with flowdsl.gin.context(comm, index)")
+REMOTE = Arg("remote", "a signal action (flowdsl.gin.strong_signal_inc(id), ...)",
+             "Pass flowdsl.gin.strong_signal_inc(id) or another signal action")
+LOCAL = Arg("local", "local=flowdsl.gin.counter_inc(counter)", "Pass flowdsl.gin.counter_inc(id)")
+CFT_SESSION = Arg("cft_session", "a CFT session (flowdsl.cft.session(comm, coop, storage))")
+#: A flowdsl enum member or an int (``ENUM.but("a flowdsl.cft.MemProxyType")``).
+ENUM = Arg("enum", "an enum member")
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The target a primitive needs: oldest NCCL, oldest compute capability, oldest linking CUDA."""
+
+    nccl: tuple[int, int, int] = (2, 28, 9)
+    min_cc: tuple[int, int] | None = None
+    cuda: tuple[int, int] = (13, 0)
+
+    @property
+    def archs(self) -> tuple[str, ...]:
+        """The support library's targets this gate allows."""
+        if self.min_cc is None:
+            return ALL_ARCHS
+        return tuple(a for a in ALL_ARCHS if (int(a[3:-1]), int(a[-1])) >= self.min_cc)
+
+    @property
+    def gates(self) -> bool:
+        """Whether it asks more than every build has."""
+        return self != Gate()
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One primitive: its name, its parameters (names and defaults, from the stub), the kinds of the
+    checked ones, the C function stem it calls and its gate."""
+
+    name: str
+    params: tuple[inspect.Parameter, ...]
+    args: dict = field(default_factory=dict)
+    extern: str | None = None
+    gate: Gate = Gate()
+
+    @property
+    def short(self) -> str:
+        """``lsa.barrier`` for ``flowdsl.lsa.barrier``."""
+        return self.name.removeprefix("flowdsl.")
+
+    def default(self, param: str):
+        """The stub's default of ``param`` (``inspect.Parameter.empty`` when it has none)."""
+        return next(p.default for p in self.params if p.name == param)
+
+
+#: name -> spec of every primitive (also ``stub.__flowdsl_spec__``).
+SPECS: dict[str, Spec] = {}
+
+
+def make_spec(fn, extern: str | None = None, gate: Gate | None = None, **args: Arg) -> Spec:
+    """The spec of stub body ``fn``; every keyword in ``args`` must name one of its parameters."""
+    params = tuple(inspect.signature(fn).parameters.values())
+    unknown = set(args) - {p.name for p in params}
+    if unknown:
+        raise TypeError(f"{fn.__name__}: no parameter {sorted(unknown)} to describe")
+    spec = Spec(f"{fn.__module__}.{fn.__name__}", params, dict(args), extern, gate or Gate())
+    SPECS[spec.name] = spec
+    return spec
+
+
+def spec_of(stub_or_name) -> Spec:
+    """The spec of a stub (or of its full name, ``"flowdsl.lsa.sync"``)."""
+    if isinstance(stub_or_name, str):
+        return SPECS[stub_or_name]
+    return stub_or_name.__flowdsl_spec__

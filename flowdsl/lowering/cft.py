@@ -1,0 +1,280 @@
+"""How ``flowdsl.cft`` compiles: CFT teams, logical endpoints, sessions, counted writes, barriers.
+
+Every primitive is gated by its spec (``flowdsl.cft.GATE``: NCCL >= 2.31, sm_100
+or newer, a CUDA >= 13.3 linker) and records :data:`CFT_FEATURE`, so the kernel
+is linked with the separate CFT support build (``prebuilt/src/flowdsl_cft.cu``)
+and kernels without CFT link exactly as before.
+
+A session (``ncclCft``) is a value of :class:`CftSessionType`: the device
+communicator, the coop and the address of the shared memory the kernel gave
+it. NCCL's session is a C++ object with state that changes at each call; it
+cannot cross the C ABI, so the support library keeps that state next to the
+session's mbarrier in the same shared memory, and each call is one C function
+per coop kind.
+
+numba caches an overload's typing per argument types, so a second kernel
+whose CFT calls have the same types does not run the typers again:
+:func:`cft_primitives_called` reads which CFT functions the lowered code
+calls, and the compiler checks the gates and records the feature from that.
+"""
+
+from __future__ import annotations
+
+import re
+
+from numba import cuda
+from numba.core import types
+from numba.core.errors import NumbaTypeError
+from numba.cuda import models
+from numba.cuda.extending import make_attribute_wrapper, overload, overload_method, register_model
+
+from .. import cft
+from .._spec import SPECS, spec_of
+from ..enums import MemoryOrder
+from .checks import KIND_TYPES, check
+from .declarations import extern
+from .intrinsics import array_ptr, devcomm_ptr, enum_value, struct_maker, value_or
+from .target import note_feature
+from .team import team_from
+from .types import CoopType, DevCommType
+
+__all__ = ["CftSessionType", "CftBarrierSessionType", "CFT_FEATURE", "cft_primitives_called"]
+
+#: Recorded on a compiled kernel that uses flowdsl.cft: its link adds the CFT support build.
+CFT_FEATURE = "cft"
+
+
+def _check(stub, *arg_types):
+    """Check a CFT primitive's gate and arguments (its spec), and record the feature."""
+    check(stub, *arg_types)
+    note_feature(CFT_FEATURE)
+
+
+_CALL = re.compile(r"@\"?(flowdsl_cft_[a-z_]+?)(?:__(?:thread|warp|lanes|warp_span|cta))?\"?\(")
+
+
+def cft_primitives_called(llvm_ir: str) -> list[str]:
+    """Names of the ``flowdsl.cft`` primitives whose C functions ``llvm_ir`` calls, sorted (from their
+    specs' ``extern``; a barrier session's ``<stem>_<method>`` is the barrier's)."""
+    primitive_of = {s.extern: s.name for s in SPECS.values() if s.name.startswith("flowdsl.cft.")}
+    return sorted({primitive_of.get(stem) or primitive_of[stem.rsplit("_", 1)[0]]
+                   for stem in _CALL.findall(llvm_ir)})
+
+
+class CftSessionType(types.Type):
+    """A CFT session (``ncclCft<Coop>``) over kernel-provided shared memory."""
+
+    def __init__(self, comm: DevCommType, coop: CoopType):
+        self.comm, self.coop = comm, coop
+        super().__init__(name=f"CftSession({comm}, {coop})")
+
+    @property
+    def key(self):
+        return self.comm, self.coop
+
+
+class CftBarrierSessionType(types.Type):
+    """A CFT barrier session (``ncclCftBarrierSession<Coop>``)."""
+
+    def __init__(self, comm: DevCommType, coop: CoopType):
+        self.comm, self.coop = comm, coop
+        super().__init__(name=f"CftBarrierSession({comm}, {coop})")
+
+    @property
+    def key(self):
+        return self.comm, self.coop
+
+
+@register_model(CftSessionType)
+class _CftSessionModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, [("comm", fe_type.comm), ("coop", fe_type.coop), ("storage", types.voidptr)])
+
+
+@register_model(CftBarrierSessionType)
+class _CftBarrierSessionModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, [("comm", fe_type.comm), ("coop", fe_type.coop), ("index", types.uint32)])
+
+
+for _name in ("comm", "coop", "storage"):
+    make_attribute_wrapper(CftSessionType, _name, _name)
+for _name in ("comm", "coop", "index"):
+    make_attribute_wrapper(CftBarrierSessionType, _name, _name)
+
+
+KIND_TYPES.update(cft_session=CftSessionType)
+
+_make_session = struct_maker(lambda comm, coop, storage: CftSessionType(comm, coop), ("comm", "coop", "storage"))
+_make_barrier = struct_maker(lambda comm, coop, index: CftBarrierSessionType(comm, coop), ("comm", "coop", "index"))
+
+_ACQUIRE = int(MemoryOrder.ACQUIRE)
+_RELAXED = int(MemoryOrder.RELAXED)
+_GENERIC = int(cft.MemProxyType.GENERIC)
+_FABRIC = int(cft.MemProxyType.FABRIC)
+_SYS = int(cft.MemFenceScope.SYS)
+
+
+# ---- teams and logical endpoints -------------------------------------------------------------------
+
+@overload(cft.team)
+def cft_team(comm):
+    _check(cft.team, comm)
+    return team_from(extern(cft.team))
+
+
+@overload(cft.le_info)
+def cft_le_info(comm, win, offset, team, peer):
+    _check(cft.le_info, comm, win, offset, team)
+    fn = extern(cft.le_info)
+
+    def impl(comm, win, offset, team, peer):
+        out = cuda.local.array(2, types.uint64)
+        fn(devcomm_ptr(comm), win._handle, offset, team.nranks, team.rank, team.stride, peer, array_ptr(out))
+        return types.uint32(out[0]), out[1]
+    return impl
+
+
+@overload(cft.peer_le_info)
+def cft_peer_le_info(comm, win, offset, peer):
+    _check(cft.peer_le_info, comm, win)
+    fn = extern(cft.peer_le_info)
+
+    def impl(comm, win, offset, peer):
+        out = cuda.local.array(2, types.uint64)
+        fn(devcomm_ptr(comm), win._handle, offset, peer, array_ptr(out))
+        return types.uint32(out[0]), out[1]
+    return impl
+
+
+# ---- sessions ---------------------------------------------------------------------------------------
+
+@overload(cft.session)
+def cft_session(comm, coop, storage):
+    _check(cft.session, comm, coop)
+    if not isinstance(storage, types.Array) or storage.dtype != types.uint64:
+        raise NumbaTypeError("flowdsl.cft.session requires storage to be a shared u64 array of "
+                             f"flowdsl.cft.SESSION_WORDS elements, got {storage}")
+    fn = extern(cft.session, coop)
+
+    def impl(comm, coop, storage):
+        ptr = array_ptr(storage)
+        fn(coop._word, ptr)
+        return _make_session(comm, coop, ptr)
+    return impl
+
+
+@overload(cft.put)
+def cft_put(session, le_id, le_offset, src, nbytes):
+    _check(cft.put, session, le_id, le_offset, src)
+    fn = extern(cft.put, session.coop)
+    return lambda session, le_id, le_offset, src, nbytes: fn(
+        session.coop._word, session.storage, le_id, le_offset, array_ptr(src), nbytes)
+
+
+@overload(cft.put_counted)
+def cft_put_counted(session, le_id, le_offset, counter_offset, src, nbytes):
+    _check(cft.put_counted, session, le_id, le_offset, counter_offset, src)
+    fn = extern(cft.put_counted, session.coop)
+    return lambda session, le_id, le_offset, counter_offset, src, nbytes: fn(
+        session.coop._word, session.storage, le_id, le_offset, counter_offset, array_ptr(src), nbytes)
+
+
+@overload(cft.get)
+def cft_get(session, le_id, le_offset, dst, nbytes):
+    _check(cft.get, session, le_id, le_offset, dst)
+    fn = extern(cft.get, session.coop)
+    return lambda session, le_id, le_offset, dst, nbytes: fn(
+        session.coop._word, session.storage, le_id, le_offset, array_ptr(dst), nbytes)
+
+
+def _session_only(stub, session):
+    _check(stub, session)
+    fn = extern(stub, session.coop)
+    return lambda session: fn(session.coop._word, session.storage)
+
+
+@overload(cft.submit)
+def cft_submit(session):
+    return _session_only(cft.submit, session)
+
+
+@overload(cft.flush)
+def cft_flush(session):
+    return _session_only(cft.flush, session)
+
+
+@overload(cft.flush_smem)
+def cft_flush_smem(session):
+    return _session_only(cft.flush_smem, session)
+
+
+@overload(cft.close)
+def cft_close(session):
+    return _session_only(cft.close, session)
+
+
+# ---- counted writes and fences -------------------------------------------------------------------------
+
+@overload(cft.read_counter)
+def cft_read_counter(win, offset, order=None):
+    _check(cft.read_counter, win, offset, order)
+    fn = extern(cft.read_counter)
+    return lambda win, offset, order=None: fn(win._handle, offset, value_or(order, _RELAXED))
+
+
+@overload(cft.wait_counted)
+def cft_wait_counted(session, win, offset, expected, order=None, consumer=None):
+    _check(cft.wait_counted, session, win, offset, expected, order, consumer)
+    fn = extern(cft.wait_counted, session.coop)
+
+    def impl(session, win, offset, expected, order=None, consumer=None):
+        fn(session.coop._word, devcomm_ptr(session.comm), session.storage, win._handle, offset, expected,
+           value_or(order, _ACQUIRE), value_or(consumer, _GENERIC))
+    return impl
+
+
+@overload(cft.fence)
+def cft_fence(coop, order=None, producer=None, consumer=None, scope=None):
+    _check(cft.fence, coop, order, producer, consumer, scope)
+    fn = extern(cft.fence, coop)
+
+    def impl(coop, order=None, producer=None, consumer=None, scope=None):
+        fn(coop._word, value_or(order, _ACQUIRE), value_or(producer, _FABRIC), value_or(consumer, _GENERIC),
+           value_or(scope, _SYS))
+    return impl
+
+
+# ---- barriers: the session's arrive, wait and sync call flowdsl_cft_barrier_<method> --------------------
+
+@overload(cft.barrier)
+def cft_barrier(comm, coop, index):
+    _check(cft.barrier, comm, coop)
+    return lambda comm, coop, index: _make_barrier(comm, coop, index)
+
+
+def _barrier_call(method, session, order):
+    if not isinstance(order, KIND_TYPES["enum"]):
+        raise NumbaTypeError(f"flowdsl.cft.barrier(...).{method} requires order to be a flowdsl.MemoryOrder, "
+                             f"got {order}")
+    fn = extern(cft.barrier, session.coop, stem=f"{spec_of(cft.barrier).extern}_{method}")
+
+    def impl(session, order, producer=None, consumer=None):
+        fn(session.coop._word, devcomm_ptr(session.comm), session.index, enum_value(order),
+           value_or(producer, _GENERIC), value_or(consumer, _GENERIC))
+    return impl
+
+
+@overload_method(CftBarrierSessionType, "arrive")
+def cft_barrier_arrive(session, order, producer=None, consumer=None):
+    return _barrier_call("arrive", session, order)
+
+
+@overload_method(CftBarrierSessionType, "wait")
+def cft_barrier_wait(session, order, producer=None, consumer=None):
+    return _barrier_call("wait", session, order)
+
+
+@overload_method(CftBarrierSessionType, "sync")
+def cft_barrier_sync(session, order, producer=None, consumer=None):
+    return _barrier_call("sync", session, order)

@@ -1,0 +1,441 @@
+"""How ``flowdsl.gin`` compiles: GIN contexts, typed signal actions, puts, gets, waits, barriers.
+
+A remote action is a value whose *type* carries its kind (legacy, strong or
+weak; indexed or VA; inc or add), so the kernel states at compile time which
+signals it needs: strong and weak kinds need NCCL >= 2.32, and a kernel that
+uses strong signals is refused at launch on a backend that offers only weak
+ones (see :data:`STRONG_SIGNAL_FEATURE`). Each (operation, remote kind,
+counted, payload size) is its own C function of the GIN library, so a call
+inlines exactly one NCCL template instantiation; the action's operands cross
+as ``(signal id, VA window, VA offset, value)``. put, put_value and signal
+take the coop kind as a constant argument (it folds after LTO inlining) rather
+than one function per coop: a fifth of the functions to build and link.
+
+A kernel that calls the GIN library is marked :data:`GIN_FEATURE`: it links a
+GIN build, that of its device communicator's backend when the target names it
+(marked :func:`backend_feature`, checked at launch: :func:`linked_backend`).
+"""
+
+from __future__ import annotations
+
+from numba.core import cgutils, types
+from numba.core.errors import NumbaTypeError
+from numba.cuda import models
+from numba.cuda.extending import intrinsic, make_attribute_wrapper, overload, overload_method, register_model
+
+from .. import gin
+from .._spec import spec_of
+from ..enums import CoopKind, GinBackend, MemoryOrder
+from .checks import KIND_TYPES, check, is_omitted, require_gate
+from .declarations import DECLARED, extern
+from .externs import PAYLOAD_SUFFIX, REMOTE_VARIANTS
+from .intrinsics import devcomm_ptr, enum_value, struct_maker, value_or
+from .target import note_feature
+from .types import CoopType, DevCommType
+
+__all__ = ["GinContextType", "RemoteActionType", "LocalActionType", "GinBarrierSessionType", "REMOTE_KINDS",
+           "STRONG_SIGNAL_FEATURE", "GIN_FEATURE", "backend_feature", "linked_backend"]
+
+#: Remote action kinds; each names a variant of the GIN support functions (externs.REMOTE_VARIANTS).
+REMOTE_KINDS = tuple(kind for kind, _ in REMOTE_VARIANTS)
+#: Recorded on a compiled kernel that issues strong signals.
+STRONG_SIGNAL_FEATURE = "gin.strong_signals"
+#: Recorded on a compiled kernel that calls the GIN library (it links a GIN build).
+GIN_FEATURE = "gin"
+_BACKEND_FEATURE = "gin.backend:"
+
+
+def backend_feature(backend: GinBackend) -> str:
+    """Recorded on a kernel linked with the GIN build of ``backend`` only (it runs with no other)."""
+    return _BACKEND_FEATURE + backend.option
+
+
+def linked_backend(features) -> GinBackend | None:
+    """The one GIN backend a compiled kernel runs with, or None (any: no GIN, or every backend linked)."""
+    for feature in features:
+        if feature.startswith(_BACKEND_FEATURE):
+            return GinBackend.from_option(feature[len(_BACKEND_FEATURE):])
+    return None
+
+
+class GinContextType(types.Type):
+    """A GIN context: a device communicator and a context index (``ncclGin``)."""
+
+    def __init__(self, comm: DevCommType):
+        self.comm = comm
+        super().__init__(name=f"GinContext({comm})")
+
+    @property
+    def key(self):
+        return self.comm
+
+
+class RemoteActionType(types.Type):
+    """A signal action of one kind (``ncclGin_StrongSignalInc``, ...)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        super().__init__(name=f"GinRemoteAction({kind})")
+
+    @property
+    def key(self):
+        return self.kind
+
+    @property
+    def strong(self) -> bool:
+        return self.kind.startswith("strong")
+
+
+class LocalActionType(types.Type):
+    """``counter_inc(counter)``: a counter raised once the put's source may be reused."""
+
+    def __init__(self):
+        super().__init__(name="GinCounterInc")
+
+
+class GinBarrierSessionType(types.Type):
+    """A GIN (rail) or hybrid (world) barrier session."""
+
+    def __init__(self, ctx: GinContextType, coop: CoopType, hybrid: bool):
+        self.ctx, self.coop, self.hybrid = ctx, coop, hybrid
+        super().__init__(name=f"{'Hybrid' if hybrid else 'Gin'}BarrierSession({ctx.comm}, {coop})")
+
+    @property
+    def key(self):
+        return self.ctx, self.coop, self.hybrid
+
+
+local_action_type = LocalActionType()
+
+
+@register_model(GinContextType)
+class _GinContextModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, [("comm", fe_type.comm), ("index", types.int32)])
+
+
+@register_model(RemoteActionType)
+class _RemoteActionModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, [("signal", types.uint32), ("win", types.voidptr),
+                                        ("offset", types.uint64), ("value", types.uint64)])
+
+
+@register_model(LocalActionType)
+class _LocalActionModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, [("counter", types.uint32)])
+
+
+@register_model(GinBarrierSessionType)
+class _GinBarrierSessionModel(models.StructModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, [("ctx", fe_type.ctx), ("coop", fe_type.coop), ("index", types.uint32)])
+
+
+for _name in ("comm", "index"):
+    make_attribute_wrapper(GinContextType, _name, _name)
+for _name in ("signal", "win", "offset", "value"):
+    make_attribute_wrapper(RemoteActionType, _name, _name)
+make_attribute_wrapper(LocalActionType, "counter", "counter")
+for _name in ("ctx", "coop", "index"):
+    make_attribute_wrapper(GinBarrierSessionType, _name, _name)
+
+
+KIND_TYPES.update(gin_context=GinContextType, remote=RemoteActionType, local=LocalActionType)
+
+_make_context = struct_maker(lambda comm, index: GinContextType(comm), ("comm", "index"))
+_make_local = struct_maker(local_action_type, ("counter",))
+_REMOTE_FIELDS = ("signal", "win", "offset", "value")
+_make_remote = {kind: struct_maker(RemoteActionType(kind), _REMOTE_FIELDS) for kind in REMOTE_KINDS}
+_make_barrier = struct_maker(lambda ctx, coop, index: GinBarrierSessionType(ctx, coop, False), ("ctx", "coop", "index"))
+_make_hybrid_barrier = struct_maker(lambda ctx, coop, index: GinBarrierSessionType(ctx, coop, True),
+                                    ("ctx", "coop", "index"))
+
+
+@intrinsic
+def _null(typingctx):
+    def codegen(context, builder, sig, args):
+        return cgutils.voidptr_t(None)
+    return types.voidptr(), codegen
+
+
+@intrinsic
+def _payload_bits(typingctx, value):
+    """A scalar's bytes as a u64 (what ``putValue`` sends), and its size."""
+    if not isinstance(value, (types.Integer, types.Float, types.Boolean)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        from llvmlite import ir
+
+        ty = sig.args[0]
+        width = 8 if isinstance(ty, types.Boolean) else ty.bitwidth
+        bits = builder.bitcast(args[0], ir.IntType(width)) if isinstance(ty, types.Float) else \
+            builder.zext(args[0], ir.IntType(width)) if isinstance(ty, types.Boolean) else args[0]
+        return builder.zext(bits, ir.IntType(64)) if width < 64 else bits
+    return types.uint64(value), codegen
+
+
+def _size_of(value):
+    return 1 if isinstance(value, types.Boolean) else value.bitwidth // 8
+
+
+_ACQUIRE = int(MemoryOrder.ACQUIRE)
+
+
+def _coop_kind(coop) -> int:
+    """The coop's kind (the calling thread when ``coop`` is omitted), as put/put_value/signal take it."""
+    return int(CoopKind.THREAD if is_omitted(coop) else coop.kind)
+
+
+def _remote_kind(remote) -> str:
+    """The kind of a checked remote action (``"none"`` when omitted): gated on the target here, where the
+    context (and so the NCCL release) is known, not in the action's constructor."""
+    if is_omitted(remote):
+        return "none"
+    require_gate(f"flowdsl.gin.{remote.kind}", spec_of(getattr(gin, remote.kind)).gate)
+    if remote.strong:
+        note_feature(STRONG_SIGNAL_FEATURE)
+    return remote.kind
+
+
+def _coop_word(coop):
+    """The coop's word, or the calling thread's when ``coop`` is omitted (typed per argument)."""
+
+
+def _remote_fields(remote):
+    """``(signal, window, offset, value)`` of a remote action, zeros when it is omitted."""
+
+
+def _counter_args(local):
+    """``(counter,)`` of a local action, ``()`` when it is omitted (the uncounted put takes none)."""
+
+
+@overload(_coop_word)
+def _coop_word_typer(coop):
+    if is_omitted(coop):
+        return lambda coop: types.uint32(0)
+    return lambda coop: coop._word
+
+
+@overload(_remote_fields)
+def _remote_fields_typer(remote):
+    if is_omitted(remote):
+        return lambda remote: (types.uint32(0), _null(), types.uint64(0), types.uint64(0))
+    return lambda remote: (remote.signal, remote.win, remote.offset, remote.value)
+
+
+@overload(_counter_args)
+def _counter_args_typer(local):
+    if is_omitted(local):
+        return lambda local: ()
+    return lambda local: (local.counter,)
+
+
+# ---- contexts and actions ------------------------------------------------------------------------
+
+@overload(gin.context)
+def gin_context(comm, index=0):
+    check(gin.context, comm)
+    return lambda comm, index=0: _make_context(comm, index)
+
+
+@overload(gin.signal_inc)
+def gin_signal_inc(signal):
+    make = _make_remote["signal_inc"]
+    return lambda signal: make(signal, _null(), 0, 1)
+
+
+@overload(gin.signal_add)
+def gin_signal_add(signal, value):
+    make = _make_remote["signal_add"]
+    return lambda signal, value: make(signal, _null(), 0, value)
+
+
+@overload(gin.strong_signal_inc)
+def gin_strong_signal_inc(signal):
+    make = _make_remote["strong_signal_inc"]
+    return lambda signal: make(signal, _null(), 0, 1)
+
+
+@overload(gin.weak_signal_inc)
+def gin_weak_signal_inc(signal):
+    make = _make_remote["weak_signal_inc"]
+    return lambda signal: make(signal, _null(), 0, 1)
+
+
+@overload(gin.strong_signal_add)
+def gin_strong_signal_add(signal, value):
+    make = _make_remote["strong_signal_add"]
+    return lambda signal, value: make(signal, _null(), 0, value)
+
+
+@overload(gin.weak_signal_add)
+def gin_weak_signal_add(signal, value):
+    make = _make_remote["weak_signal_add"]
+    return lambda signal, value: make(signal, _null(), 0, value)
+
+
+@overload(gin.strong_va_signal_inc)
+def gin_strong_va_signal_inc(win, offset):
+    check(gin.strong_va_signal_inc, win, gated=False)
+    make = _make_remote["strong_va_signal_inc"]
+    return lambda win, offset: make(0, win._handle, offset, 1)
+
+
+@overload(gin.weak_va_signal_inc)
+def gin_weak_va_signal_inc(win, offset):
+    check(gin.weak_va_signal_inc, win, gated=False)
+    make = _make_remote["weak_va_signal_inc"]
+    return lambda win, offset: make(0, win._handle, offset, 1)
+
+
+@overload(gin.strong_va_signal_add)
+def gin_strong_va_signal_add(win, offset, value):
+    check(gin.strong_va_signal_add, win, gated=False)
+    make = _make_remote["strong_va_signal_add"]
+    return lambda win, offset, value: make(0, win._handle, offset, value)
+
+
+@overload(gin.weak_va_signal_add)
+def gin_weak_va_signal_add(win, offset, value):
+    check(gin.weak_va_signal_add, win, gated=False)
+    make = _make_remote["weak_va_signal_add"]
+    return lambda win, offset, value: make(0, win._handle, offset, value)
+
+
+@overload(gin.counter_inc)
+def gin_counter_inc(counter):
+    return lambda counter: _make_local(counter)
+
+
+# ---- one-sided operations: the coop kind, the remote kind and counted-or-not are constants -------
+
+@overload(gin.put)
+def gin_put(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remote=None, local=None,
+            coop=None):
+    check(gin.put, ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remote, local, coop)
+    kind, coop_kind = _remote_kind(remote), _coop_kind(coop)
+    fn = DECLARED[f"flowdsl_gin_put__{kind}{'' if is_omitted(local) else '__counted'}"]
+
+    def impl(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remote=None, local=None,
+             coop=None):
+        signal, win, offset, value = _remote_fields(remote)
+        fn(*((coop_kind, _coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride,
+              peer, dst_win._handle, dst_offset, src_win._handle, src_offset, nbytes, signal, win, offset, value)
+             + _counter_args(local)))
+    return impl
+
+
+@overload(gin.put_value)
+def gin_put_value(ctx, team, peer, dst_win, dst_offset, value, remote=None, coop=None):
+    check(gin.put_value, ctx, team, peer, dst_win, dst_offset, value, remote, coop)
+    if not isinstance(value, (types.Integer, types.Float, types.Boolean)):
+        raise NumbaTypeError(f"flowdsl.gin.put_value requires a scalar of at most 8 bytes, got {value}")
+    kind, coop_kind = _remote_kind(remote), _coop_kind(coop)
+    fn = DECLARED[f"flowdsl_gin_put_value__{kind}__{PAYLOAD_SUFFIX[_size_of(value)]}"]
+
+    def impl(ctx, team, peer, dst_win, dst_offset, value, remote=None, coop=None):
+        signal, win, offset, arg = _remote_fields(remote)
+        fn(coop_kind, _coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride, peer,
+           dst_win._handle, dst_offset, _payload_bits(value), signal, win, offset, arg)
+    return impl
+
+
+@overload(gin.signal)
+def gin_signal(ctx, team, peer, remote, coop=None):
+    check(gin.signal, ctx, team, peer, remote, coop)
+    fn, coop_kind = DECLARED[f"flowdsl_gin_signal__{_remote_kind(remote)}"], _coop_kind(coop)
+
+    def impl(ctx, team, peer, remote, coop=None):
+        fn(coop_kind, _coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride, peer,
+           remote.signal, remote.win, remote.offset, remote.value)
+    return impl
+
+
+@overload(gin.get)
+def gin_get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nbytes, coop=None):
+    check(gin.get, ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nbytes, coop)
+    fn = extern(gin.get, None if is_omitted(coop) else coop)
+
+    def impl(ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nbytes, coop=None):
+        fn(_coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride, peer,
+           remote_win._handle, remote_offset, local_win._handle, local_offset, nbytes)
+    return impl
+
+
+@overload(gin.flush)
+def gin_flush(ctx, coop, order=None):
+    check(gin.flush, ctx, coop, order)
+    fn = extern(gin.flush, coop)
+    return lambda ctx, coop, order=None: fn(coop._word, devcomm_ptr(ctx.comm), ctx.index, value_or(order, _ACQUIRE))
+
+
+# ---- signals and counters --------------------------------------------------------------------------
+
+@overload(gin.read_signal)
+def gin_read_signal(ctx, signal, bits=64, order=None):
+    check(gin.read_signal, ctx, signal, bits, order)
+    fn = extern(gin.read_signal)
+    return lambda ctx, signal, bits=64, order=None: fn(devcomm_ptr(ctx.comm), ctx.index, signal, bits,
+                                                       value_or(order, _ACQUIRE))
+
+
+@overload(gin.read_counter)
+def gin_read_counter(ctx, counter, bits=56, order=None):
+    check(gin.read_counter, ctx, counter, bits, order)
+    fn = extern(gin.read_counter)
+    return lambda ctx, counter, bits=56, order=None: fn(devcomm_ptr(ctx.comm), ctx.index, counter, bits,
+                                                        value_or(order, _ACQUIRE))
+
+
+@overload(gin.wait_signal)
+def gin_wait_signal(ctx, coop, signal, least, bits=64, order=None):
+    check(gin.wait_signal, ctx, coop, signal, least, bits, order)
+    fn = extern(gin.wait_signal, coop)
+    return lambda ctx, coop, signal, least, bits=64, order=None: fn(
+        coop._word, devcomm_ptr(ctx.comm), ctx.index, signal, least, bits, value_or(order, _ACQUIRE))
+
+
+@overload(gin.wait_counter)
+def gin_wait_counter(ctx, coop, counter, least, bits=56, order=None):
+    check(gin.wait_counter, ctx, coop, counter, least, bits, order)
+    fn = extern(gin.wait_counter, coop)
+    return lambda ctx, coop, counter, least, bits=56, order=None: fn(
+        coop._word, devcomm_ptr(ctx.comm), ctx.index, counter, least, bits, value_or(order, _ACQUIRE))
+
+
+@overload(gin.reset_signal)
+def gin_reset_signal(ctx, signal):
+    check(gin.reset_signal, ctx)
+    fn = extern(gin.reset_signal)
+    return lambda ctx, signal: fn(devcomm_ptr(ctx.comm), ctx.index, signal)
+
+
+@overload(gin.reset_counter)
+def gin_reset_counter(ctx, counter):
+    check(gin.reset_counter, ctx)
+    fn = extern(gin.reset_counter)
+    return lambda ctx, counter: fn(devcomm_ptr(ctx.comm), ctx.index, counter)
+
+
+# ---- barriers ----------------------------------------------------------------------------------------
+
+@overload(gin.barrier)
+def gin_barrier(ctx, coop, index):
+    check(gin.barrier, ctx, coop)
+    return lambda ctx, coop, index: _make_barrier(ctx, coop, index)
+
+
+@overload(gin.hybrid_barrier)
+def gin_hybrid_barrier(ctx, coop, index):
+    check(gin.hybrid_barrier, ctx, coop)
+    return lambda ctx, coop, index: _make_hybrid_barrier(ctx, coop, index)
+
+
+@overload_method(GinBarrierSessionType, "sync")
+def gin_barrier_sync(session, order):
+    fn = extern(gin.hybrid_barrier if session.hybrid else gin.barrier, session.coop)
+    return lambda session, order: fn(session.coop._word, devcomm_ptr(session.ctx.comm), session.ctx.index,
+                                     session.index, enum_value(order))

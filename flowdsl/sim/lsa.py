@@ -1,0 +1,255 @@
+"""What ``flowdsl.lsa`` does in the simulator: pointers and views of peers' windows, LSA barriers,
+reduce and copy (the programs of ``flowdsl/lsa.py``)."""
+
+from __future__ import annotations
+
+from .. import lsa
+from ..enums import MemoryOrder
+from . import _state
+from .errors import BarrierIndexError, UsageError, WindowAccessError
+from .memory import Window
+from .scheduler import Wait, sim_error
+from .coop import coop_sync
+from .semantics import SEMANTICS, current, implements
+from .timeouts import note_bounded
+
+__all__ = ["Pointer", "BarrierSession", "lsa_barrier", "lsa_arrive", "lsa_wait"]
+
+
+class Pointer:
+    """A simulated device pointer: byte ``offset`` into ``rank``'s part of a window."""
+
+    __slots__ = ("window", "rank", "offset")
+
+    def __init__(self, window, rank, offset):
+        self.window, self.rank, self.offset = window, rank, int(offset)
+
+    def __add__(self, n):
+        return Pointer(self.window, self.rank, self.offset + int(n))
+
+    def __repr__(self):
+        return f"<sim Pointer {self.window.group.name()} rank {self.rank} +{self.offset}>"
+
+
+def _win(win, op):
+    if not isinstance(win, Window):
+        raise sim_error(UsageError, f"Cannot {op}: {win!r} is not a window. Pass a window from comm.register()")
+    t = current()
+    if win.rank != t.rank:
+        raise sim_error(UsageError, f"Cannot {op}: the window belongs to rank {win.rank}. "
+                        "Pass this rank's window")
+    return win
+
+
+def _lsa_to_world(win, lsa_peer, op):
+    comm = win.comm
+    lsa_peer = int(lsa_peer)
+    if not 0 <= lsa_peer < comm.lsa_size:
+        raise sim_error(UsageError, f"Cannot {op}: LSA peer {lsa_peer} is outside the LSA team of "
+                        f"{comm.lsa_size} ranks. Use 0 <= lsa_peer < comm.lsa_size")
+    return comm.rank - comm.lsa_rank + lsa_peer
+
+
+def _world_lsa_check(win, peer, op):
+    comm = win.comm
+    peer = int(peer)
+    base = comm.rank - comm.lsa_rank
+    if not base <= peer < base + comm.lsa_size:
+        raise sim_error(UsageError, f"Cannot {op}: world rank {peer} is not in rank {comm.rank}'s LSA team "
+                        f"(ranks {base}..{base + comm.lsa_size - 1}). Reach other nodes with GIN, not LSA")
+    return peer
+
+
+def _check_ptr_offset(win, offset, op):
+    if not 0 <= int(offset) <= win.group.nbytes:
+        raise sim_error(WindowAccessError, f"Cannot {op}: byte offset {int(offset)} is outside "
+                        f"{win.group.name()} ({win.group.nbytes} bytes). Check the offset arithmetic")
+
+
+@implements("flowdsl.lsa.get_local_pointer")
+def _lsa_get_local_pointer(win, offset):
+    w = _win(win, "get a local pointer")
+    _check_ptr_offset(w, offset, "get a local pointer")
+    return Pointer(w, w.rank, offset)
+
+
+@implements("flowdsl.lsa.get_lsa_pointer")
+def _lsa_get_lsa_pointer(win, offset, lsa_peer):
+    w = _win(win, "get an LSA pointer")
+    _check_ptr_offset(w, offset, "get an LSA pointer")
+    return Pointer(w, _lsa_to_world(w, lsa_peer, "get an LSA pointer"), offset)
+
+
+@implements("flowdsl.lsa.get_peer_pointer")
+def _lsa_get_peer_pointer(win, offset, peer):
+    w = _win(win, "get a peer pointer")
+    _check_ptr_offset(w, offset, "get a peer pointer")
+    return Pointer(w, _world_lsa_check(w, peer, "get a peer pointer"), offset)
+
+
+@implements("flowdsl.lsa.get_team_pointer")
+def _lsa_get_team_pointer(win, offset, team, peer):
+    w = _win(win, "get a team pointer")
+    _check_ptr_offset(w, offset, "get a team pointer")
+    world = w.rank + (int(peer) - team.rank) * team.stride
+    return Pointer(w, _world_lsa_check(w, world, "get a team pointer"), offset)
+
+
+@implements("flowdsl.lsa.local_view")
+def _lsa_local_view(win, start=0, count=-1, dtype=None):
+    w = _win(win, "make a local view")
+    return w.view(w.rank, start, count, dtype, "make a local view")
+
+
+@implements("flowdsl.lsa.lsa_view")
+def _lsa_lsa_view(win, lsa_peer, start=0, count=-1, dtype=None):
+    w = _win(win, "make an LSA view")
+    return w.view(_lsa_to_world(w, lsa_peer, "make an LSA view"), start, count, dtype,
+                  f"make an LSA view (lsa_peer {int(lsa_peer)})")
+
+
+@implements("flowdsl.lsa.peer_view")
+def _lsa_peer_view(win, peer, start=0, count=-1, dtype=None):
+    w = _win(win, "make a peer view")
+    return w.view(_world_lsa_check(w, peer, "make a peer view"), start, count, dtype, "make a peer view")
+
+
+@implements("flowdsl.lsa.team_view")
+def _lsa_team_view(win, team, peer, start=0, count=-1, dtype=None):
+    w = _win(win, "make a team view")
+    world = w.rank + (int(peer) - team.rank) * team.stride
+    return w.view(_world_lsa_check(w, world, "make a team view"), start, count, dtype, "make a team view")
+
+
+class BarrierSession:
+    """A thread's LSA barrier session (``ncclLsaBarrierSession``) on one index.
+
+    Attributes:
+        comm: The :class:`~flowdsl.sim.host.DevComm`.
+        coop: The :class:`Coop` performing it.
+        index: Barrier index.
+        epoch: This thread's copy of the barrier's epoch.
+    """
+
+    __slots__ = ("comm", "coop", "index", "epoch")
+
+    def __init__(self, comm, coop, index, epoch):
+        self.comm, self.coop, self.index, self.epoch = comm, coop, index, epoch
+
+    def arrive(self, order=MemoryOrder.SEQ_CST):
+        return SEMANTICS["flowdsl.lsa.arrive"](self, order)
+
+    def wait(self, order=MemoryOrder.SEQ_CST):
+        return SEMANTICS["flowdsl.lsa.wait"](self, order)
+
+    def sync(self, order=MemoryOrder.SEQ_CST):
+        return SEMANTICS["flowdsl.lsa.sync"](self, order)
+
+
+@implements("flowdsl.lsa.barrier")
+def lsa_barrier(comm, coop, index):
+    t = current()
+    g = getattr(comm, "group", None)
+    if g is None or not hasattr(g, "inbox"):
+        raise sim_error(UsageError, f"Cannot open an LSA barrier on {comm!r}: it is not a device communicator. "
+                        "Pass the DevComm from comm.device_communicator()")
+    index = int(index)
+    if not 0 <= index < g.lsa_barrier_count:
+        raise sim_error(BarrierIndexError, (
+            f"Cannot open LSA barrier {index}: the device communicator has lsa_barrier_count="
+            f"{g.lsa_barrier_count} (valid indices 0..{g.lsa_barrier_count - 1}). "
+            f"Create it with comm.device_communicator(lsa_barrier_count={index + 1}) or more, or use a smaller index"))
+    # Two different blocks of one launch must not use the same barrier index at once.
+    okey = (t.rank, index)
+    owner = g.owner.get(okey)
+    me = (t.launch.seq, t.blk.lin)
+    if owner is not None and owner[0] == t.launch.seq and owner[1] != t.blk.lin:
+        other = owner[2]
+        if not all(th.done for th in other.threads):
+            raise sim_error(BarrierIndexError, (
+                f"Cannot open LSA barrier {index} in {t.blk.name()}: {other.name()} of the same launch is "
+                f"using barrier {index}. Give every concurrently running block its own barrier index"))
+    g.owner[okey] = me + (t.blk,)
+    return BarrierSession(comm, coop, index, g.epoch[t.rank][index])
+
+
+def _bar_detail(session, t):
+    def detail(s):
+        g = session.comm.group
+        comm = session.comm
+        need = session.epoch + 1
+        base = comm.rank - comm.lsa_rank
+        box = g.inbox[comm.rank][session.index]
+        lines = []
+        for p in range(comm.lsa_size):
+            if p == comm.lsa_rank or box[p] >= need:
+                continue
+            r = base + p
+            lines.append(f"peer rank {r} has not arrived (its arrival count here is {box[p]}, need {need}); "
+                         f"rank {r} was expected to call arrive on LSA barrier {session.index}: "
+                         f"{s.rank_summary(r)}")
+        return "\n".join(lines)
+    return detail
+
+
+@implements("flowdsl.lsa.arrive")
+def lsa_arrive(session, order=MemoryOrder.SEQ_CST):
+    coop = session.coop
+    coop_sync(coop)
+    if coop.trank == 0:
+        comm = session.comm
+        g = comm.group
+        base = comm.rank - comm.lsa_rank
+        val = session.epoch + 1
+        sched = _state.sched
+        rc = sched.race
+        if rc is not None:  # the arrival publishes the coop's accesses if its order releases
+            published = rc.release_vc(current(), order)
+        for p in range(comm.lsa_size):
+            if p != comm.lsa_rank:
+                if rc is not None:
+                    rc.release_to(("lsa", g.did, base + p, session.index), published)
+                box = g.inbox[base + p][session.index]
+                if box[comm.lsa_rank] < val:
+                    box[comm.lsa_rank] = val
+                g.conds[base + p][session.index].notify(sched)
+    return None
+
+
+@implements("flowdsl.lsa.wait")
+def lsa_wait(session, order=MemoryOrder.SEQ_CST):
+    t = current()
+    comm = session.comm
+    g = comm.group
+    need = session.epoch + 1
+    box = g.inbox[comm.rank][session.index]
+    me = comm.lsa_rank
+    sched = _state.sched
+    cond = g.conds[comm.rank][session.index]
+    while any(v < need for p, v in enumerate(box) if p != me):
+        cond.waiters.append(t)
+        w = Wait(f"lsa barrier {session.index} wait (epoch {session.epoch} -> {need}) of devcomm #{g.did}",
+                 _bar_detail(session, t))
+        late = next(p for p, v in enumerate(box) if p != me and v < need)
+        note_bounded(t, "LSA_BARRIER", comm.rank - me + late, session.index, need, box[late], w)
+        sched.block(t, w)
+    if sched.race is not None:
+        sched.race.acquire_from(t, ("lsa", g.did, comm.rank, session.index), order)
+    coop_sync(session.coop)
+    session.epoch = need
+    if session.coop.trank == 0:
+        g.epoch[comm.rank][session.index] = need
+    return None
+
+
+@implements("flowdsl.lsa.sync")
+def _lsa_sync(session, order=MemoryOrder.SEQ_CST):
+    lsa_arrive(session, order)
+    lsa_wait(session, order)
+
+
+# reduce_sum, copy and reduce_sum_copy: the flowdsl programs that state their meaning (also what the
+# GPU compiles), run by the simulated threads.
+implements("flowdsl.lsa.reduce_sum")(lsa.reduce_sum_program)
+implements("flowdsl.lsa.copy")(lsa.copy_program)
+implements("flowdsl.lsa.reduce_sum_copy")(lsa.reduce_sum_copy_program)
