@@ -13,8 +13,9 @@ overloaded per element type so the result keeps the element's type (an ``int8``
 sum wraps in 8 bits, a ``float16`` product rounds to half). uint16 elements are
 bfloat16 bits: they are widened to float32, combined, and rounded back to nearest
 even (NCCL has no uint16, NumPy no bfloat16). uint8 elements are fp8 (e4m3fn or
-e5m2) when the reduction says so, converted by bit arithmetic here and by table in
-``flowdsl/_fp8.py`` (the tests hold one against the other).
+e5m2) when the reduction says so, converted by the GPU's instructions from sm_89 and by
+bit arithmetic before (here), and by table in ``flowdsl/_fp8.py`` (the tests hold each
+against the table).
 
 """
 
@@ -24,6 +25,7 @@ import functools
 import math
 
 from numba import float32, int32, uint8, uint16, uint64
+from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.errors import NumbaTypeError
 from numba.cuda import models
@@ -198,8 +200,88 @@ def _element(op, ty):
 apply = register_jitable(_apply)
 to_float = register_jitable(_bf16_to_float)
 to_bf16 = register_jitable(_float_to_bf16)
-fp8_to_float = register_jitable(_fp8_to_float)
-float_to_fp8 = register_jitable(_float_to_fp8)
+_software_fp8_to_float = register_jitable(_fp8_to_float)
+_software_float_to_fp8 = register_jitable(_float_to_fp8)
+
+
+# ---- fp8 by the GPU's own conversions (sm_89 and newer) --------------------------------------------
+# Hopper and Ada convert fp8 in one instruction each way (``cvt ... e4m3x2``), with the rounding
+# and saturation of the table (nearest, ties to even, saturating at the largest finite: NCCL's
+# __NV_SATFINITE); the bit arithmetic above is for older GPUs. The choice is made by NVVM from
+# the target (``__nvvm_reflect("__CUDA_ARCH")``), not when numba types the function, because numba
+# reuses a device function's code for every target of a process.
+
+_ARCH_NAME = "flowdsl_cuda_arch_name"
+
+
+@intrinsic
+def _cuda_arch(typingctx):
+    """The target's ``__CUDA_ARCH`` (900 for sm_90), a constant once NVVM compiles for a target."""
+    def codegen(context, builder, sig, args):
+        module = builder.module
+        byte_ptr = ir.IntType(8).as_pointer()
+        reflect = cgutils.get_or_insert_function(module, ir.FunctionType(ir.IntType(32), [byte_ptr]),
+                                                 "__nvvm_reflect")
+        name = module.globals.get(_ARCH_NAME)
+        if name is None:
+            text = bytearray(b"__CUDA_ARCH\0")
+            value = ir.Constant(ir.ArrayType(ir.IntType(8), len(text)), text)
+            name = ir.GlobalVariable(module, value.type, _ARCH_NAME, addrspace=4)
+            name.global_constant, name.linkage, name.initializer = True, "private", value
+        zero = ir.Constant(ir.IntType(32), 0)
+        return builder.call(reflect, [builder.addrspacecast(builder.gep(name, [zero, zero]), byte_ptr)])
+    return types.int32(), codegen
+
+
+def _cvt_intrinsic(text, result, operand_count, constraints):
+    """An intrinsic running PTX ``text`` (no side effect) on one or two operands."""
+    def codegen(context, builder, sig, args):
+        fnty = ir.FunctionType(context.get_value_type(sig.return_type), [context.get_value_type(t) for t in sig.args])
+        return builder.asm(fnty, text, constraints, list(args), side_effect=False)
+
+    if operand_count == 1:
+        @intrinsic
+        def cvt(typingctx, a):
+            return result(a), codegen
+    else:
+        @intrinsic
+        def cvt(typingctx, a, b):
+            return result(a, b), codegen
+    return cvt
+
+
+# One fp8 code (the low byte) to float32, through float16 (exact for both formats).
+_e4m3_to_float = _cvt_intrinsic("{ .reg .b32 pair; .reg .b16 lo, hi; cvt.rn.f16x2.e4m3x2 pair, $1; "
+                                "mov.b32 {lo, hi}, pair; cvt.f32.f16 $0, lo; }", types.float32, 1, "=f,h")
+_half_bits_to_float = _cvt_intrinsic("cvt.f32.f16 $0, $1;", types.float32, 1, "=f,h")
+# A float32 to the nearest fp8 code (in the low byte; the high one converts 0).
+_float_to_e4m3 = _cvt_intrinsic("cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;", types.uint16, 2, "=h,f,f")
+_float_to_e5m2 = _cvt_intrinsic("cvt.rn.satfinite.e5m2x2.f32 $0, $1, $2;", types.uint16, 2, "=h,f,f")
+
+
+@register_jitable
+def fp8_to_float(code, fmt):
+    """float32 value of an fp8 code: the GPU's conversion from sm_89, bit arithmetic before."""
+    if fmt == _E4M3:
+        if _cuda_arch() < 890:
+            return _software_fp8_to_float(code, fmt)
+        v = _e4m3_to_float(uint16(code))
+    else:  # e5m2 is the high byte of a float16
+        v = _half_bits_to_float(uint16(uint16(code) << uint16(8)))
+    return float32(math.nan) if v != v else v  # NaN codes read as the table's NaN
+
+
+@register_jitable
+def float_to_fp8(value, fmt):
+    """Nearest fp8 code of a float32: the GPU's conversion from sm_89, bit arithmetic before."""
+    if _cuda_arch() < 890:
+        return _software_float_to_fp8(value, fmt)
+    x = float32(value)
+    if x != x:  # NaN keeps its sign, as in the table
+        return uint8(0xFF) if (mem.to_bits(x) >> uint64(31)) != uint64(0) else uint8(0x7F)
+    if fmt == _E4M3:
+        return uint8(_float_to_e4m3(float32(0.0), x) & uint16(0xFF))
+    return uint8(_float_to_e5m2(float32(0.0), x) & uint16(0xFF))
 
 
 @overload(flow.combine)

@@ -7,54 +7,18 @@ so each loop brings its own ``%globaltimer`` read.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
-from numba import cuda, uint64
+from numba import uint64
 
 import flowdsl
 from flowdsl import MemoryOrder, RedOp, coop, gin, lsa, mem
 from flowdsl.collectives import _library
-from flowdsl.lowering import compiler
 from flowdsl.lowering.types import devcomm_words
 from flowdsl.runtime.support import abi_layout
 from tests import planted_hangs
 
 pytestmark = pytest.mark.compile
-
-
-_LINKER = compiler.Linker
-
-
-class _LinkerKeepingPtx(_LINKER):
-    """The linker compile_kernel uses, which also links the same objects to PTX."""
-
-    ptx: list = []
-
-    def __init__(self, *objects, options):
-        super().__init__(*objects, options=options)
-        self._objects, self._options = objects, options
-
-    def link(self, target):
-        other = _LINKER(*self._objects, options=dataclasses.replace(self._options, ptx=True))
-        try:
-            self.ptx.append(bytes(other.link("ptx").code).decode())
-        finally:
-            other.close()
-        return super().link(target)
-
-
-@pytest.fixture
-def linked_ptx(monkeypatch):
-    monkeypatch.setattr(compiler, "Linker", _LinkerKeepingPtx)
-    _LinkerKeepingPtx.ptx = []
-
-    def compile_ptx(kernel, argtypes, nccl="2.28.9", arch="sm_90"):
-        compiled = kernel.compile(argtypes, arch=arch, nccl=nccl)
-        assert [s for s in compiled.function_symbols() if s.startswith("flowdsl_")] == []
-        return _LinkerKeepingPtx.ptx[-1]
-    return compile_ptx
 
 
 @flowdsl.kernel
