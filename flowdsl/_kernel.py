@@ -203,9 +203,8 @@ class FlowKernel:
         """numba types of host arguments; ``"devcomm"``, ``("window", dtype)`` and ``("staging", dtype)``
         (a window from :func:`flowdsl.flow.staging`) stand in for objects."""
         import numpy as np  # noqa: PLC0415
-        from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
-        from numba.np.numpy_support import from_dtype  # noqa: PLC0415
 
+        from .lowering.backend import argument_type, numpy_to_type  # noqa: PLC0415
         from .lowering.types import DevCommType, WindowType, devcomm_words  # noqa: PLC0415
         from .runtime import nccl as nccl_runtime  # noqa: PLC0415
         from .runtime.support import abi_layout  # noqa: PLC0415
@@ -216,13 +215,13 @@ class FlowKernel:
             if isinstance(arg, str) and arg == "devcomm":
                 out.append(DevCommType(version, devcomm_words(abi_layout(version)["dev_comm_size"])))
             elif isinstance(arg, tuple) and arg and isinstance(arg[0], str) and arg[0] in ("window", "staging"):
-                out.append(WindowType(from_dtype(np.dtype(arg[1])), staging=arg[0] == "staging"))
+                out.append(WindowType(numpy_to_type(np.dtype(arg[1])), staging=arg[0] == "staging"))
             elif isinstance(arg, types.Type):
                 out.append(arg)
             elif isinstance(arg, np.ndarray):  # stands for a device array of the same dtype and shape
                 out.append(_array_type(arg.__array_interface__["typestr"], arg.ndim, arg.flags.c_contiguous))
             else:
-                out.append(typeof(arg, Purpose.argument))
+                out.append(argument_type(arg))
         return tuple(out)
 
     def _specialize(self, args, stream: int | None = None):
@@ -369,23 +368,20 @@ def _digest_of(data: bytes) -> str:
 @functools.cache
 def _versions() -> dict:
     """Versions of what compiles a kernel (what they key by name is theirs)."""
-    import llvmlite  # noqa: PLC0415
-    import numba  # noqa: PLC0415
-    import numba_cuda  # noqa: PLC0415
     import numpy  # noqa: PLC0415
 
+    from .lowering import backend  # noqa: PLC0415
     from .lowering.target import linker_cuda_version  # noqa: PLC0415
 
-    return {"numba_cuda": getattr(numba_cuda, "__version__", "?"), "numba": numba.__version__,
-            "llvmlite": llvmlite.__version__, "numpy": numpy.__version__,
-            "python": list(sys.version_info[:2]), "nvjitlink": list(linker_cuda_version())}
+    return {**backend.versions(), "numpy": numpy.__version__, "python": list(sys.version_info[:2]),
+            "nvjitlink": list(linker_cuda_version())}
 
 
 def _numba_config() -> list:
     """numba-cuda settings that change generated code (from NUMBA_* variables)."""
-    from numba.cuda.core import config  # noqa: PLC0415
+    from .lowering.backend import codegen_settings  # noqa: PLC0415
 
-    return [str(config.OPT), bool(config.CUDA_DEBUGINFO_DEFAULT), bool(getattr(config, "CUDA_ENABLE_NRT", False))]
+    return codegen_settings()
 
 
 def _device_target() -> Target:
@@ -462,16 +458,7 @@ def _gin_backend_of(args):
 
 def _numba_kernel(entry_name: str, cubin: bytes, argtypes):
     """A numba-cuda launchable kernel around an already linked cubin."""
-    from cuda.core import ObjectCode  # noqa: PLC0415
-    from numba.cuda.codegen import CUDACodeLibrary  # noqa: PLC0415
-    from numba.cuda.descriptor import cuda_target  # noqa: PLC0415
-    from numba.cuda.dispatcher import _Kernel  # noqa: PLC0415
-
+    from .lowering.backend import load_kernel  # noqa: PLC0415
     from .lowering.types import ArgumentMarshaller  # noqa: PLC0415
 
-    codegen = cuda_target.target_context.codegen()
-    library = CUDACodeLibrary._rebuild(codegen, entry_name, entry_name, [], {}, {}, {}, None, {}, False, False,
-                                       False, True)
-    library._cubin_cache[library._ensure_cc(None)] = ObjectCode.from_cubin(cubin, name=entry_name)
-    return _Kernel._rebuild(False, entry_name, types.void(*argtypes), library, False, False, None,
-                            [ArgumentMarshaller()])
+    return load_kernel(entry_name, cubin, argtypes, [ArgumentMarshaller()])

@@ -26,9 +26,9 @@ __all__ = ["check_features"]
 @functools.lru_cache(maxsize=32)
 def _core_stream(handle: int):
     """A cuda.core stream over the driver handle (for the launch paths that take a stream object)."""
-    from numba.cuda.cudadrv import driver  # noqa: PLC0415
+    from .lowering.backend import stream_from_handle  # noqa: PLC0415
 
-    return driver.ExperimentalStream.from_handle(handle)
+    return stream_from_handle(handle)
 
 
 
@@ -52,10 +52,10 @@ def _argument_type(kernel_name: str, index: int, arg):
     cai = getattr(arg, "__cuda_array_interface__", None)
     if cai is not None:
         return _array_type(cai["typestr"], len(cai["shape"]), cai.get("strides") is None)
-    from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
+    from .lowering.backend import argument_type  # noqa: PLC0415
 
     try:
-        ty = typeof(arg, Purpose.argument)
+        ty = argument_type(arg)
     except Exception as exc:  # noqa: BLE001
         raise UsageError(f"Cannot launch {kernel_name}: argument {index} ({type(arg).__name__}) has no "
                          f"kernel type: {exc}") from exc
@@ -81,9 +81,9 @@ def _typer(kind):
 @functools.cache
 def _array_type(typestr: str, ndim: int, c_contiguous: bool):
     import numpy as np  # noqa: PLC0415
-    from numba.np.numpy_support import from_dtype  # noqa: PLC0415
+    from .lowering.backend import numpy_to_type  # noqa: PLC0415
 
-    return types.Array(from_dtype(np.dtype(typestr)), ndim, "C" if c_contiguous else "A")
+    return types.Array(numpy_to_type(np.dtype(typestr)), ndim, "C" if c_contiguous else "A")
 
 
 class _Loaded:
@@ -100,7 +100,7 @@ class _Loaded:
         self.features = getattr(numba_kernel, "flowdsl_features", frozenset())
         self.packers = [_packer(t) for t in argtypes]
         self.fast = all(p is not None for p in self.packers)
-        self.cu_kernel = numba_kernel._codelibrary.get_cufunc().kernel if self.fast else None
+        self.cu_kernel = _kernel_function(numba_kernel) if self.fast else None
         self.handle = int(self.cu_kernel.handle) if self.fast else None  # the CUfunction, as an int
         self.params = _ParameterBuffer(argtypes) if self.fast else None
 
@@ -126,6 +126,12 @@ class _Loaded:
             self.numba_kernel.launch(args, grid, block, stream=_core_stream(stream), sharedmem=shared)
             return
         self.params.launch(self.handle, args, grid, block, stream, shared)
+
+
+def _kernel_function(numba_kernel):
+    from .lowering.backend import kernel_function  # noqa: PLC0415
+
+    return kernel_function(numba_kernel)
 
 
 class _ParameterBuffer:

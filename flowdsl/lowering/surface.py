@@ -20,7 +20,7 @@ from llvmlite import ir
 from numba.core import cgutils
 from numba.cuda.extending import (lower_builtin, make_attribute_wrapper, overload, overload_attribute,
                                   overload_method, register_jitable)
-from numba.cuda.np.arrayobj import populate_array
+from .backend import populate_array
 from numba.cuda.typing.templates import AbstractTemplate, infer, infer_global, signature
 
 from .. import coop as coop_mod

@@ -141,11 +141,10 @@ class Window(Resource):
             comm._untrack(self)
             raise
         self.handle = int(self._nccl_window.handle)
-        from numba.np.numpy_support import from_dtype  # noqa: PLC0415
-
+        from ..lowering.backend import numpy_to_type  # noqa: PLC0415
         from ..lowering.types import WindowType  # noqa: PLC0415 - numba at first use, not at import
 
-        self._type = WindowType(from_dtype(self.dtype))
+        self._type = WindowType(numpy_to_type(self.dtype))
 
     #: The :class:`flowdsl.flow.Staging` that :func:`flowdsl.flow.staging` made this window for, or None.
     flow_staging = None

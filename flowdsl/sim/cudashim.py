@@ -23,7 +23,7 @@ import types
 import numpy as np
 from numba import cuda as _nb_cuda
 from numba.core import types as _nb_types
-from numba.cuda.stubs import Stub as _Stub
+from ..lowering.backend import Stub as _Stub
 
 from . import _state
 from .errors import UnsupportedFeatureError, UsageError

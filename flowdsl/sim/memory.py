@@ -34,7 +34,7 @@ def as_dtype(dtype) -> np.dtype:
     try:
         return np.dtype(dtype)
     except TypeError:
-        from numba.np.numpy_support import as_dtype as nb_as_dtype
+        from ..lowering.backend import type_to_numpy as nb_as_dtype
         return nb_as_dtype(dtype)
 
 
