@@ -19,7 +19,8 @@ Contents: :func:`all_reduce`, :func:`all_gather`, :func:`reduce_scatter`,
 
 from __future__ import annotations
 
-from ._host import DTYPES, OPS, FlowConfig, all_gather, all_reduce, broadcast, reduce, reduce_scatter
+from ._config import DTYPES, OPS, FlowConfig
+from ._host import all_gather, all_reduce, broadcast, reduce, reduce_scatter
 from ._library import library, load, precompile
 
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "precompile", "load", "library",

@@ -29,7 +29,7 @@ import numpy as np
 from .. import _fp8
 from ..enums import Protocol
 from ..errors import UsageError
-from ._host import DTYPES, OPS, FlowConfig
+from ._config import DTYPES, OPS, FlowConfig
 
 __all__ = ["Case", "Outcome", "cases", "run_case", "run_matrix", "PROTOCOLS", "REDUCING", "inputs", "reference",
            "compare", "storage_dtype", "poison", "bf16_bits", "bf16_values"]

@@ -35,7 +35,7 @@ def loopback(comm, stage, src, dst, n, op, channels, nslots, slot_words, protoco
 def run(comm, protocol=Protocol.SIMPLE, dtype="float32", op="sum", n=100_003, seed=0,
         nslots=4, slot_bytes=4096, threads=256):
     """Run the loopback on ``comm``; return ``(result, reference)`` (values as float64/int64)."""
-    from flowdsl.collectives._host import OPS, FlowConfig  # noqa: PLC0415
+    from flowdsl.collectives._config import OPS, FlowConfig  # noqa: PLC0415
 
     rng = np.random.default_rng(seed)
     x = check.inputs(rng, dtype, op, 2, n)[0]
