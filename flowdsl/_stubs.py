@@ -4,8 +4,6 @@ A primitive is a documented Python function whose meaning is stated in its
 docstring. Compiled kernels bind it through ``flowdsl.lowering``; the CPU
 simulator binds it through the dispatch hook installed by ``flowdsl.sim``.
 Called from plain host code it raises :class:`DeviceOnlyError`.
-
-Contents: :func:`primitive`, :func:`set_simulator_dispatch`, :class:`DeviceOnlyError`.
 """
 
 from __future__ import annotations

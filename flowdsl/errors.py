@@ -1,8 +1,4 @@
 """flowdsl's exceptions. Messages read "Cannot {operation}: {reason}. {fix}".
-
-Contents: :class:`FlowDSLError`, :class:`UsageError`, :class:`NoDeviceError`,
-:class:`ResourceClosedError`, :class:`CollectiveMismatchError`, :class:`DeviceTimeoutError`,
-:class:`CacheWarning`, and (re-exported) :class:`FeatureUnavailableError`, :class:`DeviceOnlyError`.
 """
 
 from __future__ import annotations

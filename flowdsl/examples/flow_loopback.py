@@ -6,8 +6,6 @@ combining what arrives with ``src`` by ``op`` into ``dst`` (``recv_reduce_copy``
 The message is many slots long, so the two blocks run the credit and flag
 protocol against each other through memory exactly as two ranks would. The
 expected result is ``finish(op, src op src)``.
-
-Contents: :func:`loopback` (the kernel), :func:`run`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Argument checks shared by the typing of every device-surface binding.
 
 Messages read "``op`` requires ``what``, got ``type``".
-
-Contents: :func:`expect`, :func:`expect_int`, :func:`is_omitted`.
 """
 
 from __future__ import annotations

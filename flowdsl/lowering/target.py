@@ -3,10 +3,6 @@
 The compiler sets :func:`compiling_for` around each compilation; typing code
 asks :func:`current` and raises :class:`FeatureUnavailableError` through
 :func:`require` when the NCCL release or the arch lacks a feature.
-
-Contents: :class:`Target`, :func:`compiling_for`, :func:`current`,
-:func:`require`, :class:`FeatureUnavailableError`, :func:`parse_version`,
-:func:`format_version`, :func:`note_feature`, :func:`noted_features`, :func:`linker_cuda_version`.
 """
 
 from __future__ import annotations

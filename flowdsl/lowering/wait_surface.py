@@ -4,8 +4,6 @@ The iteration count lives in the low bits of the wait's state and costs a few
 integer operations a spin; every ``CHECK_EVERY`` spins the support library's
 ``flowdsl_wait_check`` reads the timer and the wait record (the same check the
 library's own bounded waits make).
-
-Contents: :func:`bind`.
 """
 
 from __future__ import annotations

@@ -4,9 +4,6 @@ Every resource derives from :class:`Resource`: ``close()`` is idempotent, the
 resource is a context manager, and the communicator closes whatever is still
 open when it is closed itself (windows and device communicators before the
 memory under them).
-
-Contents: :class:`Resource`, :class:`SymmetricAllocation`, :class:`Window`,
-:class:`DevComm`, :func:`device_pointer`.
 """
 
 from __future__ import annotations

@@ -5,9 +5,6 @@ with ``DEVICEMAP``): kernels read the abort word and the limit from it, and the
 first wait to time out writes what it waited on; the host reads it while kernels
 run. Word layout (uint64), shared with ``prebuilt/src/flowdsl_support.cu``: see
 the constants below.
-
-Contents: :class:`WaitRecord`, :func:`resolve_timeout`, :func:`wait_for_device`,
-:data:`DEFAULT_TIMEOUT`, :data:`TIMEOUT_ENV`.
 """
 
 from __future__ import annotations
