@@ -46,7 +46,7 @@ import numpy as np
 
 from ._release import format_version
 from ._version import __version__
-from .errors import CacheWarning
+from .errors import CacheWarning, FlowDSLError
 
 if TYPE_CHECKING:
     from .lowering.target import Target
@@ -69,7 +69,7 @@ _VERSIONED = frozenset(("builtins", "numpy", "numba", "numba_cuda", "llvmlite", 
                         "ctypes", "cuda", "_operator", "_ctypes"))
 
 
-class Uncacheable(Exception):
+class Uncacheable(FlowDSLError):
     """A kernel depends on a value whose content cannot be hashed reliably; it is not cached on disk."""
 
 

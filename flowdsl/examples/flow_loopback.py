@@ -14,7 +14,7 @@ import numpy as np
 from numba import cuda
 
 import flowdsl
-from flowdsl import Protocol, RedOp, flow
+from flowdsl import Protocol, flow
 from flowdsl.collectives import check
 
 __all__ = ["loopback", "run"]

@@ -15,6 +15,7 @@ from typing import Callable
 from cuda.core import Linker, LinkerOptions, ObjectCode
 
 from .. import _devices
+from ..errors import UsageError
 from . import backend
 from . import bindings  # noqa: F401 - the device surface is bound before anything compiles
 from .target import Target, compiling_for, noted_features
@@ -162,7 +163,7 @@ def elf_function_symbols(elf: bytes, defined_only: bool = True) -> list[str]:
     With ``defined_only`` (default), functions the driver provides (``vprintf``) are left out.
     """
     if elf[:4] != b"\x7fELF" or elf[4] != 2:
-        raise ValueError("not an ELF64 object")
+        raise UsageError("Cannot read the function symbols: the data is not an ELF64 object (a cubin)")
     shoff, = struct.unpack_from("<Q", elf, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
     sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]

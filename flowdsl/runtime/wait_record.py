@@ -15,7 +15,7 @@ import os
 import threading
 import time
 
-from ..errors import DeviceTimeoutError, ResourceClosedError, UsageError
+from ..errors import DeviceTimeoutError, DriverError, ResourceClosedError, UsageError
 
 __all__ = ["WaitRecord", "resolve_timeout", "wait_for_device", "aborted_error", "DEFAULT_TIMEOUT", "TIMEOUT_ENV",
            "WORDS"]
@@ -63,7 +63,7 @@ def aborted_error(device_busy: bool = False) -> ResourceClosedError:
 def _check(result, operation: str):
     err, *rest = result
     if int(err) != 0:
-        raise RuntimeError(f"Cannot {operation}: CUDA driver error {err}")
+        raise DriverError(f"Cannot {operation}: CUDA driver error {err}")
     return rest[0] if len(rest) == 1 else rest
 
 
