@@ -60,7 +60,7 @@ def _child(what: str) -> dict:
     support = support_build_for(target.nccl, target.arch)
     if what == "library":
         for kernel, argtypes in kernels:
-            kernel._cache_key(argtypes, target, support)
+            _key(kernel, argtypes, target, support)
         return {"seconds": time.perf_counter() - start, "kernels": len(kernels)}
     hits = 0
     for kernel, argtypes in kernels:
@@ -73,6 +73,21 @@ def _kernel_module():
     from flowdsl import _kernel
 
     return _kernel
+
+
+def _key(kernel, argtypes, target, support) -> str:
+    """The kernel's cache key (computed by flowdsl._cache since it holds the key; by the kernel before)."""
+    cache = _cache_module()
+    if cache is not None and hasattr(cache, "kernel_key"):
+        return cache.kernel_key(kernel, argtypes, target, support)
+    return _key(kernel, argtypes, target, support)
+
+
+def _root():
+    cache = _cache_module()
+    if cache is not None and hasattr(cache, "kernel_root"):
+        return cache.kernel_root()
+    return _kernel_module()._cache_root()
 
 
 @functools.cache
@@ -89,9 +104,8 @@ def _disk_hit(kernel, argtypes, target) -> bool:
     """Key and disk read (checked, where the cache checks) of one kernel; never compiles."""
     from flowdsl.runtime.support import support_build_for
 
-    _kernel = _kernel_module()
-    key = kernel._cache_key(argtypes, target, support_build_for(target.nccl, target.arch))
-    root = _kernel._cache_root()
+    key = _key(kernel, argtypes, target, support_build_for(target.nccl, target.arch))
+    root = _root()
     _cache = _cache_module()
     if _cache is None:  # before the cache checked its entries
         cubin, meta = root / f"{key}.cubin", root / f"{key}.json"
@@ -109,17 +123,16 @@ def _fill() -> dict:
     from flowdsl.lowering.target import Target, parse_version
     from flowdsl.runtime.support import support_build_for
 
-    _kernel = _kernel_module()
     target = Target(parse_version(NCCL), ARCH)
     support = support_build_for(target.nccl, target.arch)
     kernel, argtypes = _entry(*ONE)
-    root = _kernel._cache_root()
-    key = kernel._cache_key(argtypes, target, support)
+    root = _root()
+    key = _key(kernel, argtypes, target, support)
     meta = json.loads((root / f"{key}.json").read_text())
     cubin = (root / meta.get("cubin", f"{key}.cubin")).read_bytes()  # named in the record since it is checked
     for entry in _library.library():
         kernel, argtypes = _entry(*entry)
-        other = kernel._cache_key(argtypes, target, support)
+        other = _key(kernel, argtypes, target, support)
         if _cache_module() is None:  # before the cache checked its entries
             (root / f"{other}.cubin").write_bytes(cubin)
             (root / f"{other}.json").write_text(json.dumps(meta))

@@ -102,10 +102,10 @@ def _child(kernel_name: str, nccl: str, backend: str, profile: bool) -> dict:
     total = (time.perf_counter() - w, time.process_time() - c)
     load = None
     if _has_gpu():
-        from flowdsl._kernel import _numba_kernel
+        from flowdsl._launch import numba_kernel
 
         w = time.perf_counter()
-        _numba_kernel(compiled.entry_name, compiled.cubin, compiled.argtypes).bind()
+        numba_kernel(compiled.entry_name, compiled.cubin, compiled.argtypes).bind()
         load = time.perf_counter() - w
     leftover = [s for s in compiled.function_symbols() if s.startswith("flowdsl_")]
     return {"import_wall": imported[0], "import_cpu": imported[1],

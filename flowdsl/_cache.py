@@ -40,12 +40,19 @@ import types as pytypes
 import warnings
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import CacheWarning
+from ._release import format_version
+from ._version import __version__
+from .errors import CacheWarning, FlowDSLError
 
-__all__ = ["Uncacheable", "dependency_digest", "package_digest", "read_entry", "write_entry", "warn", "ENTRY_FORMAT"]
+if TYPE_CHECKING:
+    from .lowering.target import Target
+
+__all__ = ["Uncacheable", "dependency_digest", "package_digest", "read_entry", "write_entry", "warn", "ENTRY_FORMAT",
+           "kernel_key", "backend_key", "kernel_root"]
 
 #: Version of the entry layout; part of every key, so older entries are never read.
 ENTRY_FORMAT = 2
@@ -54,7 +61,7 @@ _ROOT = Path(__file__).parent
 
 #: flowdsl sources that cannot change a compiled kernel (host side, simulator, examples, tests).
 _HOST_ONLY = ("sim/", "runtime/", "examples/", "__main__.py", "testing.py", "collectives/_host.py",
-              "collectives/_library.py", "collectives/cost.py", "collectives/check.py", "collectives/__init__.py",
+              "collectives/_config.py", "collectives/_library.py", "collectives/cost.py", "collectives/check.py", "collectives/__init__.py",
               "_cache.py")
 
 #: Packages whose objects are keyed by name: their versions are part of the key.
@@ -62,7 +69,7 @@ _VERSIONED = frozenset(("builtins", "numpy", "numba", "numba_cuda", "llvmlite", 
                         "ctypes", "cuda", "_operator", "_ctypes"))
 
 
-class Uncacheable(Exception):
+class Uncacheable(FlowDSLError):
     """A kernel depends on a value whose content cannot be hashed reliably; it is not cached on disk."""
 
 
@@ -502,3 +509,84 @@ def write_entry(root: Path, key: str, cubin: bytes, entry_name: str, features) -
                  "memory for this process; set FLOWDSL_CACHE_DIR to a writable directory to keep them.")
         return False
     return True
+
+
+# -- the key of a flowdsl kernel --------------------------------------------------------------------
+
+def kernel_key(kernel, argtypes, target: Target, support) -> str:
+    """The disk-cache key of flowdsl ``kernel`` for ``argtypes`` and ``target`` (``support``: its support build).
+
+    Computed at each compile or load (not once per kernel): numba freezes the globals'
+    values at compile time, so a value changed since counts. Raises :class:`Uncacheable`.
+    """
+    fn = kernel.py_func
+    payload = json.dumps({
+        "format": ENTRY_FORMAT, "flowdsl": __version__, "versions": _versions(),
+        "numba_config": _numba_config(),
+        "code": dependency_digest(fn, lineinfo=kernel.lineinfo),
+        "flowdsl_sources": package_digest(), "qualname": fn.__qualname__,
+        "module": fn.__module__, "args": [str(t) for t in argtypes],
+        "nccl": format_version(target.nccl), "arch": target.arch,
+        "support": _digest_of(support.ltoir), "cft": _cft_digest(target), "gin": _gin_digest(target),
+        "options": [kernel.fastmath, kernel.lineinfo, kernel.max_registers],
+    }, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def kernel_root() -> Path:
+    from .runtime.support import cache_dir  # noqa: PLC0415
+
+    return cache_dir() / "kernels"
+
+
+_DIGESTS: dict = {}
+
+
+def _digest_of(data: bytes) -> str:
+    """sha256 of a support build, once per process (it is megabytes, hashed per kernel otherwise)."""
+    key = (id(data), len(data))
+    hit = _DIGESTS.get(key)
+    if hit is None or hit[0] is not data:
+        hit = _DIGESTS[key] = (data, hashlib.sha256(data).hexdigest())
+    return hit[1]
+
+
+@functools.cache
+def _versions() -> dict:
+    """Versions of what compiles a kernel (what they key by name is theirs)."""
+    import numpy  # noqa: PLC0415
+
+    from .lowering import backend  # noqa: PLC0415
+    from .lowering.target import linker_cuda_version  # noqa: PLC0415
+
+    return {**backend.versions(), "numpy": numpy.__version__, "python": list(sys.version_info[:2]),
+            "nvjitlink": list(linker_cuda_version())}
+
+
+def _numba_config() -> list:
+    """numba-cuda settings that change generated code (from NUMBA_* variables)."""
+    from .lowering.backend import codegen_settings  # noqa: PLC0415
+
+    return codegen_settings()
+
+
+def _cft_digest(target: Target):
+    """sha256 of the CFT build a kernel for ``target`` would link, or None (part of the cache key)."""
+    from .runtime.support import manifest  # noqa: PLC0415
+
+    builds = manifest().get("cft", {}).get("abis", {}).get(format_version(target.nccl), {}).get("builds", {})
+    return sorted(b["sha256"] for b in builds.values()) or None
+
+
+def _gin_digest(target: Target):
+    """Digest of the GIN builds a kernel for ``target`` may link (part of the cache key)."""
+    from .runtime import support, support_build  # noqa: PLC0415
+
+    return support.gin_digest(target.nccl) or "sources:" + ",".join(support_build.source_digest().values())
+
+
+def backend_key(key, target: Target):
+    """The cache key of a GIN kernel linked for ``target``'s backend only (None: no backend named)."""
+    if key is None or target.gin_backend is None:
+        return None
+    return hashlib.sha256(f"{key} gin:{target.gin_backend.option}".encode()).hexdigest()[:32]

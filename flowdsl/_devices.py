@@ -35,7 +35,6 @@ def device(fn=None, *, inline: bool = True):
         return functools.partial(device, inline=inline)
     if not inline:
         OUT_OF_LINE.add(f"{fn.__module__}.{fn.__qualname__}")
-    fn.__flowdsl_device__ = True
     fn.__flowdsl_inline__ = inline  # part of the cache key of every kernel that calls it
     fn.py_func = fn
     with _devices_lock:

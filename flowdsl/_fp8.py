@@ -5,8 +5,6 @@ converts by bit arithmetic instead (``lowering/flow.py``), so the tests check
 one against the other. Rounding is to nearest, ties to the even code, saturating at
 the largest finite value (NCCL's reductions convert with ``__NV_SATFINITE``); NaN
 stays NaN.
-
-Contents: :data:`E4M3`, :data:`E5M2`, :func:`values`, :func:`to_fp8`, :func:`from_fp8`.
 """
 
 from __future__ import annotations

@@ -3,32 +3,24 @@
 A :class:`FlowKernel` is compiled per (argument types, NCCL release, arch) at
 first launch: numba lowers it to LTO-IR, nvJitLink links it with the support
 build of the loaded NCCL, and the cubin is cached on disk (keyed by what the
-kernel's code depends on — see :mod:`flowdsl._cache` — the argument types, the NCCL
+kernel's code depends on, the argument types, the NCCL
 release, the arch, the support build and the compilers' versions) so that a second
-process loads it instead of compiling. Launching is :mod:`flowdsl._launch`.
-
-Contents: :func:`kernel`, :func:`device`, :class:`FlowKernel`, :func:`check_features`.
+process loads it instead of compiling. The key is :mod:`flowdsl._cache`'s, argument types
+:mod:`flowdsl._argtypes`', the target of a launch :mod:`flowdsl._targets`', and launching is
+:mod:`flowdsl._launch`.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import inspect
-import json
-import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from numba.core import types
-
-from . import _cache
+from . import _argtypes, _cache, _launch, _targets
 from ._devices import device
-from ._launch import _argument_type, _array_type, _config_key, _Launch, _Loaded, check_features
-from ._release import format_version, parse_version
-from ._version import __version__
+from ._launch import _config_key, _Launch, _Loaded, check_features
+from ._release import parse_version
 from .errors import UsageError
 from .runtime.streams import refuse_during_capture
 
@@ -58,12 +50,6 @@ def kernel(fn=None, *, fastmath: bool = False, lineinfo: bool = False, max_regis
     if fn is None:
         return lambda f: kernel(f, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers)
     return FlowKernel(fn, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers)
-
-
-def _cache_root() -> Path:
-    from .runtime.support import cache_dir  # noqa: PLC0415
-
-    return cache_dir() / "kernels"
 
 
 def _attribute_pairs(code) -> set[tuple[str, str]]:
@@ -153,24 +139,6 @@ class FlowKernel:
         return reqs
 
     # -- compilation ---------------------------------------------------------------------------
-    def _cache_key(self, argtypes, target: Target, support) -> str:
-        """The disk-cache key of this kernel for ``argtypes`` and ``target``.
-
-        Computed at each compile or load (not once per kernel): numba freezes the globals'
-        values at compile time, so a value changed since counts. Raises ``Uncacheable``.
-        """
-        payload = json.dumps({
-            "format": _cache.ENTRY_FORMAT, "flowdsl": __version__, "versions": _versions(),
-            "numba_config": _numba_config(),
-            "code": _cache.dependency_digest(self.py_func, lineinfo=self.lineinfo),
-            "flowdsl_sources": _cache.package_digest(), "qualname": self.py_func.__qualname__,
-            "module": self.py_func.__module__, "args": [str(t) for t in argtypes],
-            "nccl": format_version(target.nccl), "arch": target.arch,
-            "support": _digest_of(support.ltoir), "cft": _cft_digest(target), "gin": _gin_digest(target),
-            "options": [self.fastmath, self.lineinfo, self.max_registers],
-        }, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:32]
-
     def compile(self, argtypes, *, arch: str = "sm_90", nccl: str | tuple | None = None,
                 cuda: str | tuple | None = None, gin_backend=None) -> CompiledKernel:
         """Compile and link for explicit argument types and target; needs no GPU.
@@ -192,45 +160,24 @@ class FlowKernel:
 
         version = parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version()
         support = support_build_for(version, arch)
-        target = Target(version, arch, _cuda_version(cuda), _gin_backend_named(gin_backend, self.__name__))
+        target = Target(version, arch, _targets.cuda_version(cuda), _targets.gin_backend_named(gin_backend, self.__name__))
         return compile_kernel(self.py_func, tuple(argtypes), target, support.ltoir,
                               fastmath=self.fastmath, lineinfo=self.lineinfo, support_arch=support.arch,
                               max_registers=self.max_registers,
-                              link_for_features=_feature_libraries(target))
+                              link_for_features=_targets.feature_libraries(target))
 
     @staticmethod
     def argtypes_for(*args, nccl: str | tuple | None = None):
         """numba types of host arguments; ``"devcomm"``, ``("window", dtype)`` and ``("staging", dtype)``
         (a window from :func:`flowdsl.flow.staging`) stand in for objects."""
-        import numpy as np  # noqa: PLC0415
-        from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
-        from numba.np.numpy_support import from_dtype  # noqa: PLC0415
-
-        from .lowering.types import DevCommType, WindowType, devcomm_words  # noqa: PLC0415
-        from .runtime import nccl as nccl_runtime  # noqa: PLC0415
-        from .runtime.support import abi_layout  # noqa: PLC0415
-
-        version = parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version()
-        out = []
-        for arg in args:
-            if isinstance(arg, str) and arg == "devcomm":
-                out.append(DevCommType(version, devcomm_words(abi_layout(version)["dev_comm_size"])))
-            elif isinstance(arg, tuple) and arg and isinstance(arg[0], str) and arg[0] in ("window", "staging"):
-                out.append(WindowType(from_dtype(np.dtype(arg[1])), staging=arg[0] == "staging"))
-            elif isinstance(arg, types.Type):
-                out.append(arg)
-            elif isinstance(arg, np.ndarray):  # stands for a device array of the same dtype and shape
-                out.append(_array_type(arg.__array_interface__["typestr"], arg.ndim, arg.flags.c_contiguous))
-            else:
-                out.append(typeof(arg, Purpose.argument))
-        return tuple(out)
+        return _argtypes.argtypes_for(*args, nccl=nccl)
 
     def _specialize(self, args, stream: int | None = None):
         """The loaded kernel for these launch arguments (compiled, or loaded from disk, once).
 
         ``stream``: the launch's stream handle; loading is refused while it captures a graph.
         """
-        argtypes = tuple([_argument_type(self.__name__, i, arg) for i, arg in enumerate(args)])
+        argtypes = tuple([_argtypes.argument_type(self.__name__, i, arg) for i, arg in enumerate(args)])
         ids = tuple(map(id, argtypes))
         loaded = self._loaded_by_ids.get(ids)
         if loaded is not None:
@@ -242,7 +189,7 @@ class FlowKernel:
                                       "types compiles or loads the kernel's module (not capturable)")
             # GIN kernels are linked for the backend of the device communicator they are launched with:
             # known only now, and NCCL's code for the other backends is most of their compile time.
-            target = replace(_device_target(), gin_backend=_gin_backend_of(args))
+            target = replace(_targets.device_target(), gin_backend=_targets.gin_backend_of(args))
             loaded = _Loaded(self._load_or_compile(argtypes, target), argtypes)
             self._loaded[argtypes] = loaded
         self._loaded_by_ids[ids] = loaded  # the argtypes key keeps the types (and their ids) alive
@@ -256,7 +203,7 @@ class FlowKernel:
         argtypes = tuple(argtypes)
         if argtypes in self._loaded:
             return "loaded"
-        self._loaded[argtypes] = _Loaded(self._load_or_compile(argtypes, _device_target()), argtypes)
+        self._loaded[argtypes] = _Loaded(self._load_or_compile(argtypes, _targets.device_target()), argtypes)
         return self.last_build["source"]
 
     def _for_gin_backend(self, loaded, args, stream: int | None):
@@ -268,7 +215,7 @@ class FlowKernel:
         linked = linked_backend(loaded.features)
         if linked is None:
             return loaded
-        backend = _gin_backend_of(args)
+        backend = _targets.gin_backend_of(args)
         if backend == linked:
             return loaded
         other = self._loaded_for_backends.get((loaded.argtypes, backend))
@@ -276,7 +223,7 @@ class FlowKernel:
             if stream is not None:
                 refuse_during_capture(stream, self._launch_operation, "its first launch on a device communicator "
                                       "of this GIN backend compiles or loads the kernel's module (not capturable)")
-            target = replace(_device_target(), gin_backend=backend)
+            target = replace(_targets.device_target(), gin_backend=backend)
             other = _Loaded(self._load_or_compile(loaded.argtypes, target), loaded.argtypes)
             self._loaded_for_backends[(loaded.argtypes, backend)] = other
         return other
@@ -297,10 +244,10 @@ class FlowKernel:
         from .runtime.support import support_build_for  # noqa: PLC0415
 
         try:
-            key = self._cache_key(argtypes, target, support_build_for(target.nccl, target.arch))
+            key = _cache.kernel_key(self, argtypes, target, support_build_for(target.nccl, target.arch))
         except _cache.Uncacheable:
             return False
-        return _cache.read_entry(_cache_root(), key) is not None
+        return _cache.read_entry(_cache.kernel_root(), key) is not None
 
     def _cached_or_compiled(self, argtypes, target: Target):
         """``(key, cubin, meta, source)`` from the disk cache, or compiled and stored there.
@@ -312,13 +259,13 @@ class FlowKernel:
 
         support = support_build_for(target.nccl, target.arch)
         try:
-            key, uncacheable = self._cache_key(argtypes, target, support), None
+            key, uncacheable = _cache.kernel_key(self, argtypes, target, support), None
         except _cache.Uncacheable as exc:
             key, uncacheable = None, exc
-        root = _cache_root()
+        root = _cache.kernel_root()
         # A GIN kernel linked for one backend is stored under a key of its own; the plain key holds
         # kernels that run with any backend (without GIN, or linked with every backend).
-        backend_key = _backend_key(key, target)
+        backend_key = _cache.backend_key(key, target)
         for k in (backend_key, key):
             hit = _cache.read_entry(root, k) if k is not None else None
             if hit is not None:
@@ -328,7 +275,7 @@ class FlowKernel:
         compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath,
                                   max_registers=self.max_registers,
                                   lineinfo=self.lineinfo, support_arch=support.arch,
-                                  link_for_features=_feature_libraries(target))
+                                  link_for_features=_targets.feature_libraries(target))
         meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features), "phases": compiled.phases}
         from .lowering.gin import linked_backend  # noqa: PLC0415
 
@@ -346,132 +293,9 @@ class FlowKernel:
     def _load_or_compile(self, argtypes, target: Target):
         start = time.perf_counter()
         key, cubin, meta, source = self._cached_or_compiled(argtypes, target)
-        loaded = _numba_kernel(meta["entry_name"], cubin, argtypes)
+        loaded = _launch.numba_kernel(meta["entry_name"], cubin, argtypes)
         loaded.bind()  # load the module now, so that the time below includes it
         loaded.flowdsl_features = frozenset(meta.get("features", ()))
         self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key,
                            "phases": meta.get("phases", {})}
         return loaded
-
-
-_DIGESTS: dict = {}
-
-
-def _digest_of(data: bytes) -> str:
-    """sha256 of a support build, once per process (it is megabytes, hashed per kernel otherwise)."""
-    key = (id(data), len(data))
-    hit = _DIGESTS.get(key)
-    if hit is None or hit[0] is not data:
-        hit = _DIGESTS[key] = (data, hashlib.sha256(data).hexdigest())
-    return hit[1]
-
-
-@functools.cache
-def _versions() -> dict:
-    """Versions of what compiles a kernel (what they key by name is theirs)."""
-    import llvmlite  # noqa: PLC0415
-    import numba  # noqa: PLC0415
-    import numba_cuda  # noqa: PLC0415
-    import numpy  # noqa: PLC0415
-
-    from .lowering.target import linker_cuda_version  # noqa: PLC0415
-
-    return {"numba_cuda": getattr(numba_cuda, "__version__", "?"), "numba": numba.__version__,
-            "llvmlite": llvmlite.__version__, "numpy": numpy.__version__,
-            "python": list(sys.version_info[:2]), "nvjitlink": list(linker_cuda_version())}
-
-
-def _numba_config() -> list:
-    """numba-cuda settings that change generated code (from NUMBA_* variables)."""
-    from numba.cuda.core import config  # noqa: PLC0415
-
-    return [str(config.OPT), bool(config.CUDA_DEBUGINFO_DEFAULT), bool(getattr(config, "CUDA_ENABLE_NRT", False))]
-
-
-def _device_target() -> Target:
-    from numba import cuda  # noqa: PLC0415
-
-    from .lowering.target import Target  # noqa: PLC0415
-    from .runtime import nccl as nccl_runtime  # noqa: PLC0415
-
-    cc = cuda.get_current_device().compute_capability
-    return Target(nccl_runtime.loaded_version(), f"sm_{cc[0]}{cc[1]}", _cuda_version(None))
-
-
-def _cft_digest(target: Target):
-    """sha256 of the CFT build a kernel for ``target`` would link, or None (part of the cache key)."""
-    from .runtime.support import manifest  # noqa: PLC0415
-
-    builds = manifest().get("cft", {}).get("abis", {}).get(format_version(target.nccl), {}).get("builds", {})
-    return sorted(b["sha256"] for b in builds.values()) or None
-
-
-def _cuda_version(cuda) -> tuple[int, int]:
-    """``(major, minor)`` of ``cuda`` ("13.3", a tuple), or of the installed nvJitLink when None."""
-    from .lowering.target import linker_cuda_version  # noqa: PLC0415
-
-    if cuda is None:
-        return linker_cuda_version()
-    if isinstance(cuda, str):
-        cuda = cuda.split(".")
-    return int(cuda[0]), int(cuda[1])
-
-
-def _feature_libraries(target: Target):
-    """Libraries a kernel's features add to its link: a GIN build for GIN, the CFT build for flowdsl.cft."""
-    from .runtime.support import feature_libraries  # noqa: PLC0415
-
-    return feature_libraries(target)
-
-
-def _gin_digest(target: Target):
-    """Digest of the GIN builds a kernel for ``target`` may link (part of the cache key)."""
-    from .runtime import support, support_build  # noqa: PLC0415
-
-    return support.gin_digest(target.nccl) or "sources:" + ",".join(support_build.source_digest().values())
-
-
-def _backend_key(key, target: Target):
-    """The cache key of a GIN kernel linked for ``target``'s backend only (None: no backend named)."""
-    if key is None or target.gin_backend is None:
-        return None
-    return hashlib.sha256(f"{key} gin:{target.gin_backend.option}".encode()).hexdigest()[:32]
-
-
-def _gin_backend_named(name, kernel_name: str):
-    """``name`` as a :class:`flowdsl.GinBackend` (None stays None), or a UsageError naming the choices."""
-    from .enums import GinBackend  # noqa: PLC0415
-
-    if name is None:
-        return None
-    backend = GinBackend.from_option(name)
-    if backend is None:
-        raise UsageError(f"Cannot compile {kernel_name} for gin_backend={name!r}: it is not a GIN backend. "
-                         f"Use one of {', '.join(b.option for b in GinBackend)}, or None for every backend")
-    return backend
-
-
-def _gin_backend_of(args):
-    """The GIN backend of the first device communicator among launch ``args`` (None: none, or not one)."""
-    for arg in args:
-        backend = getattr(arg, "gin_backend", None)
-        if backend is not None:
-            return backend
-    return None
-
-
-def _numba_kernel(entry_name: str, cubin: bytes, argtypes):
-    """A numba-cuda launchable kernel around an already linked cubin."""
-    from cuda.core import ObjectCode  # noqa: PLC0415
-    from numba.cuda.codegen import CUDACodeLibrary  # noqa: PLC0415
-    from numba.cuda.descriptor import cuda_target  # noqa: PLC0415
-    from numba.cuda.dispatcher import _Kernel  # noqa: PLC0415
-
-    from .lowering.types import ArgumentMarshaller  # noqa: PLC0415
-
-    codegen = cuda_target.target_context.codegen()
-    library = CUDACodeLibrary._rebuild(codegen, entry_name, entry_name, [], {}, {}, {}, None, {}, False, False,
-                                       False, True)
-    library._cubin_cache[library._ensure_cc(None)] = ObjectCode.from_cubin(cubin, name=entry_name)
-    return _Kernel._rebuild(False, entry_name, types.void(*argtypes), library, False, False, None,
-                            [ArgumentMarshaller()])

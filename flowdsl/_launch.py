@@ -26,64 +26,10 @@ __all__ = ["check_features"]
 @functools.lru_cache(maxsize=32)
 def _core_stream(handle: int):
     """A cuda.core stream over the driver handle (for the launch paths that take a stream object)."""
-    from numba.cuda.cudadrv import driver  # noqa: PLC0415
+    from .lowering.backend import stream_from_handle  # noqa: PLC0415
 
-    return driver.ExperimentalStream.from_handle(handle)
+    return stream_from_handle(handle)
 
-
-
-_SCALARS = {int: types.int64, float: types.float64, bool: types.boolean}
-
-
-def _argument_type(kernel_name: str, index: int, arg):
-    """numba type of a launch argument, cheaply for the common kinds (the launch hot path)."""
-    kind = type(arg)
-    ty = _SCALARS.get(kind)
-    if ty is not None:
-        return ty
-    typer = _TYPER_OF.get(kind, _unknown)
-    if typer is _unknown:
-        typer = _TYPER_OF[kind] = _typer(kind)
-    if typer is not None:
-        return typer(arg)
-    ty = getattr(arg, "_numba_type_", None)
-    if ty is not None:
-        return ty
-    cai = getattr(arg, "__cuda_array_interface__", None)
-    if cai is not None:
-        return _array_type(cai["typestr"], len(cai["shape"]), cai.get("strides") is None)
-    from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
-
-    try:
-        ty = typeof(arg, Purpose.argument)
-    except Exception as exc:  # noqa: BLE001
-        raise UsageError(f"Cannot launch {kernel_name}: argument {index} ({type(arg).__name__}) has no "
-                         f"kernel type: {exc}") from exc
-    if ty is None:
-        raise UsageError(f"Cannot launch {kernel_name}: argument {index} of type {type(arg).__name__} "
-                         "cannot be passed to a kernel (pass device arrays, scalars, windows and "
-                         "device communicators)")
-    return ty
-
-
-#: argument type -> a function giving its numba type without __cuda_array_interface__ (which
-#: CuPy builds as a new dict at every access), or None for the general path.
-_TYPER_OF: dict = {}
-_unknown = object()
-
-
-def _typer(kind):
-    if (kind.__module__ or "").startswith("cupy") and hasattr(kind, "flags") and hasattr(kind, "data"):
-        return lambda a: _array_type(a.dtype.str, a.ndim, a.flags.c_contiguous)
-    return None
-
-
-@functools.cache
-def _array_type(typestr: str, ndim: int, c_contiguous: bool):
-    import numpy as np  # noqa: PLC0415
-    from numba.np.numpy_support import from_dtype  # noqa: PLC0415
-
-    return types.Array(from_dtype(np.dtype(typestr)), ndim, "C" if c_contiguous else "A")
 
 
 class _Loaded:
@@ -100,7 +46,7 @@ class _Loaded:
         self.features = getattr(numba_kernel, "flowdsl_features", frozenset())
         self.packers = [_packer(t) for t in argtypes]
         self.fast = all(p is not None for p in self.packers)
-        self.cu_kernel = numba_kernel._codelibrary.get_cufunc().kernel if self.fast else None
+        self.cu_kernel = _kernel_function(numba_kernel) if self.fast else None
         self.handle = int(self.cu_kernel.handle) if self.fast else None  # the CUfunction, as an int
         self.params = _ParameterBuffer(argtypes) if self.fast else None
 
@@ -126,6 +72,20 @@ class _Loaded:
             self.numba_kernel.launch(args, grid, block, stream=_core_stream(stream), sharedmem=shared)
             return
         self.params.launch(self.handle, args, grid, block, stream, shared)
+
+
+def numba_kernel(entry_name: str, cubin: bytes, argtypes):
+    """A numba-cuda launchable kernel around an already linked cubin."""
+    from .lowering.backend import load_kernel  # noqa: PLC0415
+    from .lowering.types import ArgumentMarshaller  # noqa: PLC0415
+
+    return load_kernel(entry_name, cubin, argtypes, [ArgumentMarshaller()])
+
+
+def _kernel_function(numba_kernel):
+    from .lowering.backend import kernel_function  # noqa: PLC0415
+
+    return kernel_function(numba_kernel)
 
 
 class _ParameterBuffer:
@@ -221,20 +181,23 @@ def _array_fields(kind, itemsize: int):
     if (kind.__module__ or "").startswith("cupy") and hasattr(kind, "data"):
         return lambda a: (0, 0, a.size, itemsize, a.data.ptr, *a.shape, *a.strides)
 
-    def from_interface(a):
-        cai = a.__cuda_array_interface__
-        shape, strides = cai["shape"], cai.get("strides")
-        if strides is None:
-            strides, step = [], itemsize
-            for dim in reversed(shape):
-                strides.append(step)
-                step *= dim
-            strides.reverse()
-        size = 1
-        for dim in shape:
-            size *= dim
-        return (0, 0, size, itemsize, cai["data"][0], *shape, *strides)
-    return from_interface
+    return lambda a: _interface_fields(a, itemsize)
+
+
+def _interface_fields(a, itemsize: int) -> tuple:
+    """An array's flattened fields (as :func:`_array_fields`) from its ``__cuda_array_interface__``."""
+    cai = a.__cuda_array_interface__
+    shape, strides = cai["shape"], cai.get("strides")
+    if strides is None:
+        strides, step = [], itemsize
+        for dim in reversed(shape):
+            strides.append(step)
+            step *= dim
+        strides.reverse()
+    size = 1
+    for dim in shape:
+        size *= dim
+    return (0, 0, size, itemsize, cai["data"][0], *shape, *strides)
 
 
 def _driver_launcher(kernel, flat, grid, block, stream, shared):
@@ -347,23 +310,7 @@ def _packer(ty):
         if itemsize is None:
             return None
 
-        def pack_array(arg, flat):
-            cai = arg.__cuda_array_interface__
-            shape = cai["shape"]
-            strides = cai.get("strides")
-            if strides is None:
-                strides, step = [], itemsize
-                for dim in reversed(shape):
-                    strides.append(step)
-                    step *= dim
-                strides.reverse()
-            size = 1
-            for dim in shape:
-                size *= dim
-            flat.extend((0, 0, size, itemsize, cai["data"][0]))
-            flat.extend(shape)
-            flat.extend(strides)
-        return pack_array
+        return lambda arg, flat: flat.extend(_interface_fields(arg, itemsize))
     if isinstance(ty, types.Integer):
         ctype = getattr(ctypes, f"c_{ty}")
         return lambda arg, flat: flat.append(ctype(arg))

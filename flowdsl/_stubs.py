@@ -3,15 +3,15 @@
 A primitive is a documented Python function whose meaning is stated in its
 docstring. Compiled kernels bind it through ``flowdsl.lowering``; the CPU
 simulator binds it through the dispatch hook installed by ``flowdsl.sim``.
-Called from plain host code it raises :class:`DeviceOnlyError`.
-
-Contents: :func:`primitive`, :func:`set_simulator_dispatch`, :class:`DeviceOnlyError`.
+Called from plain host code it raises :class:`flowdsl.DeviceOnlyError`.
 """
 
 from __future__ import annotations
 
 import functools
 from typing import Any, Callable
+
+from .errors import DeviceOnlyError
 
 __all__ = ["primitive", "set_simulator_dispatch", "set_simulator_launch", "DeviceOnlyError", "PRIMITIVES"]
 
@@ -24,10 +24,6 @@ _simulator_dispatch: Callable[..., Any] | None = None
 _simulator_launch: Callable[..., Any] | None = None
 #: Returns True while a simulated rank's host code is running (set by ``flowdsl.sim``).
 _simulator_active: Callable[[], bool] = lambda: False
-
-
-class DeviceOnlyError(RuntimeError):
-    """A device primitive was called from host code."""
 
 
 def set_simulator_dispatch(dispatch: Callable[..., Any] | None) -> None:

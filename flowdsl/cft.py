@@ -29,12 +29,6 @@ does not.
 :func:`barrier` is a barrier session over the CFT team (``ncclCftBarrierSession``;
 the device communicator needs ``cft_barrier_count``), with ``arrive``,
 ``wait`` and ``sync(order, producer, consumer)``.
-
-Contents: :data:`SESSION_WORDS`, :class:`MemProxyType`, :class:`MemFenceScope`,
-:func:`team`, :func:`le_info`, :func:`peer_le_info`, :func:`session`,
-:func:`put`, :func:`put_counted`, :func:`get`, :func:`submit`, :func:`flush`,
-:func:`flush_smem`, :func:`close`, :func:`read_counter`, :func:`wait_counted`,
-:func:`fence`, :func:`barrier`. Offsets and sizes are in bytes, as in NCCL.
 """
 
 from __future__ import annotations

@@ -2,10 +2,6 @@
 
 Mirrors NCCL's ``ncclCoop*`` types. A coop is a value made inside a kernel
 and passed to collective primitives (barriers, reduce/copy).
-
-Contents: :func:`thread`, :func:`warp`, :func:`lanes`, :func:`warp_span`,
-:func:`cta`, and the coop methods :func:`sync`, :func:`thread_rank`,
-:func:`size` (also callable as ``c.sync()``, ``c.thread_rank()``, ``c.size()``).
 """
 
 from __future__ import annotations

@@ -1,21 +1,19 @@
 """flowdsl's exceptions. Messages read "Cannot {operation}: {reason}. {fix}".
 
-Contents: :class:`FlowDSLError`, :class:`UsageError`, :class:`NoDeviceError`,
-:class:`ResourceClosedError`, :class:`CollectiveMismatchError`, :class:`DeviceTimeoutError`,
-:class:`CacheWarning`, and (re-exported) :class:`FeatureUnavailableError`, :class:`DeviceOnlyError`.
+Every exception flowdsl raises derives from :class:`FlowDSLError`; where another base is part of
+its meaning (numba reports :class:`FeatureUnavailableError` as a typing error), it has both.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._stubs import DeviceOnlyError
-
 if TYPE_CHECKING:  # a numba typing error: imported at first use (below)
     from .lowering.target import FeatureUnavailableError
 
 __all__ = ["FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
-           "DeviceTimeoutError", "FeatureUnavailableError", "DeviceOnlyError", "CacheWarning"]
+           "DeviceTimeoutError", "FeatureUnavailableError", "DeviceOnlyError", "SupportLibraryError", "DriverError",
+           "CacheWarning"]
 
 
 class FlowDSLError(Exception):
@@ -32,6 +30,18 @@ class UsageError(FlowDSLError, ValueError):
 
 class NoDeviceError(FlowDSLError, RuntimeError):
     """No CUDA GPU (or driver) is available for an operation that needs one."""
+
+
+class DeviceOnlyError(FlowDSLError, RuntimeError):
+    """A device primitive was called from host code."""
+
+
+class SupportLibraryError(FlowDSLError, RuntimeError):
+    """flowdsl's support library (or its GIN or CFT build) is missing for a target, or cannot be built."""
+
+
+class DriverError(FlowDSLError, RuntimeError):
+    """A CUDA driver call failed."""
 
 
 class ResourceClosedError(FlowDSLError, RuntimeError):

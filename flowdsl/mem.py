@@ -4,19 +4,6 @@ Each takes an array (a view or any device array) and an element index, and a
 scope: :class:`flowdsl.ThreadScope` ``DEVICE`` (``.gpu``) or ``SYSTEM``
 (``.sys``, needed for peers' memory over NVLink/PCIe and for the host), or
 ``BLOCK`` (``.cta``). Scope and order must be compile-time constants.
-
-Contents: :func:`load_acquire`, :func:`load_relaxed`, :func:`store_release`,
-:func:`store_relaxed`, :func:`fence`, :func:`atomic_add`, :func:`atomic_cas`,
-:func:`atomic_exch`, :func:`red_add`. Supported element types: int32, uint32,
-int64, uint64 (and float32/float64 for ``atomic_add``/``red_add``).
-Wide accesses: :func:`load_vec`, :func:`store_vec` move 16 bytes (any integer or
-float element type: 2 to 16 lanes) in one
-instruction (``ld.v4``/``st.v4``), what bandwidth-bound copies need.
-Bits: :func:`to_bits` and :func:`from_bits` move a value's bits in and out of
-a uint64 (what packing data and flags into one word needs). :func:`address`
-gives an element's byte address (to choose a 16-byte path when it is aligned).
-Time: :func:`globaltimer` reads the GPU's nanosecond clock (what bounded waits,
-:mod:`flowdsl.wait`, measure with).
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
 """Teams: sets of ranks described by ``(nranks, rank, stride)`` (NCCL's ``ncclTeam``).
-
-Contents: :func:`world`, :func:`lsa`, :func:`rail` (teams of a device
-communicator), :func:`rank_to_world`, :func:`rank_to_lsa` (team rank → rank),
-:func:`rank_is_member`, :func:`rank_to_team`, :func:`inner_factor`,
-:func:`outer_factor`, :func:`rank_in_difference`. A team value has the
-attributes ``nranks``, ``rank`` and ``stride``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
 """Helpers for writing multi-rank tests of flowdsl programs on the CPU simulator.
 
-Contents: :func:`run_ranks` (run ``main(comm)`` on N simulated ranks, a thin
-:func:`flowdsl.sim.spawn`), :func:`for_seeds` (a pytest decorator running a
-test once per seed), :func:`run_seeds` (run a program under many seeds and
-return every run's results, with a progress bar on a terminal),
-:func:`assert_ranks_close` (compare ``(result, reference)`` pairs rank by rank).
-
 Example (a test file; ``@pytest.mark.sim`` too if your pytest configuration
 registers a ``sim`` marker)::
 

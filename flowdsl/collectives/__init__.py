@@ -11,15 +11,12 @@ The first call of a (collective, dtype, op, arch, NCCL ABI) compiles the program
 and caches it on disk; :func:`precompile` (``python -m flowdsl precompile``)
 builds the whole library ahead of time, :func:`load` loads it onto the GPU. The programs are in
 :mod:`flowdsl.collectives.programs`.
-
-Contents: :func:`all_reduce`, :func:`all_gather`, :func:`reduce_scatter`,
-:func:`broadcast`, :func:`reduce`, :func:`precompile`, :func:`load`, :func:`library`,
-:class:`FlowConfig`, :data:`DTYPES`, :data:`OPS`.
 """
 
 from __future__ import annotations
 
-from ._host import DTYPES, OPS, FlowConfig, all_gather, all_reduce, broadcast, reduce, reduce_scatter
+from ._config import DTYPES, OPS, FlowConfig
+from ._host import all_gather, all_reduce, broadcast, reduce, reduce_scatter
 from ._library import library, load, precompile
 
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "precompile", "load", "library",

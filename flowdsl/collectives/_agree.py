@@ -49,7 +49,7 @@ class Signature(NamedTuple):
 
 def signature(collective, count, dtype, redop, root, algorithm, config) -> Signature:
     """The signature of a checked call (``config`` None: the default shape)."""
-    from ._host import DEFAULT_CONFIG  # noqa: PLC0415
+    from ._config import DEFAULT_CONFIG  # noqa: PLC0415
 
     return Signature(collective, int(count), str(dtype), None if redop is None else RedOp(redop).name.lower(),
                      None if root is None else int(root), str(algorithm), config or DEFAULT_CONFIG)
@@ -62,9 +62,9 @@ def refused(collective: str) -> Signature:
 # ---- the fixed-size encoding (GPUs) --------------------------------------------------------------
 
 def _codes():
-    from ._host import _ALGORITHMS, DTYPES  # noqa: PLC0415
+    from ._config import ALGORITHMS, DTYPES  # noqa: PLC0415
 
-    return DTYPES, _ALGORITHMS
+    return DTYPES, ALGORITHMS
 
 
 def encode(sig: Signature, call: int) -> np.ndarray:
@@ -84,7 +84,7 @@ def encode(sig: Signature, call: int) -> np.ndarray:
 
 def decode(words) -> tuple[Signature | None, int]:
     """``(signature, call)`` from :func:`encode`'s words; ``(None, -1)`` if they are not a signature."""
-    from ._host import FlowConfig  # noqa: PLC0415
+    from ._config import FlowConfig  # noqa: PLC0415
 
     dtypes, algorithms = _codes()
     w = [int(x) for x in words]

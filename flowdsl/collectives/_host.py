@@ -13,71 +13,25 @@ import functools
 import os
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-from ..enums import Protocol, RedOp
+from ..enums import RedOp
 from ..errors import UsageError
 from ..runtime import checks
 from ..runtime.nccl import without_torch_probe
 from ..runtime.streams import refuse_during_capture, stream_handle
 from . import _agree, cost
+from ._config import ALGORITHMS, DEFAULT_CONFIG, DTYPES, OPS, FlowConfig
 from .programs import PROGRAMS
 
-__all__ = ["DTYPES", "OPS", "FlowConfig", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"]
+__all__ = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"]
 
-#: Element types of the collectives. bfloat16 is a torch.bfloat16 tensor, or a uint16 CuPy/NumPy
-#: array of its bits (neither has a bfloat16 dtype; NCCL has no uint16). fp8 is a torch float8
-#: tensor, or a uint8 array with ``dtype="float8_e4m3fn"`` / ``"float8_e5m2"`` in the call.
-DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8", "float8_e4m3fn", "float8_e5m2")
-#: Reduction operators by name.
-OPS = {"sum": RedOp.SUM, "prod": RedOp.PROD, "min": RedOp.MIN, "max": RedOp.MAX, "avg": RedOp.AVG}
 _TORCH_DTYPES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16",
                  "torch.float64": "float64", "torch.int32": "int32", "torch.int64": "int64",
                  "torch.uint8": "uint8", "torch.float8_e4m3fn": "float8_e4m3fn",
                  "torch.float8_e5m2": "float8_e5m2"}
-
-
-@dataclass(frozen=True)
-class FlowConfig:
-    """Staging and launch shape of the collectives.
-
-    The defaults are the fastest shape measured on 2 H200s over NVLink (benchmarks/flow_config_sweep.py,
-    docs/performance.md): up to 128 channels of 512 threads (one warp of them waits and posts) and
-    128 KiB SIMPLE slots, 4 per connection; a call uses one channel per 16 KiB of its message. The
-    staging window then takes about 272 MiB per rank (4 connections per channel, and small slots for
-    LL and LL128); fewer channels take less (64: 136 MiB, at 0.94-0.98 of the bandwidth). For the
-    simulator, a small shape such as ``FlowConfig(channels=2, nslots=2, slot_bytes=1024, threads=64)``
-    runs much faster.
-
-    Attributes:
-        channels: Blocks (channels) at most; each has its own slots and counters.
-        nslots: Slots per connection (how far a sender runs ahead).
-        slot_bytes: Bytes of one SIMPLE slot (a multiple of 128); LL and LL128 slots are at most
-            ``flowdsl.flow.SMALL_SLOT_BYTES``.
-        threads: Threads per block.
-        protocol: ``None`` lets the cost model choose per call, or a :class:`flowdsl.Protocol`.
-    """
-
-    channels: int = 128
-    nslots: int = 4
-    slot_bytes: int = 128 * 1024
-    threads: int = 512
-    protocol: Protocol | None = None
-
-    def __post_init__(self):
-        if self.channels < 1 or self.nslots < 2 or self.threads < 32 or self.threads % 32:
-            raise UsageError(f"Cannot use {self}: channels >= 1, nslots >= 2 and threads a multiple of 32 "
-                             "are needed")
-        if self.slot_bytes < 128 or self.slot_bytes % 128:
-            raise UsageError(f"Cannot use slot_bytes={self.slot_bytes}: give a multiple of 128 bytes")
-
-
-DEFAULT_CONFIG = FlowConfig()
-#: What ``algorithm=`` takes: the programs' algorithms, NCCL's host collective, or the cost model's choice.
-_ALGORITHMS = ("auto", *dict.fromkeys(a for (a, c) in PROGRAMS), "nccl")
 
 
 class _FlowState:
@@ -296,9 +250,9 @@ def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", r
                          f"({'nranks * ' if ratio_out > 1 else ''}count with count={count} from src)")
     redop = _redop(operation, op) if operation in _REDUCING else None
     root = _root(operation, root, n) if operation in _ROOTED else None
-    if algorithm not in _ALGORITHMS:
+    if algorithm not in ALGORITHMS:
         raise UsageError(f"Cannot {operation}: unknown algorithm {algorithm!r}. Use one of "
-                         f"{', '.join(repr(a) for a in _ALGORITHMS)}")
+                         f"{', '.join(repr(a) for a in ALGORITHMS)}")
     return s, d, count, redop, root
 
 
@@ -528,17 +482,24 @@ def _call_nccl(nccl_comm, collective, src, dst, op, root, kw):
         nccl_comm.reduce(src, dst, op, int(root), **kw)
 
 
+def _ran_planned(comm, key, src, dst) -> bool:
+    """Run the call planned for ``key`` (a repeated call: the hot path); False if there is none."""
+    plan = _planned(comm, key, src, dst)
+    if plan is None:
+        return False
+    if plan.agree is not None:
+        plan.agree()
+    plan.run(src, dst)
+    return True
+
+
 # ---- public entry points -----------------------------------------------------------------------
 
 def all_reduce(comm, src, dst=None, *, op="sum", algorithm="auto", stream=None, config=None, dtype=None):
     """``dst = op over ranks of src`` on every rank; ``dst=None`` works in place. Returns ``dst``."""
     stream = stream_handle(stream, (src,), "all_reduce")
     key = ("all_reduce", id(src), id(dst), op, 0, algorithm, stream, config, dtype)
-    plan = _planned(comm, key, src, dst)
-    if plan is not None:
-        if plan.agree is not None:
-            plan.agree()
-        plan.run(src, dst)
+    if _ran_planned(comm, key, src, dst):
         return src if dst is None else dst
     return _first_call("all_reduce", comm, src, dst, key, stream, algorithm, config, op=op, dtype=dtype)
 
@@ -547,11 +508,7 @@ def all_gather(comm, src, dst, *, algorithm="auto", stream=None, config=None, dt
     """``dst[r*count:(r+1)*count] = src@r`` (``dst`` has ``nranks * src.size`` elements)."""
     stream = stream_handle(stream, (src,), "all_gather")
     key = ("all_gather", id(src), id(dst), None, 0, algorithm, stream, config, dtype)
-    plan = _planned(comm, key, src, dst)
-    if plan is not None:
-        if plan.agree is not None:
-            plan.agree()
-        plan.run(src, dst)
+    if _ran_planned(comm, key, src, dst):
         return src if dst is None else dst
     return _first_call("all_gather", comm, src, dst, key, stream, algorithm, config, ratio_out=_nranks(comm),
                        dtype=dtype)
@@ -561,11 +518,7 @@ def reduce_scatter(comm, src, dst, *, op="sum", algorithm="auto", stream=None, c
     """``dst@r = op over ranks q of src@q[r*count:(r+1)*count]`` (``src`` has ``nranks * dst.size``)."""
     stream = stream_handle(stream, (src,), "reduce_scatter")
     key = ("reduce_scatter", id(src), id(dst), op, 0, algorithm, stream, config, dtype)
-    plan = _planned(comm, key, src, dst)
-    if plan is not None:
-        if plan.agree is not None:
-            plan.agree()
-        plan.run(src, dst)
+    if _ran_planned(comm, key, src, dst):
         return src if dst is None else dst
     return _first_call("reduce_scatter", comm, src, dst, key, stream, algorithm, config, op=op,
                        ratio_in=_nranks(comm), dtype=dtype)
@@ -575,11 +528,7 @@ def broadcast(comm, src, dst=None, *, root=0, algorithm="auto", stream=None, con
     """``dst = src@root`` on every rank (``src`` is read on ``root`` only; ``dst=None``: in place)."""
     stream = stream_handle(stream, (src,), "broadcast")
     key = ("broadcast", id(src), id(dst), None, root, algorithm, stream, config, dtype)
-    plan = _planned(comm, key, src, dst)
-    if plan is not None:
-        if plan.agree is not None:
-            plan.agree()
-        plan.run(src, dst)
+    if _ran_planned(comm, key, src, dst):
         return src if dst is None else dst
     return _first_call("broadcast", comm, src, dst, key, stream, algorithm, config, root=root, dtype=dtype)
 
@@ -588,11 +537,7 @@ def reduce(comm, src, dst=None, *, op="sum", root=0, algorithm="auto", stream=No
     """``dst@root = op over ranks of src`` (``dst`` is written on ``root`` only; ``None``: in place)."""
     stream = stream_handle(stream, (src,), "reduce")
     key = ("reduce", id(src), id(dst), op, root, algorithm, stream, config, dtype)
-    plan = _planned(comm, key, src, dst)
-    if plan is not None:
-        if plan.agree is not None:
-            plan.agree()
-        plan.run(src, dst)
+    if _ran_planned(comm, key, src, dst):
         return src if dst is None else dst
     return _first_call("reduce", comm, src, dst, key, stream, algorithm, config, op=op, root=root,
                        dtype=dtype)

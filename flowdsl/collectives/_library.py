@@ -1,6 +1,4 @@
 """The compiled library: which kernel a call uses, and building all of them ahead of time.
-
-Contents: :func:`kernel_for`, :func:`library`, :func:`precompile`, :func:`load`.
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ def kernel_for(algorithm: str, collective: str, op: RedOp, gin_peers: bool = Fal
 
 def library(dtypes=None, ops=None) -> list[tuple[str, str, RedOp, str]]:
     """Every (algorithm, collective, op, dtype) the library holds."""
-    from ._host import DTYPES  # noqa: PLC0415
+    from ._config import DTYPES  # noqa: PLC0415
 
     dtypes = tuple(dtypes or DTYPES)
     ops = tuple(ops or tuple(RedOp))
@@ -142,12 +140,12 @@ def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin
     Returns:
         ``{"kernels": n, "compiled": n, "cached": n, "seconds": s}``.
     """
-    from .._kernel import _device_target  # noqa: PLC0415
+    from .._targets import device_target  # noqa: PLC0415
     from ..lowering.target import Target, parse_version  # noqa: PLC0415
     from ..runtime import nccl as nccl_runtime  # noqa: PLC0415
 
     if arch is None:
-        target = _device_target()
+        target = device_target()
     else:
         target = Target(parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version(), arch)
     entries = library(dtypes, ops)
@@ -216,10 +214,10 @@ def load(*, dtypes=None, ops=None, gin_peers: bool = False) -> dict:
 
     Returns ``{"kernels": n, "disk": n, "compiled": n, "seconds": s}``.
     """
-    from .._kernel import _device_target  # noqa: PLC0415
+    from .._targets import device_target  # noqa: PLC0415
 
     start = time.perf_counter()
-    nccl = _device_target().nccl
+    nccl = device_target().nccl
     counts = {"kernels": 0, "disk": 0, "compiled": 0, "loaded": 0}
     for algorithm, collective, op, dtype in library(dtypes, ops):
         kernel = kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1])

@@ -29,7 +29,7 @@ import numpy as np
 from .. import _fp8
 from ..enums import Protocol
 from ..errors import UsageError
-from ._host import DTYPES, OPS, FlowConfig
+from ._config import DTYPES, OPS, FlowConfig
 
 __all__ = ["Case", "Outcome", "cases", "run_case", "run_matrix", "PROTOCOLS", "REDUCING", "inputs", "reference",
            "compare", "storage_dtype", "poison", "bf16_bits", "bf16_values"]
@@ -126,7 +126,8 @@ def reference(collective: str, ins: list[np.ndarray], dtype: str, op: str | None
         return [_values(ins[root], dtype)] * n
     if collective == "reduce":
         return [_reduce(ins, dtype, op) if r == root else None for r in range(n)]
-    raise ValueError(collective)
+    raise UsageError(f"Cannot compute the reference of {collective!r}: it is not a collective. Use one of "
+                     "all_reduce, all_gather, reduce_scatter, broadcast, reduce")
 
 
 # Per rank: one rounding per combine at most (fp8: half the spacing of 3 or 2 mantissa bits).

@@ -7,8 +7,6 @@ own copy (``direct_recv_copy_send``), and the last one only waits for it
 (``direct_recv``). No staging slot is used; the connection's flags and credits
 are the same as for the staged steps, so over GIN the writes are puts from this
 rank's copy of the window with a strong signal.
-
-Contents: :func:`allgather_direct` (kernel factory), :func:`run`.
 """
 
 from __future__ import annotations

@@ -6,8 +6,6 @@ the fully reduced piece of a round (``recv_reduce_copy``), it applies the epilog
 that piece in place, then starts the all-gather half with it (``copy_send``).
 So each element is transformed once, by one rank, before it travels; NCCL followed by
 a separate kernel would read and write the whole output again.
-
-Contents: :func:`allreduce_bias_gelu` (kernel factory), :func:`run`.
 """
 
 from __future__ import annotations

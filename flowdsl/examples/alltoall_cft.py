@@ -18,9 +18,6 @@ read its counter's starting value before any peer writes.
 ``mode`` picks how the receiver waits: :data:`WAIT_COUNTED` (the usual way),
 :data:`READ_AND_FENCE` (spin on ``cft.read_counter``, then ``cft.fence``), or
 :data:`MISSING_FENCE` (spin, no fence: a planted bug the simulator reports).
-
-Contents: :func:`alltoall_cft` (the kernel), :func:`run`, :data:`WAIT_COUNTED`,
-:data:`READ_AND_FENCE`, :data:`MISSING_FENCE`.
 """
 
 from __future__ import annotations

@@ -10,8 +10,6 @@ the block ``receiving_cta`` of each rank waits until that signal has risen by
 barrier (hybrid: LSA inside a node, GIN across nodes) before the puts keeps a
 fast rank from writing into a peer that still reads an earlier result, and one
 after the flush keeps the windows alive until every peer is done.
-
-Contents: :func:`alltoall_gin` (the kernel), :func:`run`.
 """
 
 from __future__ import annotations

@@ -8,8 +8,6 @@ peers of the node (the LSA team, this rank included) get it by plain stores
 through LSA views. The block ``receiving_cta`` waits for one signal increment
 per remote peer; the closing world barrier (hybrid: LSA inside, GIN across)
 publishes the LSA stores.
-
-Contents: :func:`alltoall_hybrid` (the kernel), :func:`run`.
 """
 
 from __future__ import annotations

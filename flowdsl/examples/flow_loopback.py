@@ -6,8 +6,6 @@ combining what arrives with ``src`` by ``op`` into ``dst`` (``recv_reduce_copy``
 The message is many slots long, so the two blocks run the credit and flag
 protocol against each other through memory exactly as two ranks would. The
 expected result is ``finish(op, src op src)``.
-
-Contents: :func:`loopback` (the kernel), :func:`run`.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import numpy as np
 from numba import cuda
 
 import flowdsl
-from flowdsl import Protocol, RedOp, flow
+from flowdsl import Protocol, flow
 from flowdsl.collectives import check
 
 __all__ = ["loopback", "run"]
@@ -35,7 +33,7 @@ def loopback(comm, stage, src, dst, n, op, channels, nslots, slot_words, protoco
 def run(comm, protocol=Protocol.SIMPLE, dtype="float32", op="sum", n=100_003, seed=0,
         nslots=4, slot_bytes=4096, threads=256):
     """Run the loopback on ``comm``; return ``(result, reference)`` (values as float64/int64)."""
-    from flowdsl.collectives._host import OPS, FlowConfig  # noqa: PLC0415
+    from flowdsl.collectives._config import OPS, FlowConfig  # noqa: PLC0415
 
     rng = np.random.default_rng(seed)
     x = check.inputs(rng, dtype, op, 2, n)[0]

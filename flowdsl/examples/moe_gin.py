@@ -20,9 +20,6 @@ three puts (covers them all), ``1`` one weak signal per put (each covers its
 put), ``2`` **a bug**: one weak signal on the last put only, while the expert
 reads the data of all three (the simulator reports it; on a network that
 reorders, such as EFA, the expert may read rows that have not landed).
-
-Contents: :func:`moe_gin` (the kernel), :func:`route_tokens` (host packing),
-:func:`run`, :data:`STRONG`, :data:`WEAK_PER_PUT`, :data:`WEAK_LAST_ONLY`.
 """
 
 from __future__ import annotations

@@ -2,27 +2,21 @@
 
 This needs no GPU: the target (NCCL release, arch) is explicit, so CI compiles
 and links every kernel for every supported target.
-
-Contents: :class:`CompiledKernel`, :func:`compile_kernel`, :func:`elf_function_symbols`.
 """
 
 from __future__ import annotations
 
 import re
-
-import contextlib
 import struct
 import time
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Callable
 
 from cuda.core import Linker, LinkerOptions, ObjectCode
-from numba.core import types
-from numba.cuda import compiler as numba_compiler
-from numba.cuda import dispatcher as numba_dispatcher
 
 from .. import _devices
+from ..errors import UsageError
+from . import backend
 from . import bindings  # noqa: F401 - the device surface is bound before anything compiles
 from .target import Target, compiling_for, noted_features
 
@@ -60,59 +54,9 @@ class CompiledKernel:
         return elf_function_symbols(self.cubin)
 
 
-@contextlib.contextmanager
-def _device_functions_for(target: Target):
-    """Compile overload implementations for ``target`` without asking the driver.
-
-    numba-cuda compiles each ``@overload`` implementation as a device function
-    for the *current device's* compute capability; flowdsl compiles for an
-    explicit target, on machines with or without a GPU.
-    """
-    real = numba_dispatcher.get_current_device
-    numba_dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=target.cc)
-    try:
-        yield
-    finally:
-        numba_dispatcher.get_current_device = real
-
-
 def never_inline(qualified_name: str) -> None:
     """Keep device function ``module.qualname`` out of line in every kernel that calls it."""
     _devices.OUT_OF_LINE.add(qualified_name)
-
-
-def _mangled_prefix(qualified_name: str) -> str:
-    return "_ZN" + "".join(f"{len(p)}{p}" for p in qualified_name.split("."))
-
-
-def _mark_never_inline(modules) -> None:
-    prefixes = [_mangled_prefix(name) for name in sorted(_devices.OUT_OF_LINE)]
-    if not prefixes:
-        return
-    for mod in modules:
-        for fn in mod.functions:
-            name = fn.name
-            if not fn.is_declaration and name.startswith("_ZN") and any(
-                    name.startswith(prefix) and name[len(prefix)] in "BE" for prefix in prefixes
-                    if len(name) > len(prefix)):
-                fn.attributes.add("noinline")
-
-
-def _unique_modules(lib) -> list:
-    """The library's LLVM modules, each once.
-
-    numba-cuda lists a device function's module once per caller that links it (487
-    entries for 79 modules in a ring all-reduce): NVVM would parse and drop the
-    copies, and the IR text would be made for each. The copies are the same objects,
-    so the first of each is kept, in numba's order (the linked code is the same).
-    """
-    seen: set[int] = set()
-    unique = []
-    for mod in lib.modules:
-        if id(mod) not in seen:
-            seen.add(id(mod))
-            unique.append(mod)
-    return unique
 
 
 def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fastmath: bool = False,
@@ -130,18 +74,14 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
     """
     start = time.perf_counter()
     clock = _PhaseClock()
-    with compiling_for(target), _device_functions_for(target):
-        lib, _ = numba_compiler._compile_pyfunc_with_fixup(
-            pyfunc, types.void(*argtypes), device=False, cc=target.cc, lto=True, abi="numba",
-            fastmath=fastmath, lineinfo=lineinfo)
-        modules = _unique_modules(lib)
-        _mark_never_inline(modules)
-        lib._llvm_strs = [str(mod) for mod in modules]  # what numba's get_ltoir hands NVVM
-        features = noted_features() | features_in_code(lib.get_llvm_str())
-        features = _check_cft(lib, target, features)
+    with compiling_for(target):
+        lowered = backend.lower_kernel(pyfunc, argtypes, target.cc, fastmath=fastmath, lineinfo=lineinfo,
+                                       out_of_line=_devices.OUT_OF_LINE)
+        features = noted_features() | features_in_code(lowered.ir_text)
+        features = _check_cft(lowered.ir_text, target, features)
         features = _gin_backend_of(target, features)
     clock.lap("numba")
-    ltoir = lib.get_ltoir(cc=target.cc)
+    ltoir = lowered.ltoir(target.cc)
     clock.lap("nvvm")
     objects = [ObjectCode.from_ltoir(ltoir, name=pyfunc.__name__),
                ObjectCode.from_ltoir(support_ltoir, name="flowdsl_support")]
@@ -155,7 +95,7 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
     finally:
         linker.close()
     clock.lap("link")
-    return CompiledKernel(lib._entry_name, bytes(cubin), target, tuple(argtypes), log,
+    return CompiledKernel(lowered.entry_name, bytes(cubin), target, tuple(argtypes), log,
                           time.perf_counter() - start, support_arch, features=features, phases=clock.phases)
 
 
@@ -204,13 +144,13 @@ def _gin_backend_of(target: Target, features: frozenset) -> frozenset:
     return features
 
 
-def _check_cft(lib, target: Target, features: frozenset) -> frozenset:
+def _check_cft(ir_text: str, target: Target, features: frozenset) -> frozenset:
     """Gate and record CFT from the calls the code makes (the typers' own checks may have been cached)."""
     from .cft import CFT_FEATURE, cft_primitives_called  # noqa: PLC0415
     from .externs import CFT_CUDA, CFT_SINCE  # noqa: PLC0415
     from .target import require  # noqa: PLC0415
 
-    used = cft_primitives_called(lib.get_llvm_str())
+    used = cft_primitives_called(ir_text)
     if not used:
         return features
     require(used[0], nccl=CFT_SINCE, min_cc=(10, 0), cuda=CFT_CUDA)
@@ -223,7 +163,7 @@ def elf_function_symbols(elf: bytes, defined_only: bool = True) -> list[str]:
     With ``defined_only`` (default), functions the driver provides (``vprintf``) are left out.
     """
     if elf[:4] != b"\x7fELF" or elf[4] != 2:
-        raise ValueError("not an ELF64 object")
+        raise UsageError("Cannot read the function symbols: the data is not an ELF64 object (a cubin)")
     shoff, = struct.unpack_from("<Q", elf, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
     sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]

@@ -15,11 +15,11 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.errors import NumbaTypeError
 from numba.cuda.extending import lower_builtin, make_attribute_wrapper, overload, overload_method, register_jitable
-from numba.cuda.np.arrayobj import populate_array
 from numba.cuda.typing.templates import AbstractTemplate, infer, infer_global, signature
 
 from .. import lsa
 from .._spec import spec_of
+from .backend import populate_array
 from .checks import check, is_omitted
 from .declarations import call_extern, extern
 from .intrinsics import devcomm_ptr, emit_trap, enum_value, make_session, typed_pointer

@@ -3,10 +3,6 @@
 The compiler sets :func:`compiling_for` around each compilation; typing code
 asks :func:`current` and raises :class:`FeatureUnavailableError` through
 :func:`require` when the NCCL release or the arch lacks a feature.
-
-Contents: :class:`Target`, :func:`compiling_for`, :func:`current`,
-:func:`require`, :class:`FeatureUnavailableError`, :func:`parse_version`,
-:func:`format_version`, :func:`note_feature`, :func:`noted_features`, :func:`linker_cuda_version`.
 """
 
 from __future__ import annotations
@@ -18,12 +14,13 @@ from dataclasses import dataclass
 from numba.core.errors import NumbaTypeError
 
 from .._release import format_version, parse_version
+from ..errors import FlowDSLError
 
 __all__ = ["Target", "compiling_for", "current", "require", "FeatureUnavailableError",
            "parse_version", "format_version", "note_feature", "noted_features", "linker_cuda_version"]
 
 
-class FeatureUnavailableError(NumbaTypeError):
+class FeatureUnavailableError(NumbaTypeError, FlowDSLError):
     """A primitive needs a newer NCCL, another arch or a newer CUDA than the target has."""
 
 

@@ -1,10 +1,5 @@
 """Numba types for flowdsl's opaque device values, and their data models.
 
-Contents: :class:`DevCommType`, :class:`WindowType`, :class:`TeamType`,
-:class:`CoopType`, :class:`LsaBarrierSessionType`, :data:`team_type`,
-:class:`ArgumentMarshaller` (the kernel-launch extension that flattens host
-objects into kernel parameters).
-
 A device communicator travels into the kernel *by value*, as the words of the
 C ``ncclDevComm`` struct of its NCCL ABI (kernel parameters live in constant
 memory, as in a C++ kernel taking ``ncclDevComm`` by value), then one word more:

@@ -65,9 +65,9 @@ def _numba_dtype(dtype):
     if not type(dtype).__module__.startswith("numba"):
         return None
     try:
-        from numba.np.numpy_support import as_dtype  # noqa: PLC0415
+        from ..lowering.backend import type_to_numpy  # noqa: PLC0415
 
-        return as_dtype(dtype)
+        return type_to_numpy(dtype)
     except Exception:  # noqa: BLE001 - numba raises its own errors for non-scalar types
         return None
 

@@ -1,6 +1,4 @@
 """The host communicator: bootstrap, symmetric allocation, windows, device communicators.
-
-Contents: :func:`init`, :class:`Communicator`, :data:`REQUIREMENT_FIELDS`.
 """
 
 from __future__ import annotations

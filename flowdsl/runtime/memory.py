@@ -4,9 +4,6 @@ Every resource derives from :class:`Resource`: ``close()`` is idempotent, the
 resource is a context manager, and the communicator closes whatever is still
 open when it is closed itself (windows and device communicators before the
 memory under them).
-
-Contents: :class:`Resource`, :class:`SymmetricAllocation`, :class:`Window`,
-:class:`DevComm`, :func:`device_pointer`.
 """
 
 from __future__ import annotations
@@ -144,11 +141,10 @@ class Window(Resource):
             comm._untrack(self)
             raise
         self.handle = int(self._nccl_window.handle)
-        from numba.np.numpy_support import from_dtype  # noqa: PLC0415
-
+        from ..lowering.backend import numpy_to_type  # noqa: PLC0415
         from ..lowering.types import WindowType  # noqa: PLC0415 - numba at first use, not at import
 
-        self._type = WindowType(from_dtype(self.dtype))
+        self._type = WindowType(numpy_to_type(self.dtype))
 
     #: The :class:`flowdsl.flow.Staging` that :func:`flowdsl.flow.staging` made this window for, or None.
     flow_staging = None

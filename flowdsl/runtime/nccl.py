@@ -2,8 +2,6 @@
 
 nccl4py loads libnccl; flowdsl opens the same library with ctypes for the
 device-communicator calls whose nccl4py wrappers assume the newest ABI.
-
-Contents: :func:`loaded_version`, :func:`library`, :func:`check`.
 """
 
 from __future__ import annotations

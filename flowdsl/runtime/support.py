@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .._release import format_version
 from ..enums import GinBackend
+from ..errors import SupportLibraryError
 
 __all__ = ["manifest", "support_build_for", "gin_build_for", "gin_backends", "gin_digest", "cft_build_for",
            "abi_layout", "cache_dir", "SupportBuild", "feature_libraries"]
@@ -74,8 +75,8 @@ def support_build_for(nccl: tuple[int, int, int], arch: str) -> SupportBuild:
     if entry is not None:
         chosen = _pick_arch(arch, entry["builds"])
         if chosen is None:
-            raise RuntimeError(f"Cannot compile for {arch}: the flowdsl support library is built for "
-                               f"{', '.join(sorted(entry['builds']))} only. Use a GPU of sm_80 or newer.")
+            raise SupportLibraryError(f"Cannot compile for {arch}: the flowdsl support library is built for "
+                                      f"{', '.join(sorted(entry['builds']))} only. Use a GPU of sm_80 or newer.")
         path = support_build.PREBUILT_DIR / entry["builds"][chosen]["file"]
         return SupportBuild(path, nccl, chosen, entry["layout"])
     chosen = _pick_arch(arch, support_build.ARCHS) or arch
@@ -117,8 +118,8 @@ def gin_build_for(nccl: tuple[int, int, int], arch: str, backend: GinBackend | N
         builds = entry["gin"]["builds"][name]
         chosen = _pick_arch(arch, builds)
         if chosen is None:
-            raise RuntimeError(f"Cannot compile for {arch}: the flowdsl GIN library is built for "
-                               f"{', '.join(sorted(builds))} only. Use a GPU of sm_80 or newer.")
+            raise SupportLibraryError(f"Cannot compile for {arch}: the flowdsl GIN library is built for "
+                                      f"{', '.join(sorted(builds))} only. Use a GPU of sm_80 or newer.")
         return SupportBuild(support_build.PREBUILT_DIR / builds[chosen]["file"], nccl, chosen, entry["layout"])
     chosen = _pick_arch(arch, support_build.ARCHS) or arch
     path, layout = support_build.build_for_installed(version, chosen, cache_dir() / "support", gin=name)
@@ -164,13 +165,13 @@ def cft_build_for(nccl: tuple[int, int, int], arch: str) -> SupportBuild:
     entry = manifest().get("cft", {}).get("abis", {}).get(version)
     if entry is None:
         have = ", ".join(sorted(manifest().get("cft", {}).get("abis", {}))) or "none"
-        raise RuntimeError(f"Cannot link flowdsl.cft for NCCL {version}: flowdsl has CFT builds for NCCL {have} "
-                           "only. Install nvidia-nccl-cu13==2.32.3, or build one with "
-                           f"`python -m flowdsl.runtime.support_build --cft --version {version}`.")
+        raise SupportLibraryError(f"Cannot link flowdsl.cft for NCCL {version}: flowdsl has CFT builds for NCCL {have} "
+                                  "only. Install nvidia-nccl-cu13==2.32.3, or build one with "
+                                  f"`python -m flowdsl.runtime.support_build --cft --version {version}`.")
     chosen = _pick_arch(arch, entry["builds"])
     if chosen is None:
-        raise RuntimeError(f"Cannot link flowdsl.cft for {arch}: the CFT library is built for "
-                           f"{', '.join(sorted(entry['builds']))} only.")
+        raise SupportLibraryError(f"Cannot link flowdsl.cft for {arch}: the CFT library is built for "
+                                  f"{', '.join(sorted(entry['builds']))} only.")
     path = support_build.PREBUILT_DIR / entry["builds"][chosen]["file"]
     return SupportBuild(path, nccl, chosen, support_build_for(nccl, "sm_90").layout)
 

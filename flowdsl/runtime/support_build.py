@@ -35,6 +35,7 @@ import zipfile
 from pathlib import Path
 
 from ..enums import GinBackend
+from ..errors import SupportLibraryError
 
 __all__ = [
     "SUPPORTED_VERSIONS", "ARCHS", "PREBUILT_DIR", "source_digest", "compile_ltoir", "read_layout",
@@ -144,7 +145,7 @@ def compile_ltoir(include_dir: Path, arch: str, out: Path, prebuilt_dir: Path = 
     """Compile the support library (or ``source``) for ``arch`` against the NCCL headers in ``include_dir``."""
     nvcc = nvcc or nvcc_path()
     if nvcc is None:
-        raise RuntimeError(
+        raise SupportLibraryError(
             "Cannot build the flowdsl support library: nvcc was not found. "
             "Install the CUDA toolkit (or set FLOWDSL_NVCC), or install an NCCL release "
             f"that has a prebuilt build: nvidia-nccl-cu13=={' or =='.join(SUPPORTED_VERSIONS)}"
@@ -155,8 +156,8 @@ def compile_ltoir(include_dir: Path, arch: str, out: Path, prebuilt_dir: Path = 
            str(prebuilt_dir / source), "-o", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"Cannot build the flowdsl support library for {arch}:\n"
-                           f"{' '.join(cmd)}\n{proc.stderr}")
+        raise SupportLibraryError(f"Cannot build the flowdsl support library for {arch}:\n"
+                                  f"{' '.join(cmd)}\n{proc.stderr}")
 
 
 def defined_symbols(include_dir: Path, arch: str, prebuilt_dir: Path = PREBUILT_DIR, *,
@@ -204,7 +205,7 @@ def read_layout(include_dir: Path) -> dict:
     """Struct sizes, requirement-field offsets and the requirements initializer of an ABI."""
     nvcc = nvcc_path()
     if nvcc is None:
-        raise RuntimeError("Cannot read the NCCL device ABI layout: nvcc was not found")
+        raise SupportLibraryError("Cannot read the NCCL device ABI layout: nvcc was not found")
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "layout.cu"
         exe = Path(tmp) / "layout"
@@ -368,7 +369,7 @@ def header_version_code(include_dir: Path) -> int:
     """``NCCL_VERSION_CODE`` of the headers in ``include_dir`` (e.g. 22809)."""
     match = re.search(r"#define\s+NCCL_VERSION_CODE\s+(\d+)", (include_dir / "nccl.h").read_text())
     if match is None:
-        raise RuntimeError(f"Cannot read the NCCL version of {include_dir / 'nccl.h'}")
+        raise SupportLibraryError(f"Cannot read the NCCL version of {include_dir / 'nccl.h'}")
     return int(match.group(1))
 
 
@@ -384,13 +385,13 @@ def build_for_installed(version: str, arch: str, cache_dir: Path, gin: str | Non
     needed = f"Install nvidia-nccl-cu13=={version} (its headers must match the loaded libnccl), " \
              f"or use a release with a prebuilt build: {', '.join(SUPPORTED_VERSIONS)}"
     if include_dir is None:
-        raise RuntimeError(f"Cannot build the flowdsl support library for NCCL {version}: "
-                           f"no NCCL headers are installed. {needed}")
+        raise SupportLibraryError(f"Cannot build the flowdsl support library for NCCL {version}: "
+                                  f"no NCCL headers are installed. {needed}")
     major, minor, patch = (int(x) for x in version.split("."))
     found = header_version_code(include_dir)
     if found != major * 10000 + minor * 100 + patch:
-        raise RuntimeError(f"Cannot build the flowdsl support library for NCCL {version}: the installed "
-                           f"headers are of NCCL {found // 10000}.{found // 100 % 100}.{found % 100}. {needed}")
+        raise SupportLibraryError(f"Cannot build the flowdsl support library for NCCL {version}: the installed "
+                                  f"headers are of NCCL {found // 10000}.{found // 100 % 100}.{found % 100}. {needed}")
     layout_path = cache_dir / f"nccl-{version}" / "layout.json"
     if not layout_path.exists():
         layout = read_layout(include_dir)
@@ -401,8 +402,8 @@ def build_for_installed(version: str, arch: str, cache_dir: Path, gin: str | Non
         backends = installed_gin_backends(version, include_dir, cache_dir)
         backend = None if gin == "all" else GinBackend.from_option(gin)
         if gin != "all" and backend not in backends:
-            raise RuntimeError(f"Cannot build the flowdsl GIN library for backend {gin}: the headers of NCCL "
-                               f"{version} have {', '.join(b.option for b in backends) or 'no GIN backend'}")
+            raise SupportLibraryError(f"Cannot build the flowdsl GIN library for backend {gin}: the headers of NCCL "
+                                      f"{version} have {', '.join(b.option for b in backends) or 'no GIN backend'}")
         source, defines, name = GIN_SOURCE, gin_defines(backend, backends), gin_build_name(arch, backend)
     out = cache_dir / f"nccl-{version}" / f"{name}.ltoir"
     if not out.exists():

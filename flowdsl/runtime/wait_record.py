@@ -5,9 +5,6 @@ with ``DEVICEMAP``): kernels read the abort word and the limit from it, and the
 first wait to time out writes what it waited on; the host reads it while kernels
 run. Word layout (uint64), shared with ``prebuilt/src/flowdsl_support.cu``: see
 the constants below.
-
-Contents: :class:`WaitRecord`, :func:`resolve_timeout`, :func:`wait_for_device`,
-:data:`DEFAULT_TIMEOUT`, :data:`TIMEOUT_ENV`.
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ import os
 import threading
 import time
 
-from ..errors import DeviceTimeoutError, ResourceClosedError, UsageError
+from ..errors import DeviceTimeoutError, DriverError, ResourceClosedError, UsageError
 
 __all__ = ["WaitRecord", "resolve_timeout", "wait_for_device", "aborted_error", "DEFAULT_TIMEOUT", "TIMEOUT_ENV",
            "WORDS"]
@@ -66,7 +63,7 @@ def aborted_error(device_busy: bool = False) -> ResourceClosedError:
 def _check(result, operation: str):
     err, *rest = result
     if int(err) != 0:
-        raise RuntimeError(f"Cannot {operation}: CUDA driver error {err}")
+        raise DriverError(f"Cannot {operation}: CUDA driver error {err}")
     return rest[0] if len(rest) == 1 else rest
 
 

@@ -25,10 +25,6 @@ has both read a counter value that includes the write (``read_counter`` or
 inside an acquiring ``wait_counted``) gets a
 :class:`~flowdsl.sim.errors.CftCoverageError` naming the write and which of
 the two is missing.
-
-Contents: :class:`CftState` (LE registry, sessions, counter coverage),
-:class:`Session`, :class:`CftSession`, :class:`CftBarrierSession`,
-:data:`LE_STRIDE`, and one implementation per primitive of ``flowdsl.cft``.
 """
 
 from __future__ import annotations

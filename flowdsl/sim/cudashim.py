@@ -12,8 +12,6 @@ Modelled: ``threadIdx``, ``blockIdx``, ``blockDim``, ``gridDim``, ``grid``,
 ``local.array``, ``const.array_like``, ``atomic.*``, the scalar types. Any
 other ``numba.cuda`` device function raises
 :class:`~flowdsl.sim.errors.UnsupportedFeatureError` when called.
-
-Contents: :data:`cuda`, :class:`SimCuda`, :func:`simulate_function`.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ import types
 import numpy as np
 from numba import cuda as _nb_cuda
 from numba.core import types as _nb_types
-from numba.cuda.stubs import Stub as _Stub
+from ..lowering.backend import Stub as _Stub
 
 from . import _state
 from .errors import UnsupportedFeatureError, UsageError

@@ -1,11 +1,5 @@
 """Errors raised by the CPU simulator.
 
-Contents: :class:`SimulationError` (base), :class:`UnsupportedFeatureError`,
-:class:`DeadlockError`, :class:`LivelockError`, :class:`WaitTimeoutError`, :class:`WindowAccessError`,
-:class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
-:class:`UsageError`, :class:`DataRaceError`, and for GIN :class:`GinCoverageError`,
-:class:`GinResourceError`, :class:`GinBackendError`, and for CFT :class:`CftCoverageError`.
-
 Every message reads "Cannot {operation}: {reason}. {fix}" and, when raised
 inside a simulation, names the rank (block, thread) and the seed that replays it.
 """

@@ -1,10 +1,4 @@
 """Simulated host side: the world of ranks, communicators, launches, ``spawn``.
-
-Contents: :func:`spawn` (run ``main(comm)`` on every simulated rank),
-:class:`World` (everything the ranks share), :class:`SimComm` (a rank's host
-communicator), :class:`DevComm` (the device communicator kernels receive),
-:class:`DevCommGroup` (barrier state shared by the ranks), :func:`launch`
-(the kernel-launch hook that ``@flowdsl.kernel`` calls for simulated arguments).
 """
 
 from __future__ import annotations

@@ -1,12 +1,4 @@
 """Simulated memory: symmetric buffers, windows, checked window views, poison.
-
-Contents: :func:`as_dtype` (numpy/numba dtype → numpy dtype), :func:`poisoned`
-(a poison-filled array), :class:`SymBuffer` (numpy array with CuPy's
-``set``/``get``), :class:`WindowGroup` (one registration, every rank's memory),
-:class:`Window` (one rank's handle), :class:`WindowView` (a bounds-checked
-1-D view of a window), :func:`raw` (the numpy array behind a view),
-:func:`describe_address` (a deterministic name for an element, for reports),
-:func:`address_key` (a cheap key for an element).
 """
 
 from __future__ import annotations
@@ -35,7 +27,7 @@ def as_dtype(dtype) -> np.dtype:
     try:
         return np.dtype(dtype)
     except TypeError:
-        from numba.np.numpy_support import as_dtype as nb_as_dtype
+        from ..lowering.backend import type_to_numpy as nb_as_dtype
         return nb_as_dtype(dtype)
 
 

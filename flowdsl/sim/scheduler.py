@@ -10,10 +10,6 @@ When no task is runnable but some wait, the scheduler raises a
 :class:`~flowdsl.sim.errors.DeadlockError` that says who waits on what and who
 was expected to release it; spinning without progress for a bounded number of
 rounds raises a :class:`~flowdsl.sim.errors.LivelockError`.
-
-Contents: :class:`Scheduler`, :class:`Task`, :class:`HostTask`,
-:class:`KernelThread`, :class:`Block`, :class:`Launch`, :class:`GroupBarrier`,
-:class:`Cond`, :class:`Wait`, :func:`where`, :func:`fmt_ids`, :func:`sim_error`.
 """
 
 from __future__ import annotations

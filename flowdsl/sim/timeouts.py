@@ -8,9 +8,6 @@ into a :class:`~flowdsl.sim.errors.WaitTimeoutError` whose message starts with t
 diagnosis a GPU's wait record gives (:meth:`flowdsl.DeviceTimeoutError.describe`,
 one record per rank: the first stuck thread of each), followed by the
 simulator's own report.
-
-Contents: :func:`note`, :func:`as_timeout`, and the semantics of
-``flowdsl.wait.poll`` and ``flowdsl.mem.globaltimer``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 
 from flowdsl import Protocol, RedOp
 from flowdsl.collectives import _library, cost
-from flowdsl.collectives._host import FlowConfig
+from flowdsl.collectives._config import FlowConfig
 from flowdsl.lowering.gin import STRONG_SIGNAL_FEATURE
 
 pytestmark = pytest.mark.compile

@@ -124,7 +124,7 @@ def test_the_disk_cache_keeps_one_entry_per_backend_for_gin_kernels_only(tmp_pat
 
 def test_a_launch_on_another_backend_loads_the_kernel_linked_for_it(monkeypatch):
     """The launch check: a kernel loaded for one backend is never launched with another's communicator."""
-    from flowdsl import _kernel, _launch
+    from flowdsl import _launch, _targets
 
     loads = []
 
@@ -135,7 +135,7 @@ def test_a_launch_on_another_backend_loads_the_kernel_linked_for_it(monkeypatch)
 
     kernel = flowdsl.kernel(one_put.py_func)
     monkeypatch.setattr(kernel, "_load_or_compile", load_or_compile)
-    monkeypatch.setattr(_kernel, "_device_target", lambda: Target((2, 32, 3), "sm_90"))
+    monkeypatch.setattr(_targets, "device_target", lambda: Target((2, 32, 3), "sm_90"))
     monkeypatch.setattr(_launch, "_packer", lambda t: None)  # no launch here: the slow path's loaded object
     loaded = SimpleNamespace(argtypes=("a",), features=frozenset({GIN_FEATURE, backend_feature(GinBackend.PROXY)}))
     proxy, gdaki = SimpleNamespace(gin_backend=GinBackend.PROXY), SimpleNamespace(gin_backend=GinBackend.GDAKI)

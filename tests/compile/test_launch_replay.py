@@ -13,7 +13,7 @@ import pytest
 from numba.core import types
 
 import flowdsl
-from flowdsl import _launch
+from flowdsl import _argtypes, _launch
 from flowdsl.errors import ResourceClosedError
 from flowdsl.lowering.types import DevCommType, WindowType
 from flowdsl.runtime import memory
@@ -105,7 +105,7 @@ def kernel(monkeypatch):
     """``four_arguments`` as if loaded for (devcomm, float32 window, float32 array, int64)."""
     comm = Comm()
     args = (_devcomm(comm), _window(comm), CupyLike(0x7000, 1024), 1024)
-    argtypes = tuple(_launch._argument_type("four_arguments", i, a) for i, a in enumerate(args))
+    argtypes = tuple(_argtypes.argument_type("four_arguments", i, a) for i, a in enumerate(args))
     loaded = object.__new__(_launch._Loaded)
     loaded.numba_kernel, loaded.argtypes, loaded.features = None, argtypes, frozenset()
     loaded.packers, loaded.fast = [_launch._packer(t) for t in argtypes], True

@@ -116,9 +116,8 @@ def test_the_kernel_above_uses_every_primitive():
 def test_ptx_spells_the_memory_model():
     from cuda.core import Linker, LinkerOptions, ObjectCode
     from numba.core import types
-    from numba.cuda import compiler
 
-    from flowdsl.lowering.compiler import _device_functions_for
+    from flowdsl.lowering import backend
     from flowdsl.lowering.target import Target, compiling_for
 
     def k(flags, out):
@@ -130,10 +129,10 @@ def test_ptx_spells_the_memory_model():
         mem.store_vec(out, 4, mem.load_vec(out, 8))
 
     target = Target((2, 28, 9), "sm_90")
-    sig = types.void(types.uint32[::1], types.uint32[::1])
-    with compiling_for(target), _device_functions_for(target):
-        lib, _ = compiler._compile_pyfunc_with_fixup(k, sig, device=False, cc=(9, 0), lto=True, abi="numba")
-    linker = Linker(ObjectCode.from_ltoir(lib.get_ltoir(cc=(9, 0)), name="k"),
+    argtypes = (types.uint32[::1], types.uint32[::1])
+    with compiling_for(target):
+        lowered = backend.lower_kernel(k, argtypes, (9, 0), fastmath=False, lineinfo=False)
+    linker = Linker(ObjectCode.from_ltoir(lowered.ltoir((9, 0)), name="k"),
                     options=LinkerOptions(arch="sm_90", link_time_optimization=True, ptx=True))
     ptx = linker.link("ptx").code.decode()
     for instruction in ("ld.acquire.sys.u32", "st.release.gpu.u32", "fence.sc.sys", "atom.acq_rel.sys.add.u32",

@@ -79,15 +79,16 @@ def test_the_first_launch_links_the_backend_of_the_device_communicator(comm):
 
 
 def test_a_kernel_linked_for_another_backend_is_not_launched(comm):
-    from flowdsl._kernel import _device_target
-    from flowdsl._launch import _argument_type, _Loaded
+    from flowdsl._argtypes import argument_type
+    from flowdsl._launch import _Loaded
+    from flowdsl._targets import device_target
     from flowdsl.lowering.gin import linked_backend
     from flowdsl.runtime.support import gin_backends
 
     def load_for_another_backend(dcomm, src_win, dst_win):
-        target = _device_target()
+        target = device_target()
         others = [b for b in gin_backends(target.nccl) if b != dcomm.gin_backend]
-        argtypes = tuple(_argument_type("put_to_self", i, a) for i, a in enumerate((dcomm, src_win, dst_win, N)))
+        argtypes = tuple(argument_type("put_to_self", i, a) for i, a in enumerate((dcomm, src_win, dst_win, N)))
         put_to_self._loaded.clear()
         put_to_self._loaded_by_ids.clear()
         put_to_self._loaded_for_backends.clear()

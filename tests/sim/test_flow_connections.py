@@ -30,7 +30,7 @@ from numba import cuda
 import flowdsl
 from flowdsl import Protocol, flow
 from flowdsl.collectives import FlowConfig, check
-from flowdsl.collectives._host import OPS
+from flowdsl.collectives._config import OPS
 from flowdsl.collectives.programs import gin_context, no_gin_context
 from flowdsl.sim import spawn
 

@@ -1,0 +1,94 @@
+"""The numba types of kernel arguments: at launch (cheaply, for the common kinds) and for explicit compiles.
+
+A launch types its arguments itself, as numba-cuda would; :func:`argtypes_for` types host
+values and the stand-ins ``"devcomm"``, ``("window", dtype)`` and ``("staging", dtype)``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from numba.core import types
+
+from ._release import parse_version
+from .errors import UsageError
+
+__all__ = ["argument_type", "array_type", "argtypes_for"]
+
+_SCALARS = {int: types.int64, float: types.float64, bool: types.boolean}
+
+
+def argument_type(kernel_name: str, index: int, arg):
+    """numba type of a launch argument, cheaply for the common kinds (the launch hot path)."""
+    kind = type(arg)
+    ty = _SCALARS.get(kind)
+    if ty is not None:
+        return ty
+    typer = _TYPER_OF.get(kind, _unknown)
+    if typer is _unknown:
+        typer = _TYPER_OF[kind] = _typer(kind)
+    if typer is not None:
+        return typer(arg)
+    ty = getattr(arg, "_numba_type_", None)
+    if ty is not None:
+        return ty
+    cai = getattr(arg, "__cuda_array_interface__", None)
+    if cai is not None:
+        return array_type(cai["typestr"], len(cai["shape"]), cai.get("strides") is None)
+    from .lowering.backend import argument_type  # noqa: PLC0415
+
+    try:
+        ty = argument_type(arg)
+    except Exception as exc:  # noqa: BLE001
+        raise UsageError(f"Cannot launch {kernel_name}: argument {index} ({type(arg).__name__}) has no "
+                         f"kernel type: {exc}") from exc
+    if ty is None:
+        raise UsageError(f"Cannot launch {kernel_name}: argument {index} of type {type(arg).__name__} "
+                         "cannot be passed to a kernel (pass device arrays, scalars, windows and "
+                         "device communicators)")
+    return ty
+
+
+#: argument type -> a function giving its numba type without __cuda_array_interface__ (which
+#: CuPy builds as a new dict at every access), or None for the general path.
+_TYPER_OF: dict = {}
+_unknown = object()
+
+
+def _typer(kind):
+    if (kind.__module__ or "").startswith("cupy") and hasattr(kind, "flags") and hasattr(kind, "data"):
+        return lambda a: array_type(a.dtype.str, a.ndim, a.flags.c_contiguous)
+    return None
+
+
+@functools.cache
+def array_type(typestr: str, ndim: int, c_contiguous: bool):
+    import numpy as np  # noqa: PLC0415
+    from .lowering.backend import numpy_to_type  # noqa: PLC0415
+
+    return types.Array(numpy_to_type(np.dtype(typestr)), ndim, "C" if c_contiguous else "A")
+
+
+def argtypes_for(*args, nccl: str | tuple | None = None) -> tuple:
+    """numba types of host arguments (:meth:`flowdsl.FlowKernel.argtypes_for`)."""
+    import numpy as np  # noqa: PLC0415
+
+    from .lowering.backend import argument_type, numpy_to_type  # noqa: PLC0415
+    from .lowering.types import DevCommType, WindowType, devcomm_words  # noqa: PLC0415
+    from .runtime import nccl as nccl_runtime  # noqa: PLC0415
+    from .runtime.support import abi_layout  # noqa: PLC0415
+
+    version = parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version()
+    out = []
+    for arg in args:
+        if isinstance(arg, str) and arg == "devcomm":
+            out.append(DevCommType(version, devcomm_words(abi_layout(version)["dev_comm_size"])))
+        elif isinstance(arg, tuple) and arg and isinstance(arg[0], str) and arg[0] in ("window", "staging"):
+            out.append(WindowType(numpy_to_type(np.dtype(arg[1])), staging=arg[0] == "staging"))
+        elif isinstance(arg, types.Type):
+            out.append(arg)
+        elif isinstance(arg, np.ndarray):  # stands for a device array of the same dtype and shape
+            out.append(array_type(arg.__array_interface__["typestr"], arg.ndim, arg.flags.c_contiguous))
+        else:
+            out.append(argument_type(arg))
+    return tuple(out)

@@ -1,0 +1,62 @@
+"""What the collectives take: element types, operators, algorithms and the staging shape (:class:`FlowConfig`).
+
+Shared by the host entry points (:mod:`flowdsl.collectives._host`), the cross-rank check of a
+call (:mod:`flowdsl.collectives._agree`) and the kernel library (:mod:`flowdsl.collectives._library`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..enums import Protocol, RedOp
+from ..errors import UsageError
+from .programs import PROGRAMS
+
+__all__ = ["DTYPES", "OPS", "ALGORITHMS", "FlowConfig", "DEFAULT_CONFIG"]
+
+#: Element types of the collectives. bfloat16 is a torch.bfloat16 tensor, or a uint16 CuPy/NumPy
+#: array of its bits (neither has a bfloat16 dtype; NCCL has no uint16). fp8 is a torch float8
+#: tensor, or a uint8 array with ``dtype="float8_e4m3fn"`` / ``"float8_e5m2"`` in the call.
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8", "float8_e4m3fn", "float8_e5m2")
+#: Reduction operators by name.
+OPS = {"sum": RedOp.SUM, "prod": RedOp.PROD, "min": RedOp.MIN, "max": RedOp.MAX, "avg": RedOp.AVG}
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    """Staging and launch shape of the collectives.
+
+    The defaults are the fastest shape measured on 2 H200s over NVLink (benchmarks/flow_config_sweep.py,
+    docs/performance.md): up to 128 channels of 512 threads (one warp of them waits and posts) and
+    128 KiB SIMPLE slots, 4 per connection; a call uses one channel per 16 KiB of its message. The
+    staging window then takes about 272 MiB per rank (4 connections per channel, and small slots for
+    LL and LL128); fewer channels take less (64: 136 MiB, at 0.94-0.98 of the bandwidth). For the
+    simulator, a small shape such as ``FlowConfig(channels=2, nslots=2, slot_bytes=1024, threads=64)``
+    runs much faster.
+
+    Attributes:
+        channels: Blocks (channels) at most; each has its own slots and counters.
+        nslots: Slots per connection (how far a sender runs ahead).
+        slot_bytes: Bytes of one SIMPLE slot (a multiple of 128); LL and LL128 slots are at most
+            ``flowdsl.flow.SMALL_SLOT_BYTES``.
+        threads: Threads per block.
+        protocol: ``None`` lets the cost model choose per call, or a :class:`flowdsl.Protocol`.
+    """
+
+    channels: int = 128
+    nslots: int = 4
+    slot_bytes: int = 128 * 1024
+    threads: int = 512
+    protocol: Protocol | None = None
+
+    def __post_init__(self):
+        if self.channels < 1 or self.nslots < 2 or self.threads < 32 or self.threads % 32:
+            raise UsageError(f"Cannot use {self}: channels >= 1, nslots >= 2 and threads a multiple of 32 "
+                             "are needed")
+        if self.slot_bytes < 128 or self.slot_bytes % 128:
+            raise UsageError(f"Cannot use slot_bytes={self.slot_bytes}: give a multiple of 128 bytes")
+
+
+DEFAULT_CONFIG = FlowConfig()
+#: What ``algorithm=`` takes: the programs' algorithms, NCCL's host collective, or the cost model's choice.
+ALGORITHMS = ("auto", *dict.fromkeys(a for (a, c) in PROGRAMS), "nccl")

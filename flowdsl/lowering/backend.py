@@ -1,0 +1,257 @@
+"""numba-cuda's internals, reached from one place.
+
+flowdsl types and lowers kernels with numba-cuda, through its public extension API
+(``numba.cuda.extending``: ``intrinsic``, ``overload``, ``register_model``, ...) where
+lowering code is written. What that API does not offer — compiling a kernel to LTO-IR for
+an explicit target without a GPU, reading the lowered IR and the entry symbol, keeping a
+device function out of line, wrapping a linked cubin as a launchable kernel, typing host
+values, the settings that change generated code — is done here with numba-cuda's private
+or undocumented names, and nowhere else. ``tests/compile/test_backend_adapter.py`` checks
+each of them against the installed numba-cuda; docs/backends.md says why, and what a
+successor backend (numba-cuda-mlir) offers instead.
+
+Importing this module imports nothing of numba: the simulator uses :data:`Stub` and
+:func:`type_to_numpy` without binding a compiler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import threading
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # handed on at first use (below), so that importing this module imports no numba
+    from numba.cuda.np.arrayobj import populate_array
+    from numba.cuda.stubs import Stub
+
+__all__ = ["Lowered", "lower_kernel", "explicit_target", "load_kernel", "kernel_function", "stream_from_handle",
+           "argument_type", "numpy_to_type", "type_to_numpy", "versions", "codegen_settings", "Stub",
+           "populate_array"]
+
+
+# -- compiling for an explicit target -----------------------------------------------------------
+
+_override = threading.local()  # .cc: the compute capability a flowdsl compile on this thread targets
+_override_lock = threading.Lock()
+_override_users = 0
+_real_get_current_device = None
+
+
+def _get_current_device():
+    """numba-cuda's ``get_current_device``, except inside :func:`explicit_target` on this thread."""
+    cc = getattr(_override, "cc", None)
+    if cc is None:
+        return _real_get_current_device()
+    return SimpleNamespace(compute_capability=cc)
+
+
+@contextlib.contextmanager
+def explicit_target(cc: tuple[int, int]):
+    """Compile overload implementations for compute capability ``cc`` without asking the driver.
+
+    numba-cuda compiles each ``@overload`` implementation (a device function) for the *current
+    device's* compute capability (``CUDADispatcher.compile_device`` calls
+    ``numba.cuda.dispatcher.get_current_device``), and offers no argument to say another; flowdsl
+    compiles for an explicit target, on machines with or without a GPU. So, while any flowdsl
+    compile runs, that module's ``get_current_device`` is replaced by one that answers ``cc`` on the
+    compiling thread only, and the driver's answer on every other thread; the last compile to
+    finish puts numba-cuda's own back.
+    """
+    global _override_users, _real_get_current_device
+    from numba.cuda import dispatcher  # noqa: PLC0415
+
+    previous = getattr(_override, "cc", None)
+    with _override_lock:
+        if _override_users == 0:
+            _real_get_current_device = dispatcher.get_current_device
+            dispatcher.get_current_device = _get_current_device
+        _override_users += 1
+    _override.cc = tuple(cc)
+    try:
+        yield
+    finally:
+        _override.cc = previous
+        with _override_lock:
+            _override_users -= 1
+            if _override_users == 0:
+                dispatcher.get_current_device = _real_get_current_device
+                _real_get_current_device = None
+
+
+class Lowered:
+    """A kernel typed and lowered by numba-cuda: its LLVM IR, entry symbol, and LTO-IR on demand."""
+
+    def __init__(self, library):
+        self._library = library
+
+    @property
+    def entry_name(self) -> str:
+        """The kernel's symbol (what the linked cubin exports)."""
+        return self._library._entry_name
+
+    @functools.cached_property
+    def ir_text(self) -> str:
+        """The LLVM IR of the kernel and every device function it links (read for calls and markers)."""
+        return self._library.get_llvm_str()
+
+    def ltoir(self, cc: tuple[int, int]) -> bytes:
+        """NVVM's LTO-IR of the IR, for compute capability ``cc``."""
+        return self._library.get_ltoir(cc=cc)
+
+
+def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, lineinfo: bool,
+                 out_of_line=()) -> Lowered:
+    """Type and lower ``pyfunc`` as a kernel over ``argtypes`` for ``cc``, for link-time optimisation.
+
+    ``out_of_line``: ``module.qualname`` of device functions NVVM must not inline.
+    The public ``numba.cuda.compile(output="ltoir")`` returns bytes only; flowdsl also needs the IR
+    (features, CFT gate) and the entry symbol, so this calls the function that ``compile`` wraps.
+    """
+    from numba.core import types  # noqa: PLC0415
+    from numba.cuda import compiler  # noqa: PLC0415
+
+    with explicit_target(cc):
+        library, _ = compiler._compile_pyfunc_with_fixup(
+            pyfunc, types.void(*argtypes), device=False, cc=cc, lto=True, abi="numba",
+            fastmath=fastmath, lineinfo=lineinfo)
+    modules = _unique_modules(library)
+    _mark_never_inline(modules, out_of_line)
+    library._llvm_strs = [str(mod) for mod in modules]  # what get_ltoir hands NVVM
+    return Lowered(library)
+
+
+def _unique_modules(library) -> list:
+    """The library's LLVM modules, each once.
+
+    numba-cuda lists a device function's module once per caller that links it (487
+    entries for 79 modules in a ring all-reduce): NVVM would parse and drop the
+    copies, and the IR text would be made for each. The copies are the same objects,
+    so the first of each is kept, in numba's order (the linked code is the same).
+    """
+    seen: set[int] = set()
+    unique = []
+    for mod in library.modules:
+        if id(mod) not in seen:
+            seen.add(id(mod))
+            unique.append(mod)
+    return unique
+
+
+def _mangled_prefix(qualified_name: str) -> str:
+    return "_ZN" + "".join(f"{len(p)}{p}" for p in qualified_name.split("."))
+
+
+def _mark_never_inline(modules, qualified_names) -> None:
+    """Add ``noinline`` to the definitions of the named device functions (numba mangles them as
+    ``_ZN<len><part>...`` followed by ``B`` (ABI tags) or ``E``)."""
+    prefixes = [_mangled_prefix(name) for name in sorted(qualified_names)]
+    if not prefixes:
+        return
+    for mod in modules:
+        for fn in mod.functions:
+            name = fn.name
+            if not fn.is_declaration and name.startswith("_ZN") and any(
+                    name.startswith(prefix) and name[len(prefix)] in "BE" for prefix in prefixes
+                    if len(name) > len(prefix)):
+                fn.attributes.add("noinline")
+
+
+# -- a linked cubin as a launchable kernel ---------------------------------------------------------
+
+def load_kernel(entry_name: str, cubin: bytes, argtypes, extensions=()):
+    """A numba-cuda kernel object around an already linked ``cubin`` (launched by numba-cuda's
+    launcher for argument kinds flowdsl does not pack itself).
+
+    numba-cuda makes such objects only by unpickling: its ``_rebuild`` class methods are the way in.
+    """
+    from cuda.core import ObjectCode  # noqa: PLC0415
+    from numba.core import types  # noqa: PLC0415
+    from numba.cuda.codegen import CUDACodeLibrary  # noqa: PLC0415
+    from numba.cuda.descriptor import cuda_target  # noqa: PLC0415
+    from numba.cuda.dispatcher import _Kernel  # noqa: PLC0415
+
+    codegen = cuda_target.target_context.codegen()
+    library = CUDACodeLibrary._rebuild(codegen, entry_name, entry_name, [], {}, {}, {}, None, {}, False, False,
+                                       False, True)
+    library._cubin_cache[library._ensure_cc(None)] = ObjectCode.from_cubin(cubin, name=entry_name)
+    return _Kernel._rebuild(False, entry_name, types.void(*argtypes), library, False, False, None,
+                            list(extensions))
+
+
+def kernel_function(numba_kernel):
+    """The ``cuda.core`` kernel of a loaded numba-cuda kernel (its module loaded on the current device)."""
+    return numba_kernel._codelibrary.get_cufunc().kernel
+
+
+def stream_from_handle(handle: int):
+    """A stream object over a driver stream handle, of the kind numba-cuda's launcher takes."""
+    from numba.cuda.cudadrv import driver  # noqa: PLC0415
+
+    return driver.ExperimentalStream.from_handle(handle)
+
+
+# -- types -----------------------------------------------------------------------------------
+
+def argument_type(value):
+    """numba-cuda's type of ``value`` passed as a kernel argument (a ValueError: it has none)."""
+    from numba.cuda.typing.typeof import Purpose, typeof  # noqa: PLC0415
+
+    return typeof(value, Purpose.argument)
+
+
+def numpy_to_type(dtype):
+    """The numba scalar type of NumPy ``dtype``."""
+    from numba.np.numpy_support import from_dtype  # noqa: PLC0415
+
+    return from_dtype(dtype)
+
+
+def type_to_numpy(ty):
+    """The NumPy dtype of numba scalar type ``ty``."""
+    from numba.np.numpy_support import as_dtype  # noqa: PLC0415
+
+    return as_dtype(ty)
+
+
+# -- what the disk cache keys by -----------------------------------------------------------------
+
+def versions() -> dict:
+    """Versions of what types, lowers and compiles a kernel to LTO-IR."""
+    import llvmlite  # noqa: PLC0415
+    import numba  # noqa: PLC0415
+    import numba_cuda  # noqa: PLC0415
+
+    return {"numba_cuda": getattr(numba_cuda, "__version__", "?"), "numba": numba.__version__,
+            "llvmlite": llvmlite.__version__}
+
+
+def codegen_settings() -> list:
+    """numba-cuda settings that change generated code (from ``NUMBA_*`` variables)."""
+    from numba.cuda.core import config  # noqa: PLC0415
+
+    return [str(config.OPT), bool(config.CUDA_DEBUGINFO_DEFAULT), bool(getattr(config, "CUDA_ENABLE_NRT", False))]
+
+
+# -- names imported at first use ---------------------------------------------------------------------
+
+#: name -> (module, attribute): numba-cuda internals handed on as they are.
+_FORWARDED = {
+    # The base class of numba.cuda's device-only functions (the simulator replaces those).
+    "Stub": ("numba.cuda.stubs", "Stub"),
+    # Fills an array structure from a data pointer, shape and strides (typed views over windows).
+    "populate_array": ("numba.cuda.np.arrayobj", "populate_array"),
+}
+
+
+def __getattr__(name: str):
+    where = _FORWARDED.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib  # noqa: PLC0415
+
+    value = getattr(importlib.import_module(where[0]), where[1])
+    setattr(sys.modules[__name__], name, value)
+    return value
