@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..enums import RedOp
+from ..enums import Protocol, RedOp
 from ..errors import UsageError
 from ..runtime import checks
 from ..runtime.nccl import without_torch_probe
