@@ -21,6 +21,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field, replace
 
+from .errors import FlowDSLError
+
 __all__ = ["Arg", "Gate", "Spec", "SPECS", "spec_of", "ALL_ARCHS",
            "COMM", "COOP", "WINDOW", "TEAM", "TEAMS", "INT", "ORDER", "ARRAY", "SHARED_ARRAY",
            "LSA_SESSION", "GIN_CONTEXT", "REMOTE", "LOCAL", "CFT_SESSION", "ENUM"]
@@ -119,7 +121,8 @@ def make_spec(fn, extern: str | None = None, gate: Gate | None = None, **args: A
     params = tuple(inspect.signature(fn).parameters.values())
     unknown = set(args) - {p.name for p in params}
     if unknown:
-        raise TypeError(f"{fn.__name__}: no parameter {sorted(unknown)} to describe")
+        raise FlowDSLError(f"Cannot describe {fn.__name__}: it has no parameter {sorted(unknown)}. Name the stub's "
+                           "own parameters in its spec")
     spec = Spec(f"{fn.__module__}.{fn.__name__}", params, dict(args), extern, gate or Gate())
     SPECS[spec.name] = spec
     return spec
