@@ -182,6 +182,12 @@ class Window:
     def __repr__(self):
         return f"<sim Window #{self.group.wid} rank {self.rank} {self.group.nbytes} bytes>"
 
+    def own(self, op, what="the window"):
+        """This window, refused unless it is the running thread's rank's (``what`` names it in the error)."""
+        if self.rank != _state.cur.rank:
+            raise sim_error(UsageError, f"Cannot {op}: {what} belongs to rank {self.rank}. Pass this rank's window")
+        return self
+
     def view(self, world_rank, start, count, dtype, op):
         """A :class:`WindowView` of ``world_rank``'s memory; bounds-checked (cached)."""
         key = (world_rank, start, count, dtype)
