@@ -10,8 +10,8 @@ Its defaults are the stub's own. From that one :class:`Spec`:
 * the lowering names the C function it calls (``flowdsl.lowering.declarations.extern``);
 * the extern table (``flowdsl/lowering/externs.py``) takes each row's oldest NCCL, archs and CUDA
   from the gate of the primitive that calls it;
-* the simulator checks each argument's value (``flowdsl/sim/checks.py``: "Cannot ``op``: ``value``
-  is not ``what``. ``fix``").
+* the simulator checks each argument's value (``flowdsl/sim/checks.py``), with the same words
+  followed by the fix (:meth:`Spec.refusal`: "``name`` requires ``what``, got ``type``").
 
 No numba here: the simulator and ``import flowdsl`` read specs too.
 """
@@ -25,7 +25,7 @@ from .errors import FlowDSLError
 
 __all__ = ["Arg", "Gate", "Spec", "SPECS", "spec_of", "ALL_ARCHS",
            "COMM", "COOP", "WINDOW", "TEAM", "TEAMS", "INT", "ORDER", "ARRAY", "SHARED_ARRAY",
-           "LSA_SESSION", "GIN_CONTEXT", "REMOTE", "LOCAL", "CFT_SESSION", "ENUM"]
+           "LSA_SESSION", "GIN_CONTEXT", "REMOTE", "LOCAL", "CFT_SESSION", "ENUM", "NAMED_KINDS"]
 
 #: Targets the support library is built for, oldest first.
 ALL_ARCHS = ("sm_80", "sm_90", "sm_100")
@@ -56,18 +56,22 @@ WINDOW = Arg("window", "a window (from comm.register(buf))", "Pass a window from
 TEAM = Arg("team", "a team", "Pass flowdsl.team.world(comm), team.lsa(comm) or team.rail(comm)")
 TEAMS = TEAM.but("teams")
 #: An integer; errors read "``name`` to be an integer".
-INT = Arg("int", "an integer")
+INT = Arg("int", "an integer", "Pass an integer")
 ORDER = Arg("order", "a flowdsl.MemoryOrder", "Pass a flowdsl.MemoryOrder")
-ARRAY = Arg("array", "an array")
-SHARED_ARRAY = Arg("shared_array", "a shared-memory array (a cuda.shared.array)")
-LSA_SESSION = Arg("lsa_session", "a barrier session (from flowdsl.lsa.barrier)")
+ARRAY = Arg("array", "an array", "Pass an array (a window view, cuda.shared.array or cuda.local.array)")
+SHARED_ARRAY = Arg("shared_array", "a shared-memory array (a cuda.shared.array)", "Pass a cuda.shared.array")
+LSA_SESSION = Arg("lsa_session", "a barrier session (from flowdsl.lsa.barrier)",
+                  "Open one with flowdsl.lsa.barrier(comm, coop, index)")
 GIN_CONTEXT = Arg("gin_context", "a GIN context", "Make one with flowdsl.gin.context(comm, index)")
 REMOTE = Arg("remote", "a signal action (flowdsl.gin.strong_signal_inc(id), ...)",
              "Pass flowdsl.gin.strong_signal_inc(id) or another signal action")
 LOCAL = Arg("local", "local=flowdsl.gin.counter_inc(counter)", "Pass flowdsl.gin.counter_inc(id)")
-CFT_SESSION = Arg("cft_session", "a CFT session (flowdsl.cft.session(comm, coop, storage))")
+CFT_SESSION = Arg("cft_session", "a CFT session (flowdsl.cft.session(comm, coop, storage))",
+                  "Open one with flowdsl.cft.session(comm, coop, storage)")
 #: A flowdsl enum member or an int (``ENUM.but("a flowdsl.cft.MemProxyType")``).
-ENUM = Arg("enum", "an enum member")
+ENUM = Arg("enum", "an enum member", "Pass one of its members")
+#: Kinds whose refusals name the argument: "requires ``name`` to be ``what``".
+NAMED_KINDS = ("int", "order", "enum", "shared_array")
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,13 @@ class Spec:
     def default(self, param: str):
         """The stub's default of ``param`` (``inspect.Parameter.empty`` when it has none)."""
         return next(p.default for p in self.params if p.name == param)
+
+    def refusal(self, param: str, got) -> str:
+        """How every layer refuses argument ``param`` of type ``got``: the GPU's typing error, and the
+        simulator's before the fix ("flowdsl.lsa.sync requires a barrier session ..., got int64")."""
+        arg = self.args[param]
+        what = f"{param} to be {arg.what}" if arg.kind in NAMED_KINDS else arg.what
+        return f"{self.name} requires {what}, got {got}"
 
 
 #: name -> spec of every primitive (also ``stub.__flowdsl_spec__``).

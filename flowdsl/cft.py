@@ -49,8 +49,8 @@ __all__ = [
 #: CFT only then).
 GATE = Gate(nccl=(2, 31, 0), min_cc=(10, 0), cuda=(13, 3))
 COUNTED_WINDOW = WINDOW.but("a counted window")
-ORDER_ENUM = ENUM.but("a flowdsl.MemoryOrder")
-PROXY_ENUM = ENUM.but("a flowdsl.cft.MemProxyType")
+ORDER_ENUM = ENUM.but("a flowdsl.MemoryOrder", "Pass a flowdsl.MemoryOrder")
+PROXY_ENUM = ENUM.but("a flowdsl.cft.MemProxyType", "Pass a flowdsl.cft.MemProxyType")
 
 #: u64 words of shared memory one session needs (its mbarrier and NCCL's session state).
 SESSION_WORDS = 4
@@ -154,7 +154,7 @@ def wait_counted(session, win, offset, expected, order=None, consumer=None):
     """
 
 
-@primitive(extern="flowdsl_cft_mem_fence", gate=GATE, coop=COOP.but("a coop"), order=ORDER_ENUM, producer=PROXY_ENUM, consumer=PROXY_ENUM, scope=ENUM.but("a flowdsl.cft.MemFenceScope"))
+@primitive(extern="flowdsl_cft_mem_fence", gate=GATE, coop=COOP.but("a coop"), order=ORDER_ENUM, producer=PROXY_ENUM, consumer=PROXY_ENUM, scope=ENUM.but("a flowdsl.cft.MemFenceScope", "Pass a flowdsl.cft.MemFenceScope"))
 def fence(coop, order=None, producer=None, consumer=None, scope=None):
     """``ncclMemFence``: order ``producer``'s memory accesses before ``consumer``'s.
 

@@ -2,9 +2,9 @@
 
 A binding's typer calls :func:`check` with the stub and its argument types, in the stub's order.
 Each argument the spec names is checked by its kind (:data:`KIND_TYPES`: the numba type a kind
-must have), and errors read "``op`` requires ``what``, got ``type``" (for integers, orders and
-enum members: "``op`` requires ``name`` to be ``what``, got ``type``"); a gated primitive is
-checked against the target first. An omitted optional argument is not checked.
+must have), and refused in the spec's words (:meth:`flowdsl._spec.Spec.refusal`: "``op`` requires
+``what``, got ``type``"; the simulator's refusal starts the same); a gated primitive is checked
+against the target first. An omitted optional argument is not checked.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ KIND_TYPES: dict[str, type | tuple] = {
     "shared_array": types.Array, "lsa_session": LsaBarrierSessionType,
     "int": _INTEGERS, "order": _ENUMS, "enum": _ENUMS,
 }
-#: Kinds whose errors name the argument: "requires ``name`` to be ``what``".
-_NAMED = ("int", "order", "enum", "shared_array")
 
 
 def expect(op: str, what: str, ty, cls) -> None:
@@ -66,5 +64,4 @@ def check(stub, *arg_types, gated: bool = True) -> None:
         if arg is None or (param.default is not inspect.Parameter.empty and is_omitted(ty)):
             continue
         if not isinstance(ty, KIND_TYPES[arg.kind]):
-            what = f"{param.name} to be {arg.what}" if arg.kind in _NAMED else arg.what
-            raise NumbaTypeError(f"{spec.name} requires {what}, got {ty}")
+            raise NumbaTypeError(spec.refusal(param.name, ty))

@@ -299,6 +299,27 @@ def symbols(nccl_version: tuple[int, int, int] | None = None, arch: str | None =
     return out
 
 
+def _nccl_code(version: tuple[int, int, int]) -> int:
+    """``NCCL_VERSION_CODE`` of ``version``."""
+    return version[0] * 10000 + version[1] * 100 + version[2]
+
+
+def _declarations(ext: Extern) -> list[str]:
+    """The header lines declaring ``ext``'s functions: one prototype, or, for a row of several
+    functions, their C function type once and the functions (those of one NCCL release a line)."""
+    ret, params = C_TYPES[ext.ret], ", ".join(ext.c_params()) or "void"
+    symbols = ext.symbols()
+    if len(symbols) == 1:
+        return [f"FLOWDSL_API {ret} {symbols[0]}({params});"]
+    tails = {suffix.partition("__")[2] for suffix, _ in ext.variants}
+    fn = f"{ext.name}{'__' + tails.pop() if len(tails) == 1 and '' not in tails else ''}_fn"
+    lines = [f"typedef {ret} {fn}({params});"]
+    for since in sorted({ext.variant_since(sym) for sym in symbols}):
+        line = " ".join(f"FLOWDSL_API {fn} {sym};" for sym in symbols if ext.variant_since(sym) == since)
+        lines += [f"#if NCCL_VERSION_CODE >= {_nccl_code(since)}", line, "#endif"] if since > ext.since else [line]
+    return lines
+
+
 def render_header(library: str = "support") -> str:
     """The C prototype header of ``library`` for ``prebuilt/``, generated from :data:`EXTERNS`."""
     command = "python -m flowdsl.lowering.externs" + ("" if library == "support" else f" {library}")
@@ -316,22 +337,11 @@ def render_header(library: str = "support") -> str:
     for ext in EXTERNS:
         if ext.library != library:
             continue
-        since = ".".join(map(str, ext.since))
         guard = ext.since > (2, 28, 9)
         if guard:
-            code = ext.since[0] * 10000 + ext.since[1] * 100 + ext.since[2]
-            lines.append(f"#if NCCL_VERSION_CODE >= {code}")
-        lines.append(f"// {ext.doc} (NCCL >= {since})")
-        ret = C_TYPES[ext.ret]
-        params = ", ".join(ext.c_params()) or "void"
-        for sym in ext.symbols():
-            since_sym = ext.variant_since(sym)
-            if since_sym > ext.since:
-                code = since_sym[0] * 10000 + since_sym[1] * 100 + since_sym[2]
-                lines.append(f"#if NCCL_VERSION_CODE >= {code}")
-            lines.append(f"FLOWDSL_API {ret} {sym}({params});")
-            if since_sym > ext.since:
-                lines.append("#endif")
+            lines.append(f"#if NCCL_VERSION_CODE >= {_nccl_code(ext.since)}")
+        lines.append(f"// {ext.doc} (NCCL >= {'.'.join(map(str, ext.since))})")
+        lines += _declarations(ext)
         if guard:
             lines.append("#endif")
         lines.append("")

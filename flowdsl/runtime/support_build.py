@@ -74,7 +74,7 @@ SOURCES = ("src/flowdsl_support.cu", "include/flowdsl_support.h", "src/flowdsl_g
            "src/flowdsl_internal.cuh")
 #: The GIN library's source, built once per backend (``-DNCCL_GIN_<OTHER>_ENABLE=0``) and once with all.
 GIN_SOURCE = "src/flowdsl_gin.cu"
-CFT_SOURCES = ("src/flowdsl_cft.cu", "include/flowdsl_cft.h")
+CFT_SOURCES = ("src/flowdsl_cft.cu", "include/flowdsl_cft.h", "src/flowdsl_internal.cuh", "include/flowdsl_support.h")
 
 # Host program that prints what the runtime must know about the ABI's structs.
 _LAYOUT_PROGRAM = r"""

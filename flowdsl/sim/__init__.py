@@ -15,8 +15,8 @@ table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
 ``flowdsl.sim.races``: data races found by happens-before), :class:`WaitTimeoutError` (threads
 stuck in bounded waits: the GPU's :class:`flowdsl.DeviceTimeoutError` diagnosis, see
 ``flowdsl.sim.timeouts``), and :func:`last_stats`. Each module
-of the device surface has its module here (``coop``, ``team``, ``lsa``, ``mem``, ``gin``, ``cft``;
-``flowdsl.wait`` in ``timeouts``); GIN and CFT operations cross one simulated network
+of the device surface has its module here (``coop``, ``team``, ``lsa``, ``mem``, ``gin``, ``cft``,
+``wait``); GIN and CFT operations cross one simulated network
 (``flowdsl.sim.network``).
 """
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 from .. import _stubs
 from . import _state
 from . import host as _host
-from . import cft, coop, gin, lsa, mem, team, timeouts  # noqa: F401 - each registers its primitives' semantics
+from . import cft, coop, gin, lsa, mem, team, wait  # noqa: F401 - each registers its primitives' semantics
 from .errors import (BarrierIndexError, CftCoverageError, CollectiveMismatchError, DataRaceError, DeadlockError,
                      GinBackendError, GinCoverageError, GinResourceError, LivelockError, SimulationError,
                      UnsupportedFeatureError, UsageError, WaitTimeoutError, WindowAccessError)

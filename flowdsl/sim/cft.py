@@ -37,6 +37,7 @@ from ..cft import MemProxyType
 from ..enums import MemoryOrder
 from . import _state
 from .errors import BarrierIndexError, CftCoverageError, UsageError, WindowAccessError
+from .checks import KIND_CHECKS
 from .coop import coop_sync
 from .gin import roll_ge
 from .network import Op
@@ -98,6 +99,9 @@ class CftSession:
         return f"<sim CFT session #{self.state.sid} of rank {self.state.rank}>"
 
 
+KIND_CHECKS.update(cft_session=lambda v: isinstance(v, CftSession))
+
+
 def _net():
     return _state.sched.world.net
 
@@ -114,16 +118,8 @@ def _ptr(a) -> int:
     return a.__array_interface__["data"][0]
 
 
-def _window(win, op):
-    if not isinstance(win, Window):
-        raise sim_error(UsageError, f"Cannot {op}: {win!r} is not a window. Pass a window from comm.register()")
-    if win.rank != current().rank:
-        raise sim_error(UsageError, f"Cannot {op}: the window belongs to rank {win.rank}. Pass this rank's window")
-    return win
-
-
 def _le(comm, win, offset, world_peer, op):
-    w = _window(win, op)
+    w = win.own(op)
     g = w.group
     offset = int(offset)
     if not 0 <= offset <= g.nbytes:
@@ -155,9 +151,7 @@ def _decode(le_id, le_offset, n, op, what):
 
 
 def _session(s, op):
-    if not isinstance(s, CftSession):
-        raise sim_error(UsageError, f"Cannot {op}: {s!r} is not a CFT session. "
-                        "Open one with flowdsl.cft.session(comm, coop, storage)")
+    """The state of open CFT session ``s`` (a session checked by its spec)."""
     if s.state.closed:
         raise sim_error(UsageError, f"Cannot {op}: CFT session #{s.state.sid} is closed. "
                         "Use it between flowdsl.cft.session(...) and flowdsl.cft.close(session)")
@@ -301,8 +295,6 @@ def _cft_team(comm):
 
 @implements("flowdsl.cft.le_info")
 def _cft_le_info(comm, win, offset, team, peer):
-    if not isinstance(team, Team):
-        raise sim_error(UsageError, f"Cannot get LE info: {team!r} is not a team. Pass flowdsl.cft.team(comm)")
     peer = int(peer)
     if not 0 <= peer < team.nranks:
         raise sim_error(UsageError, f"Cannot get LE info: peer {peer} is outside the team of {team.nranks} ranks. "
@@ -423,7 +415,7 @@ def _cft_close(session):
 
 # ---------------------------------------------------------------- counters and the fence rule
 def _counter(win, offset, op):
-    w = _window(win, op)
+    w = win.own(op)
     g = w.group
     offset = int(offset)
     if offset % 8 or not 0 <= offset <= g.nbytes - 8:

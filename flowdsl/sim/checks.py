@@ -1,41 +1,85 @@
 """The simulator's side of every primitive's spec (:mod:`flowdsl._spec`): argument values checked by kind.
 
-A primitive's implementation calls :func:`check` with the stub's name, the operation's words for the
-error and its arguments in the stub's order. Each argument the spec names is checked by its kind
-(:data:`KIND_CHECKS`: whether a value is of that kind; the GIN module adds its own), and errors read
-"Cannot ``op``: ``name`` ``value`` is not ``what``. ``fix``", the same ``what`` the GPU's typing
-errors use. Omitted optional arguments are not checked; checks of value (ranges, ids, which rank's
-window) stay with each implementation.
+:func:`check_call` runs before every primitive's implementation (:func:`flowdsl.sim.semantics.run`):
+each argument the spec names must be a value of its kind (:data:`KIND_CHECKS`), or the call is
+refused in the words the GPU's typing refuses it with (:meth:`flowdsl._spec.Spec.refusal`: "``op``
+requires ``what``, got ``type``"), followed by the fix. The kinds whose values this module does not
+define (coops, teams, sessions, GIN contexts and actions) are added by the modules that define them.
+Omitted optional arguments (or None for them) are not checked; checks of value (ranges, ids, which
+rank's window) stay with each implementation.
 """
 
 from __future__ import annotations
 
 import inspect
 
+import numpy as np
+
 from .._spec import spec_of
-from .coop import Coop
 from .errors import UsageError
-from .memory import Window
+from .memory import Window, WindowView
 from .scheduler import sim_error
-from .team import Team
 
-__all__ = ["check", "KIND_CHECKS"]
+__all__ = ["check_call", "KIND_CHECKS"]
 
-#: Argument kind -> whether a value is of that kind.
+
+def _is_int(v) -> bool:
+    """An integer as numba types one (a bool is not)."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _is_array(v) -> bool:
+    return isinstance(v, (np.ndarray, WindowView))
+
+
+#: Argument kind -> whether a value is of that kind (``coop``, ``team``, ``lsa_session``, ``gin_context``,
+#: ``remote``, ``local`` and ``cft_session`` are added by the modules that define those values).
 KIND_CHECKS = {
     "comm": lambda v: hasattr(getattr(v, "group", None), "inbox"),
-    "coop": lambda v: isinstance(v, Coop),
     "window": lambda v: isinstance(v, Window),
-    "team": lambda v: isinstance(v, Team),
+    "int": _is_int, "order": _is_int, "enum": _is_int,
+    "array": _is_array, "shared_array": _is_array,
 }
 
+def _typeof(value) -> str:
+    """``value``'s type as numba names it where it can (a Python int is an int64), else its class's name."""
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, int):
+        return "int64"
+    if isinstance(value, float):
+        return "float64"
+    if isinstance(value, np.generic):
+        return value.dtype.name
+    if _is_array(value):
+        return f"array({value.dtype}, {np.ndim(value)}d)"
+    return type(value).__name__
 
-def check(name: str, op: str, *values) -> None:
-    """Check the values of primitive ``name``'s arguments against its spec (see the module's doc)."""
+
+#: name -> ((position, parameter, kind check, optional), ...) of each checked argument (made at first call).
+_PLANS: dict[str, tuple] = {}
+
+
+def _plan(name: str) -> tuple:
     spec = spec_of(name)
-    for param, value in zip(spec.params, values):
-        arg = spec.args.get(param.name)
-        if arg is None or arg.kind not in KIND_CHECKS or (value is None and param.default is not inspect.Parameter.empty):
+    plan = tuple((i, p.name, KIND_CHECKS[spec.args[p.name].kind], p.default is not inspect.Parameter.empty)
+                 for i, p in enumerate(spec.params) if p.name in spec.args)
+    _PLANS[name] = plan
+    return plan
+
+
+def check_call(name: str, args: tuple, kwargs: dict) -> None:
+    """Refuse a call of primitive ``name`` whose arguments are not of the kinds its spec names."""
+    plan = _PLANS.get(name)
+    if plan is None:
+        plan = _plan(name)
+    for i, param, is_kind, optional in plan:
+        if i < len(args):
+            value = args[i]
+        elif param in kwargs:
+            value = kwargs[param]
+        else:
             continue
-        if not KIND_CHECKS[arg.kind](value):
-            raise sim_error(UsageError, f"Cannot {op}: {param.name} {value!r} is not {arg.what}. {arg.fix}")
+        if not is_kind(value) and not (optional and value is None):
+            spec = spec_of(name)
+            raise sim_error(UsageError, f"{spec.refusal(param, _typeof(value))}. {spec.args[param].fix}")

@@ -4,9 +4,10 @@ a call together, and the block barrier (or none) they sync on."""
 from __future__ import annotations
 
 from ..enums import CoopKind
+from .checks import KIND_CHECKS
 from .errors import UsageError
 from .scheduler import block_sync, sim_error
-from .semantics import SEMANTICS, current, implements
+from .semantics import current, implements, run
 
 __all__ = ["Coop", "coop_sync"]
 
@@ -31,16 +32,19 @@ class Coop:
         self.synclabel = f"coop.sync({label})"
 
     def sync(self):
-        return SEMANTICS["flowdsl.coop.sync"](self)
+        return run("flowdsl.coop.sync", self)
 
     def thread_rank(self):
-        return SEMANTICS["flowdsl.coop.thread_rank"](self)
+        return run("flowdsl.coop.thread_rank", self)
 
     def size(self):
-        return SEMANTICS["flowdsl.coop.size"](self)
+        return run("flowdsl.coop.size", self)
 
     def __repr__(self):
         return f"<sim Coop {self.label}>"
+
+
+KIND_CHECKS.update(coop=lambda v: isinstance(v, Coop))
 
 
 @implements("flowdsl.coop.thread")

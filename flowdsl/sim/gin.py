@@ -3,7 +3,7 @@
 One :func:`~flowdsl.sim.semantics.implements` entry per primitive of :mod:`flowdsl.gin`. Operations go
 over the simulated network (:mod:`flowdsl.sim.network`: in-flight operations, landing, signal
 coverage); a device communicator's signals, counters and rail barrier state are its :class:`GinState`.
-Arguments are checked against each primitive's spec (:mod:`flowdsl.sim.checks`), then by value here.
+Arguments are checked against each primitive's spec before it runs (:mod:`flowdsl.sim.checks`), then by value here.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 
 from ..enums import MemoryOrder
 from . import _state
-from .checks import KIND_CHECKS, check
+from .checks import KIND_CHECKS
 from .coop import coop_sync
 from .errors import BarrierIndexError, GinBackendError, GinResourceError, UsageError, WindowAccessError
 from .lsa import BarrierSession, lsa_arrive, lsa_barrier, lsa_wait
@@ -103,11 +103,9 @@ KIND_CHECKS.update(gin_context=lambda v: isinstance(v, GinContext),
                    local=lambda v: isinstance(v, Action) and v.kind == "counter")
 
 
-def gin_state(comm, op) -> GinState:
-    g = getattr(comm, "group", None)
-    if g is None or not hasattr(g, "inbox"):
-        raise sim_error(UsageError, f"Cannot {op} on {comm!r}: it is not a device communicator. "
-                        "Pass the DevComm from comm.device_communicator()")
+def gin_state(comm) -> GinState:
+    """The GIN state of device communicator ``comm`` (made at first use)."""
+    g = comm.group
     st = getattr(g, "gin", None)
     if st is None:
         st = g.gin = GinState(g)
@@ -146,13 +144,6 @@ def _peer(ctx, team, peer, op):
         raise sim_error(UsageError, f"Cannot {op}: peer {peer} is outside the team of {team.nranks} ranks "
                         f"({team!r}). Use 0 <= peer < team.nranks")
     return ctx.comm.rank + (peer - team.rank) * team.stride
-
-
-def _window(win, op, what):
-    """The group of this rank's window ``win`` (a window checked by its spec)."""
-    if win.rank != current().rank:
-        raise sim_error(UsageError, f"Cannot {op}: {what} belongs to rank {win.rank}. Pass this rank's window")
-    return win.group
 
 
 def _range(group, off, n, op, what, rank):
@@ -194,7 +185,7 @@ def _coop_issue(coop):
 # ---------------------------------------------------------------- context and actions
 @implements("flowdsl.gin.context")
 def _gin_context(comm, index=0):
-    st = gin_state(comm, "make a GIN context")
+    st = gin_state(comm)
     index = int(index)
     if not 0 <= index < st.contexts:
         raise sim_error(GinResourceError, (
@@ -244,33 +235,28 @@ def _gin_weak_signal_add(signal, value):
     return Action("flowdsl.gin.weak_signal_add", "sig", False, int(signal), value=value)
 
 
-def _va_win(win, prim):
-    check(prim, f"make {prim}", win)
-    return win
-
-
 @implements("flowdsl.gin.strong_va_signal_inc")
 def _gin_strong_va_signal_inc(win, offset):
     p = "flowdsl.gin.strong_va_signal_inc"
-    return _strong_action(p, "va", None, _va_win(win, p), offset)
+    return _strong_action(p, "va", None, win, offset)
 
 
 @implements("flowdsl.gin.weak_va_signal_inc")
 def _gin_weak_va_signal_inc(win, offset):
     p = "flowdsl.gin.weak_va_signal_inc"
-    return Action(p, "va", False, None, _va_win(win, p), offset)
+    return Action(p, "va", False, None, win, offset)
 
 
 @implements("flowdsl.gin.strong_va_signal_add")
 def _gin_strong_va_signal_add(win, offset, value):
     p = "flowdsl.gin.strong_va_signal_add"
-    return _strong_action(p, "va", None, _va_win(win, p), offset, value)
+    return _strong_action(p, "va", None, win, offset, value)
 
 
 @implements("flowdsl.gin.weak_va_signal_add")
 def _gin_weak_va_signal_add(win, offset, value):
     p = "flowdsl.gin.weak_va_signal_add"
-    return Action(p, "va", False, None, _va_win(win, p), offset, value)
+    return Action(p, "va", False, None, win, offset, value)
 
 
 @implements("flowdsl.gin.counter_inc")
@@ -283,10 +269,9 @@ def _gin_counter_inc(counter):
 def _gin_put(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remote=None, local=None,
              coop=None):
     opn = "issue flowdsl.gin.put"
-    check("flowdsl.gin.put", opn, ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remote, local, coop)
     dst = _peer(ctx, team, peer, opn)
-    dg = _window(dst_win, opn, "dst_win")
-    sg = _window(src_win, opn, "src_win")
+    dg = dst_win.own(opn, "dst_win").group
+    sg = src_win.own(opn, "src_win").group
     t = current()
     doff, n = _range(dg, dst_offset, nbytes, opn, "destination", dst)
     soff, _ = _range(sg, src_offset, nbytes, opn, "source", t.rank)
@@ -305,9 +290,8 @@ def _gin_put(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, 
 @implements("flowdsl.gin.put_value")
 def _gin_put_value(ctx, team, peer, dst_win, dst_offset, value, remote=None, coop=None):
     opn = "issue flowdsl.gin.put_value"
-    check("flowdsl.gin.put_value", opn, ctx, team, peer, dst_win, dst_offset, value, remote, coop)
     dst = _peer(ctx, team, peer, opn)
-    dg = _window(dst_win, opn, "dst_win")
+    dg = dst_win.own(opn, "dst_win").group
     v = value if isinstance(value, np.generic) else (np.int64(value) if isinstance(value, (int, bool))
                                                      else np.float64(value))
     data = np.frombuffer(np.asarray(v).tobytes(), np.uint8).copy()
@@ -327,7 +311,6 @@ def _gin_put_value(ctx, team, peer, dst_win, dst_offset, value, remote=None, coo
 @implements("flowdsl.gin.signal")
 def _gin_signal(ctx, team, peer, remote, coop=None):
     opn = "issue flowdsl.gin.signal"
-    check("flowdsl.gin.signal", opn, ctx, team, peer, remote, coop)
     dst = _peer(ctx, team, peer, opn)
     if remote is None:
         raise sim_error(UsageError, f"Cannot {opn}: no signal action given. Pass remote=gin.strong_signal_inc(id)")
@@ -344,10 +327,9 @@ def _gin_signal(ctx, team, peer, remote, coop=None):
 @implements("flowdsl.gin.get")
 def _gin_get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nbytes, coop=None):
     opn = "issue flowdsl.gin.get"
-    check("flowdsl.gin.get", opn, ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nbytes, coop)
     dst = _peer(ctx, team, peer, opn)
-    rg = _window(remote_win, opn, "remote_win")
-    lg = _window(local_win, opn, "local_win")
+    rg = remote_win.own(opn, "remote_win").group
+    lg = local_win.own(opn, "local_win").group
     t = current()
     roff, n = _range(rg, remote_offset, nbytes, opn, "remote", dst)
     loff, _ = _range(lg, local_offset, nbytes, opn, "local", t.rank)
@@ -361,7 +343,6 @@ def _gin_get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset
 
 @implements("flowdsl.gin.flush")
 def _gin_flush(ctx, coop, order=None):
-    check("flowdsl.gin.flush", "flush", ctx, coop, order)
     t = current()
     net = _net()
     key = _issuer(t, coop)
@@ -384,7 +365,6 @@ def roll_ge(v, least, bits):
 
 @implements("flowdsl.gin.read_signal")
 def _gin_read_signal(ctx, signal, bits=64, order=None):
-    check("flowdsl.gin.read_signal", "read a signal", ctx, signal, bits, order)
     st = ctx.state
     sig = _check_signal(st, signal, "read a signal")
     t = current()
@@ -396,7 +376,6 @@ def _gin_read_signal(ctx, signal, bits=64, order=None):
 
 @implements("flowdsl.gin.wait_signal")
 def _gin_wait_signal(ctx, coop, signal, least, bits=64, order=None):
-    check("flowdsl.gin.wait_signal", "wait for a signal", ctx, coop, signal, least, bits, order)
     st = ctx.state
     sig = _check_signal(st, signal, "wait for a signal")
     t = current()
@@ -422,7 +401,6 @@ def _gin_wait_signal(ctx, coop, signal, least, bits=64, order=None):
 
 @implements("flowdsl.gin.reset_signal")
 def _gin_reset_signal(ctx, signal):
-    check("flowdsl.gin.reset_signal", "reset a signal", ctx, signal)
     st = ctx.state
     sig = _check_signal(st, signal, "reset a signal")
     t = current()
@@ -433,7 +411,6 @@ def _gin_reset_signal(ctx, signal):
 
 @implements("flowdsl.gin.read_counter")
 def _gin_read_counter(ctx, counter, bits=56, order=None):
-    check("flowdsl.gin.read_counter", "read a counter", ctx, counter, bits, order)
     st = ctx.state
     c = _check_counter(st, counter, "read a counter")
     t = current()
@@ -444,7 +421,6 @@ def _gin_read_counter(ctx, counter, bits=56, order=None):
 
 @implements("flowdsl.gin.wait_counter")
 def _gin_wait_counter(ctx, coop, counter, least, bits=56, order=None):
-    check("flowdsl.gin.wait_counter", "wait for a counter", ctx, coop, counter, least, bits, order)
     st = ctx.state
     c = _check_counter(st, counter, "wait for a counter")
     t = current()
@@ -462,7 +438,6 @@ def _gin_wait_counter(ctx, coop, counter, least, bits=56, order=None):
 
 @implements("flowdsl.gin.reset_counter")
 def _gin_reset_counter(ctx, counter):
-    check("flowdsl.gin.reset_counter", "reset a counter", ctx, counter)
     st = ctx.state
     c = _check_counter(st, counter, "reset a counter")
     st.counters[current().rank][c] = 0
@@ -532,7 +507,6 @@ def _rail_sync(s, order, what="GIN_BARRIER"):
 
 @implements("flowdsl.gin.barrier")
 def _gin_barrier(ctx, coop, index):
-    check("flowdsl.gin.barrier", "open a GIN barrier", ctx, coop, index)
     st = ctx.state
     index = _check_rail_index(st, index, "GIN rail barrier")
     return GinBarrierSession(ctx, coop, index, st.rail_epoch[current().rank][index])
@@ -554,7 +528,6 @@ class HybridBarrierSession:
 
 @implements("flowdsl.gin.hybrid_barrier")
 def _gin_hybrid_barrier(ctx, coop, index):
-    check("flowdsl.gin.hybrid_barrier", "open a hybrid barrier", ctx, coop, index)
     st = ctx.state
     g = ctx.comm.group
     index = int(index)

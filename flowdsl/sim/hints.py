@@ -3,12 +3,17 @@
 A thread stuck on a GIN signal nobody sends needs other advice than one stuck in an LSA
 barrier, a Flow connection or an LL line. :func:`deadlock_hints` reads the blocked tasks'
 wait labels, :func:`livelock_hints` where the spinning threads spin (the function of
-:mod:`flowdsl.flow` or the kind of value read), and each returns one line per kind found.
+:mod:`flowdsl.flow` or the kind of value read), and each returns one line per kind found;
+:func:`describe_spin` and :func:`describe_element` name what a spinning thread reads.
 """
 
 from __future__ import annotations
 
-__all__ = ["deadlock_hints", "livelock_hints", "describe_spin"]
+import numpy as np
+
+from . import _state
+
+__all__ = ["deadlock_hints", "livelock_hints", "describe_spin", "describe_element"]
 
 _HOST_COLLECTIVES = ("Call the same host collectives (comm.register, comm.device_communicator, comm.barrier and the "
                      "flowdsl.collectives calls) in the same order on every rank; a rank that returned or waits "
@@ -93,3 +98,18 @@ def describe_spin(key) -> str:
         wid, rank, offset, value = rest
         return f"the CFT counter at byte {offset} of window #{wid} on rank {rank} == {value}"
     return repr(key)
+
+
+def describe_element(arr, index) -> str:
+    """A deterministic name for element ``index`` of ``arr`` (a window view names itself)."""
+    describe = getattr(arr, "describe_element", None)
+    if describe is not None:
+        return describe(index)
+    try:
+        flat = int(np.ravel_multi_index(index if isinstance(index, tuple) else (index,), arr.shape))
+    except Exception:
+        flat = 0
+    addr = arr.__array_interface__["data"][0] + flat * arr.itemsize
+    sched = _state.sched
+    name = sched.world.name_of(addr) if sched is not None and sched.world is not None else None
+    return f"{name or 'array'} element {index}"

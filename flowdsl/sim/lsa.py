@@ -6,11 +6,11 @@ from __future__ import annotations
 from .. import lsa
 from ..enums import MemoryOrder
 from . import _state
+from .checks import KIND_CHECKS
 from .errors import BarrierIndexError, UsageError, WindowAccessError
-from .memory import Window
 from .scheduler import Wait, sim_error
 from .coop import coop_sync
-from .semantics import SEMANTICS, current, implements
+from .semantics import current, implements, run
 from .timeouts import note_bounded
 
 __all__ = ["Pointer", "BarrierSession", "lsa_barrier", "lsa_arrive", "lsa_wait"]
@@ -29,16 +29,6 @@ class Pointer:
 
     def __repr__(self):
         return f"<sim Pointer {self.window.group.name()} rank {self.rank} +{self.offset}>"
-
-
-def _win(win, op):
-    if not isinstance(win, Window):
-        raise sim_error(UsageError, f"Cannot {op}: {win!r} is not a window. Pass a window from comm.register()")
-    t = current()
-    if win.rank != t.rank:
-        raise sim_error(UsageError, f"Cannot {op}: the window belongs to rank {win.rank}. "
-                        "Pass this rank's window")
-    return win
 
 
 def _lsa_to_world(win, lsa_peer, op):
@@ -68,28 +58,28 @@ def _check_ptr_offset(win, offset, op):
 
 @implements("flowdsl.lsa.get_local_pointer")
 def _lsa_get_local_pointer(win, offset):
-    w = _win(win, "get a local pointer")
+    w = win.own("get a local pointer")
     _check_ptr_offset(w, offset, "get a local pointer")
     return Pointer(w, w.rank, offset)
 
 
 @implements("flowdsl.lsa.get_lsa_pointer")
 def _lsa_get_lsa_pointer(win, offset, lsa_peer):
-    w = _win(win, "get an LSA pointer")
+    w = win.own("get an LSA pointer")
     _check_ptr_offset(w, offset, "get an LSA pointer")
     return Pointer(w, _lsa_to_world(w, lsa_peer, "get an LSA pointer"), offset)
 
 
 @implements("flowdsl.lsa.get_peer_pointer")
 def _lsa_get_peer_pointer(win, offset, peer):
-    w = _win(win, "get a peer pointer")
+    w = win.own("get a peer pointer")
     _check_ptr_offset(w, offset, "get a peer pointer")
     return Pointer(w, _world_lsa_check(w, peer, "get a peer pointer"), offset)
 
 
 @implements("flowdsl.lsa.get_team_pointer")
 def _lsa_get_team_pointer(win, offset, team, peer):
-    w = _win(win, "get a team pointer")
+    w = win.own("get a team pointer")
     _check_ptr_offset(w, offset, "get a team pointer")
     world = w.rank + (int(peer) - team.rank) * team.stride
     return Pointer(w, _world_lsa_check(w, world, "get a team pointer"), offset)
@@ -97,26 +87,26 @@ def _lsa_get_team_pointer(win, offset, team, peer):
 
 @implements("flowdsl.lsa.local_view")
 def _lsa_local_view(win, start=0, count=-1, dtype=None):
-    w = _win(win, "make a local view")
+    w = win.own("make a local view")
     return w.view(w.rank, start, count, dtype, "make a local view")
 
 
 @implements("flowdsl.lsa.lsa_view")
 def _lsa_lsa_view(win, lsa_peer, start=0, count=-1, dtype=None):
-    w = _win(win, "make an LSA view")
+    w = win.own("make an LSA view")
     return w.view(_lsa_to_world(w, lsa_peer, "make an LSA view"), start, count, dtype,
                   f"make an LSA view (lsa_peer {int(lsa_peer)})")
 
 
 @implements("flowdsl.lsa.peer_view")
 def _lsa_peer_view(win, peer, start=0, count=-1, dtype=None):
-    w = _win(win, "make a peer view")
+    w = win.own("make a peer view")
     return w.view(_world_lsa_check(w, peer, "make a peer view"), start, count, dtype, "make a peer view")
 
 
 @implements("flowdsl.lsa.team_view")
 def _lsa_team_view(win, team, peer, start=0, count=-1, dtype=None):
-    w = _win(win, "make a team view")
+    w = win.own("make a team view")
     world = w.rank + (int(peer) - team.rank) * team.stride
     return w.view(_world_lsa_check(w, world, "make a team view"), start, count, dtype, "make a team view")
 
@@ -137,22 +127,22 @@ class BarrierSession:
         self.comm, self.coop, self.index, self.epoch = comm, coop, index, epoch
 
     def arrive(self, order=MemoryOrder.SEQ_CST):
-        return SEMANTICS["flowdsl.lsa.arrive"](self, order)
+        return run("flowdsl.lsa.arrive", self, order)
 
     def wait(self, order=MemoryOrder.SEQ_CST):
-        return SEMANTICS["flowdsl.lsa.wait"](self, order)
+        return run("flowdsl.lsa.wait", self, order)
 
     def sync(self, order=MemoryOrder.SEQ_CST):
-        return SEMANTICS["flowdsl.lsa.sync"](self, order)
+        return run("flowdsl.lsa.sync", self, order)
+
+
+KIND_CHECKS.update(lsa_session=lambda v: isinstance(v, BarrierSession))
 
 
 @implements("flowdsl.lsa.barrier")
 def lsa_barrier(comm, coop, index):
     t = current()
-    g = getattr(comm, "group", None)
-    if g is None or not hasattr(g, "inbox"):
-        raise sim_error(UsageError, f"Cannot open an LSA barrier on {comm!r}: it is not a device communicator. "
-                        "Pass the DevComm from comm.device_communicator()")
+    g = comm.group
     index = int(index)
     if not 0 <= index < g.lsa_barrier_count:
         raise sim_error(BarrierIndexError, (

@@ -210,3 +210,12 @@ def _mem_from_bits(bits, dtype):
     target = as_dtype(dtype)
     low = np.array(int(bits) & ((1 << (8 * target.itemsize)) - 1), dtype=f"u{target.itemsize}")
     return low.view(target)[()]
+
+
+#: Simulated nanoseconds per scheduler step (``mem.globaltimer`` only needs to be monotonic).
+_NS_PER_STEP = 100
+
+
+@implements("flowdsl.mem.globaltimer")
+def _mem_globaltimer():
+    return np.uint64(_state.sched.steps * _NS_PER_STEP)

@@ -1,4 +1,14 @@
 """Simulated memory: symmetric buffers, windows, checked window views, poison.
+<<<<<<< HEAD
+=======
+
+Contents: :func:`as_dtype` (numpy/numba dtype → numpy dtype), :func:`poisoned`
+(a poison-filled array), :class:`SymBuffer` (numpy array with CuPy's
+``set``/``get``), :class:`WindowGroup` (one registration, every rank's memory),
+:class:`Window` (one rank's handle), :class:`WindowView` (a bounds-checked
+1-D view of a window), :func:`raw` (the numpy array behind a view),
+:func:`address_key` (a cheap key for an element).
+>>>>>>> spec2
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ from .scheduler import sim_error
 
 __all__ = [
     "as_dtype", "poisoned", "SymBuffer", "WindowGroup", "Window", "WindowView", "raw",
-    "describe_address", "address_key",
+    "address_key",
 ]
 
 
@@ -174,6 +184,12 @@ class Window:
     def __repr__(self):
         return f"<sim Window #{self.group.wid} rank {self.rank} {self.group.nbytes} bytes>"
 
+    def own(self, op, what="the window"):
+        """This window, refused unless it is the running thread's rank's (``what`` names it in the error)."""
+        if self.rank != _state.cur.rank:
+            raise sim_error(UsageError, f"Cannot {op}: {what} belongs to rank {self.rank}. Pass this rank's window")
+        return self
+
     def view(self, world_rank, start, count, dtype, op):
         """A :class:`WindowView` of ``world_rank``'s memory; bounds-checked (cached)."""
         key = (world_rank, start, count, dtype)
@@ -267,6 +283,11 @@ class WindowView:
     def __repr__(self):
         return (f"<sim WindowView {self.group.name()} rank {self.wrank} elements "
                 f"{self.start}..{self.start + self._n - 1} {self._a.dtype}>")
+
+    def describe_element(self, index) -> str:
+        """A deterministic name for element ``index``, for reports."""
+        i = index if not isinstance(index, tuple) else index[0]
+        return f"{self.group.name()} of rank {self.wrank}, element {self.start + int(i)} ({self._a.dtype.name})"
 
     def _oob(self, i, op):
         dt = self._a.dtype
@@ -363,22 +384,3 @@ def address_key(arr, index):
     while isinstance(base.base, np.ndarray):
         base = base.base
     return (id(base), arr.__array_interface__["data"][0] - base.__array_interface__["data"][0], index)
-
-
-def describe_address(arr, index) -> tuple:
-    """``(address key, description)`` of element ``index`` of ``arr`` (deterministic text)."""
-    if isinstance(arr, WindowView):
-        a = arr._a
-        i = index if not isinstance(index, tuple) else index[0]
-        off = arr.start + int(i)
-        return ((a.__array_interface__["data"][0] + int(i) * a.itemsize),
-                f"{arr.group.name()} of rank {arr.wrank}, element {off} ({a.dtype.name})")
-    a = arr
-    try:
-        flat = int(np.ravel_multi_index(index if isinstance(index, tuple) else (index,), a.shape))
-    except Exception:
-        flat = 0
-    addr = a.__array_interface__["data"][0] + flat * a.itemsize
-    sched = _state.sched
-    name = sched.world.name_of(addr) if sched is not None and sched.world is not None else None
-    return addr, f"{name or 'array'} element {index}"

@@ -21,7 +21,8 @@ import greenlet
 
 from . import _state
 from .errors import DeadlockError, LivelockError, SimulationError
-from .hints import deadlock_hints, describe_spin, livelock_hints
+from .hints import deadlock_hints, describe_element, describe_spin, livelock_hints
+from .timeouts import as_timeout
 
 __all__ = [
     "Scheduler", "Task", "HostTask", "KernelThread", "Block", "Launch",
@@ -394,17 +395,15 @@ class Scheduler:
         return "\n".join(lines)
 
     def _deadlock_error(self):
-        from . import timeouts  # noqa: PLC0415 (imports the scheduler)
         labels = [t.waiting.short() for t in self.tasks if not t.done and t.waiting is not None]
         msg = (f"Cannot finish the simulation: deadlock: every remaining task waits and nothing can "
                f"release them ({self.seed_line()}).\nWaiting:\n{self._waiting_report()}\n"
                + "\n".join(deadlock_hints(labels)))
         e = DeadlockError(msg)
         e.seed = self.seed
-        return timeouts.as_timeout(self, e)
+        return as_timeout(self, e)
 
     def _livelock_error(self, task):
-        from . import timeouts  # noqa: PLC0415 (imports the scheduler)
         spinners = []
         for t in self.tasks:
             if not t.done and t.waiting is None and isinstance(t.last_spin, tuple):
@@ -412,12 +411,11 @@ class Scheduler:
         lines = []
         seen = set()
         for t in spinners[:16]:
-            from .memory import describe_address
             if len(t.last_spin) != 4:  # a GIN signal or counter, a CFT counter: named by its key
                 lines.append(f"  - {t.name()} spins at {where(t)} reading {describe_spin(t.last_spin)}")
                 continue
             addr, arr, index, value = t.last_spin
-            addr_desc = describe_address(arr, index)[1]
+            addr_desc = describe_element(arr, index)
             k = (addr_desc, value)
             if k in seen:
                 continue
@@ -435,7 +433,7 @@ class Scheduler:
         e = LivelockError(msg)
         e.seed = self.seed
         e.rank = task.rank
-        return timeouts.as_timeout(self, e)
+        return as_timeout(self, e)
 
 
 class Wait:

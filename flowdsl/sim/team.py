@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .checks import KIND_CHECKS
 from .errors import UsageError
 from .scheduler import sim_error
 from .semantics import implements
@@ -23,6 +24,9 @@ class Team:
     def __eq__(self, other):
         return isinstance(other, Team) and (self.nranks, self.rank, self.stride) == \
             (other.nranks, other.rank, other.stride)
+
+
+KIND_CHECKS.update(team=lambda v: isinstance(v, Team))
 
 
 @implements("flowdsl.team.world")

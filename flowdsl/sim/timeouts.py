@@ -7,26 +7,20 @@ can make progress (a deadlock or a livelock), :func:`as_timeout` turns its repor
 into a :class:`~flowdsl.sim.errors.WaitTimeoutError` whose message starts with the
 diagnosis a GPU's wait record gives (:meth:`flowdsl.DeviceTimeoutError.describe`,
 one record per rank: the first stuck thread of each), followed by the
-simulator's own report.
+simulator's own report. The scheduler calls :func:`as_timeout`; this module imports
+neither it nor the primitives' table.
 """
 
 from __future__ import annotations
 
 import sys
 
-import numpy as np
-
 from .. import wait
 from ..errors import DeviceTimeoutError
 from . import _state
 from .errors import WaitTimeoutError
-from .scheduler import _SIM_DIR, _STUBS_FILE, HostTask, sim_error
-from .semantics import current, implements
 
 __all__ = ["note", "note_bounded", "as_timeout"]
-
-#: Simulated nanoseconds per scheduler step (``mem.globaltimer`` only needs to be monotonic).
-_NS_PER_STEP = 100
 
 
 def note(task, what: int, peer: int, index: int, expected, seen, wait_obj=None, frame=None) -> None:
@@ -56,7 +50,7 @@ def _on_stack(task, frame) -> bool:
 def _current(sched, task):
     """The bounded wait ``task`` is stuck in, or None."""
     entry = sched.bounded_waits.get(task)
-    if entry is None or task.done or isinstance(task, HostTask):
+    if entry is None or task.done or getattr(task, "blk", None) is None:  # a kernel thread's
         return None
     wait_obj, frame = entry[5], entry[6]
     if wait_obj is not None:
@@ -89,28 +83,3 @@ def as_timeout(sched, error):
     exc.seed = sched.seed
     exc.rank = records[0]["rank"]
     return exc
-
-
-@implements("flowdsl.wait.poll")
-def _poll(comm, state, what, peer, index, expected, seen):
-    t = current()
-    if getattr(comm, "group", None) is None or not hasattr(comm, "lsa_size"):
-        raise sim_error(TypeError, f"Cannot poll a wait with {comm!r}: flowdsl.wait.poll requires a device "
-                        "communicator. Pass the DevComm the kernel received")
-    note(t, int(what), int(peer), int(index), expected, seen, frame=_caller())
-    if getattr(comm.comm, "aborted", False):
-        return wait.GAVE_UP
-    return np.uint64((int(state) + 1) % (1 << 63))  # never GAVE_UP: the scheduler decides when nothing moves
-
-
-def _caller():
-    """The frame of the device code that called the primitive (the spin loop's)."""
-    f = sys._getframe(1)
-    while f is not None and (f.f_code.co_filename.startswith(_SIM_DIR) or f.f_code.co_filename == _STUBS_FILE):
-        f = f.f_back
-    return f
-
-
-@implements("flowdsl.mem.globaltimer")
-def _globaltimer():
-    return np.uint64(_state.sched.steps * _NS_PER_STEP)

@@ -8,226 +8,49 @@
 #define FLOWDSL_API extern "C" __device__
 
 // ncclGin::put with a remote action. (NCCL >= 2.28.9)
-FLOWDSL_API void flowdsl_gin_put__none(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-FLOWDSL_API void flowdsl_gin_put__signal_inc(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-FLOWDSL_API void flowdsl_gin_put__signal_add(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+typedef void flowdsl_gin_put_fn(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API flowdsl_gin_put_fn flowdsl_gin_put__none; FLOWDSL_API flowdsl_gin_put_fn flowdsl_gin_put__signal_inc; FLOWDSL_API flowdsl_gin_put_fn flowdsl_gin_put__signal_add;
 #if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__strong_signal_inc(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__weak_signal_inc(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__strong_signal_add(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__weak_signal_add(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__strong_va_signal_inc(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__weak_va_signal_inc(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__strong_va_signal_add(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__weak_va_signal_add(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API flowdsl_gin_put_fn flowdsl_gin_put__strong_signal_inc; FLOWDSL_API flowdsl_gin_put_fn flowdsl_gin_put__weak_signal_inc; FLOWDSL_API flowdsl_gin_put_fn flowdsl_gin_put__strong_signal_add; FLOWDSL_API flowdsl_gin_put_fn flowdsl_gin_put__weak_signal_add; FLOWDSL_API flowdsl_gin_put_fn flowdsl_gin_put__strong_va_signal_inc; FLOWDSL_API flowdsl_gin_put_fn flowdsl_gin_put__weak_va_signal_inc; FLOWDSL_API flowdsl_gin_put_fn flowdsl_gin_put__strong_va_signal_add; FLOWDSL_API flowdsl_gin_put_fn flowdsl_gin_put__weak_va_signal_add;
 #endif
 
 // ncclGin::put with a remote action and a counter. (NCCL >= 2.28.9)
-FLOWDSL_API void flowdsl_gin_put__none__counted(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
-FLOWDSL_API void flowdsl_gin_put__signal_inc__counted(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
-FLOWDSL_API void flowdsl_gin_put__signal_add__counted(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+typedef void flowdsl_gin_put__counted_fn(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API flowdsl_gin_put__counted_fn flowdsl_gin_put__none__counted; FLOWDSL_API flowdsl_gin_put__counted_fn flowdsl_gin_put__signal_inc__counted; FLOWDSL_API flowdsl_gin_put__counted_fn flowdsl_gin_put__signal_add__counted;
 #if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__strong_signal_inc__counted(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__weak_signal_inc__counted(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__strong_signal_add__counted(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__weak_signal_add__counted(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__strong_va_signal_inc__counted(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__weak_va_signal_inc__counted(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__strong_va_signal_add__counted(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put__weak_va_signal_add__counted(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value, uint32_t counter);
+FLOWDSL_API flowdsl_gin_put__counted_fn flowdsl_gin_put__strong_signal_inc__counted; FLOWDSL_API flowdsl_gin_put__counted_fn flowdsl_gin_put__weak_signal_inc__counted; FLOWDSL_API flowdsl_gin_put__counted_fn flowdsl_gin_put__strong_signal_add__counted; FLOWDSL_API flowdsl_gin_put__counted_fn flowdsl_gin_put__weak_signal_add__counted; FLOWDSL_API flowdsl_gin_put__counted_fn flowdsl_gin_put__strong_va_signal_inc__counted; FLOWDSL_API flowdsl_gin_put__counted_fn flowdsl_gin_put__weak_va_signal_inc__counted; FLOWDSL_API flowdsl_gin_put__counted_fn flowdsl_gin_put__strong_va_signal_add__counted; FLOWDSL_API flowdsl_gin_put__counted_fn flowdsl_gin_put__weak_va_signal_add__counted;
 #endif
 
 // ncclGin::putValue of a 1, 2, 4 or 8-byte payload (the suffix). (NCCL >= 2.28.9)
-FLOWDSL_API void flowdsl_gin_put_value__none__u8(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-FLOWDSL_API void flowdsl_gin_put_value__none__u16(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-FLOWDSL_API void flowdsl_gin_put_value__none__u32(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-FLOWDSL_API void flowdsl_gin_put_value__none__u64(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-FLOWDSL_API void flowdsl_gin_put_value__signal_inc__u8(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-FLOWDSL_API void flowdsl_gin_put_value__signal_inc__u16(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-FLOWDSL_API void flowdsl_gin_put_value__signal_inc__u32(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-FLOWDSL_API void flowdsl_gin_put_value__signal_inc__u64(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-FLOWDSL_API void flowdsl_gin_put_value__signal_add__u8(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-FLOWDSL_API void flowdsl_gin_put_value__signal_add__u16(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-FLOWDSL_API void flowdsl_gin_put_value__signal_add__u32(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-FLOWDSL_API void flowdsl_gin_put_value__signal_add__u64(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+typedef void flowdsl_gin_put_value_fn(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__none__u8; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__none__u16; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__none__u32; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__none__u64; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__signal_inc__u8; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__signal_inc__u16; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__signal_inc__u32; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__signal_inc__u64; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__signal_add__u8; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__signal_add__u16; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__signal_add__u32; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__signal_add__u64;
 #if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_signal_inc__u8(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_signal_inc__u16(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_signal_inc__u32(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_signal_inc__u64(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_signal_inc__u8(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_signal_inc__u16(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_signal_inc__u32(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_signal_inc__u64(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_signal_add__u8(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_signal_add__u16(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_signal_add__u32(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_signal_add__u64(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_signal_add__u8(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_signal_add__u16(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_signal_add__u32(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_signal_add__u64(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_inc__u8(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_inc__u16(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_inc__u32(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_inc__u64(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_inc__u8(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_inc__u16(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_inc__u32(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_inc__u64(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_add__u8(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_add__u16(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_add__u32(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__strong_va_signal_add__u64(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_add__u8(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_add__u16(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_add__u32(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_put_value__weak_va_signal_add__u64(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, uint64_t payload, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_signal_inc__u8; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_signal_inc__u16; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_signal_inc__u32; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_signal_inc__u64; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_signal_inc__u8; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_signal_inc__u16; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_signal_inc__u32; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_signal_inc__u64; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_signal_add__u8; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_signal_add__u16; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_signal_add__u32; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_signal_add__u64; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_signal_add__u8; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_signal_add__u16; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_signal_add__u32; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_signal_add__u64; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_va_signal_inc__u8; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_va_signal_inc__u16; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_va_signal_inc__u32; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_va_signal_inc__u64; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_va_signal_inc__u8; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_va_signal_inc__u16; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_va_signal_inc__u32; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_va_signal_inc__u64; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_va_signal_add__u8; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_va_signal_add__u16; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_va_signal_add__u32; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__strong_va_signal_add__u64; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_va_signal_add__u8; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_va_signal_add__u16; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_va_signal_add__u32; FLOWDSL_API flowdsl_gin_put_value_fn flowdsl_gin_put_value__weak_va_signal_add__u64;
 #endif
 
 // ncclGin::signal. (NCCL >= 2.28.9)
-FLOWDSL_API void flowdsl_gin_signal__signal_inc(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-FLOWDSL_API void flowdsl_gin_signal__signal_add(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+typedef void flowdsl_gin_signal_fn(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API flowdsl_gin_signal_fn flowdsl_gin_signal__signal_inc; FLOWDSL_API flowdsl_gin_signal_fn flowdsl_gin_signal__signal_add;
 #if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_signal__strong_signal_inc(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_signal__weak_signal_inc(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_signal__strong_signal_add(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_signal__weak_signal_add(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_signal__strong_va_signal_inc(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_signal__weak_va_signal_inc(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_signal__strong_va_signal_add(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
-#endif
-#if NCCL_VERSION_CODE >= 23200
-FLOWDSL_API void flowdsl_gin_signal__weak_va_signal_add(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
+FLOWDSL_API flowdsl_gin_signal_fn flowdsl_gin_signal__strong_signal_inc; FLOWDSL_API flowdsl_gin_signal_fn flowdsl_gin_signal__weak_signal_inc; FLOWDSL_API flowdsl_gin_signal_fn flowdsl_gin_signal__strong_signal_add; FLOWDSL_API flowdsl_gin_signal_fn flowdsl_gin_signal__weak_signal_add; FLOWDSL_API flowdsl_gin_signal_fn flowdsl_gin_signal__strong_va_signal_inc; FLOWDSL_API flowdsl_gin_signal_fn flowdsl_gin_signal__weak_va_signal_inc; FLOWDSL_API flowdsl_gin_signal_fn flowdsl_gin_signal__strong_va_signal_add; FLOWDSL_API flowdsl_gin_signal_fn flowdsl_gin_signal__weak_va_signal_add;
 #endif
 
 #if NCCL_VERSION_CODE >= 23200
 // ncclGin::get. (NCCL >= 2.32.0)
-FLOWDSL_API void flowdsl_gin_get__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t remote, size_t remote_offset, ncclWindow_t local, size_t local_offset, size_t bytes);
-FLOWDSL_API void flowdsl_gin_get__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t remote, size_t remote_offset, ncclWindow_t local, size_t local_offset, size_t bytes);
-FLOWDSL_API void flowdsl_gin_get__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t remote, size_t remote_offset, ncclWindow_t local, size_t local_offset, size_t bytes);
-FLOWDSL_API void flowdsl_gin_get__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t remote, size_t remote_offset, ncclWindow_t local, size_t local_offset, size_t bytes);
-FLOWDSL_API void flowdsl_gin_get__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t remote, size_t remote_offset, ncclWindow_t local, size_t local_offset, size_t bytes);
+typedef void flowdsl_gin_get_fn(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t remote, size_t remote_offset, ncclWindow_t local, size_t local_offset, size_t bytes);
+FLOWDSL_API flowdsl_gin_get_fn flowdsl_gin_get__thread; FLOWDSL_API flowdsl_gin_get_fn flowdsl_gin_get__warp; FLOWDSL_API flowdsl_gin_get_fn flowdsl_gin_get__lanes; FLOWDSL_API flowdsl_gin_get_fn flowdsl_gin_get__warp_span; FLOWDSL_API flowdsl_gin_get_fn flowdsl_gin_get__cta;
 #endif
 
 // ncclGin::flush. (NCCL >= 2.28.9)
-FLOWDSL_API void flowdsl_gin_flush__thread(uint32_t coop, const ncclDevComm* comm, int ctx, int order);
-FLOWDSL_API void flowdsl_gin_flush__warp(uint32_t coop, const ncclDevComm* comm, int ctx, int order);
-FLOWDSL_API void flowdsl_gin_flush__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, int order);
-FLOWDSL_API void flowdsl_gin_flush__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, int order);
-FLOWDSL_API void flowdsl_gin_flush__cta(uint32_t coop, const ncclDevComm* comm, int ctx, int order);
+typedef void flowdsl_gin_flush_fn(uint32_t coop, const ncclDevComm* comm, int ctx, int order);
+FLOWDSL_API flowdsl_gin_flush_fn flowdsl_gin_flush__thread; FLOWDSL_API flowdsl_gin_flush_fn flowdsl_gin_flush__warp; FLOWDSL_API flowdsl_gin_flush_fn flowdsl_gin_flush__lanes; FLOWDSL_API flowdsl_gin_flush_fn flowdsl_gin_flush__warp_span; FLOWDSL_API flowdsl_gin_flush_fn flowdsl_gin_flush__cta;
 
 // ncclGin::readSignal. (NCCL >= 2.28.9)
 FLOWDSL_API uint64_t flowdsl_gin_read_signal(const ncclDevComm* comm, int ctx, uint32_t signal, int bits, int order);
 
 // ncclGin::waitSignal, bounded. (NCCL >= 2.28.9)
-FLOWDSL_API void flowdsl_gin_wait_signal__thread(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
-FLOWDSL_API void flowdsl_gin_wait_signal__warp(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
-FLOWDSL_API void flowdsl_gin_wait_signal__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
-FLOWDSL_API void flowdsl_gin_wait_signal__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
-FLOWDSL_API void flowdsl_gin_wait_signal__cta(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
+typedef void flowdsl_gin_wait_signal_fn(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
+FLOWDSL_API flowdsl_gin_wait_signal_fn flowdsl_gin_wait_signal__thread; FLOWDSL_API flowdsl_gin_wait_signal_fn flowdsl_gin_wait_signal__warp; FLOWDSL_API flowdsl_gin_wait_signal_fn flowdsl_gin_wait_signal__lanes; FLOWDSL_API flowdsl_gin_wait_signal_fn flowdsl_gin_wait_signal__warp_span; FLOWDSL_API flowdsl_gin_wait_signal_fn flowdsl_gin_wait_signal__cta;
 
 // ncclGin::resetSignal. (NCCL >= 2.28.9)
 FLOWDSL_API void flowdsl_gin_reset_signal(const ncclDevComm* comm, int ctx, uint32_t signal);
@@ -236,25 +59,16 @@ FLOWDSL_API void flowdsl_gin_reset_signal(const ncclDevComm* comm, int ctx, uint
 FLOWDSL_API uint64_t flowdsl_gin_read_counter(const ncclDevComm* comm, int ctx, uint32_t counter, int bits, int order);
 
 // ncclGin::waitCounter, bounded. (NCCL >= 2.28.9)
-FLOWDSL_API void flowdsl_gin_wait_counter__thread(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
-FLOWDSL_API void flowdsl_gin_wait_counter__warp(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
-FLOWDSL_API void flowdsl_gin_wait_counter__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
-FLOWDSL_API void flowdsl_gin_wait_counter__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
-FLOWDSL_API void flowdsl_gin_wait_counter__cta(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
+typedef void flowdsl_gin_wait_counter_fn(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
+FLOWDSL_API flowdsl_gin_wait_counter_fn flowdsl_gin_wait_counter__thread; FLOWDSL_API flowdsl_gin_wait_counter_fn flowdsl_gin_wait_counter__warp; FLOWDSL_API flowdsl_gin_wait_counter_fn flowdsl_gin_wait_counter__lanes; FLOWDSL_API flowdsl_gin_wait_counter_fn flowdsl_gin_wait_counter__warp_span; FLOWDSL_API flowdsl_gin_wait_counter_fn flowdsl_gin_wait_counter__cta;
 
 // ncclGin::resetCounter. (NCCL >= 2.28.9)
 FLOWDSL_API void flowdsl_gin_reset_counter(const ncclDevComm* comm, int ctx, uint32_t counter);
 
 // ncclGinBarrierSession (rail team)::sync, bounded. (NCCL >= 2.28.9)
-FLOWDSL_API void flowdsl_gin_barrier_sync__thread(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
-FLOWDSL_API void flowdsl_gin_barrier_sync__warp(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
-FLOWDSL_API void flowdsl_gin_barrier_sync__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
-FLOWDSL_API void flowdsl_gin_barrier_sync__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
-FLOWDSL_API void flowdsl_gin_barrier_sync__cta(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
+typedef void flowdsl_gin_barrier_sync_fn(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
+FLOWDSL_API flowdsl_gin_barrier_sync_fn flowdsl_gin_barrier_sync__thread; FLOWDSL_API flowdsl_gin_barrier_sync_fn flowdsl_gin_barrier_sync__warp; FLOWDSL_API flowdsl_gin_barrier_sync_fn flowdsl_gin_barrier_sync__lanes; FLOWDSL_API flowdsl_gin_barrier_sync_fn flowdsl_gin_barrier_sync__warp_span; FLOWDSL_API flowdsl_gin_barrier_sync_fn flowdsl_gin_barrier_sync__cta;
 
 // ncclBarrierSession (world: LSA inside, GIN across)::sync, bounded. (NCCL >= 2.28.9)
-FLOWDSL_API void flowdsl_hybrid_barrier_sync__thread(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
-FLOWDSL_API void flowdsl_hybrid_barrier_sync__warp(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
-FLOWDSL_API void flowdsl_hybrid_barrier_sync__lanes(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
-FLOWDSL_API void flowdsl_hybrid_barrier_sync__warp_span(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
-FLOWDSL_API void flowdsl_hybrid_barrier_sync__cta(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
+typedef void flowdsl_hybrid_barrier_sync_fn(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
+FLOWDSL_API flowdsl_hybrid_barrier_sync_fn flowdsl_hybrid_barrier_sync__thread; FLOWDSL_API flowdsl_hybrid_barrier_sync_fn flowdsl_hybrid_barrier_sync__warp; FLOWDSL_API flowdsl_hybrid_barrier_sync_fn flowdsl_hybrid_barrier_sync__lanes; FLOWDSL_API flowdsl_hybrid_barrier_sync_fn flowdsl_hybrid_barrier_sync__warp_span; FLOWDSL_API flowdsl_hybrid_barrier_sync_fn flowdsl_hybrid_barrier_sync__cta;

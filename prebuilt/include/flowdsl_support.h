@@ -23,25 +23,16 @@ FLOWDSL_API int flowdsl_comm_lsa_size(const ncclDevComm* comm);
 FLOWDSL_API uint64_t flowdsl_wait_check(const ncclDevComm* comm, uint64_t state, int what, int peer, uint32_t index, uint64_t expected, uint64_t seen);
 
 // Barrier among the coop's threads. (NCCL >= 2.28.9)
-FLOWDSL_API void flowdsl_coop_sync__thread(uint32_t coop);
-FLOWDSL_API void flowdsl_coop_sync__warp(uint32_t coop);
-FLOWDSL_API void flowdsl_coop_sync__lanes(uint32_t coop);
-FLOWDSL_API void flowdsl_coop_sync__warp_span(uint32_t coop);
-FLOWDSL_API void flowdsl_coop_sync__cta(uint32_t coop);
+typedef void flowdsl_coop_sync_fn(uint32_t coop);
+FLOWDSL_API flowdsl_coop_sync_fn flowdsl_coop_sync__thread; FLOWDSL_API flowdsl_coop_sync_fn flowdsl_coop_sync__warp; FLOWDSL_API flowdsl_coop_sync_fn flowdsl_coop_sync__lanes; FLOWDSL_API flowdsl_coop_sync_fn flowdsl_coop_sync__warp_span; FLOWDSL_API flowdsl_coop_sync_fn flowdsl_coop_sync__cta;
 
 // This thread's index in the coop. (NCCL >= 2.28.9)
-FLOWDSL_API int flowdsl_coop_thread_rank__thread(uint32_t coop);
-FLOWDSL_API int flowdsl_coop_thread_rank__warp(uint32_t coop);
-FLOWDSL_API int flowdsl_coop_thread_rank__lanes(uint32_t coop);
-FLOWDSL_API int flowdsl_coop_thread_rank__warp_span(uint32_t coop);
-FLOWDSL_API int flowdsl_coop_thread_rank__cta(uint32_t coop);
+typedef int flowdsl_coop_thread_rank_fn(uint32_t coop);
+FLOWDSL_API flowdsl_coop_thread_rank_fn flowdsl_coop_thread_rank__thread; FLOWDSL_API flowdsl_coop_thread_rank_fn flowdsl_coop_thread_rank__warp; FLOWDSL_API flowdsl_coop_thread_rank_fn flowdsl_coop_thread_rank__lanes; FLOWDSL_API flowdsl_coop_thread_rank_fn flowdsl_coop_thread_rank__warp_span; FLOWDSL_API flowdsl_coop_thread_rank_fn flowdsl_coop_thread_rank__cta;
 
 // Number of threads in the coop. (NCCL >= 2.28.9)
-FLOWDSL_API int flowdsl_coop_size__thread(uint32_t coop);
-FLOWDSL_API int flowdsl_coop_size__warp(uint32_t coop);
-FLOWDSL_API int flowdsl_coop_size__lanes(uint32_t coop);
-FLOWDSL_API int flowdsl_coop_size__warp_span(uint32_t coop);
-FLOWDSL_API int flowdsl_coop_size__cta(uint32_t coop);
+typedef int flowdsl_coop_size_fn(uint32_t coop);
+FLOWDSL_API flowdsl_coop_size_fn flowdsl_coop_size__thread; FLOWDSL_API flowdsl_coop_size_fn flowdsl_coop_size__warp; FLOWDSL_API flowdsl_coop_size_fn flowdsl_coop_size__lanes; FLOWDSL_API flowdsl_coop_size_fn flowdsl_coop_size__warp_span; FLOWDSL_API flowdsl_coop_size_fn flowdsl_coop_size__cta;
 
 // ncclTeamWorld. (NCCL >= 2.28.9)
 FLOWDSL_API void flowdsl_team_world(const ncclDevComm* comm, int* out);
@@ -86,22 +77,13 @@ FLOWDSL_API void* flowdsl_get_peer_pointer(ncclWindow_t win, size_t offset, int 
 FLOWDSL_API void* flowdsl_get_team_pointer(ncclWindow_t win, size_t offset, int team_nranks, int team_rank, int team_stride, int peer);
 
 // ncclLsaBarrierSession::arrive. (NCCL >= 2.28.9)
-FLOWDSL_API void flowdsl_lsa_barrier_arrive__thread(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API void flowdsl_lsa_barrier_arrive__warp(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API void flowdsl_lsa_barrier_arrive__lanes(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API void flowdsl_lsa_barrier_arrive__warp_span(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API void flowdsl_lsa_barrier_arrive__cta(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
+typedef void flowdsl_lsa_barrier_arrive_fn(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
+FLOWDSL_API flowdsl_lsa_barrier_arrive_fn flowdsl_lsa_barrier_arrive__thread; FLOWDSL_API flowdsl_lsa_barrier_arrive_fn flowdsl_lsa_barrier_arrive__warp; FLOWDSL_API flowdsl_lsa_barrier_arrive_fn flowdsl_lsa_barrier_arrive__lanes; FLOWDSL_API flowdsl_lsa_barrier_arrive_fn flowdsl_lsa_barrier_arrive__warp_span; FLOWDSL_API flowdsl_lsa_barrier_arrive_fn flowdsl_lsa_barrier_arrive__cta;
 
 // ncclLsaBarrierSession::wait, bounded (flowdsl.wait). (NCCL >= 2.28.9)
-FLOWDSL_API void flowdsl_lsa_barrier_wait__thread(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API void flowdsl_lsa_barrier_wait__warp(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API void flowdsl_lsa_barrier_wait__lanes(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API void flowdsl_lsa_barrier_wait__warp_span(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API void flowdsl_lsa_barrier_wait__cta(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
+typedef void flowdsl_lsa_barrier_wait_fn(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
+FLOWDSL_API flowdsl_lsa_barrier_wait_fn flowdsl_lsa_barrier_wait__thread; FLOWDSL_API flowdsl_lsa_barrier_wait_fn flowdsl_lsa_barrier_wait__warp; FLOWDSL_API flowdsl_lsa_barrier_wait_fn flowdsl_lsa_barrier_wait__lanes; FLOWDSL_API flowdsl_lsa_barrier_wait_fn flowdsl_lsa_barrier_wait__warp_span; FLOWDSL_API flowdsl_lsa_barrier_wait_fn flowdsl_lsa_barrier_wait__cta;
 
 // ncclLsaBarrierSession::sync, its wait bounded. (NCCL >= 2.28.9)
-FLOWDSL_API void flowdsl_lsa_barrier_sync__thread(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API void flowdsl_lsa_barrier_sync__warp(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API void flowdsl_lsa_barrier_sync__lanes(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API void flowdsl_lsa_barrier_sync__warp_span(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API void flowdsl_lsa_barrier_sync__cta(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
+typedef void flowdsl_lsa_barrier_sync_fn(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
+FLOWDSL_API flowdsl_lsa_barrier_sync_fn flowdsl_lsa_barrier_sync__thread; FLOWDSL_API flowdsl_lsa_barrier_sync_fn flowdsl_lsa_barrier_sync__warp; FLOWDSL_API flowdsl_lsa_barrier_sync_fn flowdsl_lsa_barrier_sync__lanes; FLOWDSL_API flowdsl_lsa_barrier_sync_fn flowdsl_lsa_barrier_sync__warp_span; FLOWDSL_API flowdsl_lsa_barrier_sync_fn flowdsl_lsa_barrier_sync__cta;

@@ -4,31 +4,17 @@
 // sm_100+ with CUDA >= 13.3, and LTO-IR of CUDA 13.3 cannot be read by an older
 // nvJitLink, so the CUDA 13.0 builds stay as they are and this library is
 // linked only into kernels that use flowdsl.cft. Prototypes come from
-// include/flowdsl_cft.h, generated from flowdsl/lowering/externs.py.
+// include/flowdsl_cft.h, generated from flowdsl/lowering/externs.py; the coop and team
+// helpers from flowdsl_internal.cuh, shared with the support library.
 #include <new>
 
+#include "flowdsl_support.h"
 #include "flowdsl_cft.h"
+#include "flowdsl_internal.cuh"
 
 #if NCCL_VERSION_CODE >= 23100
 
 namespace {
-
-// The coop word, as in flowdsl_support.cu (lane mask; warp0 | nWarps << 8 | id << 16).
-__device__ __forceinline__ ncclCoopThread coop_thread(uint32_t) { return ncclCoopThread(); }
-__device__ __forceinline__ ncclCoopWarp coop_warp(uint32_t) { return ncclCoopWarp(); }
-__device__ __forceinline__ ncclCoopLanes coop_lanes(uint32_t w) { return ncclCoopLanes(w); }
-__device__ __forceinline__ ncclCoopWarpSpan coop_warp_span(uint32_t w) {
-  return ncclCoopWarpSpan(w & 0xff, (w >> 8) & 0xff, (w >> 16) & 0xff);
-}
-__device__ __forceinline__ ncclCoopCta coop_cta(uint32_t) { return ncclCoopCta(); }
-
-__device__ __forceinline__ ncclTeam make_team(int nranks, int rank, int stride) {
-  ncclTeam t;
-  t.nRanks = nranks;
-  t.rank = rank;
-  t.stride = stride;
-  return t;
-}
 
 // A session lives in 32 bytes of shared memory that the kernel provides: the
 // mbarrier NCCL's ncclCft drives, and the two words of ncclCft's own state
@@ -62,14 +48,9 @@ struct Bound {
 
 }  // namespace
 
-#define FLOWDSL_FOR_EACH_COOP(X) X(thread) X(warp) X(lanes) X(warp_span) X(cta)
-
 // ---- teams and logical endpoints -------------------------------------------------
 FLOWDSL_API void flowdsl_cft_team(const ncclDevComm* comm, int* out) {
-  ncclTeam t = ncclTeamCft(*comm);
-  out[0] = t.nRanks;
-  out[1] = t.rank;
-  out[2] = t.stride;
+  store_team(ncclTeamCft(*comm), out);
 }
 FLOWDSL_API void flowdsl_cft_le_info(const ncclDevComm* comm, ncclWindow_t win, size_t offset, int team_nranks,
                                      int team_rank, int team_stride, int peer, uint64_t* out) {

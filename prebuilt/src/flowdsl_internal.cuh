@@ -1,6 +1,7 @@
-// Helpers shared by the support library (flowdsl_support.cu) and its GIN part (flowdsl_gin.cu).
+// Helpers shared by the support library (flowdsl_support.cu), its GIN part (flowdsl_gin.cu) and
+// the CFT library (flowdsl_cft.cu).
 //
-// Included by both sources only (not a public header): everything here is internal to each
+// Included by those sources only (not a public header): everything here is internal to each
 // translation unit. Needs flowdsl_support.h first (flowdsl_wait_check is defined in
 // flowdsl_support.cu and called by the bounded waits of both).
 #pragma once

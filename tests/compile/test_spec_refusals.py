@@ -1,0 +1,22 @@
+"""The GPU's typing refuses each bad argument of ``tests/spec_refusals.py`` in its spec's words
+(the simulator's test runs the same cases: ``tests/sim/test_spec_refusals.py``)."""
+
+from __future__ import annotations
+
+import pytest
+from numba.core.errors import TypingError
+
+import flowdsl
+from tests.spec_refusals import ARRAY, CASES
+
+pytestmark = pytest.mark.compile
+
+NCCL = "2.32.3"
+
+
+@pytest.mark.parametrize("body, pattern", CASES, ids=[body.__name__ for body, _ in CASES])
+def test_typing_refuses(body, pattern):
+    kernel = flowdsl.kernel(body)
+    argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", ARRAY.dtype), ARRAY, 1, nccl=NCCL)
+    with pytest.raises(TypingError, match=pattern):
+        kernel.compile(argtypes, arch="sm_100", nccl=NCCL, cuda="13.3")

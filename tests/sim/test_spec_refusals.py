@@ -1,0 +1,45 @@
+"""The simulator refuses each bad argument of ``tests/spec_refusals.py`` with the GPU's typing
+words (``tests/compile/test_spec_refusals.py``), then the fix, as a :class:`flowdsl.sim.UsageError`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import flowdsl
+import flowdsl.sim as sim
+from flowdsl._spec import spec_of
+from tests.spec_refusals import ARRAY, CASES
+
+pytestmark = pytest.mark.sim
+
+
+@pytest.mark.parametrize("body, pattern", CASES, ids=[body.__name__ for body, _ in CASES])
+def test_simulator_refuses(body, pattern):
+    kernel = flowdsl.kernel(body)
+
+    def main(comm):
+        buf = comm.alloc(ARRAY.size, ARRAY.dtype)
+        with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=1, gin_counter_count=1) as dc:
+            kernel[1, 1](dc, win, np.zeros_like(ARRAY), 1)
+            comm.synchronize()
+
+    with pytest.raises(sim.UsageError, match=pattern) as caught:
+        sim.spawn(main, nranks=1)
+    assert isinstance(caught.value, TypeError)  # as numba's typing error on a GPU
+
+
+def test_refusals_end_with_the_fix():
+    def main(comm):
+        with comm.device_communicator() as dc:
+            kernel[1, 1](dc)
+            comm.synchronize()
+
+    @flowdsl.kernel
+    def kernel(comm):
+        flowdsl.gin.flush(comm, flowdsl.coop.cta())
+
+    with pytest.raises(sim.UsageError) as caught:
+        sim.spawn(main, nranks=1)
+    fix = spec_of(flowdsl.gin.flush).args["ctx"].fix
+    assert f"got DevComm. {fix} [" in str(caught.value)

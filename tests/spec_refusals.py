@@ -1,0 +1,106 @@
+"""Bad arguments that the GPU's typing and the simulator refuse alike, with the message both give.
+
+Each case is a kernel body ``(comm, win, arr, n)`` that passes one primitive an argument of the
+wrong kind, and the pattern the error must match. ``tests/compile/test_spec_refusals.py`` compiles
+each (the GPU's typing); ``tests/sim/test_spec_refusals.py`` runs each on the simulator. Both read
+the words from the primitive's spec (``flowdsl._spec.Spec.refusal``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, uint64
+
+from flowdsl import MemoryOrder, cft, coop, gin, lsa, team, wait
+
+
+def lsa_barrier_on_a_window(comm, win, arr, n):
+    lsa.barrier(win, coop.cta(), 0).sync(MemoryOrder.ACQUIRE)
+
+
+def lsa_barrier_with_an_int_coop(comm, win, arr, n):
+    lsa.barrier(comm, n, 0).sync(MemoryOrder.ACQUIRE)
+
+
+def lsa_view_of_an_array(comm, win, arr, n):
+    lsa.local_view(arr)[0] = 1
+
+
+def lsa_view_with_a_float_start(comm, win, arr, n):
+    lsa.local_view(win, 1.5)[0] = 1
+
+
+def lsa_sync_without_a_session(comm, win, arr, n):
+    lsa.sync(comm, MemoryOrder.ACQUIRE)
+
+
+def lsa_session_sync_with_a_window_order(comm, win, arr, n):
+    lsa.barrier(comm, coop.cta(), 0).sync(win)
+
+
+def coop_sync_of_an_int(comm, win, arr, n):
+    coop.sync(n)
+
+
+def team_rank_of_a_comm(comm, win, arr, n):
+    arr[0] = team.rank_to_world(comm, comm, 0)
+
+
+def gin_flush_without_a_context(comm, win, arr, n):
+    gin.flush(comm, coop.cta())
+
+
+def gin_put_with_a_counter_as_signal(comm, win, arr, n):
+    gin.put(gin.context(comm), team.world(comm), 0, win, 0, win, 64, 64, remote=gin.counter_inc(0))
+
+
+def gin_put_from_an_array(comm, win, arr, n):
+    gin.put(gin.context(comm), team.world(comm), 0, win, 0, arr, 0, 4)
+
+
+def cft_submit_without_a_session(comm, win, arr, n):
+    cft.submit(comm)
+
+
+def cft_fence_with_a_window_order(comm, win, arr, n):
+    cft.fence(coop.cta(), win)
+
+
+def cft_put_from_a_coop(comm, win, arr, n):
+    storage = cuda.shared.array(4, uint64, alignment=16)
+    cft.put(cft.session(comm, coop.cta(), storage), 0, 0, coop.cta(), 16)
+
+
+def wait_poll_on_an_array(comm, win, arr, n):
+    wait.poll(arr, 0, wait.USER, -1, 0, 1, 0)
+
+
+#: (kernel body, pattern of the message): the GPU's typing error and the simulator's UsageError match it.
+CASES = [
+    (lsa_barrier_on_a_window, r"flowdsl\.lsa\.barrier requires a device communicator, got Window"),
+    (lsa_barrier_with_an_int_coop, r"flowdsl\.lsa\.barrier requires a coop \(flowdsl\.coop\.cta\(\), \.warp\(\), "
+                                   r"\.\.\.\), got int64"),
+    (lsa_view_of_an_array, r"flowdsl\.lsa\.local_view requires a window \(from comm\.register\(buf\)\), got array"
+                           r"\(float32, 1d"),
+    (lsa_view_with_a_float_start, r"flowdsl\.lsa\.local_view requires start to be an integer, got float64"),
+    (lsa_sync_without_a_session, r"flowdsl\.lsa\.sync requires a barrier session \(from flowdsl\.lsa\.barrier\), "
+                                 r"got DevComm"),
+    (lsa_session_sync_with_a_window_order, r"flowdsl\.lsa\.sync requires order to be a flowdsl\.MemoryOrder, "
+                                           r"got Window"),
+    (coop_sync_of_an_int, r"flowdsl\.coop\.sync requires a coop \(flowdsl\.coop\.cta\(\), \.warp\(\), \.\.\.\), "
+                          r"got int64"),
+    (team_rank_of_a_comm, r"flowdsl\.team\.rank_to_world requires a team, got DevComm"),
+    (gin_flush_without_a_context, r"flowdsl\.gin\.flush requires a GIN context, got DevComm"),
+    (gin_put_with_a_counter_as_signal, r"flowdsl\.gin\.put requires a signal action \(flowdsl\.gin\."
+                                       r"strong_signal_inc\(id\), \.\.\.\), got "),
+    (gin_put_from_an_array, r"flowdsl\.gin\.put requires a source window, got array\(float32, 1d"),
+    (cft_submit_without_a_session, r"flowdsl\.cft\.submit requires a CFT session \(flowdsl\.cft\.session\(comm, "
+                                   r"coop, storage\)\), got DevComm"),
+    (cft_fence_with_a_window_order, r"flowdsl\.cft\.fence requires order to be a flowdsl\.MemoryOrder, got Window"),
+    (cft_put_from_a_coop, r"flowdsl\.cft\.put requires src to be a shared-memory array \(a cuda\.shared\.array\), "
+                          r"got Coop"),
+    (wait_poll_on_an_array, r"flowdsl\.wait\.poll requires a device communicator, got array\(float32, 1d"),
+]
+
+#: The arguments every case's kernel takes: a float32 window and array, and an integer.
+ARRAY = np.zeros(16, np.float32)
