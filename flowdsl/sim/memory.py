@@ -1,14 +1,4 @@
 """Simulated memory: symmetric buffers, windows, checked window views, poison.
-<<<<<<< HEAD
-=======
-
-Contents: :func:`as_dtype` (numpy/numba dtype → numpy dtype), :func:`poisoned`
-(a poison-filled array), :class:`SymBuffer` (numpy array with CuPy's
-``set``/``get``), :class:`WindowGroup` (one registration, every rank's memory),
-:class:`Window` (one rank's handle), :class:`WindowView` (a bounds-checked
-1-D view of a window), :func:`raw` (the numpy array behind a view),
-:func:`address_key` (a cheap key for an element).
->>>>>>> spec2
 """
 
 from __future__ import annotations
