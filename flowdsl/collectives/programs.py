@@ -5,7 +5,12 @@ Ring: :func:`ring_all_gather`, :func:`ring_reduce_scatter`, :func:`ring_broadcas
 (double binary tree). One LSA team, small messages: :func:`one_shot_all_reduce`
 (every rank writes to every peer, no Flow). Each is a kernel factory: ``ring_all_reduce(RedOp.SUM)``
 returns the ``@flowdsl.kernel`` for that operator (the operator is a compile-time
-constant; the element type comes from the arrays). Every kernel takes::
+constant; the element type comes from the arrays). The Flow programs are device functions
+made into factories by :func:`flow_program` (``ring_all_reduce.program`` is the algorithm
+itself, to call from a kernel of your own); :func:`ring_reduce_to_own_piece` and
+:func:`ring_gather_after_own_piece` are the halves of an all-reduce round, for programs that
+work on a rank's finished piece between them (``flowdsl/examples/allreduce_bias_gelu.py``).
+Every kernel takes::
 
     (comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors)
 
@@ -32,7 +37,8 @@ import flowdsl
 from flowdsl import flow, gin, lsa, mem
 from flowdsl.enums import RedOp, ThreadScope
 
-__all__ = ["PROGRAMS", "ring_all_gather", "ring_reduce_scatter", "ring_broadcast", "ring_reduce",
+__all__ = ["PROGRAMS", "flow_program", "ring_connections", "ring_reduce_to_own_piece", "ring_gather_after_own_piece",
+           "piece", "ring_all_gather", "ring_reduce_scatter", "ring_broadcast", "ring_reduce",
            "ring_all_reduce", "tree_all_reduce", "one_shot_all_reduce", "one_shot_words", "one_shot_fits",
            "ONE_SHOT_BLOCKS", "ONE_SHOT_LINES"]
 
@@ -80,168 +86,163 @@ def local_copy(src, dst, count, inplace, vectors):
                   cuda.gridDim.x * cuda.blockDim.x, vectors)
 
 
-@functools.cache
-def ring_all_gather(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
-    """Ring AllGather: ``dst[r*count:(r+1)*count] = src@r`` on every rank (``op`` unused)."""
-    context = gin_context if gin_peers else no_gin_context
-    ll128 = int(ll128)
+def flow_program(program):
+    """The kernel factory ``factory(op, gin_peers, fp8, ll128)`` of a Flow program.
 
-    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
-    def ring_all_gather(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
-        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
-        n, r = comm.nranks, comm.rank
-        lo, hi = channel_range(count, proc)
-        if n == 1:
-            local_copy(src, dst[r * count:(r + 1) * count], count, inplace, vectors)
-            return
-        nxt = flow.connect(proc, (r + 1) % n, 0, 0)
-        prv = flow.connect(proc, (r + n - 1) % n, 0, 0)
-        chunk = chunk_elements(proc, dst.itemsize)
-        for base in range(lo, hi, chunk):
-            m = min(chunk, hi - base)
-            flow.copy_send(proc, nxt, src, dst[r * count:(r + 1) * count], base, m)
-            for s in range(1, n - 1):
-                j = (r + n - s) % n
-                flow.recv_copy_send(proc, prv, nxt, dst[j * count:(j + 1) * count], base, m)
-            j = (r + 1) % n
-            flow.recv(proc, prv, dst[j * count:(j + 1) * count], base, m)
+    ``program(proc, red, partial, src, dst, count, root, lo, hi)`` is the algorithm, a device
+    function; the kernel around it opens this block's processor (its channel), gives the
+    program its share ``[lo, hi)`` of the ``count`` elements, and, with one rank, is the local
+    copy the collective reduces to. ``red`` combines over every rank (and finishes AVG);
+    ``partial`` is the same operator over one contribution (sums passed on before the last hop).
+    The operator, the fp8 format and ``ll128`` are constants of the kernel.
+    """
+    @functools.cache
+    def factory(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
+        context = gin_context if gin_peers else no_gin_context
+        ll128 = int(ll128)
 
-    return ring_all_gather
+        def kernel(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
+            proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
+            if comm.nranks == 1:
+                local_copy(src, dst, count, inplace, vectors)
+                return
+            lo, hi = channel_range(count, proc)
+            program(proc, flow.reduction(op, comm.nranks, fp8), flow.reduction(op, 1, fp8), src, dst, count,
+                    root, lo, hi)
 
+        kernel.__name__ = kernel.__qualname__ = program.__name__  # the kernel's symbol names its program
+        return flowdsl.kernel(max_registers=_MAX_REGISTERS)(kernel)
 
-@functools.cache
-def ring_reduce_scatter(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
-    """Ring ReduceScatter: ``dst@r = op over ranks of src@q[r*count:(r+1)*count]``."""
-    context = gin_context if gin_peers else no_gin_context
-    ll128 = int(ll128)
-
-    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
-    def ring_reduce_scatter(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words,
-                            protocol, vectors):
-        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
-        n, r = comm.nranks, comm.rank
-        red = flow.reduction(op, n, fp8)
-        lo, hi = channel_range(count, proc)
-        if n == 1:
-            local_copy(src, dst, count, inplace, vectors)
-            return
-        nxt = flow.connect(proc, (r + 1) % n, 0, 0)
-        prv = flow.connect(proc, (r + n - 1) % n, 0, 0)
-        chunk = chunk_elements(proc, dst.itemsize)
-        for base in range(lo, hi, chunk):
-            m = min(chunk, hi - base)
-            j = (r + n - 1) % n
-            flow.send(proc, nxt, src[j * count:(j + 1) * count], base, m)
-            for s in range(1, n - 1):
-                j = (r + 2 * n - s - 1) % n
-                flow.recv_reduce_send(proc, prv, nxt, src[j * count:(j + 1) * count], base, m, red)
-            flow.recv_reduce_copy(proc, prv, src[r * count:(r + 1) * count], dst, base, m, red)
-
-    return ring_reduce_scatter
-
-
-@functools.cache
-def ring_broadcast(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
-    """Ring Broadcast: ``dst@r = src@root`` (a chain from ``root``; ``op`` unused)."""
-    context = gin_context if gin_peers else no_gin_context
-    ll128 = int(ll128)
-
-    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
-    def ring_broadcast(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
-        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
-        n, r = comm.nranks, comm.rank
-        lo, hi = channel_range(count, proc)
-        if n == 1:
-            local_copy(src, dst, count, inplace, vectors)
-            return
-        nxt = flow.connect(proc, (r + 1) % n, 0, 0)
-        prv = flow.connect(proc, (r + n - 1) % n, 0, 0)
-        pos = (r + n - root) % n  # place in the chain that starts at root
-        chunk = chunk_elements(proc, dst.itemsize)
-        for base in range(lo, hi, chunk):
-            m = min(chunk, hi - base)
-            if pos == 0:
-                flow.copy_send(proc, nxt, src, dst, base, m)
-            elif pos == n - 1:
-                flow.recv(proc, prv, dst, base, m)
-            else:
-                flow.recv_copy_send(proc, prv, nxt, dst, base, m)
-
-    return ring_broadcast
-
-
-@functools.cache
-def ring_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
-    """Ring Reduce: ``dst@root = op over ranks of src`` (a chain that ends at ``root``)."""
-    context = gin_context if gin_peers else no_gin_context
-    ll128 = int(ll128)
-
-    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
-    def ring_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
-        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
-        n, r = comm.nranks, comm.rank
-        red = flow.reduction(op, n, fp8)
-        lo, hi = channel_range(count, proc)
-        if n == 1:
-            local_copy(src, dst, count, inplace, vectors)
-            return
-        nxt = flow.connect(proc, (r + 1) % n, 0, 0)
-        prv = flow.connect(proc, (r + n - 1) % n, 0, 0)
-        pos = (r + 2 * n - root - 1) % n  # root + 1 starts, root ends
-        chunk = chunk_elements(proc, dst.itemsize)
-        for base in range(lo, hi, chunk):
-            m = min(chunk, hi - base)
-            if pos == 0:
-                flow.send(proc, nxt, src, base, m)
-            elif pos == n - 1:
-                flow.recv_reduce_copy(proc, prv, src, dst, base, m, red)
-            else:
-                flow.recv_reduce_send(proc, prv, nxt, src, base, m, red)
-
-    return ring_reduce
-
-
-@functools.cache
-def ring_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
-    """Ring AllReduce: a reduce-scatter then an all-gather around the ring, chunk by chunk."""
-    context = gin_context if gin_peers else no_gin_context
-    ll128 = int(ll128)
-
-    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
-    def ring_all_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
-        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
-        n, r = comm.nranks, comm.rank
-        red = flow.reduction(op, n, fp8)
-        lo, hi = channel_range(count, proc)
-        if n == 1:
-            local_copy(src, dst, count, inplace, vectors)
-            return
-        nxt = flow.connect(proc, (r + 1) % n, 0, 0)
-        prv = flow.connect(proc, (r + n - 1) % n, 0, 0)
-        chunk = chunk_elements(proc, dst.itemsize)
-        base = lo
-        while base < hi:
-            size = min(n * chunk, hi - base)
-            per = ((size + n - 1) // n + _ALIGN - 1) // _ALIGN * _ALIGN  # pieces start 16-byte aligned
-            # Piece j of this round is [base + j*per, base + min((j+1)*per, size)).
-            j = (r + n - 1) % n
-            flow.send(proc, nxt, src, base + j * per, _piece(size, per, j))
-            for s in range(1, n - 1):
-                j = (r + 2 * n - s - 1) % n
-                flow.recv_reduce_send(proc, prv, nxt, src, base + j * per, _piece(size, per, j), red)
-            flow.recv_reduce_copy_send(proc, prv, nxt, src, dst, base + r * per, _piece(size, per, r), red)
-            for s in range(1, n - 1):
-                j = (r + n - s) % n
-                flow.recv_copy_send(proc, prv, nxt, dst, base + j * per, _piece(size, per, j))
-            j = (r + 1) % n
-            flow.recv(proc, prv, dst, base + j * per, _piece(size, per, j))
-            base += size
-
-    return ring_all_reduce
+    factory.__name__ = factory.__qualname__ = program.__name__
+    factory.__doc__ = program.__doc__
+    factory.program = program
+    return factory
 
 
 @flowdsl.device
-def _piece(size, per, j):
+def ring_connections(proc):
+    """Connection 0 to the next rank and from the previous one: the ring's two neighbours."""
+    n, r = proc.comm.nranks, proc.comm.rank
+    return flow.connect(proc, (r + 1) % n, 0, 0), flow.connect(proc, (r + n - 1) % n, 0, 0)
+
+
+@flow_program
+@flowdsl.device
+def ring_all_gather(proc, red, partial, src, dst, count, root, lo, hi):
+    """Ring AllGather: ``dst[r*count:(r+1)*count] = src@r`` on every rank (``op`` unused)."""
+    n, r = proc.comm.nranks, proc.comm.rank
+    nxt, prv = ring_connections(proc)
+    chunk = chunk_elements(proc, dst.itemsize)
+    for base in range(lo, hi, chunk):
+        m = min(chunk, hi - base)
+        flow.copy_send(proc, nxt, src, dst[r * count:(r + 1) * count], base, m)
+        for s in range(1, n - 1):
+            j = (r + n - s) % n
+            flow.recv_copy_send(proc, prv, nxt, dst[j * count:(j + 1) * count], base, m)
+        j = (r + 1) % n
+        flow.recv(proc, prv, dst[j * count:(j + 1) * count], base, m)
+
+
+@flow_program
+@flowdsl.device
+def ring_reduce_scatter(proc, red, partial, src, dst, count, root, lo, hi):
+    """Ring ReduceScatter: ``dst@r = op over ranks of src@q[r*count:(r+1)*count]``."""
+    n, r = proc.comm.nranks, proc.comm.rank
+    nxt, prv = ring_connections(proc)
+    chunk = chunk_elements(proc, dst.itemsize)
+    for base in range(lo, hi, chunk):
+        m = min(chunk, hi - base)
+        j = (r + n - 1) % n
+        flow.send(proc, nxt, src[j * count:(j + 1) * count], base, m)
+        for s in range(1, n - 1):
+            j = (r + 2 * n - s - 1) % n
+            flow.recv_reduce_send(proc, prv, nxt, src[j * count:(j + 1) * count], base, m, red)
+        flow.recv_reduce_copy(proc, prv, src[r * count:(r + 1) * count], dst, base, m, red)
+
+
+@flow_program
+@flowdsl.device
+def ring_broadcast(proc, red, partial, src, dst, count, root, lo, hi):
+    """Ring Broadcast: ``dst@r = src@root`` (a chain from ``root``; ``op`` unused)."""
+    n, r = proc.comm.nranks, proc.comm.rank
+    nxt, prv = ring_connections(proc)
+    pos = (r + n - root) % n  # place in the chain that starts at root
+    chunk = chunk_elements(proc, dst.itemsize)
+    for base in range(lo, hi, chunk):
+        m = min(chunk, hi - base)
+        if pos == 0:
+            flow.copy_send(proc, nxt, src, dst, base, m)
+        elif pos == n - 1:
+            flow.recv(proc, prv, dst, base, m)
+        else:
+            flow.recv_copy_send(proc, prv, nxt, dst, base, m)
+
+
+@flow_program
+@flowdsl.device
+def ring_reduce(proc, red, partial, src, dst, count, root, lo, hi):
+    """Ring Reduce: ``dst@root = op over ranks of src`` (a chain that ends at ``root``)."""
+    n, r = proc.comm.nranks, proc.comm.rank
+    nxt, prv = ring_connections(proc)
+    pos = (r + 2 * n - root - 1) % n  # root + 1 starts, root ends
+    chunk = chunk_elements(proc, dst.itemsize)
+    for base in range(lo, hi, chunk):
+        m = min(chunk, hi - base)
+        if pos == 0:
+            flow.send(proc, nxt, src, base, m)
+        elif pos == n - 1:
+            flow.recv_reduce_copy(proc, prv, src, dst, base, m, red)
+        else:
+            flow.recv_reduce_send(proc, prv, nxt, src, base, m, red)
+
+
+@flowdsl.device
+def ring_reduce_to_own_piece(proc, nxt, prv, src, base, size, per, red):
+    """A ring all-reduce round's reduce-scatter half, up to this rank's piece: piece ``r-1`` is
+    sent, the others are received, combined with ``src`` and passed on. Piece ``j`` of the round
+    is ``[base + j*per, base + min((j+1)*per, size))``; this rank's (``r``) arrives next, reduced
+    by every other rank."""
+    n, r = proc.comm.nranks, proc.comm.rank
+    j = (r + n - 1) % n
+    flow.send(proc, nxt, src, base + j * per, piece(size, per, j))
+    for s in range(1, n - 1):
+        j = (r + 2 * n - s - 1) % n
+        flow.recv_reduce_send(proc, prv, nxt, src, base + j * per, piece(size, per, j), red)
+
+
+@flowdsl.device
+def ring_gather_after_own_piece(proc, nxt, prv, dst, base, size, per):
+    """The round's all-gather half after this rank has sent its finished piece: the other
+    pieces arrive finished, are stored to ``dst`` and passed on (the last one is only stored)."""
+    n, r = proc.comm.nranks, proc.comm.rank
+    for s in range(1, n - 1):
+        j = (r + n - s) % n
+        flow.recv_copy_send(proc, prv, nxt, dst, base + j * per, piece(size, per, j))
+    j = (r + 1) % n
+    flow.recv(proc, prv, dst, base + j * per, piece(size, per, j))
+
+
+@flow_program
+@flowdsl.device
+def ring_all_reduce(proc, red, partial, src, dst, count, root, lo, hi):
+    """Ring AllReduce: a reduce-scatter then an all-gather around the ring, round by round."""
+    n, r = proc.comm.nranks, proc.comm.rank
+    nxt, prv = ring_connections(proc)
+    chunk = chunk_elements(proc, dst.itemsize)
+    base = lo
+    while base < hi:
+        size = min(n * chunk, hi - base)
+        per = ((size + n - 1) // n + _ALIGN - 1) // _ALIGN * _ALIGN  # pieces start 16-byte aligned
+        ring_reduce_to_own_piece(proc, nxt, prv, src, base, size, per, red)
+        # This rank's piece: the last contribution combined, finished, stored and sent on.
+        flow.recv_reduce_copy_send(proc, prv, nxt, src, dst, base + r * per, piece(size, per, r), red)
+        ring_gather_after_own_piece(proc, nxt, prv, dst, base, size, per)
+        base += size
+
+
+@flowdsl.device
+def piece(size, per, j):
+    """Elements of piece ``j`` of a round of ``size`` cut in pieces of ``per`` (0 past the end)."""
     return max(0, min(per, size - j * per))
 
 
@@ -285,49 +286,36 @@ def _tree_down(proc, pos, nkids, down, kid0_out, kid1_out, dst, base, m):
             flow.send(proc, kid1_out, dst, base, m)
 
 
-@functools.cache
-def tree_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
+@flow_program
+@flowdsl.device
+def tree_all_reduce(proc, red, partial, src, dst, count, root, lo, hi):
     """Double-binary-tree AllReduce: reduce up to the root, broadcast down; even channels use
     tree 0, odd channels tree 1."""
-    context = gin_context if gin_peers else no_gin_context
-    ll128 = int(ll128)
-
-    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
-    def tree_all_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
-        proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
-        n, r = comm.nranks, comm.rank
-        lo, hi = channel_range(count, proc)
-        if n == 1:
-            local_copy(src, dst, count, inplace, vectors)
-            return
-        red = flow.reduction(op, n, fp8)
-        partial = flow.reduction(op, 1, fp8)  # dividing by 1 leaves AVG's partial sums as they are
-        tree = proc.channel % 2
-        pos = r if tree == 0 else n - 1 - r
-        nkids = max(0, min(2, n - (2 * pos + 1)))
-        # Connection numbers 1 (parent), 2 and 3 (children), both ways; the ring uses 0. A number
-        # always joins the same two ranks, so their step counters stay matched across launches.
-        parent = tree_rank(n, tree, (pos - 1) // 2)
-        which = 2 + (pos - 1) % 2  # the parent's number for this rank
-        kid0, kid1 = tree_rank(n, tree, 2 * pos + 1), tree_rank(n, tree, 2 * pos + 2)
-        up = flow.connect(proc, parent, 1, which)
-        down = flow.connect(proc, parent, 1, which)
-        kid0_in = flow.connect(proc, kid0, 2, 1)
-        kid1_in = flow.connect(proc, kid1, 3, 1)
-        kid0_out = flow.connect(proc, kid0, 2, 1)
-        kid1_out = flow.connect(proc, kid1, 3, 1)
-        chunk = chunk_elements(proc, dst.itemsize)
-        # Up runs one chunk ahead of down: while the root sends chunk c down, chunk c+1 is already
-        # on its way up (the two directions use different connections, so both stay busy).
-        if lo < hi:
-            _tree_up(proc, pos, nkids, up, kid0_in, kid1_in, src, dst, lo, min(chunk, hi - lo), red, partial)
-        for base in range(lo, hi, chunk):
-            if base + chunk < hi:
-                _tree_up(proc, pos, nkids, up, kid0_in, kid1_in, src, dst, base + chunk,
-                         min(chunk, hi - base - chunk), red, partial)
-            _tree_down(proc, pos, nkids, down, kid0_out, kid1_out, dst, base, min(chunk, hi - base))
-
-    return tree_all_reduce
+    n, r = proc.comm.nranks, proc.comm.rank
+    tree = proc.channel % 2
+    pos = r if tree == 0 else n - 1 - r
+    nkids = max(0, min(2, n - (2 * pos + 1)))
+    # Connection numbers 1 (parent), 2 and 3 (children), both ways; the ring uses 0. A number
+    # always joins the same two ranks, so their step counters stay matched across launches.
+    parent = tree_rank(n, tree, (pos - 1) // 2)
+    which = 2 + (pos - 1) % 2  # the parent's number for this rank
+    kid0, kid1 = tree_rank(n, tree, 2 * pos + 1), tree_rank(n, tree, 2 * pos + 2)
+    up = flow.connect(proc, parent, 1, which)
+    down = flow.connect(proc, parent, 1, which)
+    kid0_in = flow.connect(proc, kid0, 2, 1)
+    kid1_in = flow.connect(proc, kid1, 3, 1)
+    kid0_out = flow.connect(proc, kid0, 2, 1)
+    kid1_out = flow.connect(proc, kid1, 3, 1)
+    chunk = chunk_elements(proc, dst.itemsize)
+    # Up runs one chunk ahead of down: while the root sends chunk c down, chunk c+1 is already
+    # on its way up (the two directions use different connections, so both stay busy).
+    if lo < hi:
+        _tree_up(proc, pos, nkids, up, kid0_in, kid1_in, src, dst, lo, min(chunk, hi - lo), red, partial)
+    for base in range(lo, hi, chunk):
+        if base + chunk < hi:
+            _tree_up(proc, pos, nkids, up, kid0_in, kid1_in, src, dst, base + chunk,
+                     min(chunk, hi - base - chunk), red, partial)
+        _tree_down(proc, pos, nkids, down, kid0_out, kid1_out, dst, base, min(chunk, hi - base))
 
 
 # ---- one LSA team: one-shot all-reduce ------------------------------------------------------------

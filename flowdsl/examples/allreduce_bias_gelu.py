@@ -1,7 +1,7 @@
 """A collective fused with computation: ring all-reduce with a bias + GELU epilogue.
 
 ``y = gelu(sum over ranks of x + bias)`` on every rank, in one kernel. It is the ring
-all-reduce of ``flowdsl/collectives/programs.py`` with one change. Once a rank holds
+all-reduce of ``flowdsl/collectives/programs.py`` (its two halves of a round) with one change. Once a rank holds
 the fully reduced piece of a round (``recv_reduce_copy``), it applies the epilogue to
 that piece in place, then starts the all-gather half with it (``copy_send``).
 So each element is transformed once, by one rank, before it travels; NCCL followed by
@@ -18,7 +18,8 @@ from numba import cuda, float32
 
 import flowdsl
 from flowdsl import Protocol, RedOp, flow
-from flowdsl.collectives.programs import channel_range, chunk_elements, gin_context, no_gin_context
+from flowdsl.collectives.programs import (channel_range, chunk_elements, gin_context, no_gin_context, piece,
+                                         ring_connections, ring_gather_after_own_piece, ring_reduce_to_own_piece)
 
 __all__ = ["allreduce_bias_gelu", "run"]
 
@@ -46,40 +47,26 @@ def allreduce_bias_gelu(gin_peers=False):
         proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol)
         red = flow.reduction(RedOp.SUM, n)
         lo, hi = channel_range(count, proc)
-        nxt = flow.connect(proc, (r + 1) % n, 0, 0)
-        prv = flow.connect(proc, (r + n - 1) % n, 0, 0)
+        nxt, prv = ring_connections(proc)
         chunk = chunk_elements(proc, y.itemsize)
         base = lo
         while base < hi:
             size = min(n * chunk, hi - base)
             per = (size + n - 1) // n
             # Reduce-scatter half: this rank ends with piece r of the round summed.
-            j = (r + n - 1) % n
-            flow.send(proc, nxt, x, base + j * per, _piece(size, per, j))
-            for s in range(1, n - 1):
-                j = (r + 2 * n - s - 1) % n
-                flow.recv_reduce_send(proc, prv, nxt, x, base + j * per, _piece(size, per, j), red)
-            flow.recv_reduce_copy(proc, prv, x, y, base + r * per, _piece(size, per, r), red)
+            ring_reduce_to_own_piece(proc, nxt, prv, x, base, size, per, red)
+            start, mine = base + r * per, piece(size, per, r)
+            flow.recv_reduce_copy(proc, prv, x, y, start, mine, red)
             # The epilogue, on this rank's finished piece only.
-            start = base + r * per
-            for i in range(start + cuda.threadIdx.x, start + _piece(size, per, r), cuda.blockDim.x):
+            for i in range(start + cuda.threadIdx.x, start + mine, cuda.blockDim.x):
                 y[i] = _gelu(y[i] + bias[i])
             # All-gather half: the transformed pieces go around the ring (copy_send's own
             # barrier orders the epilogue's stores before the piece is sent).
-            flow.copy_send(proc, nxt, y, y, start, _piece(size, per, r))
-            for s in range(1, n - 1):
-                j = (r + n - s) % n
-                flow.recv_copy_send(proc, prv, nxt, y, base + j * per, _piece(size, per, j))
-            j = (r + 1) % n
-            flow.recv(proc, prv, y, base + j * per, _piece(size, per, j))
+            flow.copy_send(proc, nxt, y, y, start, mine)
+            ring_gather_after_own_piece(proc, nxt, prv, y, base, size, per)
             base += size
 
     return allreduce_bias_gelu
-
-
-@flowdsl.device
-def _piece(size, per, j):
-    return max(0, min(per, size - j * per))
 
 
 def run(comm, count=1000, channels=2, threads=64, nslots=2, slot_bytes=512, protocol=Protocol.SIMPLE,
