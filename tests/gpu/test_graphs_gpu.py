@@ -14,17 +14,11 @@ import pytest
 from numba import cuda
 
 import flowdsl
+from tests.gpu.kernels import random_values, scale_shift
 
 pytestmark = pytest.mark.gpu
 
 N = 4099
-
-
-@flowdsl.kernel
-def scale_shift(x, y, a, b):
-    i = cuda.grid(1)
-    if i < x.size:
-        y[i] = a * x[i] + b
 
 
 @flowdsl.kernel
@@ -34,14 +28,25 @@ def never_launched_before_capture(y):
         y[i] = 0
 
 
-@pytest.fixture(scope="module")
-def comm():
-    with flowdsl.init() as c:
-        yield c
-
-
 def _values(seed, n=N):
-    return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+    return random_values(seed, n)
+
+
+def _replay_with_new_inputs(graph, stream, x, y, x2, y2, check):
+    """Launch CuPy ``graph`` on ``stream`` twice, with new values in ``x`` and ``x2`` and NaN in
+    ``y`` and ``y2`` before each; ``check(y, y2, x values, x2 values)`` then holds the outputs."""
+    import cupy
+
+    for seed in (1, 2):
+        a, b = _values(seed), _values(seed + 10)
+        x.set(a)
+        x2.set(b)
+        y.fill(np.nan)
+        y2.fill(np.nan)
+        cupy.cuda.Device().synchronize()
+        graph.launch(stream)
+        stream.synchronize()
+        check(y.get(), y2.get(), a, b)
 
 
 def test_real_framework_streams_resolve_to_their_handles(comm):
@@ -118,17 +123,11 @@ def test_cupy_graph_captures_collectives_on_an_explicit_and_the_current_stream(c
     finally:
         graph = stream.end_capture()
 
-    for seed in (1, 2):
-        a, b = _values(seed), _values(seed + 10)
-        x.set(a)
-        x2.set(b)
-        y.fill(np.nan)
-        y2.fill(np.nan)
-        cupy.cuda.Device().synchronize()
-        graph.launch(stream)
-        stream.synchronize()
-        np.testing.assert_array_equal(y.get(), a)
-        np.testing.assert_array_equal(y2.get(), b)
+    def check(got, got2, a, b):  # one rank: the sum over ranks is x
+        np.testing.assert_array_equal(got, a)
+        np.testing.assert_array_equal(got2, b)
+
+    _replay_with_new_inputs(graph, stream, x, y, x2, y2, check)
 
 
 def test_a_kernel_launch_is_captured(comm):
@@ -148,17 +147,11 @@ def test_a_kernel_launch_is_captured(comm):
     finally:
         graph = stream.end_capture()
 
-    for seed in (1, 2):
-        a, b = _values(seed), _values(seed + 10)
-        x.set(a)
-        x2.set(b)
-        y.fill(np.nan)
-        y2.fill(np.nan)
-        cupy.cuda.Device().synchronize()
-        graph.launch(stream)
-        stream.synchronize()
-        np.testing.assert_allclose(y.get(), 2.0 * a.astype(np.float64) + 1.0, rtol=1e-6)
-        np.testing.assert_allclose(y2.get(), 3.0 * b.astype(np.float64) + 0.5, rtol=1e-6)
+    def check(got, got2, a, b):
+        np.testing.assert_allclose(got, 2.0 * a.astype(np.float64) + 1.0, rtol=1e-6)
+        np.testing.assert_allclose(got2, 3.0 * b.astype(np.float64) + 0.5, rtol=1e-6)
+
+    _replay_with_new_inputs(graph, stream, x, y, x2, y2, check)
 
 
 def test_first_calls_during_capture_are_refused_and_the_capture_stays_usable(comm):
