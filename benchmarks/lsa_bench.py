@@ -163,6 +163,89 @@ def compile_times() -> dict:
     return {"cold": cold, "warm": warm}
 
 
+def reduce_copy_rows(comm, src, dst, module, count: int, rounds: int, reps: int) -> list[dict]:
+    """Every reduce+copy version checked (outputs poisoned first), timed and printed; the summary rows."""
+    plain = cupy.empty(count, np.float32)
+    cpp = module.get_function("reduce_copy_cpp")
+    cpp_vec = module.get_function("reduce_copy_vec_cpp")
+    sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
+    grid, block = sms * 8, 256
+    with comm.register(src) as src_win, comm.register(dst) as dst_win, \
+            comm.device_communicator() as dcomm:
+        lsa_size = comm.nranks  # one node: every rank is an LSA peer
+        cpp_args = (np.uint64(src_win.handle), np.uint64(dst_win.handle), np.int64(count), np.int32(lsa_size))
+        fns = {
+            "flowdsl scalar": lambda: reduce_copy_flowdsl[grid, block](dcomm, src_win, dst_win, count),
+            "C++ scalar": lambda: cpp((grid,), (block,), cpp_args),
+            "flowdsl 16-byte": lambda: reduce_copy_vec_flowdsl[grid, block](dcomm, src_win, dst_win, count),
+            "C++ 16-byte (float4)": lambda: cpp_vec((grid,), (block,), cpp_args),
+            "flowdsl lsa.reduce_sum_copy": lambda: reduce_copy_helper[grid, block](dcomm, src_win, dst_win,
+                                                                                   count),
+            "flowdsl lsa.reduce_sum_copy, 1 slice per block": lambda: reduce_copy_slices[grid, block](
+                dcomm, src_win, dst_win, count),
+            "device-to-device copy": lambda: plain.__setitem__(slice(None), src),
+        }
+        # Check every version's output before timing it (poisoned first).
+        reference = src.get()
+        for name in [n for n in fns if n != "device-to-device copy"]:
+            dst.fill(np.nan)
+            fns[name]()
+            comm.synchronize()
+            np.testing.assert_array_equal(dst.get(), reference, err_msg=name)
+        ms = time_rounds(fns, rounds, reps)
+    nbytes = 2 * count * 4  # read once, write once
+    print(f"\nLSA reduce+copy, 1 rank, {count * 4 >> 20} MiB float32, grid {grid}x{block}, median of "
+          f"{rounds} rounds x {reps}")
+    print(f"{'version':<30}{'ms':>9}{'GB/s':>9}{'vs C++ 16B':>11}{'copy/this':>10}")
+    for name, t in ms.items():
+        print(f"{name:<30}{t:9.3f}{nbytes / t / 1e6:9.0f}{t / ms['C++ 16-byte (float4)']:11.3f}"
+              f"{ms['device-to-device copy'] / t:10.3f}")
+    copy_ms = ms["device-to-device copy"]
+    return [
+        {"name": "DSL tax, scalar: flowdsl / C++ time (goal <= 1.05)",
+         "value": f"{ms['flowdsl scalar'] / ms['C++ scalar']:.3f}"},
+        {"name": "DSL tax, 16-byte: flowdsl / C++ time (goal <= 1.05)",
+         "value": f"{ms['flowdsl 16-byte'] / ms['C++ 16-byte (float4)']:.3f}"},
+        {"name": "lsa.reduce_sum_copy bandwidth / D2D copy (goal >= 0.9)", "value":
+            f"{copy_ms / ms['flowdsl lsa.reduce_sum_copy']:.3f} ({nbytes / ms['flowdsl lsa.reduce_sum_copy'] / 1e6:.0f}"
+            f" vs {nbytes / copy_ms / 1e6:.0f} GB/s)"},
+        {"name": "flowdsl 16-byte bandwidth / D2D copy", "value": f"{copy_ms / ms['flowdsl 16-byte']:.3f}"},
+    ]
+
+
+def launch_cost_rows(comm, module, src, count: int) -> list[dict]:
+    """Host-side launch cost: an empty kernel launched back to back, flowdsl's and CuPy's; printed and as rows."""
+    empty = module.get_function("empty_cpp")
+    launches = {"flowdsl launch": lambda: empty_flowdsl[1, 32](src, count),
+                "CuPy RawKernel launch": lambda: empty((1,), (32,), (np.uint64(src.data.ptr), np.int64(count)))}
+    rows = []
+    for name, fn in launches.items():
+        for _ in range(100):
+            fn()
+        comm.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            fn()
+        comm.synchronize()
+        us = (time.perf_counter() - t0) / 2000 * 1e6
+        print(f"{name:<30}{us:9.1f} us per launch (host)")
+        rows.append({"name": name + " (host, us)", "value": f"{us:.1f}"})
+    return rows
+
+
+def compile_time_rows() -> list[dict]:
+    """The RMSNorm kernel's cold compile and warm disk-cache load, printed and as rows."""
+    times = compile_times()
+    print(f"\nRMSNorm kernel: cold compile+link+load {times['cold']['build']['seconds']:.2f} s "
+          f"(first launch {times['cold']['first_launch_s']:.2f} s); warm disk-cache load "
+          f"{times['warm']['build']['seconds'] * 1e3:.1f} ms (first launch {times['warm']['first_launch_s']:.3f} s); "
+          f"import flowdsl {times['warm']['import_s']:.2f} s")
+    return [
+        {"name": "RMSNorm cold compile+link+load", "value": f"{times['cold']['build']['seconds']:.2f} s"},
+        {"name": "RMSNorm warm load (disk cache)", "value": f"{times['warm']['build']['seconds'] * 1e3:.1f} ms"},
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=4096, help="buffer size in MiB (default 4096)")
@@ -172,83 +255,15 @@ def main() -> None:
     args = parser.parse_args()
 
     count = args.mib * (1 << 20) // 4
-    rows = []
     with flowdsl.init() as comm, tempfile.TemporaryDirectory() as tmp:
         rng = np.random.default_rng(1)
         src = comm.alloc(count, np.float32)
         dst = comm.alloc(count, np.float32)
         src.set(rng.standard_normal(count).astype(np.float32))
-        plain = cupy.empty(count, np.float32)
         module = cupy.RawModule(path=str(build_cpp(Path(tmp))))
-        cpp = module.get_function("reduce_copy_cpp")
-        cpp_vec = module.get_function("reduce_copy_vec_cpp")
-        sms = cuda.get_current_device().MULTIPROCESSOR_COUNT
-        grid, block = sms * 8, 256
-        with comm.register(src) as src_win, comm.register(dst) as dst_win, \
-                comm.device_communicator() as dcomm:
-            lsa_size = comm.nranks  # one node: every rank is an LSA peer
-            cpp_args = (np.uint64(src_win.handle), np.uint64(dst_win.handle), np.int64(count), np.int32(lsa_size))
-            fns = {
-                "flowdsl scalar": lambda: reduce_copy_flowdsl[grid, block](dcomm, src_win, dst_win, count),
-                "C++ scalar": lambda: cpp((grid,), (block,), cpp_args),
-                "flowdsl 16-byte": lambda: reduce_copy_vec_flowdsl[grid, block](dcomm, src_win, dst_win, count),
-                "C++ 16-byte (float4)": lambda: cpp_vec((grid,), (block,), cpp_args),
-                "flowdsl lsa.reduce_sum_copy": lambda: reduce_copy_helper[grid, block](dcomm, src_win, dst_win,
-                                                                                       count),
-                "flowdsl lsa.reduce_sum_copy, 1 slice per block": lambda: reduce_copy_slices[grid, block](
-                    dcomm, src_win, dst_win, count),
-                "device-to-device copy": lambda: plain.__setitem__(slice(None), src),
-            }
-            # Check every version's output before timing it (poisoned first).
-            reference = src.get()
-            for name in [n for n in fns if n != "device-to-device copy"]:
-                dst.fill(np.nan)
-                fns[name]()
-                comm.synchronize()
-                np.testing.assert_array_equal(dst.get(), reference, err_msg=name)
-            ms = time_rounds(fns, args.rounds, args.reps)
-        nbytes = 2 * count * 4  # read once, write once
-        print(f"\nLSA reduce+copy, 1 rank, {args.mib} MiB float32, grid {grid}x{block}, median of "
-              f"{args.rounds} rounds x {args.reps}")
-        print(f"{'version':<30}{'ms':>9}{'GB/s':>9}{'vs C++ 16B':>11}{'copy/this':>10}")
-        for name, t in ms.items():
-            print(f"{name:<30}{t:9.3f}{nbytes / t / 1e6:9.0f}{t / ms['C++ 16-byte (float4)']:11.3f}"
-                  f"{ms['device-to-device copy'] / t:10.3f}")
-        copy_ms = ms["device-to-device copy"]
-        rows += [
-            {"name": "DSL tax, scalar: flowdsl / C++ time (goal <= 1.05)",
-             "value": f"{ms['flowdsl scalar'] / ms['C++ scalar']:.3f}"},
-            {"name": "DSL tax, 16-byte: flowdsl / C++ time (goal <= 1.05)",
-             "value": f"{ms['flowdsl 16-byte'] / ms['C++ 16-byte (float4)']:.3f}"},
-            {"name": "lsa.reduce_sum_copy bandwidth / D2D copy (goal >= 0.9)", "value":
-                f"{copy_ms / ms['flowdsl lsa.reduce_sum_copy']:.3f} ({nbytes / ms['flowdsl lsa.reduce_sum_copy'] / 1e6:.0f}"
-                f" vs {nbytes / copy_ms / 1e6:.0f} GB/s)"},
-            {"name": "flowdsl 16-byte bandwidth / D2D copy", "value": f"{copy_ms / ms['flowdsl 16-byte']:.3f}"},
-        ]
-        # Host-side launch cost: an empty kernel launched back to back.
-        empty = module.get_function("empty_cpp")
-        launches = {"flowdsl launch": lambda: empty_flowdsl[1, 32](src, count),
-                    "CuPy RawKernel launch": lambda: empty((1,), (32,), (np.uint64(src.data.ptr), np.int64(count)))}
-        for name, fn in launches.items():
-            for _ in range(100):
-                fn()
-            comm.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(2000):
-                fn()
-            comm.synchronize()
-            us = (time.perf_counter() - t0) / 2000 * 1e6
-            print(f"{name:<30}{us:9.1f} us per launch (host)")
-            rows.append({"name": name + " (host, us)", "value": f"{us:.1f}"})
-    times = compile_times()
-    print(f"\nRMSNorm kernel: cold compile+link+load {times['cold']['build']['seconds']:.2f} s "
-          f"(first launch {times['cold']['first_launch_s']:.2f} s); warm disk-cache load "
-          f"{times['warm']['build']['seconds'] * 1e3:.1f} ms (first launch {times['warm']['first_launch_s']:.3f} s); "
-          f"import flowdsl {times['warm']['import_s']:.2f} s")
-    rows += [
-        {"name": "RMSNorm cold compile+link+load", "value": f"{times['cold']['build']['seconds']:.2f} s"},
-        {"name": "RMSNorm warm load (disk cache)", "value": f"{times['warm']['build']['seconds'] * 1e3:.1f} ms"},
-    ]
+        rows = reduce_copy_rows(comm, src, dst, module, count, args.rounds, args.reps)
+        rows += launch_cost_rows(comm, module, src, count)
+    rows += compile_time_rows()
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

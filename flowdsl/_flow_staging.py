@@ -1,4 +1,5 @@
-"""Flow's staging window: :func:`staging` makes it, :func:`require_staging` is what a processor checks.
+"""Flow's staging window: its layout (:func:`staging_words`), :func:`staging` makes it,
+:func:`require_staging` is what a processor checks.
 
 A connection's step counters and its LL / LL128 line flags live in the staging window and
 must be 0 on every rank before the first launch: a window that is not gives silently wrong
@@ -8,6 +9,11 @@ that :func:`staging` made. On the GPU such a window has its own kernel type
 (``StagingWindow``) and a processor over any other window is refused when the kernel is
 typed, before it is compiled; the simulator refuses it when the processor is built, before
 any data moves. Both say the same.
+
+Layout (uint64 words): per (channel, connection) :data:`STATE_WORDS` state words, then the
+inbox slots of each protocol, then (when GIN is possible) the outbox slots GIN puts are made
+from. The layout functions are device functions: :mod:`flowdsl.flow` computes its offsets
+with them in the kernel, and :func:`staging` sizes the window with them on the host.
 """
 
 from __future__ import annotations
@@ -17,9 +23,57 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._devices import device
+from .enums import Protocol
 from .errors import UsageError
 
-__all__ = ["Staging", "staging", "require_staging", "refusal"]
+__all__ = ["MAX_CONNECTIONS", "SMALL_SLOT_BYTES", "STATE_WORDS", "Staging", "staging", "staging_words",
+           "state_words", "protocol_slot_words", "region_words", "require_staging", "refusal", "lsa_team_size"]
+
+#: Tells the simulator that this module's functions are device code.
+__flowdsl_device_module__ = True
+
+#: Connection numbers per channel: the ring programs use 0, the tree programs 1-3 (parent, children).
+MAX_CONNECTIONS = 4
+#: Largest LL / LL128 slot: those protocols carry small messages, SIMPLE's slots may be larger.
+SMALL_SLOT_BYTES = 4 * 1024
+#: State words per (channel, connection): ready, credit, sent, received.
+STATE_WORDS = 4
+
+_SMALL_SLOT_WORDS = SMALL_SLOT_BYTES // 8
+
+
+@device
+def state_words(nchannels):
+    """Words of the state of every (channel, connection), rounded up to 16 (128 bytes)."""
+    return (nchannels * MAX_CONNECTIONS * STATE_WORDS + 15) // 16 * 16
+
+
+@device
+def protocol_slot_words(slot_words, protocol):
+    """Words of one slot of ``protocol`` when SIMPLE's slots are ``slot_words`` long."""
+    if protocol == Protocol.SIMPLE:
+        return slot_words
+    return min(slot_words, _SMALL_SLOT_WORDS)
+
+
+@device
+def region_words(channels, nslots, slot_words, protocol):
+    """Words of one protocol's slots for every (channel, connection)."""
+    return channels * MAX_CONNECTIONS * nslots * protocol_slot_words(slot_words, protocol)
+
+
+@device
+def staging_words(channels, nslots, slot_words, with_outbox):
+    """Size of a staging window in uint64 words (host and device).
+
+    Each protocol has its own slots: a line flag must never be read from bytes another
+    protocol left in the slot.
+    """
+    boxes = (region_words(channels, nslots, slot_words, Protocol.SIMPLE)
+             + region_words(channels, nslots, slot_words, Protocol.LL)
+             + region_words(channels, nslots, slot_words, Protocol.LL128))
+    return state_words(channels) + boxes * (2 if with_outbox else 1)
 
 
 @dataclass(frozen=True)
@@ -61,7 +115,9 @@ def require_staging(stage) -> None:
         raise UsageError(refusal(got))
 
 
-def _lsa_size(comm) -> int:
+def lsa_team_size(comm) -> int:
+    """Ranks of ``comm``'s LSA team: ``comm.lsa_size``, else ``LOCAL_WORLD_SIZE`` when it divides the
+    ranks, else all of them."""
     size = getattr(comm, "lsa_size", None)
     if size:
         return int(size)
@@ -92,8 +148,6 @@ def staging(comm, config, *, gin: bool | None = None):
         UsageError: ``config`` is not a layout (channels >= 1, nslots >= 2, slot_bytes a
             positive multiple of 128).
     """
-    from .flow import staging_words  # noqa: PLC0415 (flow imports this module)
-
     try:
         channels, nslots, slot_bytes = int(config.channels), int(config.nslots), int(config.slot_bytes)
     except (AttributeError, TypeError, ValueError):
@@ -103,7 +157,7 @@ def staging(comm, config, *, gin: bool | None = None):
         raise UsageError(f"Cannot make Flow staging for channels={channels}, nslots={nslots}, "
                          f"slot_bytes={slot_bytes}: channels >= 1, nslots >= 2 and slot_bytes a positive "
                          "multiple of 128 are needed")
-    with_outbox = _lsa_size(comm) < comm.nranks if gin is None else bool(gin)
+    with_outbox = lsa_team_size(comm) < comm.nranks if gin is None else bool(gin)
     buffer = comm.alloc(staging_words(channels, nslots, slot_bytes // 8, with_outbox), np.uint64)
     buffer.fill(0)
     comm.synchronize()  # zero here before registering: no peer writes before it returns from register

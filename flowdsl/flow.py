@@ -64,13 +64,14 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-import numpy as np
 from numba import cuda, int64, uint64
 
-from . import _fp8, coop, gin, lsa, mem, team, wait
-from ._flow_staging import Staging, staging
+from . import coop, gin, lsa, mem, team, wait
+from ._devices import device
+from ._flow_elements import E4M3, E5M2, Reduction, combine, combine_packs, finish, finish_pack, reduction
+from ._flow_staging import (MAX_CONNECTIONS, SMALL_SLOT_BYTES, STATE_WORDS, Staging, protocol_slot_words,
+                            region_words, staging, staging_words, state_words)
 from ._flow_staging import require_staging as _require_staging
-from ._kernel import device, kernel  # noqa: F401 - flow.kernel is flowdsl.kernel, as flow.device
 from .enums import MemoryOrder, Protocol, RedOp, ThreadScope
 
 __all__ = [
@@ -82,18 +83,22 @@ __all__ = [
     "recv_copy_send", "copy", "direct_send", "direct_recv", "direct_copy_send", "direct_recv_copy_send",
 ]
 
+
+def __getattr__(name):
+    # ``flow.kernel`` is ``flowdsl.kernel`` (as ``flow.device`` is ``flowdsl.device``), taken from the package at
+    # first use: the kernel module reaches the compiler, whose lowering of Flow imports this module.
+    if name == "kernel":
+        from . import kernel  # noqa: PLC0415
+
+        return kernel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 #: Tells the simulator that this module's functions are device code.
 __flowdsl_device_module__ = True
 
-#: Connection numbers per channel: the ring programs use 0, the tree programs 1-3 (parent, children).
-MAX_CONNECTIONS = 4
-#: Largest LL / LL128 slot: those protocols carry small messages, SIMPLE's slots may be larger.
-SMALL_SLOT_BYTES = 4 * 1024
-
-_STATE = 4  # words per (channel, connection)
 _READY, _CREDIT, _SENT, _RECEIVED = 0, 1, 2, 3
 _LL128_LINE = 16  # words: 15 of data, then the flag
-_SMALL_SLOT_WORDS = SMALL_SLOT_BYTES // 8
 _SYS = ThreadScope.SYSTEM
 _WARP = 32
 
@@ -110,50 +115,9 @@ Connection.__doc__ = """A connection to ``peer`` (see :func:`connect`).
 
 ``number`` is this side's connection number, ``remote_number`` the peer's number for the
 same connection; ``gin`` is 1 when the peer is outside the LSA team."""
-Reduction = namedtuple("Reduction", ["op", "nranks", "fp8"])
-Reduction.__doc__ = """A reduction operator (:class:`flowdsl.RedOp`) over ``nranks`` contributions.
-
-``fp8`` says how to read uint8 elements: 0 as integers, :data:`E4M3` or :data:`E5M2` as fp8.
-On the GPU, ``op`` and ``fp8`` given as constants are part of the value's type."""
-
-#: fp8 format e4m3fn of uint8 elements (``Reduction.fp8``).
-E4M3 = _fp8.E4M3
-#: fp8 format e5m2 of uint8 elements (``Reduction.fp8``).
-E5M2 = _fp8.E5M2
 
 
-# ---- layout ------------------------------------------------------------------------------------
-
-@device
-def _state_words(nchannels):
-    return (nchannels * MAX_CONNECTIONS * _STATE + 15) // 16 * 16
-
-
-@device
-def _protocol_slot_words(slot_words, protocol):
-    if protocol == Protocol.SIMPLE:
-        return slot_words
-    return min(slot_words, _SMALL_SLOT_WORDS)
-
-
-@device
-def _region_words(channels, nslots, slot_words, protocol):
-    """Words of one protocol's slots for every (channel, connection)."""
-    return channels * MAX_CONNECTIONS * nslots * _protocol_slot_words(slot_words, protocol)
-
-
-@device
-def staging_words(channels, nslots, slot_words, with_outbox):
-    """Size of a staging window in uint64 words (host and device).
-
-    Each protocol has its own slots: a line flag must never be read from bytes another
-    protocol left in the slot.
-    """
-    boxes = (_region_words(channels, nslots, slot_words, Protocol.SIMPLE)
-             + _region_words(channels, nslots, slot_words, Protocol.LL)
-             + _region_words(channels, nslots, slot_words, Protocol.LL128))
-    return _state_words(channels) + boxes * (2 if with_outbox else 1)
-
+# ---- a CTA's processor and its connections ------------------------------------------------------
 
 @device
 def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=-1, ll128=1):
@@ -181,19 +145,19 @@ def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=
     _require_staging(stage)
     if not ll128 and protocol == Protocol.LL128:
         protocol = Protocol.LL
-    state = _state_words(channels)
+    state = state_words(channels)
     before = 0  # words of the protocols laid out before this one
     if protocol >= Protocol.LL:
-        before += _region_words(channels, nslots, slot_words, Protocol.SIMPLE)
+        before += region_words(channels, nslots, slot_words, Protocol.SIMPLE)
     if protocol >= Protocol.LL128:
-        before += _region_words(channels, nslots, slot_words, Protocol.LL)
+        before += region_words(channels, nslots, slot_words, Protocol.LL)
     boxes = staging_words(channels, nslots, slot_words, False) - state
     mine = cuda.blockIdx.x if channel < 0 else channel
     nt = cuda.blockDim.x
     workers = nt - _WARP if nt >= 2 * _WARP else nt
     sync_thread = nt - _WARP if nt >= 2 * _WARP else 0
     return Processor(comm, stage, ctx, mine, cuda.gridDim.x, channels, nslots,
-                     _protocol_slot_words(slot_words, protocol), protocol, state + before,
+                     protocol_slot_words(slot_words, protocol), protocol, state + before,
                      state + boxes + before, workers, sync_thread, ll128)
 
 
@@ -214,82 +178,6 @@ def connect(proc, peer, number, remote_number):
     return Connection(peer, number, remote_number, remote)
 
 
-def reduction(op, nranks, fp8=0):
-    """A :class:`Reduction` for ``op`` over ``nranks`` ranks (``nranks`` divides for ``AVG``);
-    ``fp8`` = :data:`E4M3` or :data:`E5M2` reads uint8 elements as fp8.
-
-    On the GPU a constant ``op`` and ``fp8`` (a kernel factory's, as in the collectives)
-    become part of the reduction's type: the steps given it are compiled for that
-    operator alone.
-    """
-    return Reduction(op, nranks, fp8)
-
-
-# ---- element arithmetic ----------------------------------------------------------------------
-# On the GPU these are overloaded per element type (lowering/flow.py) so that the result
-# keeps the element type; the bodies below are their meaning, which the simulator runs.
-
-def _bf16_to_float(bits):
-    return np.array(np.uint32(int(bits) << 16)).view(np.float32)[()]
-
-
-def _float_to_bf16(value):
-    bits = int(np.array(np.float32(value)).view(np.uint32)[()])
-    if (bits & 0x7FFFFFFF) > 0x7F800000:  # NaN stays a quiet NaN
-        return np.uint16((bits >> 16) | 0x40)
-    return np.uint16((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)  # round to nearest even
-
-
-def _fp8_op(fn, fmt, *codes):
-    values = [np.float32(_fp8.from_fp8(c, fmt)) for c in codes]
-    return np.uint8(_fp8.to_fp8(fn(*values), fmt))
-
-
-def combine(op, a, b, fp8=0):
-    """``a op b`` in the element type of ``a`` (wrapping for integers, bfloat16 for uint16,
-    fp8 for uint8 when ``fp8`` names a format; 16- and 8-bit floats are combined in float32)."""
-    if isinstance(a, np.uint16):
-        return _float_to_bf16(combine(op, _bf16_to_float(a), _bf16_to_float(b)))
-    if fp8 and isinstance(a, np.uint8):
-        return _fp8_op(lambda x, y: combine(op, x, y), fp8, a, b)
-    with np.errstate(over="ignore", invalid="ignore"):
-        if op == RedOp.PROD:
-            r = a * b
-        elif op == RedOp.MIN:
-            r = a if a < b else b
-        elif op == RedOp.MAX:
-            r = a if a > b else b
-        else:
-            r = a + b
-    return np.asarray(r).astype(np.asarray(a).dtype)[()]
-
-
-def finish(op, value, nranks, fp8=0):
-    """The reduction's last touch: ``AVG`` divides by ``nranks`` (integers truncate); others keep."""
-    if op != RedOp.AVG:
-        return value
-    if isinstance(value, np.uint16):
-        with np.errstate(invalid="ignore"):  # a signalling NaN stays NaN, quietly (as on the GPU)
-            return _float_to_bf16(_bf16_to_float(value) / nranks)
-    if fp8 and isinstance(value, np.uint8):
-        return _fp8_op(lambda x: np.float32(x / nranks), fp8, value)
-    dt = np.asarray(value).dtype
-    if dt.kind == "f":
-        return dt.type(value / nranks)
-    q = abs(int(value)) // nranks
-    return np.array(-q if int(value) < 0 else q).astype(dt)[()]
-
-
-def combine_packs(red, a, b):
-    """Lane by lane :func:`combine` of two 16-byte packs (tuples from ``mem.load_vec``) by ``red``."""
-    return tuple(combine(red.op, x, y, red.fp8) for x, y in zip(a, b))
-
-
-def finish_pack(red, a):
-    """Lane by lane :func:`finish` of a 16-byte pack by ``red``."""
-    return tuple(finish(red.op, x, red.nranks, red.fp8) for x in a)
-
-
 def strong_signal_inc(signal):
     """A signal increment that covers every earlier put of the connection (strong).
 
@@ -304,7 +192,7 @@ def strong_signal_inc(signal):
 
 @device
 def _state_at(proc, which, number):
-    return (proc.channel * MAX_CONNECTIONS + number) * _STATE + which
+    return (proc.channel * MAX_CONNECTIONS + number) * STATE_WORDS + which
 
 
 @device
@@ -395,7 +283,9 @@ def _wait_ready(proc, ctx, inp, step):
         at = _state_at(proc, _READY, inp.number)
         seen = int64(mem.load_acquire(words, at, _SYS))
         state = uint64(0)
-        while seen < step + 1:  # bounded, as _wait_credit's
+        # Bounded, as _wait_credit's. Each wait keeps its own loop: the simulator's livelock hint names
+        # the function a thread spins in (flowdsl/sim/hints.py).
+        while seen < step + 1:
             state = wait.poll(proc.comm, state, wait.FLOW_READY, inp.peer, inp.number, step + 1, seen)
             if state == wait.GAVE_UP:
                 return

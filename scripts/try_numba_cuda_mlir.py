@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The support functions the kernel calls, with their C prototypes' numba-cuda-mlir signatures.
+#: The support functions the kernel calls (their numba-cuda-mlir signatures: ``_declare_support``).
 SUPPORT_CALLS = ("flowdsl_comm_lsa_size", "flowdsl_get_peer_pointer", "flowdsl_lsa_barrier_sync__cta")
 
 
@@ -53,34 +53,31 @@ def _declared_in_header() -> set[str]:
     return set(re.findall(r"FLOWDSL_API [^;]*?\b(flowdsl_\w+)\(", text))
 
 
-def build(nccl: str, support: bytes):
-    """The kernel and its signature, made with numba-cuda-mlir's API only.
+def _declare_support(support: bytes):
+    """The support functions the kernel calls, declared as flowdsl/lowering/declarations.py declares
+    them from the extern table (C ABI, pointers and scalars).
 
     ``support`` (the support build's LTO-IR) is the declarations' ``link=``: numba-cuda-mlir 0.6
     links every compile to a cubin, so a call it cannot resolve fails even when PTX is asked for.
     """
-    import numpy as np  # noqa: PLC0415
     from numba_cuda_mlir import cuda, types  # noqa: PLC0415
-    from numba_cuda_mlir._mlir.dialects import llvm  # noqa: PLC0415
-    from numba_cuda_mlir.extending import intrinsic, refresh_registries, register_model  # noqa: PLC0415
-    from numba_cuda_mlir.lowering_utilities import memref_data_pointer  # noqa: PLC0415
-    from numba_cuda_mlir.models import StructModel  # noqa: PLC0415
 
     missing = set(SUPPORT_CALLS) - _declared_in_header()
     assert not missing, f"not in prebuilt/include/flowdsl_support.h: {sorted(missing)}"
     link = cuda.LTOIR(support, name="flowdsl_support")
-    # As flowdsl/lowering/declarations.py declares them from the extern table (C ABI, pointers and scalars).
-    comm_lsa_size = cuda.declare_device("flowdsl_comm_lsa_size", types.int32(types.voidptr), abi="c", link=link)
-    get_peer_pointer = cuda.declare_device("flowdsl_get_peer_pointer",
-                                           types.voidptr(types.voidptr, types.uint64, types.int32),
-                                           abi="c", link=link)
-    barrier_sync_cta = cuda.declare_device("flowdsl_lsa_barrier_sync__cta",
-                                           types.void(types.uint32, types.voidptr, types.uint32, types.int32),
-                                           abi="c", link=link)
+    prototypes = (types.int32(types.voidptr),
+                  types.voidptr(types.voidptr, types.uint64, types.int32),
+                  types.void(types.uint32, types.voidptr, types.uint32, types.int32))
+    return [cuda.declare_device(name, proto, abi="c", link=link) for name, proto in zip(SUPPORT_CALLS, prototypes)]
+
+
+def _dev_comm_type(nccl: str):
+    """flowdsl/lowering/types.py's DevCommType: the ``ncclDevComm`` words by value."""
+    from numba_cuda_mlir import types  # noqa: PLC0415
+    from numba_cuda_mlir.extending import register_model  # noqa: PLC0415
+    from numba_cuda_mlir.models import StructModel  # noqa: PLC0415
 
     class DevCommType(types.Type):
-        """flowdsl/lowering/types.py's DevCommType: the ``ncclDevComm`` words by value."""
-
         def __init__(self):
             super().__init__(name=f"DevComm(nccl={nccl})")
 
@@ -93,10 +90,39 @@ def build(nccl: str, support: bytes):
         def __init__(self, dmm, fe_type):
             super().__init__(dmm, fe_type, [(f"w{i}", types.uint64) for i in range(nwords)])
 
+    return DevCommType
+
+
+def _one_value_intrinsic(name: str, accepts, result, emit):
+    """An intrinsic of one argument that ``accepts(type)`` types, returning ``result(argument type)``:
+    ``emit(builder, value)`` makes the result's MLIR value from the argument's."""
+    from numba_cuda_mlir.extending import intrinsic  # noqa: PLC0415
+
+    def typer(typingctx, arg):
+        if not accepts(arg):
+            return None
+
+        def codegen(builder, target, args, kwargs):
+            builder.store_var(target, emit(builder, builder.load_var(args[0])))
+
+        return result(arg), codegen
+
+    typer.__name__ = typer.__qualname__ = name
+    return intrinsic(typer)
+
+
+def _intrinsics(dev_comm_type):
+    """``devcomm_ptr``, ``array_ptr``, ``window_handle`` and ``load_acquire_sys``: what
+    flowdsl/lowering/intrinsics.py and ptx.py emit as LLVM IR, as MLIR."""
+    from numba_cuda_mlir import types  # noqa: PLC0415
+    from numba_cuda_mlir._mlir.dialects import llvm  # noqa: PLC0415
+    from numba_cuda_mlir.extending import intrinsic  # noqa: PLC0415
+    from numba_cuda_mlir.lowering_utilities import memref_data_pointer  # noqa: PLC0415
+
     @intrinsic
     def devcomm_ptr(typingctx, comm):
         """``const ncclDevComm*`` to a local copy of the words (flowdsl/lowering/intrinsics.py)."""
-        if not isinstance(comm, DevCommType):
+        if not isinstance(comm, dev_comm_type):
             return None
 
         def codegen(builder, target, args, kwargs):
@@ -107,42 +133,30 @@ def build(nccl: str, support: bytes):
 
         return types.voidptr(comm), codegen
 
-    @intrinsic
-    def array_ptr(typingctx, ary):
-        """Address of an array's first element, as ``void*``."""
-        if not isinstance(ary, types.Array):
-            return None
+    # Address of an array's first element, as ``void*``.
+    array_ptr = _one_value_intrinsic("array_ptr", lambda ary: isinstance(ary, types.Array), types.voidptr,
+                                     lambda builder, ary: memref_data_pointer(ary))
+    # A window's ``ncclWindow_t`` from the u64 it travels as.
+    window_handle = _one_value_intrinsic("window_handle", lambda handle: handle == types.uint64, types.voidptr,
+                                         lambda builder, handle: llvm.inttoptr(llvm.PointerType.get(), handle))
+    # ``ld.acquire.sys.global.u64`` as inline PTX (flowdsl/lowering/ptx.py's mem.load_acquire).
+    load_acquire_sys = _one_value_intrinsic(
+        "load_acquire_sys", lambda ptr: ptr == types.voidptr, types.uint64,
+        lambda builder, ptr: llvm.inline_asm(builder.get_mlir_type(types.uint64), [ptr],
+                                             "ld.acquire.sys.global.u64 $0, [$1];", "=l,l,~{memory}",
+                                             has_side_effects=True))
+    return devcomm_ptr, array_ptr, window_handle, load_acquire_sys
 
-        def codegen(builder, target, args, kwargs):
-            builder.store_var(target, memref_data_pointer(builder.load_var(args[0])))
 
-        return types.voidptr(ary), codegen
+def build(nccl: str, support: bytes):
+    """The kernel and its signature, made with numba-cuda-mlir's API only."""
+    import numpy as np  # noqa: PLC0415
+    from numba_cuda_mlir import cuda, types  # noqa: PLC0415
+    from numba_cuda_mlir.extending import refresh_registries  # noqa: PLC0415
 
-    @intrinsic
-    def window_handle(typingctx, handle):
-        """A window's ``ncclWindow_t`` from the u64 it travels as."""
-        if handle != types.uint64:
-            return None
-
-        def codegen(builder, target, args, kwargs):
-            builder.store_var(target, llvm.inttoptr(llvm.PointerType.get(), builder.load_var(args[0])))
-
-        return types.voidptr(handle), codegen
-
-    @intrinsic
-    def load_acquire_sys(typingctx, ptr):
-        """``ld.acquire.sys.global.u64`` as inline PTX (flowdsl/lowering/ptx.py's mem.load_acquire)."""
-        if ptr != types.voidptr:
-            return None
-
-        def codegen(builder, target, args, kwargs):
-            value = llvm.inline_asm(builder.get_mlir_type(types.uint64), [builder.load_var(args[0])],
-                                    "ld.acquire.sys.global.u64 $0, [$1];", "=l,l,~{memory}",
-                                    has_side_effects=True)
-            builder.store_var(target, value)
-
-        return types.uint64(ptr), codegen
-
+    comm_lsa_size, get_peer_pointer, barrier_sync_cta = _declare_support(support)
+    dev_comm_type = _dev_comm_type(nccl)
+    devcomm_ptr, array_ptr, window_handle, load_acquire_sys = _intrinsics(dev_comm_type)
     refresh_registries()  # intrinsics join the compiler's typing context only after this
 
     def sum_rows(comm, win, out, hidden):
@@ -159,7 +173,7 @@ def build(nccl: str, support: bytes):
             out[0] = 0
         barrier_sync_cta(0, c, cuda.blockIdx.x, 3)  # cuda::memory_order_release
 
-    return sum_rows, types.void(DevCommType(), types.uint64, types.float32[::1], types.int64)
+    return sum_rows, types.void(dev_comm_type(), types.uint64, types.float32[::1], types.int64)
 
 
 def _link(arch: str, objects: list[tuple[str, bytes]], output: str):

@@ -10,13 +10,13 @@ communicator.
 from __future__ import annotations
 
 import functools
-import os
 import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 
+from .._flow_staging import lsa_team_size
 from ..enums import Protocol, RedOp
 from ..errors import UsageError
 from ..runtime import checks
@@ -41,7 +41,7 @@ class _FlowState:
         from ..flow import MAX_CONNECTIONS, staging  # noqa: PLC0415
 
         self.comm, self.config = comm, config
-        self.lsa_size = _lsa_size(comm)
+        self.lsa_size = lsa_team_size(comm)
         self.gin = self.lsa_size < comm.nranks
         self.window = staging(comm, config, gin=self.gin)  # zeroed on every rank, typed StagingWindow
         self.buffer = self.window.flow_staging.buffer
@@ -86,14 +86,6 @@ def _fill(buf, value):
         buf.fill(value)
     else:
         buf[...] = value
-
-
-def _lsa_size(comm) -> int:
-    size = getattr(comm, "lsa_size", None)
-    if size:
-        return int(size)
-    local = os.environ.get("LOCAL_WORLD_SIZE")
-    return int(local) if local and comm.nranks % int(local) == 0 else comm.nranks
 
 
 _CLOSED = ("Cannot run a collective: the communicator is closed, and with it its device communicator. "
@@ -393,7 +385,7 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config)
     # standing for fp8 or bfloat16 would be summed as integers there.
     nccl_knows = hasattr(comm, "_nccl") and (kernel_dtype == s.dtype or "torch" in type(s.array).__module__)
     if algorithm == "auto":
-        algorithm = cost.choose(collective, comm.nranks, _lsa_size(comm), nbytes, nccl_available=nccl_knows,
+        algorithm = cost.choose(collective, comm.nranks, lsa_team_size(comm), nbytes, nccl_available=nccl_knows,
                                 one_shot_available=_one_shot_fits(comm, count, kernel_dtype), config=config)
     if algorithm == "nccl" and hasattr(comm, "_nccl") and not nccl_knows:
         raise UsageError(f"Cannot {collective} {s.dtype} held in {kernel_dtype} arrays with algorithm='nccl': "
@@ -431,7 +423,7 @@ def _one_shot_fits(comm, count: int, kernel_dtype: str) -> bool:
     fit the one-shot window (8-byte elements take two lines)."""
     from .programs import one_shot_fits  # noqa: PLC0415
 
-    return _lsa_size(comm) == comm.nranks and one_shot_fits(count, np.dtype(kernel_dtype).itemsize)
+    return lsa_team_size(comm) == comm.nranks and one_shot_fits(count, np.dtype(kernel_dtype).itemsize)
 
 
 def _check_one_shot(comm, st, count, kernel_dtype):

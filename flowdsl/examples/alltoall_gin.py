@@ -20,7 +20,7 @@ from numba import cuda
 import flowdsl
 from flowdsl import MemoryOrder, coop, gin, team
 
-__all__ = ["alltoall_gin", "run"]
+__all__ = ["alltoall_gin", "run", "run_alltoall"]
 
 
 @flowdsl.kernel
@@ -53,6 +53,12 @@ def run(comm, count: int = 256, blocks: int = 2, threads: int = 32, seed: int = 
     ``result`` is this rank's receive buffer (block ``s`` came from rank ``s``);
     ``reference`` is what NumPy computes from every rank's (seeded) inputs.
     """
+    return run_alltoall(alltoall_gin, comm, count, blocks, threads, seed)
+
+
+def run_alltoall(kernel, comm, count: int, blocks: int, threads: int, seed: int):
+    """Run all-to-all ``kernel`` (this module's signature) on ``comm`` over seeded float32 inputs;
+    return ``(result, reference)`` for this rank, as :func:`run` says."""
     n = comm.nranks
     rng = np.random.default_rng(seed)
     inputs = rng.standard_normal((n, n, count)).astype(np.float32)  # inputs[src][dst]
@@ -62,7 +68,7 @@ def run(comm, count: int = 256, blocks: int = 2, threads: int = 32, seed: int = 
     recv.set(np.full(n * count, np.nan, np.float32))
     with comm.register(send) as swin, comm.register(recv) as rwin, \
             comm.device_communicator(barrier_count=blocks, gin_signal_count=blocks) as dcomm:
-        alltoall_gin[blocks, threads](dcomm, swin, rwin, count, 4)
+        kernel[blocks, threads](dcomm, swin, rwin, count, 4)
         comm.synchronize()
         result = recv.get()
     return result, inputs[:, comm.rank, :].reshape(-1)

@@ -12,11 +12,11 @@ publishes the LSA stores.
 
 from __future__ import annotations
 
-import numpy as np
 from numba import cuda
 
 import flowdsl
 from flowdsl import MemoryOrder, coop, gin, lsa, team
+from flowdsl.examples.alltoall_gin import run_alltoall
 
 __all__ = ["alltoall_hybrid", "run"]
 
@@ -58,16 +58,4 @@ def alltoall_hybrid(comm, send_win, recv_win, count, itemsize):
 
 def run(comm, count: int = 256, blocks: int = 2, threads: int = 32, seed: int = 0):
     """Run the hybrid all-to-all on ``comm``; return ``(result, reference)`` for this rank."""
-    n = comm.nranks
-    rng = np.random.default_rng(seed)
-    inputs = rng.standard_normal((n, n, count)).astype(np.float32)  # inputs[src][dst]
-    send = comm.alloc(n * count, np.float32)
-    send.set(inputs[comm.rank].reshape(-1))
-    recv = comm.alloc(n * count, np.float32)
-    recv.set(np.full(n * count, np.nan, np.float32))
-    with comm.register(send) as swin, comm.register(recv) as rwin, \
-            comm.device_communicator(barrier_count=blocks, gin_signal_count=blocks) as dcomm:
-        alltoall_hybrid[blocks, threads](dcomm, swin, rwin, count, 4)
-        comm.synchronize()
-        result = recv.get()
-    return result, inputs[:, comm.rank, :].reshape(-1)
+    return run_alltoall(alltoall_hybrid, comm, count, blocks, threads, seed)

@@ -8,14 +8,6 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def comm():
-    import flowdsl
-
-    with flowdsl.init() as c:
-        yield c
-
-
 def test_unsupported_dtype(comm):
     import flowdsl
 

@@ -14,14 +14,6 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def comm():
-    import flowdsl
-
-    with flowdsl.init() as c:
-        yield c
-
-
 def _poison(buf):
     import cupy
 

@@ -12,17 +12,7 @@ import pytest
 
 from flowdsl import Protocol
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def comm():
-    import flowdsl
-
-    with flowdsl.init() as c:
-        yield c
-        left = [r for r in c.open_resources if isinstance(r, (flowdsl.Window, flowdsl.DevComm))]
-        assert left == [], f"a test left {left} open"
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("nothing_left_open")]
 
 
 @pytest.mark.parametrize("protocol", ["SIMPLE", "LL", "LL128"])

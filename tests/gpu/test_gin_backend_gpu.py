@@ -37,12 +37,6 @@ def put_to_self(comm, src, dst, n):
 _NO_GIN: list[str] = []
 
 
-@pytest.fixture(scope="module")
-def comm():
-    with flowdsl.init() as c:
-        yield c
-
-
 def _run(comm, before_launch=None):
     """Put a random array to this rank over GIN; return (result, expected, device communicator's backend)."""
     x = np.random.default_rng(7).standard_normal(N).astype(np.float32)

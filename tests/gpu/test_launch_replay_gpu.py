@@ -9,15 +9,9 @@ from numba import cuda
 
 import flowdsl
 from flowdsl.errors import ResourceClosedError
+from tests.gpu.kernels import random_values, scale_shift
 
 pytestmark = pytest.mark.gpu
-
-
-@flowdsl.kernel
-def scale_shift(x, y, a, b):
-    i = cuda.grid(1)
-    if i < y.size:
-        y[i] = a * x[i] + b
 
 
 @flowdsl.kernel
@@ -27,46 +21,36 @@ def through_window(dcomm, window, y, n):
         y[i] = y[i] + 1.0
 
 
-@pytest.fixture(scope="module")
-def comm():
-    with flowdsl.init() as c:
-        yield c
-
-
-def _values(seed, n):
-    return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
-
-
 def test_replayed_launches_see_new_contents_scalars_and_arrays(comm):
     import cupy
 
     n = 3001
-    x, y = cupy.asarray(_values(0, n)), cupy.full(n, np.nan, np.float32)
+    x, y = cupy.asarray(random_values(0, n)), cupy.full(n, np.nan, np.float32)
     launch = scale_shift[(n + 255) // 256, 256]
     for round_ in range(5):  # the fourth and later launches are replays
-        x[...] = cupy.asarray(_values(round_, n))
+        x[...] = cupy.asarray(random_values(round_, n))
         y.fill(np.nan)
         launch(x, y, np.float32(2.0), np.float32(0.5))
-        np.testing.assert_allclose(y.get(), 2.0 * _values(round_, n) + 0.5, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(y.get(), 2.0 * random_values(round_, n) + 0.5, rtol=1e-6, atol=1e-6)
     assert launch.replays.prepared
 
     launch(x, y, np.float32(-3.0), np.float32(0.5))  # another scalar: launched, not replayed
-    np.testing.assert_allclose(y.get(), -3.0 * _values(4, n) + 0.5, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(y.get(), -3.0 * random_values(4, n) + 0.5, rtol=1e-6, atol=1e-6)
     other = cupy.full(n, np.nan, np.float32)
     launch(x, other, np.float32(2.0), np.float32(0.5))  # another output array
-    np.testing.assert_allclose(other.get(), 2.0 * _values(4, n) + 0.5, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(other.get(), 2.0 * random_values(4, n) + 0.5, rtol=1e-6, atol=1e-6)
     y.fill(np.nan)
     y.shape = (1, n)  # set in place: the launch packs another shape
     y.shape = (n,)
     launch(x, y, np.float32(2.0), np.float32(0.5))
-    np.testing.assert_allclose(y.get(), 2.0 * _values(4, n) + 0.5, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(y.get(), 2.0 * random_values(4, n) + 0.5, rtol=1e-6, atol=1e-6)
     cupy.cuda.runtime.deviceSynchronize()
 
 
 def test_a_repointed_torch_tensor_is_launched_at_its_new_memory(comm):
     torch = pytest.importorskip("torch", reason="PyTorch is not installed")
     n = 2048
-    x = torch.from_numpy(_values(5, n)).cuda()
+    x = torch.from_numpy(random_values(5, n)).cuda()
     y = torch.full((n,), float("nan"), device="cuda")
     launch = scale_shift[n // 256, 256]
     for _ in range(4):
@@ -74,7 +58,7 @@ def test_a_repointed_torch_tensor_is_launched_at_its_new_memory(comm):
     fresh = torch.full((n,), float("nan"), device="cuda")
     y.set_(fresh)  # y now points at fresh's memory
     launch(x, y, 1.5, 0.0)
-    np.testing.assert_allclose(fresh.cpu().numpy(), 1.5 * _values(5, n), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(fresh.cpu().numpy(), 1.5 * random_values(5, n), rtol=1e-6, atol=1e-6)
 
 
 def test_replays_go_into_a_graph_capture_and_refuse_closed_windows(comm):

@@ -5,19 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def comm():
-    import flowdsl
-
-    with flowdsl.init() as c:
-        yield c
-        # Symmetric memory lives until the communicator closes; windows and device
-        # communicators must have been closed by each test.
-        left = [r for r in c.open_resources if isinstance(r, (flowdsl.Window, flowdsl.DevComm))]
-        assert left == [], f"a test left {left} open"
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("nothing_left_open")]
 
 
 @pytest.mark.parametrize("tokens_per_rank,hidden", [(64, 1024), (7, 333)])

@@ -9,7 +9,6 @@ all-reduce of seeded random arrays, compared with NumPy; ``DIR/rank<r>.json`` ho
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import traceback
@@ -17,6 +16,7 @@ from pathlib import Path
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast on the shared machines
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's flowdsl, installed or not
+from tests.multigpu.rank_report import write_report  # noqa: E402 - found through the line above
 
 COUNT = 4099
 
@@ -59,8 +59,7 @@ def main() -> int:
             report["max_error"] = float(np.max(np.abs(dst.get() - expected)))
     except Exception:  # noqa: BLE001 - reported to the test
         report["error"] = traceback.format_exc()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"rank{rank}.json").write_text(json.dumps(report))
+    write_report(args.out, report)
     return 0 if report["error"] is None else 2
 
 

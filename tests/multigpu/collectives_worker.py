@@ -22,14 +22,13 @@ ends the other ranks, which may be waiting inside the collective).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast on the shared machines
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's flowdsl, installed or not
+from tests.multigpu.rank_report import record_error, write_report  # noqa: E402 - found through the line above
 
 BIG = (1 << 20) + 3  # a prime-ish count past every chunk and channel boundary
 SUITES = ("matrix", "protocols", "torch", "small")
@@ -90,10 +89,9 @@ def main(argv=None) -> int:
                 print("   ", line, flush=True)
             status = status or (1 if failures else 0)
     except Exception:  # noqa: BLE001 - reported to the launcher, then the rank exits
-        report["error"] = traceback.format_exc()
-        print(f"[rank {report['rank']}] {report['error']}", file=sys.stderr, flush=True)
+        record_error(report)
         status = 2
-    _write(args.out, report)
+    write_report(args.out, report)
     if status == 2:
         # No close: another rank may still wait inside a collective, and closing waits for the
         # device. Exiting lets torchrun end the other ranks.
@@ -101,12 +99,6 @@ def main(argv=None) -> int:
     comm.close()
     dist.destroy_process_group()
     return status
-
-
-def _write(out: Path | None, report: dict) -> None:
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"rank{report['rank']}.json").write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

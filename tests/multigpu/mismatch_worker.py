@@ -16,14 +16,13 @@ launcher's timeout.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast on the shared machines
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's flowdsl, installed or not
+from tests.multigpu.rank_report import record_error, write_report  # noqa: E402 - found through the line above
 
 N = 4099
 
@@ -100,19 +99,12 @@ def main(argv=None) -> int:
             report["cases"][name] = entry
             print(f"[rank {rank}] {name}: {entry['raised'] or 'ok'} {entry['message'] or ''}", flush=True)
     except Exception:  # noqa: BLE001 - reported to the launcher, then the rank exits
-        report["error"] = traceback.format_exc()
-        print(f"[rank {rank}] {report['error']}", file=sys.stderr, flush=True)
-        _write(args.out, report)
+        record_error(report)
+        write_report(args.out, report)
         os._exit(2)  # another rank may wait inside NCCL: exiting lets torchrun end it
-    _write(args.out, report)
+    write_report(args.out, report)
     comm.close()
     return 0
-
-
-def _write(out: Path | None, report: dict) -> None:
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"rank{report['rank']}.json").write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

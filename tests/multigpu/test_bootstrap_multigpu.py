@@ -8,28 +8,24 @@ The CPU tests (tests/compile/test_bootstrap.py) feed malformed store values; thi
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.multigpu.launch import ROOT, launch_timeout, torchrun, worker_env
+
 pytestmark = pytest.mark.multigpu
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+WORKER = Path(__file__).resolve().parent / "bootstrap_worker.py"
 
 
 @pytest.mark.parametrize("via", ["store", "group"])
 def test_init_shares_the_unique_id_and_the_communicator_works(tmp_path, via):
     pytest.importorskip("torch", reason="torchrun needs PyTorch, which is not installed")
-    env = dict(os.environ, NCCL_NVLS_ENABLE="0",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    timeout = float(os.environ.get("FLOWDSL_MULTIGPU_TIMEOUT", "900"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(HERE / "bootstrap_worker.py"), "--via", via, "--out", str(tmp_path)]
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    cmd = torchrun(2, WORKER, "--via", via, "--out", tmp_path)
+    proc = subprocess.run(cmd, env=worker_env(), cwd=ROOT, capture_output=True, text=True,
+                          timeout=launch_timeout("900"))
     reports = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("rank*.json"))]
     assert len(reports) == 2, f"torchrun exit {proc.returncode}:\n{(proc.stdout + proc.stderr)[-4000:]}"
     for report in reports:

@@ -8,53 +8,28 @@ a mismatched call hangs in the collective, so a failing check shows as the launc
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.multigpu.launch import launch_timeout, nproc, rank_reports, run, torchrun, worker_env
+
 pytestmark = pytest.mark.multigpu
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-
-
-def _nproc() -> int:
-    if os.environ.get("FLOWDSL_TEST_NPROC"):
-        return int(os.environ["FLOWDSL_TEST_NPROC"])
-    from cuda.bindings import driver
-
-    driver.cuInit(0)
-    return int(driver.cuDeviceGetCount()[1])
+WORKER = Path(__file__).resolve().parent / "mismatch_worker.py"
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     """Every rank's report: ``{rank: report}``."""
     pytest.importorskip("torch", reason="torchrun needs PyTorch, which is not installed")
-    env = dict(os.environ, NCCL_NVLS_ENABLE="0",  # never NVLink multicast on the shared machines
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     out_dir = tmp_path_factory.mktemp("mismatch")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={_nproc()}",
-           str(HERE / "mismatch_worker.py"), "--out", str(out_dir)]
-    timeout = float(os.environ.get("FLOWDSL_MULTIGPU_TIMEOUT", "600"))
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"the ranks ran past {timeout} s: a mismatched call was not caught and hangs; output:\n"
-                    f"{out[-4000:]}")
-    by_rank = {r["rank"]: r for r in (json.loads(p.read_text()) for p in sorted(out_dir.glob("rank*.json")))}
+    rc, out = run(torchrun(nproc(), WORKER, "--out", out_dir), worker_env(), launch_timeout("600"),
+                  past_timeout=": a mismatched call was not caught and hangs")
+    by_rank = rank_reports(out_dir)
     errors = [f"rank {r}: {rep['error']}" for r, rep in sorted(by_rank.items()) if rep["error"]]
     assert not errors, "a rank failed:\n" + "\n".join(errors[:2])
-    assert len(by_rank) == _nproc() and proc.returncode == 0, f"torchrun exit {proc.returncode}:\n{out[-4000:]}"
+    assert len(by_rank) == nproc() and rc == 0, f"torchrun exit {rc}:\n{out[-4000:]}"
     return by_rank
 
 

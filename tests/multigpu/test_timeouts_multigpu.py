@@ -10,21 +10,16 @@ bounds each launch, compilation included.
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests import planted_hangs
-from tests.multigpu.test_collectives_multigpu import _nproc, _run
+from tests.multigpu.launch import launch_timeout, nproc, rank_reports, run, torchrun, worker_env
 
 pytestmark = pytest.mark.multigpu
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-WORKER = HERE / "timeouts_worker.py"
+WORKER = Path(__file__).resolve().parent / "timeouts_worker.py"
 #: What a rank may take past the limit: the host notices within 50 ms; kernels leave at their next check.
 SLACK = 15.0
 FLOW_WAITS = ("flow ready flag", "flow credit", "LL line flag", "LL128 line flag")
@@ -32,17 +27,11 @@ FLOW_WAITS = ("flow ready flag", "flow credit", "LL line flag", "LL128 line flag
 
 def _launch(program: str, tmp_path) -> dict:
     pytest.importorskip("torch", reason="torchrun needs PyTorch, which is not installed")
-    env = dict(os.environ, NCCL_NVLS_ENABLE="0",  # never NVLink multicast on the shared machines
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    nproc = min(_nproc(), 2)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(WORKER),
-           "--program", program, "--out", str(tmp_path)]
-    rc, out = _run(cmd, env, float(os.environ.get("FLOWDSL_MULTIGPU_TIMEOUT", "600")))
-    reports = {}
-    for path in sorted(tmp_path.glob("rank*.json")):
-        report = json.loads(path.read_text())
-        reports[report["rank"]] = report
-    assert rc == 0 and len(reports) == nproc, f"torchrun exit {rc}, {len(reports)} reports; output:\n{out[-4000:]}"
+    ranks = min(nproc(), 2)
+    rc, out = run(torchrun(ranks, WORKER, "--program", program, "--out", tmp_path), worker_env(),
+                  launch_timeout("600"))
+    reports = rank_reports(tmp_path)
+    assert rc == 0 and len(reports) == ranks, f"torchrun exit {rc}, {len(reports)} reports; output:\n{out[-4000:]}"
     errors = [r["message"] for r in reports.values() if r["outcome"] == "error"]
     assert not errors, errors[0]
     return reports

@@ -17,7 +17,6 @@ its communicator (after a timeout, peers may be gone: no collective teardown).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
@@ -27,6 +26,7 @@ from pathlib import Path
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast on the shared machines
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's flowdsl and tests
+from tests.multigpu.rank_report import write_report  # noqa: E402 - found through the line above
 
 
 def abort_from_thread(comm):
@@ -79,8 +79,7 @@ def main(argv=None) -> int:
     report["seconds"] = time.monotonic() - start
     print(f"[rank {report['rank']}] {args.program}: {report['outcome']} after {report['seconds']:.2f} s",
           flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"rank{report['rank']}.json").write_text(json.dumps(report, indent=1))
+    write_report(args.out, report)
     comm.abort()
     dist.destroy_process_group()
     return 0

@@ -95,18 +95,24 @@ def test_weak_signal_after_several_puts_is_reported_and_reproduced():
     assert "covers only put #" in _moe_bug(4, "ordered")   # weak promises nothing even when in order
 
 
-def test_weak_coverage_names_a_put_that_had_not_landed():
-    """Reading a put's destination before it lands (reordered) names it as not landed."""
+def _two_puts_then_read(nbytes, signal_inc, signal):
+    """A kernel: two puts of ``nbytes`` to the next rank, the second with ``remote=signal_inc(signal)``;
+    then wait for ``signal`` and read the first put's first element into ``out[0]``."""
     @flowdsl.kernel
-    def k(comm, src, dst, out):
+    def two_puts_then_read(comm, src, dst, out):
         ctx = gin.context(comm, 0)
         w = team.world(comm)
         peer = (w.rank + 1) % w.nranks
-        gin.put(ctx, w, peer, dst, 0, src, 0, 64, coop=coop.thread())
-        gin.put(ctx, w, peer, dst, 64, src, 64, 64, remote=gin.weak_signal_inc(3), coop=coop.thread())
-        gin.wait_signal(ctx, coop.thread(), 3, 1)
-        v = lsa.local_view(dst)
-        out[0] = v[0]
+        gin.put(ctx, w, peer, dst, 0, src, 0, nbytes, coop=coop.thread())
+        gin.put(ctx, w, peer, dst, nbytes, src, nbytes, nbytes, remote=signal_inc(signal), coop=coop.thread())
+        gin.wait_signal(ctx, coop.thread(), signal, 1)
+        out[0] = lsa.local_view(dst)[0]
+    return two_puts_then_read
+
+
+def test_weak_coverage_names_a_put_that_had_not_landed():
+    """Reading a put's destination before it lands (reordered) names it as not landed."""
+    k = _two_puts_then_read(64, gin.weak_signal_inc, 3)
 
     def main(comm):
         a, b, out = comm.alloc(32, np.float32), comm.alloc(32, np.float32), comm.alloc(1, np.float32)
@@ -327,15 +333,7 @@ def test_reordered_delivery_reorders_and_is_seeded():
     assert last(3, "reordered") == last(3, "reordered")
 
 
-@flowdsl.kernel
-def _legacy_after_two_puts(comm, src, dst, out):
-    ctx = gin.context(comm, 0)
-    w = team.world(comm)
-    peer = (w.rank + 1) % w.nranks
-    gin.put(ctx, w, peer, dst, 0, src, 0, 16, coop=coop.thread())
-    gin.put(ctx, w, peer, dst, 16, src, 16, 16, remote=gin.signal_inc(0), coop=coop.thread())
-    gin.wait_signal(ctx, coop.thread(), 0, 1)
-    out[0] = lsa.local_view(dst)[0]
+_legacy_after_two_puts = _two_puts_then_read(16, gin.signal_inc, 0)
 
 
 @pytest.mark.parametrize("backend, covered", [("proxy", True), ("gdaki", True), ("efa_gda", False)])

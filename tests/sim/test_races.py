@@ -26,6 +26,13 @@ def at(marker):
     return f"test_races.py:{LINE[marker]}"
 
 
+def _zeros(comm, n, dtype):
+    """A symmetric buffer of ``n`` zeros."""
+    buf = comm.alloc(n, dtype)
+    buf.set(np.zeros(n, dtype))
+    return buf
+
+
 def _race(main, nranks=2, seed=0, **options):
     with pytest.raises(sim.DataRaceError) as info:
         sim.spawn(main, nranks=nranks, seed=seed, races=True, **options)
@@ -107,8 +114,7 @@ def one_element(comm, win, out, synced, shared):
 
 def _block_program(synced, shared):
     def main(comm):
-        buf = comm.alloc(4, np.int32)
-        buf.set(np.zeros(4, np.int32))
+        buf = _zeros(comm, 4, np.int32)
         out = comm.alloc(32, np.int32)
         with comm.register(buf) as win, comm.device_communicator() as dc:
             one_element[1, 32](dc, win, out, synced, shared)
@@ -169,12 +175,9 @@ def handoff(comm, data, flags, out, mode):
 
 def _handoff_program(mode):
     def main(comm):
-        data = comm.alloc(2, np.int64)
-        data.set(np.zeros(2, np.int64))
-        flags = comm.alloc(2, np.uint64)
-        flags.set(np.zeros(2, np.uint64))
-        out = comm.alloc(1, np.int64)
-        out.set(np.zeros(1, np.int64))
+        data = _zeros(comm, 2, np.int64)
+        flags = _zeros(comm, 2, np.uint64)
+        out = _zeros(comm, 1, np.int64)
         with comm.register(data) as dw, comm.register(flags) as fw, comm.device_communicator() as dc:
             handoff[1, 1](dc, dw, fw, out, mode)
             comm.synchronize()
@@ -216,8 +219,7 @@ def count_up(comm, win, out, plain_read):
 
 def _count_program(plain_read):
     def main(comm):
-        buf = comm.alloc(2, np.int32)
-        buf.set(np.zeros(2, np.int32))
+        buf = _zeros(comm, 2, np.int32)
         out = comm.alloc(1, np.int32)
         with comm.register(buf) as win, comm.device_communicator() as dc:
             count_up[2, 16](dc, win, out, plain_read)
@@ -262,8 +264,7 @@ def _gin_program(wait_order=1, reuse_source=False, flush_first=False):
     def main(comm):
         src = comm.alloc(8, np.int32)
         src.set(np.arange(8, dtype=np.int32) + 10)
-        dst = comm.alloc(8, np.int32)
-        dst.set(np.zeros(8, np.int32))
+        dst = _zeros(comm, 8, np.int32)
         out = comm.alloc(8, np.int32)
         with comm.register(src) as sw, comm.register(dst) as dw, \
                 comm.device_communicator(gin_signal_count=1) as dc:
@@ -315,8 +316,7 @@ def poke(comm, win, out, phase):
 
 def _poke_program(host_barrier):
     def main(comm):
-        buf = comm.alloc(2, np.int32)
-        buf.set(np.zeros(2, np.int32))
+        buf = _zeros(comm, 2, np.int32)
         out = comm.alloc(1, np.int32)
         with comm.register(buf) as win, comm.device_communicator() as dc:
             poke[1, 1](dc, win, out, 0)

@@ -251,16 +251,21 @@ def atomics(comm, win):
     mem.atomic_exch(v, 2, 0, MemoryOrder.RELEASE, ThreadScope.SYSTEM)  # unlock
 
 
+def _launch_on_zeros(comm, launch, n):
+    """``launch(dc, win)`` over a window of ``n`` int32 zeros, between barriers; return the window's values."""
+    buf = comm.alloc(n, np.int32)
+    buf.set(np.zeros(n, np.int32))
+    with comm.register(buf) as win, comm.device_communicator() as dc:
+        comm.barrier()
+        launch(dc, win)
+        comm.synchronize()
+        comm.barrier()
+        return buf.get()
+
+
 def test_mem_atomics_and_lock_under_seeds():
     def main(comm):
-        buf = comm.alloc(4, np.int32)
-        buf.set(np.zeros(4, np.int32))
-        with comm.register(buf) as win, comm.device_communicator() as dc:
-            comm.barrier()
-            atomics[2, 8](dc, win)
-            comm.synchronize()
-            comm.barrier()
-            return buf.get()
+        return _launch_on_zeros(comm, atomics[2, 8], 4)
     for seed, out in run_seeds(main, nranks=3, seeds=range(3)).items():
         assert list(out[0]) == [48, 96, 0, 48], seed
 
@@ -273,14 +278,7 @@ def test_same_seed_same_interleaving():
         v[1 + i] = comm.rank * 100 + cuda.threadIdx.x
 
     def main(comm):
-        buf = comm.alloc(64, np.int32)
-        buf.set(np.zeros(64, np.int32))
-        with comm.register(buf) as win, comm.device_communicator() as dc:
-            comm.barrier()
-            order[1, 8](dc, win)
-            comm.synchronize()
-            comm.barrier()
-            return buf.get()
+        return _launch_on_zeros(comm, order[1, 8], 64)
     a = run_ranks(main, nranks=3, seed=7)[0]
     b = run_ranks(main, nranks=3, seed=7)[0]
     c = run_ranks(main, nranks=3, seed=8)[0]
