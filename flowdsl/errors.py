@@ -6,10 +6,8 @@ its meaning (numba reports :class:`FeatureUnavailableError` as a typing error), 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
 
-if TYPE_CHECKING:  # a numba typing error: imported at first use (below)
-    from .lowering.target import FeatureUnavailableError
 
 __all__ = ["FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
            "DeviceTimeoutError", "FeatureUnavailableError", "DeviceOnlyError", "SupportLibraryError", "DriverError",
@@ -113,11 +111,25 @@ FIX = (" A peer never got there: make every rank launch the same kernels and col
        "now give up at once: call comm.abort() and create a new one.")
 
 
-def __getattr__(name: str):
-    # A numba typing error (numba reports it from inside a kernel's typing): numba is imported
-    # when the name is first used, not by ``import flowdsl``.
-    if name == "FeatureUnavailableError":
-        from .lowering.target import FeatureUnavailableError  # noqa: PLC0415
+FeatureUnavailableError: type  # made at first use, by __getattr__ below
 
-        return FeatureUnavailableError
+
+@functools.cache  # one class, whichever thread asks first
+def _make_feature_unavailable_error() -> type:
+    from numba.core.errors import NumbaTypeError  # noqa: PLC0415 - numba only where a kernel is typed
+
+    class FeatureUnavailableError(NumbaTypeError, FlowDSLError):
+        """A primitive needs a newer NCCL, another arch or a newer CUDA than the target has."""
+
+    FeatureUnavailableError.__module__ = __name__
+    FeatureUnavailableError.__qualname__ = "FeatureUnavailableError"
+    return FeatureUnavailableError
+
+
+def __getattr__(name: str):
+    # A numba typing error (numba reports it from inside a kernel's typing), so its class is made
+    # when the name is first used: ``import flowdsl`` does not import numba.
+    if name == "FeatureUnavailableError":
+        cls = globals()[name] = _make_feature_unavailable_error()
+        return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,17 +11,12 @@ import contextlib
 import threading
 from dataclasses import dataclass
 
-from numba.core.errors import NumbaTypeError
 
 from .._release import format_version, parse_version
-from ..errors import FlowDSLError
+from ..errors import FeatureUnavailableError
 
 __all__ = ["Target", "compiling_for", "current", "require", "FeatureUnavailableError",
            "parse_version", "format_version", "note_feature", "noted_features", "linker_cuda_version"]
-
-
-class FeatureUnavailableError(NumbaTypeError, FlowDSLError):
-    """A primitive needs a newer NCCL, another arch or a newer CUDA than the target has."""
 
 
 @dataclass(frozen=True)
