@@ -13,6 +13,11 @@ Its defaults are the stub's own. From that one :class:`Spec`:
 * the simulator checks each argument's value (``flowdsl/sim/checks.py``), with the same words
   followed by the fix (:meth:`Spec.refusal`: "``name`` requires ``what``, got ``type``").
 
+An argument may narrow its kind: the element types an array may have (``dtypes``), the members an
+enum argument may be (``choices``) and whether it must be a compile-time constant (``constant``,
+which only the GPU's typing can tell). Both layers refuse the first two with
+:meth:`Spec.refusal_dtype` and :meth:`Spec.refusal_choice`.
+
 No numba here: the simulator and ``import flowdsl`` read specs too.
 """
 
@@ -21,11 +26,13 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field, replace
 
+from .enums import MemoryOrder, ThreadScope
 from .errors import FlowDSLError
 
 __all__ = ["Arg", "Gate", "Spec", "SPECS", "spec_of", "ALL_ARCHS",
            "COMM", "COOP", "WINDOW", "TEAM", "TEAMS", "INT", "ORDER", "ARRAY", "SHARED_ARRAY",
-           "LSA_SESSION", "GIN_CONTEXT", "REMOTE", "LOCAL", "CFT_SESSION", "ENUM", "NAMED_KINDS"]
+           "LSA_SESSION", "GIN_CONTEXT", "REMOTE", "LOCAL", "CFT_SESSION", "ENUM", "NAMED_KINDS",
+           "SCOPE", "CONSTANT_ORDER", "FENCE_ORDER", "RED_OP", "MEM_ARRAY", "INTEGER_ELEMENTS", "ARITHMETIC_ELEMENTS", "VECTOR_ELEMENTS"]
 
 #: Targets the support library is built for, oldest first.
 ALL_ARCHS = ("sm_80", "sm_90", "sm_100")
@@ -39,15 +46,24 @@ class Arg:
         kind: ``"comm"``, ``"coop"``, ``"window"``, ``"team"``, ``"int"``, ``"order"``, ``"array"``, ...
         what: The phrase errors use ("a device communicator").
         fix: What the simulator's error tells the user to pass instead.
+        dtypes: The element types an array may have (NumPy names, as numba names them too); empty: any.
+        choices: The enum members the argument may be; empty: any.
+        constant: Whether the GPU needs the value when it compiles (a literal such as
+            ``ThreadScope.DEVICE``, not a run-time variable).
     """
 
     kind: str
     what: str
     fix: str = ""
+    dtypes: tuple[str, ...] = ()
+    choices: tuple = ()
+    constant: bool = False
 
-    def but(self, what: str | None = None, fix: str | None = None) -> "Arg":
-        """This kind, named differently for one argument (``WINDOW.but("a source window")``)."""
-        return replace(self, what=self.what if what is None else what, fix=self.fix if fix is None else fix)
+    def but(self, what: str | None = None, fix: str | None = None, **narrowed) -> "Arg":
+        """This kind, named or narrowed differently for one argument (``WINDOW.but("a source window")``,
+        ``ARRAY.but(dtypes=("int32",))``)."""
+        return replace(self, what=self.what if what is None else what, fix=self.fix if fix is None else fix,
+                       **narrowed)
 
 
 COMM = Arg("comm", "a device communicator", "Pass the DevComm from comm.device_communicator()")
@@ -70,8 +86,29 @@ CFT_SESSION = Arg("cft_session", "a CFT session (flowdsl.cft.session(comm, coop,
                   "Open one with flowdsl.cft.session(comm, coop, storage)")
 #: A flowdsl enum member or an int (``ENUM.but("a flowdsl.cft.MemProxyType")``).
 ENUM = Arg("enum", "an enum member", "Pass one of its members")
+#: A reduction operator: a run-time value, or a constant that the GPU compiles in (so its range is not
+#: a typing check: numba retries a refused constant as a run-time value).
+RED_OP = ENUM.but("a flowdsl.RedOp", "Pass flowdsl.RedOp.SUM, PROD, MAX, MIN or AVG")
 #: Kinds whose refusals name the argument: "requires ``name`` to be ``what``".
-NAMED_KINDS = ("int", "order", "enum", "shared_array")
+NAMED_KINDS = ("int", "order", "enum", "shared_array", "scope")
+
+# flowdsl.mem's operations are single PTX instructions: each takes only the element types, orders and
+# scopes that instruction has, chosen when the kernel is compiled.
+#: ``ld``/``st`` with an order, ``atom.exch`` and ``atom.cas``: 4- and 8-byte integers.
+INTEGER_ELEMENTS = ("int32", "uint32", "int64", "uint64")
+#: ``atom.add`` and ``red.add``: those and 4- and 8-byte floats.
+ARITHMETIC_ELEMENTS = INTEGER_ELEMENTS + ("float32", "float64")
+#: 16-byte vectors: those and the narrow types packed four registers wide.
+VECTOR_ELEMENTS = ARITHMETIC_ELEMENTS + ("int8", "uint8", "int16", "uint16", "float16")
+MEM_ARRAY = ARRAY.but("an array (a window view or device array)",
+                      "Pass a window view (flowdsl.lsa.local_view(win)) or a device array")
+SCOPE = Arg("scope", "a flowdsl.ThreadScope", "Pass one of flowdsl.ThreadScope.SYSTEM, DEVICE, BLOCK",
+            choices=(ThreadScope.SYSTEM, ThreadScope.DEVICE, ThreadScope.BLOCK), constant=True)
+#: An atomic's order, known when the kernel is compiled (PTX has no ``consume``).
+CONSTANT_ORDER = ORDER.but(choices=(MemoryOrder.RELAXED, MemoryOrder.ACQUIRE, MemoryOrder.RELEASE,
+                                    MemoryOrder.ACQ_REL, MemoryOrder.SEQ_CST), constant=True)
+#: A fence's order: one that orders something.
+FENCE_ORDER = CONSTANT_ORDER.but(choices=CONSTANT_ORDER.choices[1:])
 
 
 @dataclass(frozen=True)
@@ -121,6 +158,32 @@ class Spec:
         arg = self.args[param]
         what = f"{param} to be {arg.what}" if arg.kind in NAMED_KINDS else arg.what
         return f"{self.name} requires {what}, got {got}"
+
+    def refusal_dtype(self, param: str, got: str) -> str:
+        """How every layer refuses an array ``param`` of elements ``got`` its instruction lacks."""
+        return f"{self.name} requires elements of {', '.join(self.args[param].dtypes)}, got {got}"
+
+    def refusal_choice(self, param: str, got: int) -> str:
+        """How every layer refuses enum argument ``param`` of value ``got`` outside its choices."""
+        choices = self.args[param].choices
+        enum_type = type(choices[0])
+        got_name = enum_type(got).name if got in enum_type._value2member_map_ else str(got)
+        return f"{self.name} requires {param} {', '.join(c.name for c in choices)}, got {got_name}"
+
+    def refusal_constant(self, param: str, got) -> str:
+        """The GPU's typing refusal of a run-time value for ``param``, which it must know when it compiles."""
+        first = self.args[param].choices[0]
+        return (f"{self.name} requires {param} to be a compile-time constant such as "
+                f"flowdsl.{type(first).__name__}.{first.name}, got {got}")
+
+    def fix_choice(self, param: str) -> str:
+        """What to pass instead of a value outside ``param``'s choices."""
+        choices = self.args[param].choices
+        return f"Pass one of flowdsl.{type(choices[0]).__name__}.{', '.join(c.name for c in choices)}"
+
+    def fix_dtype(self, param: str) -> str:
+        """What to pass instead of an array of other elements."""
+        return f"Pass an array of {', '.join(self.args[param].dtypes)} elements"
 
 
 #: name -> spec of every primitive (also ``stub.__flowdsl_spec__``).

@@ -8,7 +8,13 @@ scope: :class:`flowdsl.ThreadScope` ``DEVICE`` (``.gpu``) or ``SYSTEM``
 
 from __future__ import annotations
 
+from ._spec import (ARITHMETIC_ELEMENTS, CONSTANT_ORDER, FENCE_ORDER, INT, INTEGER_ELEMENTS, MEM_ARRAY, SCOPE,
+                    VECTOR_ELEMENTS)
 from ._stubs import primitive
+
+_INTEGERS = MEM_ARRAY.but(dtypes=INTEGER_ELEMENTS)
+_ARITHMETIC = MEM_ARRAY.but(dtypes=ARITHMETIC_ELEMENTS)
+_VECTORS = MEM_ARRAY.but(dtypes=VECTOR_ELEMENTS)
 
 __all__ = [
     "load_acquire", "load_relaxed", "store_release", "store_relaxed", "fence",
@@ -17,52 +23,52 @@ __all__ = [
 ]
 
 
-@primitive
+@primitive(array=_INTEGERS, index=INT, scope=SCOPE)
 def load_acquire(array, index, scope):
     """``ld.acquire.<scope>``: later accesses are not reordered before this load."""
 
 
-@primitive
+@primitive(array=_INTEGERS, index=INT, scope=SCOPE)
 def load_relaxed(array, index, scope):
     """``ld.relaxed.<scope>``: an atomic load with no ordering."""
 
 
-@primitive
+@primitive(array=_INTEGERS, index=INT, scope=SCOPE)
 def store_release(array, index, value, scope):
     """``st.release.<scope>``: earlier accesses are visible before this store."""
 
 
-@primitive
+@primitive(array=_INTEGERS, index=INT, scope=SCOPE)
 def store_relaxed(array, index, value, scope):
     """``st.relaxed.<scope>``: an atomic store with no ordering."""
 
 
-@primitive
+@primitive(order=FENCE_ORDER, scope=SCOPE)
 def fence(order, scope):
     """``fence.acq_rel.<scope>`` (or ``fence.sc.<scope>`` for ``SEQ_CST``)."""
 
 
-@primitive
+@primitive(array=_ARITHMETIC, index=INT, order=CONSTANT_ORDER, scope=SCOPE)
 def atomic_add(array, index, value, order, scope):
     """``atom.<order>.<scope>.add``; returns the old value."""
 
 
-@primitive
+@primitive(array=_INTEGERS, index=INT, order=CONSTANT_ORDER, scope=SCOPE)
 def atomic_cas(array, index, expected, desired, order, scope):
     """``atom.<order>.<scope>.cas``; returns the old value."""
 
 
-@primitive
+@primitive(array=_INTEGERS, index=INT, order=CONSTANT_ORDER, scope=SCOPE)
 def atomic_exch(array, index, value, order, scope):
     """``atom.<order>.<scope>.exch``; returns the old value."""
 
 
-@primitive
+@primitive(array=_ARITHMETIC, index=INT, order=CONSTANT_ORDER, scope=SCOPE)
 def red_add(array, index, value, order, scope):
     """``red.<order>.<scope>.add``: an atomic add whose result is not needed."""
 
 
-@primitive
+@primitive(array=_VECTORS, index=INT)
 def load_vec(array, index):
     """16 bytes at ``array[index:]`` in one load: a tuple of ``16 // itemsize`` elements.
 
@@ -71,7 +77,7 @@ def load_vec(array, index):
     """
 
 
-@primitive
+@primitive(array=_VECTORS, index=INT)
 def store_vec(array, index, values):
     """Store a tuple of ``16 // itemsize`` elements at ``array[index:]`` in one 16-byte store."""
 
@@ -92,7 +98,7 @@ def from_bits(bits, dtype):
     """
 
 
-@primitive
+@primitive(array=MEM_ARRAY, index=INT)
 def address(array, index):
     """Byte address of ``array[index]`` as a uint64 (``address(a, i) % 16 == 0``: a 16-byte
     vector may start there). Nothing is read; ``index`` may be one past the end."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, uint64
 
-from flowdsl import MemoryOrder, cft, coop, gin, lsa, team, wait
+from flowdsl import MemoryOrder, ThreadScope, cft, coop, flow, gin, lsa, mem, team, wait
 
 
 def lsa_barrier_on_a_window(comm, win, arr, n):
@@ -75,6 +75,30 @@ def wait_poll_on_an_array(comm, win, arr, n):
     wait.poll(arr, 0, wait.USER, -1, 0, 1, 0)
 
 
+def mem_load_acquire_of_floats(comm, win, arr, n):
+    arr[0] = mem.load_acquire(arr, 0, ThreadScope.DEVICE)
+
+
+def mem_fence_at_thread_scope(comm, win, arr, n):
+    mem.fence(MemoryOrder.ACQUIRE, 3)
+
+
+def mem_fence_that_orders_nothing(comm, win, arr, n):
+    mem.fence(MemoryOrder.RELAXED, ThreadScope.DEVICE)
+
+
+def mem_fence_with_a_window_scope(comm, win, arr, n):
+    mem.fence(MemoryOrder.ACQUIRE, win)
+
+
+def mem_vector_of_a_window(comm, win, arr, n):
+    mem.store_vec(win, 0, (1.0, 2.0, 3.0, 4.0))
+
+
+def flow_reduction_by_a_window(comm, win, arr, n):
+    arr[0] = flow.reduction(win, 2).nranks
+
+
 #: (kernel body, pattern of the message): the GPU's typing error and the simulator's UsageError match it.
 CASES = [
     (lsa_barrier_on_a_window, r"flowdsl\.lsa\.barrier requires a device communicator, got Window"),
@@ -99,6 +123,15 @@ CASES = [
     (cft_fence_with_a_window_order, r"flowdsl\.cft\.fence requires order to be a flowdsl\.MemoryOrder, got Window"),
     (cft_put_from_a_coop, r"flowdsl\.cft\.put requires src to be a shared-memory array \(a cuda\.shared\.array\), "
                           r"got Coop"),
+    (mem_load_acquire_of_floats, r"flowdsl\.mem\.load_acquire requires elements of int32, uint32, int64, uint64, "
+                                 r"got float32"),
+    (mem_fence_at_thread_scope, r"flowdsl\.mem\.fence requires scope SYSTEM, DEVICE, BLOCK, got THREAD"),
+    (mem_fence_that_orders_nothing, r"flowdsl\.mem\.fence requires order ACQUIRE, RELEASE, ACQ_REL, SEQ_CST, "
+                                    r"got RELAXED"),
+    (mem_fence_with_a_window_scope, r"flowdsl\.mem\.fence requires scope to be a flowdsl\.ThreadScope, got Window"),
+    (mem_vector_of_a_window, r"flowdsl\.mem\.store_vec requires an array \(a window view or device array\), "
+                             r"got Window"),
+    (flow_reduction_by_a_window, r"flowdsl\.flow\.reduction requires op to be a flowdsl\.RedOp, got Window"),
     (wait_poll_on_an_array, r"flowdsl\.wait\.poll requires a device communicator, got array\(float32, 1d"),
 ]
 

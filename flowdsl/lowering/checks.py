@@ -4,7 +4,8 @@ A binding's typer calls :func:`check` with the stub and its argument types, in t
 Each argument the spec names is checked by its kind (:data:`KIND_TYPES`: the numba type a kind
 must have), and refused in the spec's words (:meth:`flowdsl._spec.Spec.refusal`: "``op`` requires
 ``what``, got ``type``"; the simulator's refusal starts the same); a gated primitive is checked
-against the target first. An omitted optional argument is not checked.
+against the target first. An omitted optional argument is not checked. A narrowed argument
+(:class:`flowdsl._spec.Arg` ``dtypes``, ``choices``, ``constant``) is checked for those too.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ _ENUMS = (types.Integer, types.IntegerLiteral, types.IntEnumMember)
 KIND_TYPES: dict[str, type | tuple] = {
     "comm": DevCommType, "coop": CoopType, "window": WindowType, "team": TeamType, "array": types.Array,
     "shared_array": types.Array, "lsa_session": LsaBarrierSessionType,
-    "int": _INTEGERS, "order": _ENUMS, "enum": _ENUMS,
+    "int": _INTEGERS, "order": _ENUMS, "enum": _ENUMS, "scope": _ENUMS,
 }
 
 
@@ -44,8 +45,9 @@ def expect_int(op: str, what: str, ty) -> None:
 
 
 def is_omitted(ty) -> bool:
-    """Whether an optional argument was left out (or passed as None)."""
-    return ty is None or isinstance(ty, (types.Omitted, types.NoneType))
+    """Whether an optional argument was left out (or passed as None); an overload's typer sees a left-out
+    argument as its default's Python value."""
+    return not isinstance(ty, types.Type) or isinstance(ty, (types.Omitted, types.NoneType))
 
 
 def require_gate(name: str, gate: Gate) -> None:
@@ -65,3 +67,16 @@ def check(stub, *arg_types, gated: bool = True) -> None:
             continue
         if not isinstance(ty, KIND_TYPES[arg.kind]):
             raise NumbaTypeError(spec.refusal(param.name, ty))
+        _check_narrowed(spec, param.name, arg, ty)
+
+
+def _check_narrowed(spec, param: str, arg, ty) -> None:
+    if arg.dtypes and str(ty.dtype) not in arg.dtypes:
+        raise NumbaTypeError(spec.refusal_dtype(param, ty.dtype))
+    value = getattr(ty, "literal_value", None)
+    if arg.constant and not isinstance(value, int):
+        # numba offers an overload the non-literal type first, then the literal: this refusal of
+        # the first attempt is reported only when the value really is not a constant.
+        raise NumbaTypeError(spec.refusal_constant(param, ty))
+    if arg.choices and isinstance(value, int) and value not in arg.choices:
+        raise NumbaTypeError(spec.refusal_choice(param, value))

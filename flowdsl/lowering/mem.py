@@ -20,6 +20,7 @@ from numba.cuda.extending import intrinsic, overload
 
 from .. import mem
 from ..enums import MemoryOrder, ThreadScope
+from .checks import check
 from .intrinsics import emit_trap
 
 __all__ = ["PTX_TYPES"]
@@ -30,8 +31,6 @@ PTX_TYPES = {
     types.int64: ("s64", "l"), types.uint64: ("u64", "l"),
     types.float32: ("f32", "f"), types.float64: ("f64", "d"),
 }
-_INTEGER_ONLY = (types.int32, types.uint32, types.int64, types.uint64)
-_ARITH = _INTEGER_ONLY + (types.float32, types.float64)
 _SCOPES = {ThreadScope.SYSTEM: "sys", ThreadScope.DEVICE: "gpu", ThreadScope.BLOCK: "cta"}
 _ATOM_ORDERS = {MemoryOrder.RELAXED: "relaxed", MemoryOrder.ACQUIRE: "acquire",
                 MemoryOrder.RELEASE: "release", MemoryOrder.ACQ_REL: "acq_rel",
@@ -40,24 +39,8 @@ _FENCES = {MemoryOrder.ACQUIRE: "acq_rel", MemoryOrder.RELEASE: "acq_rel", Memor
            MemoryOrder.SEQ_CST: "sc"}
 
 
-def _check_choice(op, what, ty, allowed, enum):
-    """Typing: ``ty`` must be a compile-time constant (a literal) and one of ``allowed``."""
-    value = getattr(ty, "literal_value", None)
-    if not isinstance(value, int):
-        raise NumbaTypeError(f"flowdsl.mem.{op} requires {what} to be a compile-time constant such as "
-                             f"flowdsl.{enum.__name__}.{enum(next(iter(allowed))).name}, got {ty}")
-    if value not in allowed:
-        names = ", ".join(enum(v).name for v in allowed)
-        raise NumbaTypeError(f"flowdsl.mem.{op} requires {what} {names}, got {enum(value).name}")
-
-
-def _element(op, array, kinds=tuple(PTX_TYPES)):
-    if not isinstance(array, types.Array):
-        raise NumbaTypeError(f"flowdsl.mem.{op} requires an array (a window view or device array), "
-                             f"got {array}")
-    if array.dtype not in kinds:
-        names = ", ".join(str(k) for k in kinds)
-        raise NumbaTypeError(f"flowdsl.mem.{op} requires elements of {names}, got {array.dtype}")
+def _element(array):
+    """The element type of an array the primitive's spec has already checked (:func:`check`)."""
     return array.dtype
 
 
@@ -101,10 +84,10 @@ def _select(context, builder, selectors, table, result_type=None):
     return builder.load(slot) if slot is not None else None
 
 
-def _load(op, sem):
+def _load(sem):
     @intrinsic
     def load(typingctx, array, index, scope):
-        elem = _element(op, array, _INTEGER_ONLY)
+        elem = _element(array)
         ptx, reg = PTX_TYPES[elem]
 
         def codegen(context, builder, sig, args):
@@ -120,10 +103,10 @@ def _load(op, sem):
     return load
 
 
-def _store(op, sem):
+def _store(sem):
     @intrinsic
     def store(typingctx, array, index, value, scope):
-        elem = _element(op, array, _INTEGER_ONLY)
+        elem = _element(array)
         ptx, reg = PTX_TYPES[elem]
 
         def codegen(context, builder, sig, args):
@@ -154,10 +137,10 @@ def _fence(typingctx, order, scope):
     return types.void(order, scope), codegen
 
 
-def _atomic(op, ptx_op, kinds, returns=True):
+def _atomic(ptx_op, returns=True):
     @intrinsic
     def atomic(typingctx, array, index, value, order, scope):
-        elem = _element(op, array, kinds)
+        elem = _element(array)
         ptx, reg = PTX_TYPES[elem]
         # add takes .s32/.u32/.u64/.f32/.f64; exch takes .b32/.b64.
         if ptx_op == "exch":
@@ -189,7 +172,7 @@ def _atomic(op, ptx_op, kinds, returns=True):
 
 @intrinsic
 def _atomic_cas(typingctx, array, index, expected, desired, order, scope):
-    elem = _element("atomic_cas", array, _INTEGER_ONLY)
+    elem = _element(array)
     ptx, reg = PTX_TYPES[elem]
 
     def codegen(context, builder, sig, args):
@@ -209,8 +192,8 @@ def _atomic_cas(typingctx, array, index, expected, desired, order, scope):
 _NARROW = (types.int8, types.uint8, types.int16, types.uint16, types.float16)
 
 
-def _vector_shape(op, array):
-    elem = _element(op, array, _ARITH + _NARROW)
+def _vector_shape(array):
+    elem = _element(array)
     lanes = 16 // (elem.bitwidth // 8)
     if elem in _NARROW:
         return elem, lanes, "b32", "r"
@@ -225,7 +208,7 @@ def _registers(elem, lanes):
 
 @intrinsic
 def _load_vec(typingctx, array, index):
-    elem, lanes, ptx, reg = _vector_shape("load_vec", array)
+    elem, lanes, ptx, reg = _vector_shape(array)
     nreg, reg_type = _registers(elem, lanes)
     outs = ", ".join(f"${i}" for i in range(nreg))
     text = f"ld.v{nreg}.{ptx} {{{outs}}}, [${nreg}];"
@@ -255,7 +238,7 @@ def _load_vec(typingctx, array, index):
 
 @intrinsic
 def _store_vec(typingctx, array, index, values):
-    elem, lanes, ptx, reg = _vector_shape("store_vec", array)
+    elem, lanes, ptx, reg = _vector_shape(array)
     if not isinstance(values, types.BaseTuple) or len(values) != lanes:
         raise NumbaTypeError(f"flowdsl.mem.store_vec requires a tuple of {lanes} {elem} values "
                              f"(16 bytes), got {values}")
@@ -324,11 +307,6 @@ def _from_bits(typingctx, bits, dtype):
 
 @intrinsic
 def _address(typingctx, array, index):
-    if not isinstance(array, types.Array):
-        raise NumbaTypeError(f"flowdsl.mem.address requires an array (a window view or device array), got {array}")
-    if not isinstance(index, types.Integer):
-        raise NumbaTypeError(f"flowdsl.mem.address requires an integer index, got {index}")
-
     def codegen(context, builder, sig, args):
         ptr = _item_pointer(context, builder, array, args[0], index, args[1])
         return builder.ptrtoint(ptr, ir.IntType(64))
@@ -345,89 +323,82 @@ def _globaltimer(typingctx):
     return types.uint64(), codegen
 
 
-_load_acquire = _load("load_acquire", "acquire")
-_load_relaxed = _load("load_relaxed", "relaxed")
-_store_release = _store("store_release", "release")
-_store_relaxed = _store("store_relaxed", "relaxed")
-_atomic_add = _atomic("atomic_add", "add", _ARITH)
-_atomic_exch = _atomic("atomic_exch", "exch", _INTEGER_ONLY)
-_red_add = _atomic("red_add", "add", _ARITH, returns=False)
+_load_acquire = _load("acquire")
+_load_relaxed = _load("relaxed")
+_store_release = _store("release")
+_store_relaxed = _store("relaxed")
+_atomic_add = _atomic("add")
+_atomic_exch = _atomic("exch")
+_red_add = _atomic("add", returns=False)
 
 
-def _scope(op, scope):
-    _check_choice(op, "scope", scope, _SCOPES, ThreadScope)
-
-
-def _order_scope(op, order, scope, orders=_ATOM_ORDERS):
-    _check_choice(op, "scope", scope, _SCOPES, ThreadScope)
-    _check_choice(op, "order", order, orders, MemoryOrder)
-
-
-# numba first offers an overload non-literal types, then literals: the non-literal attempt is refused
-# by the choice checks, so the literal one decides (and its error is the one reported).
+# numba offers an overload the non-literal types first, then literals: the non-literal attempt is refused
+# by the spec's constant check, so the literal one decides (and its error is the one reported).
 
 @overload(mem.load_acquire)
 def mem_load_acquire(array, index, scope):
-    _scope("load_acquire", scope)
+    check(mem.load_acquire, array, index, scope)
     return lambda array, index, scope: _load_acquire(array, index, scope)
 
 
 @overload(mem.load_relaxed)
 def mem_load_relaxed(array, index, scope):
-    _scope("load_relaxed", scope)
+    check(mem.load_relaxed, array, index, scope)
     return lambda array, index, scope: _load_relaxed(array, index, scope)
 
 
 @overload(mem.store_release)
 def mem_store_release(array, index, value, scope):
-    _scope("store_release", scope)
+    check(mem.store_release, array, index, value, scope)
     return lambda array, index, value, scope: _store_release(array, index, value, scope)
 
 
 @overload(mem.store_relaxed)
 def mem_store_relaxed(array, index, value, scope):
-    _scope("store_relaxed", scope)
+    check(mem.store_relaxed, array, index, value, scope)
     return lambda array, index, value, scope: _store_relaxed(array, index, value, scope)
 
 
 @overload(mem.fence)
 def mem_fence(order, scope):
-    _order_scope("fence", order, scope, _FENCES)
+    check(mem.fence, order, scope)
     return lambda order, scope: _fence(order, scope)
 
 
 @overload(mem.atomic_add)
 def mem_atomic_add(array, index, value, order, scope):
-    _order_scope("atomic_add", order, scope)
+    check(mem.atomic_add, array, index, value, order, scope)
     return lambda array, index, value, order, scope: _atomic_add(array, index, value, order, scope)
 
 
 @overload(mem.atomic_exch)
 def mem_atomic_exch(array, index, value, order, scope):
-    _order_scope("atomic_exch", order, scope)
+    check(mem.atomic_exch, array, index, value, order, scope)
     return lambda array, index, value, order, scope: _atomic_exch(array, index, value, order, scope)
 
 
 @overload(mem.red_add)
 def mem_red_add(array, index, value, order, scope):
-    _order_scope("red_add", order, scope)
+    check(mem.red_add, array, index, value, order, scope)
     return lambda array, index, value, order, scope: _red_add(array, index, value, order, scope)
 
 
 @overload(mem.atomic_cas)
 def mem_atomic_cas(array, index, expected, desired, order, scope):
-    _order_scope("atomic_cas", order, scope)
+    check(mem.atomic_cas, array, index, expected, desired, order, scope)
     return lambda array, index, expected, desired, order, scope: _atomic_cas(
         array, index, expected, desired, order, scope)
 
 
 @overload(mem.load_vec)
 def mem_load_vec(array, index):
+    check(mem.load_vec, array, index)
     return lambda array, index: _load_vec(array, index)
 
 
 @overload(mem.store_vec)
 def mem_store_vec(array, index, values):
+    check(mem.store_vec, array, index, values)
     return lambda array, index, values: _store_vec(array, index, values)
 
 
@@ -443,6 +414,7 @@ def mem_from_bits(bits, dtype):
 
 @overload(mem.address)
 def mem_address(array, index):
+    check(mem.address, array, index)
     return lambda array, index: _address(array, index)
 
 

@@ -5,8 +5,9 @@ each argument the spec names must be a value of its kind (:data:`KIND_CHECKS`), 
 refused in the words the GPU's typing refuses it with (:meth:`flowdsl._spec.Spec.refusal`: "``op``
 requires ``what``, got ``type``"), followed by the fix. The kinds whose values this module does not
 define (coops, teams, sessions, GIN contexts and actions) are added by the modules that define them.
-Omitted optional arguments (or None for them) are not checked; checks of value (ranges, ids, which
-rank's window) stay with each implementation.
+A narrowed argument is checked for its element types and choices too (whether a value was a
+compile-time constant is the GPU's concern alone). Omitted optional arguments (or None for them)
+are not checked; checks of value (ranges, ids, which rank's window) stay with each implementation.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _is_array(v) -> bool:
 KIND_CHECKS = {
     "comm": lambda v: hasattr(getattr(v, "group", None), "inbox"),
     "window": lambda v: isinstance(v, Window),
-    "int": _is_int, "order": _is_int, "enum": _is_int,
+    "int": _is_int, "order": _is_int, "enum": _is_int, "scope": _is_int,
     "array": _is_array, "shared_array": _is_array,
 }
 
@@ -56,14 +57,14 @@ def _typeof(value) -> str:
     return type(value).__name__
 
 
-#: name -> ((position, parameter, kind check, optional), ...) of each checked argument (made at first call).
+#: name -> ((position, parameter, kind check, optional, Arg), ...) of each checked argument (made at first call).
 _PLANS: dict[str, tuple] = {}
 
 
 def _plan(name: str) -> tuple:
     spec = spec_of(name)
-    plan = tuple((i, p.name, KIND_CHECKS[spec.args[p.name].kind], p.default is not inspect.Parameter.empty)
-                 for i, p in enumerate(spec.params) if p.name in spec.args)
+    plan = tuple((i, p.name, KIND_CHECKS[spec.args[p.name].kind], p.default is not inspect.Parameter.empty,
+                  spec.args[p.name]) for i, p in enumerate(spec.params) if p.name in spec.args)
     _PLANS[name] = plan
     return plan
 
@@ -73,13 +74,21 @@ def check_call(name: str, args: tuple, kwargs: dict) -> None:
     plan = _PLANS.get(name)
     if plan is None:
         plan = _plan(name)
-    for i, param, is_kind, optional in plan:
+    for i, param, is_kind, optional, arg in plan:
         if i < len(args):
             value = args[i]
         elif param in kwargs:
             value = kwargs[param]
         else:
             continue
-        if not is_kind(value) and not (optional and value is None):
+        if value is None and optional:
+            continue
+        if not is_kind(value):
             spec = spec_of(name)
             raise sim_error(UsageError, f"{spec.refusal(param, _typeof(value))}. {spec.args[param].fix}")
+        if arg.dtypes and value.dtype.name not in arg.dtypes:
+            spec = spec_of(name)
+            raise sim_error(UsageError, f"{spec.refusal_dtype(param, value.dtype.name)}. {spec.fix_dtype(param)}")
+        if arg.choices and value not in arg.choices:
+            spec = spec_of(name)
+            raise sim_error(UsageError, f"{spec.refusal_choice(param, int(value))}. {spec.fix_choice(param)}")

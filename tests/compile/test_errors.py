@@ -9,7 +9,7 @@ from numba.core import types
 from numba.core.errors import TypingError
 
 import flowdsl
-from flowdsl import MemoryOrder, ThreadScope, coop, lsa, mem
+from flowdsl import MemoryOrder, coop, lsa, mem
 
 pytestmark = pytest.mark.compile
 
@@ -50,33 +50,6 @@ def test_view_with_a_bad_dtype():
     with pytest.raises(TypingError, match=r"flowdsl.lsa.local_view requires dtype to be a numba or NumPy "
                                           r"scalar type"):
         compile_for(k, ("window", np.float32))
-
-
-def test_memory_op_on_floats():
-    def k(out):
-        out[0] = mem.load_acquire(out, 0, ThreadScope.DEVICE)
-
-    with pytest.raises(TypingError, match=r"flowdsl.mem.load_acquire requires elements of int32, uint32, "
-                                          r"int64, uint64, got float32"):
-        compile_for(k, np.zeros(4, np.float32))
-
-
-def test_memory_op_with_a_thread_scope():
-    def k(flags):
-        mem.store_release(flags, 0, 1, 3)
-
-    with pytest.raises(TypingError, match=r"flowdsl.mem.store_release requires scope SYSTEM, DEVICE, BLOCK, "
-                                          r"got THREAD"):
-        compile_for(k, np.zeros(4, np.int32))
-
-
-def test_fence_that_orders_nothing():
-    def k(flags):
-        mem.fence(MemoryOrder.RELAXED, ThreadScope.DEVICE)
-
-    with pytest.raises(TypingError, match=r"flowdsl.mem.fence requires order ACQUIRE, RELEASE, ACQ_REL, "
-                                          r"SEQ_CST, got RELAXED"):
-        compile_for(k, np.zeros(4, np.int32))
 
 
 def test_store_vec_of_the_wrong_width():
