@@ -13,6 +13,8 @@ from collections import namedtuple
 import numpy as np
 
 from . import _fp8
+from ._spec import INT, RED_OP
+from ._stubs import primitive
 from .enums import RedOp
 
 __all__ = ["Reduction", "reduction", "combine", "finish", "combine_packs", "finish_pack", "E4M3", "E5M2"]
@@ -29,15 +31,15 @@ E4M3 = _fp8.E4M3
 E5M2 = _fp8.E5M2
 
 
+@primitive(module="flowdsl.flow", op=RED_OP, nranks=INT, fp8=INT)
 def reduction(op, nranks, fp8=0):
     """A :class:`Reduction` for ``op`` over ``nranks`` ranks (``nranks`` divides for ``AVG``);
     ``fp8`` = :data:`E4M3` or :data:`E5M2` reads uint8 elements as fp8.
 
     On the GPU a constant ``op`` and ``fp8`` (a kernel factory's, as in the collectives)
     become part of the reduction's type: the steps given it are compiled for that
-    operator alone.
+    operator alone. The simulator makes the :class:`Reduction` (``flowdsl/sim/flow.py``).
     """
-    return Reduction(op, nranks, fp8)
 
 
 def _bf16_to_float(bits):

@@ -43,16 +43,20 @@ def set_simulator_launch(launch: Callable[..., Any] | None, active: Callable[[],
     _simulator_active = active or (lambda: False)
 
 
-def primitive(fn: Callable[..., Any] | None = None, /, *, extern: str | None = None, gate=None, **args):
+def primitive(fn: Callable[..., Any] | None = None, /, *, extern: str | None = None, gate=None,
+              module: str | None = None, **args):
     """Mark ``fn`` as a device primitive; its body is never run.
 
     Used bare (``@primitive``) or with the primitive's spec (``@primitive(extern=..., comm=COMM, ...)``:
-    see :mod:`flowdsl._spec`), which every layer reads.
+    see :mod:`flowdsl._spec`), which every layer reads. ``module`` is the module users reach it
+    from, where that is not the one defining it (``flowdsl.flow`` re-exports a private module's).
     """
     if fn is None:
-        return lambda f: primitive(f, extern=extern, gate=gate, **args)
+        return lambda f: primitive(f, extern=extern, gate=gate, module=module, **args)
     from ._spec import make_spec  # noqa: PLC0415 - a leaf module
 
+    if module is not None:
+        fn.__module__ = module
     name = f"{fn.__module__}.{fn.__name__}"
 
     @functools.wraps(fn)

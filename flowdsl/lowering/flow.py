@@ -37,6 +37,7 @@ from .._flow_staging import refusal
 from .._fp8 import E4M3 as _E4M3
 from ..enums import RedOp
 from .gin import STRONG_SIGNAL_FEATURE
+from .checks import check
 from .intrinsics import feature_marker
 from .target import current, note_feature
 from .types import WindowType
@@ -162,10 +163,6 @@ def _reduction_maker(op, fp8):
 
     @intrinsic
     def make_reduction(typingctx, op_arg, nranks, fp8_arg):
-        for what, ty in (("op", op_arg), ("nranks", nranks), ("fp8", fp8_arg)):
-            if not isinstance(ty, (types.Integer, types.IntEnumMember, types.Omitted)) and not isinstance(ty, int):
-                raise NumbaTypeError(f"flowdsl.flow.reduction requires an integer {what}, got {ty}")
-
         def codegen(context, builder, sig, args):
             red = cgutils.create_struct_proxy(result)(context, builder)
             for field, known, value, ty in (("op_value", op, args[0], sig.args[0]),
@@ -303,24 +300,26 @@ def flow_combine(op, a, b, fp8=0):
 
 @overload(flow.reduction, prefer_literal=True)
 def flow_reduction(op, nranks, fp8=0):
+    check(flow.reduction, op, nranks, fp8)
     make = _reduction_maker(_constant(op), _constant(fp8))
     return lambda op, nranks, fp8=0: make(op, nranks, fp8)
 
 
+def _constant_or(value, run_time):
+    """An attribute's implementation: the constant ``value`` compiled in, or ``run_time`` where it is None."""
+    if value is None:
+        return run_time
+    return lambda red: value
+
+
 @overload_attribute(ReductionType, "op")
 def reduction_op(red):
-    if red.op is None:
-        return lambda red: red.op_value
-    value = red.op
-    return lambda red: value
+    return _constant_or(red.op, lambda red: red.op_value)
 
 
 @overload_attribute(ReductionType, "fp8")
 def reduction_fp8(red):
-    if red.fp8 is None:
-        return lambda red: red.fp8_value
-    value = red.fp8
-    return lambda red: value
+    return _constant_or(red.fp8, lambda red: red.fp8_value)
 
 
 @overload(flow.combine_packs)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from .. import _stubs
 from . import _state
 from . import host as _host
-from . import cft, coop, gin, lsa, mem, team, wait  # noqa: F401 - each registers its primitives' semantics
+from . import cft, coop, flow, gin, lsa, mem, team, wait  # noqa: F401 - each registers its primitives' semantics
 from .errors import (BarrierIndexError, CftCoverageError, CollectiveMismatchError, DataRaceError, DeadlockError,
                      GinBackendError, GinCoverageError, GinResourceError, LivelockError, SimulationError,
                      UnsupportedFeatureError, UsageError, WaitTimeoutError, WindowAccessError)
