@@ -20,27 +20,39 @@ from numba import cuda
 import flowdsl
 from flowdsl import MemoryOrder, coop, gin, team
 
-__all__ = ["alltoall_gin", "run", "run_alltoall"]
+__all__ = ["alltoall_gin", "run", "run_alltoall", "signal_round", "put_blocks"]
+
+
+@flowdsl.device
+def signal_round(comm):
+    """GIN context 0, this block's signal (its index is the block's) and the signal's value
+    before this launch's increments."""
+    ctx = gin.context(comm, 0)
+    sig = cuda.blockIdx.x
+    return ctx, sig, gin.read_signal(ctx, sig)
+
+
+@flowdsl.device
+def put_blocks(ctx, world, first, last, send_win, recv_win, size, sig):
+    """This thread's share of the puts to world ranks ``first .. last-1``: peer ``p`` gets block
+    ``p`` of ``send_win`` at this rank's place in its ``recv_win``, with a weak signal increment."""
+    tid = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    for peer in range(first + tid, last, cuda.gridDim.x * cuda.blockDim.x):
+        gin.put(ctx, world, peer, recv_win, world.rank * size, send_win, peer * size, size,
+                remote=gin.weak_signal_inc(sig), coop=coop.thread())
 
 
 @flowdsl.kernel
 def alltoall_gin(comm, send_win, recv_win, count, itemsize):
-    ctx = gin.context(comm, 0)
-    sig = cuda.blockIdx.x
-    base = gin.read_signal(ctx, sig)
+    ctx, sig, base = signal_round(comm)
     cta = coop.cta()
     bar = gin.hybrid_barrier(ctx, cta, cuda.blockIdx.x)
     bar.sync(MemoryOrder.ACQUIRE)
     world = team.world(comm)
-    tid = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    nthreads = cuda.gridDim.x * cuda.blockDim.x
-    size = count * itemsize
-    for peer in range(tid, world.nranks, nthreads):
-        gin.put(ctx, world, peer, recv_win, world.rank * size, send_win, peer * size, size,
-                remote=gin.weak_signal_inc(sig), coop=coop.thread())
+    put_blocks(ctx, world, 0, world.nranks, send_win, recv_win, count * itemsize, sig)
     # The senders' thread `world.rank` (same on every rank) issues the put to this rank: its block
     # increments the signal whose index is that block's.
-    receiving_cta = (world.rank % nthreads) // cuda.blockDim.x
+    receiving_cta = (world.rank % (cuda.gridDim.x * cuda.blockDim.x)) // cuda.blockDim.x
     if cuda.blockIdx.x == receiving_cta:
         gin.wait_signal(ctx, cta, sig, base + world.nranks)
     gin.flush(ctx, cta)

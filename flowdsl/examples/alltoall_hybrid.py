@@ -16,32 +16,25 @@ from numba import cuda
 
 import flowdsl
 from flowdsl import MemoryOrder, coop, gin, lsa, team
-from flowdsl.examples.alltoall_gin import run_alltoall
+from flowdsl.examples.alltoall_gin import put_blocks, run_alltoall, signal_round
 
 __all__ = ["alltoall_hybrid", "run"]
 
 
 @flowdsl.kernel
 def alltoall_hybrid(comm, send_win, recv_win, count, itemsize):
-    ctx = gin.context(comm, 0)
-    sig = cuda.blockIdx.x
-    base = gin.read_signal(ctx, sig)
+    ctx, sig, base = signal_round(comm)
     cta = coop.cta()
     bar = gin.hybrid_barrier(ctx, cta, cuda.blockIdx.x)
     bar.sync(MemoryOrder.ACQUIRE)
     world = team.world(comm)
     local = team.lsa(comm)
     start_lsa = world.rank - local.rank
+    # Remote peers: the world ranks before and after this node's LSA range.
+    put_blocks(ctx, world, 0, start_lsa, send_win, recv_win, count * itemsize, sig)
+    put_blocks(ctx, world, start_lsa + local.nranks, world.nranks, send_win, recv_win, count * itemsize, sig)
     tid = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     nthreads = cuda.gridDim.x * cuda.blockDim.x
-    size = count * itemsize
-    # Remote peers: the world ranks before and after this node's LSA range.
-    for peer in range(tid, start_lsa, nthreads):
-        gin.put(ctx, world, peer, recv_win, world.rank * size, send_win, peer * size, size,
-                remote=gin.weak_signal_inc(sig), coop=coop.thread())
-    for peer in range(start_lsa + local.nranks + tid, world.nranks, nthreads):
-        gin.put(ctx, world, peer, recv_win, world.rank * size, send_win, peer * size, size,
-                remote=gin.weak_signal_inc(sig), coop=coop.thread())
     # Local peers: stores through LSA views.
     mine = lsa.local_view(send_win)
     for i in range(tid, count, nthreads):
