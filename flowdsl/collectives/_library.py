@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import gc
 import os
 import sys
 import time
@@ -59,7 +62,9 @@ def library(dtypes=None, ops=None) -> list[tuple[str, str, RedOp, str]]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def _argtypes(dtype: str, nccl, algorithm: str = "ring"):
+    """The library kernels' argument types (numba types are immutable: one tuple serves every kernel)."""
     from .._kernel import FlowKernel  # noqa: PLC0415
 
     sample = np.zeros(1, storage(dtype)[0])
@@ -219,10 +224,25 @@ def load(*, dtypes=None, ops=None, gin_peers: bool = False) -> dict:
     start = time.perf_counter()
     nccl = device_target().nccl
     counts = {"kernels": 0, "disk": 0, "compiled": 0, "loaded": 0}
-    for algorithm, collective, op, dtype in library(dtypes, ops):
-        kernel = kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1])
-        source = kernel.load(_argtypes(dtype, nccl, algorithm))
-        counts["kernels"] += 1
-        counts[source] += 1
+    with _collection_paused():
+        for algorithm, collective, op, dtype in library(dtypes, ops):
+            kernel = kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1])
+            source = kernel.load(_argtypes(dtype, nccl, algorithm))
+            counts["kernels"] += 1
+            counts[source] += 1
     counts["seconds"] = time.perf_counter() - start
     return counts
+
+
+@contextlib.contextmanager
+def _collection_paused():
+    """No cyclic garbage collection while the library loads: each kernel makes thousands of small objects
+    (its key's walk, its launch packers), and the collections they set off, each over every object numba's
+    import made, were a fifth of the load; what is garbage is collected after."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -8,6 +8,7 @@ asks :func:`current` and raises :class:`FeatureUnavailableError` through
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -72,8 +73,9 @@ def current() -> Target | None:
     return getattr(_local, "target", None)
 
 
+@functools.cache
 def linker_cuda_version() -> tuple[int, int]:
-    """``(major, minor)`` of the nvJitLink that links kernels here."""
+    """``(major, minor)`` of the nvJitLink that links kernels here (loaded once a process)."""
     from cuda.bindings import nvjitlink  # noqa: PLC0415
 
     return tuple(nvjitlink.version())[:2]  # type: ignore[return-value]
