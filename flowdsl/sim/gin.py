@@ -57,12 +57,13 @@ class Action:
 
 
 class GinContext:
-    """``ncclGin``: GIN context ``index`` of a device communicator."""
+    """``ncclGin``: GIN context ``index`` of a device communicator (refused beyond its context count)."""
 
     __slots__ = ("comm", "index", "state")
 
-    def __init__(self, comm, index, state):
-        self.comm, self.index, self.state = comm, index, state
+    def __init__(self, comm, index):
+        self.comm, self.state = comm, gin_state(comm)
+        self.index = _check_id(index, self.state.contexts, "context", f"make GIN context {int(index)}", "index")
 
     def __repr__(self):
         return f"<sim GIN context {self.index} of {self.comm!r}>"
@@ -198,9 +199,7 @@ def _coop_issue(coop):
 # ---------------------------------------------------------------- context and actions
 @implements("flowdsl.gin.context")
 def _gin_context(comm, index=0):
-    st = gin_state(comm)
-    index = _check_id(index, st.contexts, "context", f"make GIN context {int(index)}", "index")
-    return GinContext(comm, index, st)
+    return GinContext(comm, index)
 
 
 def _strong_action(prim, kind, ident=None, win=None, offset=0, value=1):
