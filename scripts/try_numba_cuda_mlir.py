@@ -2,7 +2,8 @@
 
 The prototype of docs/backends.md, which evaluates numba-cuda-mlir as the successor of numba-cuda
 for flowdsl's lowering. It does not import flowdsl (flowdsl needs numba-cuda; numba-cuda-mlir is
-meant to replace it), so run it in an environment of its own:
+meant to replace it; of flowdsl it runs only the standard-library ELF reader, flowdsl/lowering/elf.py,
+by its path), so run it in an environment of its own:
 
     python3 -m venv /tmp/mlir-venv && /tmp/mlir-venv/bin/pip install 'numba-cuda-mlir[cu13]==0.6.0'
     /tmp/mlir-venv/bin/python scripts/try_numba_cuda_mlir.py [--arch sm_90] [--nccl 2.28.9]
@@ -21,12 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import struct
+import runpy
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: FUNC symbols of an ELF64 cubin: flowdsl's own reader, a standard-library file run by its path.
+_function_symbols = runpy.run_path(str(ROOT / "flowdsl" / "lowering" / "elf.py"))["function_symbols"]
 #: The support functions the kernel calls (their numba-cuda-mlir signatures: ``_declare_support``).
 SUPPORT_CALLS = ("flowdsl_comm_lsa_size", "flowdsl_get_peer_pointer", "flowdsl_lsa_barrier_sync__cta")
 
@@ -207,7 +210,7 @@ def compile_and_link(arch: str, nccl: str) -> int:
     objects = [("sum_rows", ltoir), ("flowdsl_support", support)]
     cubin = bytes(_step(f"nvJitLink (cuda.core) with {support_path.relative_to(ROOT)}",
                         lambda: _link(arch, objects, "cubin")))
-    defined = _elf_functions(cubin)
+    defined = _function_symbols(cubin)
     print(f"       cubin: {len(cubin)} bytes, {len(defined)} functions: {[_short(f) for f in defined]}")
     ptx = _step("the same link to PTX", lambda: _link(arch, objects, "ptx")).decode()
     entry = re.search(r"\.entry (\S+)\((.*?)\)", ptx, re.S)
@@ -217,8 +220,8 @@ def compile_and_link(arch: str, nccl: str) -> int:
           f"support calls left after LTO: {[s for s in SUPPORT_CALLS if s in ptx]}")
     own = _step("cuda.compile_cubin (numba-cuda-mlir's own link)",
                 lambda: cuda.compile_cubin(pyfunc, signature, device=False, abi="numba", chip=arch, lto=True))
-    print(f"       cubin: {len(own)} bytes, {len(_elf_functions(own))} functions")
-    unresolved = [f for f in _elf_functions(cubin, defined_only=False) if f not in defined]
+    print(f"       cubin: {len(own)} bytes, {len(_function_symbols(own))} functions")
+    unresolved = [f for f in _function_symbols(cubin, defined_only=False) if f not in defined]
     if unresolved:
         print(f"[FAIL] unresolved in the cubin: {unresolved}")
         return 1
@@ -227,24 +230,6 @@ def compile_and_link(arch: str, nccl: str) -> int:
 
 def _short(symbol: str) -> str:
     return symbol if len(symbol) <= 48 else f"{symbol[:30]}...{symbol[-15:]}"
-
-
-def _elf_functions(elf: bytes, defined_only: bool = True) -> list[str]:
-    """FUNC symbols of an ELF64 cubin (flowdsl.lowering.compiler.elf_function_symbols, which needs numba-cuda)."""
-    shoff, = struct.unpack_from("<Q", elf, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
-    names = []
-    for sec in sections:
-        if sec[1] != 2:  # SHT_SYMTAB
-            continue
-        strtab = sections[sec[6]]
-        for pos in range(sec[4], sec[4] + sec[5], sec[9]):
-            st_name, st_info, _, st_shndx = struct.unpack_from("<IBBH", elf, pos)
-            if st_info & 0xF == 2 and (not defined_only or st_shndx != 0):  # STT_FUNC
-                start = strtab[4] + st_name
-                names.append(elf[start:elf.index(b"\0", start)].decode())
-    return names
 
 
 def main(argv=None) -> int:

@@ -20,7 +20,7 @@ from numba import cuda
 import flowdsl
 from flowdsl import MemoryOrder, coop, gin, team
 
-__all__ = ["alltoall_gin", "run", "run_alltoall", "signal_round", "put_blocks"]
+__all__ = ["alltoall_gin", "run", "run_alltoall", "signal_round", "open_round", "put_blocks"]
 
 
 @flowdsl.device
@@ -30,6 +30,18 @@ def signal_round(comm):
     ctx = gin.context(comm, 0)
     sig = cuda.blockIdx.x
     return ctx, sig, gin.read_signal(ctx, sig)
+
+
+@flowdsl.device
+def open_round(comm):
+    """How both all-to-alls start: :func:`signal_round`, then the world barrier (hybrid: LSA inside a
+    node, GIN across) on the CTA, passed so that no peer still reads an earlier result. Returns
+    ``(ctx, sig, base, cta, bar)``; the kernel syncs ``bar`` again once it is done."""
+    ctx, sig, base = signal_round(comm)
+    cta = coop.cta()
+    bar = gin.hybrid_barrier(ctx, cta, cuda.blockIdx.x)
+    bar.sync(MemoryOrder.ACQUIRE)
+    return ctx, sig, base, cta, bar
 
 
 @flowdsl.device
@@ -44,10 +56,7 @@ def put_blocks(ctx, world, first, last, send_win, recv_win, size, sig):
 
 @flowdsl.kernel
 def alltoall_gin(comm, send_win, recv_win, count, itemsize):
-    ctx, sig, base = signal_round(comm)
-    cta = coop.cta()
-    bar = gin.hybrid_barrier(ctx, cta, cuda.blockIdx.x)
-    bar.sync(MemoryOrder.ACQUIRE)
+    ctx, sig, base, cta, bar = open_round(comm)
     world = team.world(comm)
     put_blocks(ctx, world, 0, world.nranks, send_win, recv_win, count * itemsize, sig)
     # The senders' thread `world.rank` (same on every rank) issues the put to this rank: its block

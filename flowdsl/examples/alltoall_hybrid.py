@@ -15,18 +15,15 @@ from __future__ import annotations
 from numba import cuda
 
 import flowdsl
-from flowdsl import MemoryOrder, coop, gin, lsa, team
-from flowdsl.examples.alltoall_gin import put_blocks, run_alltoall, signal_round
+from flowdsl import MemoryOrder, gin, lsa, team
+from flowdsl.examples.alltoall_gin import open_round, put_blocks, run_alltoall
 
 __all__ = ["alltoall_hybrid", "run"]
 
 
 @flowdsl.kernel
 def alltoall_hybrid(comm, send_win, recv_win, count, itemsize):
-    ctx, sig, base = signal_round(comm)
-    cta = coop.cta()
-    bar = gin.hybrid_barrier(ctx, cta, cuda.blockIdx.x)
-    bar.sync(MemoryOrder.ACQUIRE)
+    ctx, sig, base, cta, bar = open_round(comm)
     world = team.world(comm)
     local = team.lsa(comm)
     start_lsa = world.rank - local.rank

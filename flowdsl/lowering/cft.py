@@ -25,8 +25,7 @@ import re
 from numba import cuda
 from numba.core import types
 from numba.core.errors import NumbaTypeError
-from numba.cuda import models
-from numba.cuda.extending import make_attribute_wrapper, overload, overload_method, register_model
+from numba.cuda.extending import make_attribute_wrapper, overload, overload_method
 
 from .. import cft
 from .._spec import SPECS, spec_of
@@ -36,7 +35,7 @@ from .declarations import extern
 from .intrinsics import array_ptr, devcomm_ptr, enum_value, struct_maker, value_or
 from .target import note_feature
 from .team import team_from
-from .types import CoopType, DevCommType
+from .types import SessionType, register_struct_model
 
 __all__ = ["CftSessionType", "CftBarrierSessionType", "CFT_FEATURE", "cft_primitives_called"]
 
@@ -50,6 +49,18 @@ def _check(stub, *arg_types):
     note_feature(CFT_FEATURE)
 
 
+def _checked(stub, *arg_types, coop=None):
+    """:func:`_check`, then the C function ``stub`` calls (``coop``'s, for a function of each coop kind)."""
+    _check(stub, *arg_types)
+    return extern(stub, coop)
+
+
+def _session_checked(stub, session, *arg_types):
+    """:func:`_checked` for a call on ``session``: the C function of its coop (read once the session is checked)."""
+    _check(stub, session, *arg_types)
+    return extern(stub, session.coop)
+
+
 _CALL = re.compile(r"@\"?(flowdsl_cft_[a-z_]+?)(?:__(?:thread|warp|lanes|warp_span|cta))?\"?\(")
 
 
@@ -61,40 +72,20 @@ def cft_primitives_called(llvm_ir: str) -> list[str]:
                    for stem in _CALL.findall(llvm_ir)})
 
 
-class CftSessionType(types.Type):
+class CftSessionType(SessionType):
     """A CFT session (``ncclCft<Coop>``) over kernel-provided shared memory."""
 
-    def __init__(self, comm: DevCommType, coop: CoopType):
-        self.comm, self.coop = comm, coop
-        super().__init__(name=f"CftSession({comm}, {coop})")
-
-    @property
-    def key(self):
-        return self.comm, self.coop
+    label = "CftSession"
 
 
-class CftBarrierSessionType(types.Type):
+class CftBarrierSessionType(SessionType):
     """A CFT barrier session (``ncclCftBarrierSession<Coop>``)."""
 
-    def __init__(self, comm: DevCommType, coop: CoopType):
-        self.comm, self.coop = comm, coop
-        super().__init__(name=f"CftBarrierSession({comm}, {coop})")
-
-    @property
-    def key(self):
-        return self.comm, self.coop
+    label = "CftBarrierSession"
 
 
-@register_model(CftSessionType)
-class _CftSessionModel(models.StructModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, [("comm", fe_type.comm), ("coop", fe_type.coop), ("storage", types.voidptr)])
-
-
-@register_model(CftBarrierSessionType)
-class _CftBarrierSessionModel(models.StructModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, [("comm", fe_type.comm), ("coop", fe_type.coop), ("index", types.uint32)])
+register_struct_model(CftSessionType, lambda fe: [("comm", fe.comm), ("coop", fe.coop), ("storage", types.voidptr)])
+register_struct_model(CftBarrierSessionType, lambda fe: [("comm", fe.comm), ("coop", fe.coop), ("index", types.uint32)])
 
 
 for _name in ("comm", "coop", "storage"):
@@ -119,14 +110,12 @@ _SYS = int(cft.MemFenceScope.SYS)
 
 @overload(cft.team)
 def cft_team(comm):
-    _check(cft.team, comm)
-    return team_from(extern(cft.team))
+    return team_from(_checked(cft.team, comm))
 
 
 @overload(cft.le_info)
 def cft_le_info(comm, win, offset, team, peer):
-    _check(cft.le_info, comm, win, offset, team)
-    fn = extern(cft.le_info)
+    fn = _checked(cft.le_info, comm, win, offset, team)
 
     def impl(comm, win, offset, team, peer):
         out = cuda.local.array(2, types.uint64)
@@ -137,8 +126,7 @@ def cft_le_info(comm, win, offset, team, peer):
 
 @overload(cft.peer_le_info)
 def cft_peer_le_info(comm, win, offset, peer):
-    _check(cft.peer_le_info, comm, win)
-    fn = extern(cft.peer_le_info)
+    fn = _checked(cft.peer_le_info, comm, win)
 
     def impl(comm, win, offset, peer):
         out = cuda.local.array(2, types.uint64)
@@ -166,67 +154,48 @@ def cft_session(comm, coop, storage):
 
 @overload(cft.put)
 def cft_put(session, le_id, le_offset, src, nbytes):
-    _check(cft.put, session, le_id, le_offset, src)
-    fn = extern(cft.put, session.coop)
+    fn = _session_checked(cft.put, session, le_id, le_offset, src)
     return lambda session, le_id, le_offset, src, nbytes: fn(
         session.coop._word, session.storage, le_id, le_offset, array_ptr(src), nbytes)
 
 
 @overload(cft.put_counted)
 def cft_put_counted(session, le_id, le_offset, counter_offset, src, nbytes):
-    _check(cft.put_counted, session, le_id, le_offset, counter_offset, src)
-    fn = extern(cft.put_counted, session.coop)
+    fn = _session_checked(cft.put_counted, session, le_id, le_offset, counter_offset, src)
     return lambda session, le_id, le_offset, counter_offset, src, nbytes: fn(
         session.coop._word, session.storage, le_id, le_offset, counter_offset, array_ptr(src), nbytes)
 
 
 @overload(cft.get)
 def cft_get(session, le_id, le_offset, dst, nbytes):
-    _check(cft.get, session, le_id, le_offset, dst)
-    fn = extern(cft.get, session.coop)
+    fn = _session_checked(cft.get, session, le_id, le_offset, dst)
     return lambda session, le_id, le_offset, dst, nbytes: fn(
         session.coop._word, session.storage, le_id, le_offset, array_ptr(dst), nbytes)
 
 
-def _session_only(stub, session):
-    _check(stub, session)
-    fn = extern(stub, session.coop)
-    return lambda session: fn(session.coop._word, session.storage)
+def _overload_session_only(stub) -> None:
+    """The overload of ``stub(session)``: its C function on the session's coop and storage."""
+    @overload(stub)
+    def typer(session):
+        fn = _session_checked(stub, session)
+        return lambda session: fn(session.coop._word, session.storage)
 
 
-@overload(cft.submit)
-def cft_submit(session):
-    return _session_only(cft.submit, session)
-
-
-@overload(cft.flush)
-def cft_flush(session):
-    return _session_only(cft.flush, session)
-
-
-@overload(cft.flush_smem)
-def cft_flush_smem(session):
-    return _session_only(cft.flush_smem, session)
-
-
-@overload(cft.close)
-def cft_close(session):
-    return _session_only(cft.close, session)
+for _stub in (cft.submit, cft.flush, cft.flush_smem, cft.close):
+    _overload_session_only(_stub)
 
 
 # ---- counted writes and fences -------------------------------------------------------------------------
 
 @overload(cft.read_counter)
 def cft_read_counter(win, offset, order=None):
-    _check(cft.read_counter, win, offset, order)
-    fn = extern(cft.read_counter)
+    fn = _checked(cft.read_counter, win, offset, order)
     return lambda win, offset, order=None: fn(win._handle, offset, value_or(order, _RELAXED))
 
 
 @overload(cft.wait_counted)
 def cft_wait_counted(session, win, offset, expected, order=None, consumer=None):
-    _check(cft.wait_counted, session, win, offset, expected, order, consumer)
-    fn = extern(cft.wait_counted, session.coop)
+    fn = _session_checked(cft.wait_counted, session, win, offset, expected, order, consumer)
 
     def impl(session, win, offset, expected, order=None, consumer=None):
         fn(session.coop._word, devcomm_ptr(session.comm), session.storage, win._handle, offset, expected,
@@ -236,8 +205,7 @@ def cft_wait_counted(session, win, offset, expected, order=None, consumer=None):
 
 @overload(cft.fence)
 def cft_fence(coop, order=None, producer=None, consumer=None, scope=None):
-    _check(cft.fence, coop, order, producer, consumer, scope)
-    fn = extern(cft.fence, coop)
+    fn = _checked(cft.fence, coop, order, producer, consumer, scope, coop=coop)
 
     def impl(coop, order=None, producer=None, consumer=None, scope=None):
         fn(coop._word, value_or(order, _ACQUIRE), value_or(producer, _FABRIC), value_or(consumer, _GENERIC),

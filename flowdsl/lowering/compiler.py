@@ -7,7 +7,6 @@ and links every kernel for every supported target.
 from __future__ import annotations
 
 import re
-import struct
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -18,6 +17,7 @@ from .. import _devices
 from ..errors import UsageError
 from . import backend
 from . import bindings  # noqa: F401 - the device surface is bound before anything compiles
+from .elf import function_symbols
 from .target import Target, compiling_for, noted_features
 
 __all__ = ["CompiledKernel", "compile_kernel", "elf_function_symbols"]
@@ -164,18 +164,4 @@ def elf_function_symbols(elf: bytes, defined_only: bool = True) -> list[str]:
     """
     if elf[:4] != b"\x7fELF" or elf[4] != 2:
         raise UsageError("Cannot read the function symbols: the data is not an ELF64 object (a cubin)")
-    shoff, = struct.unpack_from("<Q", elf, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
-    names = []
-    for sec in sections:
-        if sec[1] != 2:  # SHT_SYMTAB
-            continue
-        strtab = sections[sec[6]]
-        offset, size, entsize = sec[4], sec[5], sec[9]
-        for pos in range(offset, offset + size, entsize):
-            st_name, st_info, _, st_shndx = struct.unpack_from("<IBBH", elf, pos)
-            if st_info & 0xF == 2 and (defined_only is False or st_shndx != 0):  # STT_FUNC
-                start = strtab[4] + st_name
-                names.append(elf[start:elf.index(b"\0", start)].decode())
-    return names
+    return function_symbols(elf, defined_only)

@@ -155,6 +155,19 @@ REMOTE_VARIANTS = (("none", Gate().nccl),) + tuple(
     (name, spec_of(getattr(gin, name)).gate.nccl) for name in gin.__all__ if name.endswith(("_inc", "_add"))
     and name != "counter_inc")
 
+
+def _gin_ids(what: str) -> tuple[Extern, ...]:
+    """The rows of a GIN signal's or counter's (``what``) read, bounded wait and reset: alike but for the name."""
+    ident, name = ("uint32", what), what.capitalize()
+    return (
+        _gin(f"flowdsl_gin_read_{what}", "uint64", [_COMM, ("int", "ctx"), ident, ("int", "bits"), ("order", "order")],
+             f"ncclGin::read{name}."),
+        _gin(f"flowdsl_gin_wait_{what}", "void", [_COMM, ("int", "ctx"), ident, ("uint64", "least"), ("int", "bits"),
+                                                  ("order", "order")], f"ncclGin::wait{name}, bounded.", coop=True),
+        _gin(f"flowdsl_gin_reset_{what}", "void", [_COMM, ("int", "ctx"), ident], f"ncclGin::reset{name}."),
+    )
+
+
 EXTERNS: tuple[Extern, ...] = (
     # Device communicator fields.
     _e("flowdsl_comm_rank", "int", [_COMM], "World rank of this device communicator."),
@@ -216,20 +229,8 @@ EXTERNS: tuple[Extern, ...] = (
                                      ("size_t", "remote_offset"), ("window", "local"), ("size_t", "local_offset"),
                                      ("size_t", "bytes")], "ncclGin::get.", coop=True),
     _gin("flowdsl_gin_flush", "void", [_COMM, ("int", "ctx"), ("order", "order")], "ncclGin::flush.", coop=True),
-    _gin("flowdsl_gin_read_signal", "uint64", [_COMM, ("int", "ctx"), ("uint32", "signal"), ("int", "bits"),
-                                               ("order", "order")], "ncclGin::readSignal."),
-    _gin("flowdsl_gin_wait_signal", "void", [_COMM, ("int", "ctx"), ("uint32", "signal"), ("uint64", "least"),
-                                             ("int", "bits"), ("order", "order")], "ncclGin::waitSignal, bounded.",
-         coop=True),
-    _gin("flowdsl_gin_reset_signal", "void", [_COMM, ("int", "ctx"), ("uint32", "signal")],
-         "ncclGin::resetSignal."),
-    _gin("flowdsl_gin_read_counter", "uint64", [_COMM, ("int", "ctx"), ("uint32", "counter"), ("int", "bits"),
-                                                ("order", "order")], "ncclGin::readCounter."),
-    _gin("flowdsl_gin_wait_counter", "void", [_COMM, ("int", "ctx"), ("uint32", "counter"), ("uint64", "least"),
-                                              ("int", "bits"), ("order", "order")], "ncclGin::waitCounter, bounded.",
-         coop=True),
-    _gin("flowdsl_gin_reset_counter", "void", [_COMM, ("int", "ctx"), ("uint32", "counter")],
-         "ncclGin::resetCounter."),
+    *_gin_ids("signal"),
+    *_gin_ids("counter"),
     _gin("flowdsl_gin_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
          "ncclGinBarrierSession (rail team)::sync, bounded.", coop=True),
     _gin("flowdsl_hybrid_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from numba.core import cgutils, types
 from numba.core.errors import NumbaTypeError
-from numba.cuda import models
-from numba.cuda.extending import intrinsic, make_attribute_wrapper, overload, overload_method, register_model
+from numba.cuda.extending import intrinsic, make_attribute_wrapper, overload, overload_method
 
 from .. import gin
 from .._spec import spec_of
@@ -31,7 +30,7 @@ from .declarations import DECLARED, extern
 from .externs import PAYLOAD_SUFFIX, REMOTE_VARIANTS
 from .intrinsics import devcomm_ptr, enum_value, struct_maker, value_or
 from .target import note_feature
-from .types import CoopType, DevCommType
+from .types import CoopType, DevCommType, register_struct_model
 
 __all__ = ["GinContextType", "RemoteActionType", "LocalActionType", "GinBarrierSessionType", "REMOTE_KINDS",
            "STRONG_SIGNAL_FEATURE", "GIN_FEATURE", "backend_feature", "linked_backend"]
@@ -108,29 +107,11 @@ class GinBarrierSessionType(types.Type):
 local_action_type = LocalActionType()
 
 
-@register_model(GinContextType)
-class _GinContextModel(models.StructModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, [("comm", fe_type.comm), ("index", types.int32)])
-
-
-@register_model(RemoteActionType)
-class _RemoteActionModel(models.StructModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, [("signal", types.uint32), ("win", types.voidptr),
-                                        ("offset", types.uint64), ("value", types.uint64)])
-
-
-@register_model(LocalActionType)
-class _LocalActionModel(models.StructModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, [("counter", types.uint32)])
-
-
-@register_model(GinBarrierSessionType)
-class _GinBarrierSessionModel(models.StructModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, [("ctx", fe_type.ctx), ("coop", fe_type.coop), ("index", types.uint32)])
+register_struct_model(GinContextType, lambda fe: [("comm", fe.comm), ("index", types.int32)])
+register_struct_model(RemoteActionType, lambda fe: [("signal", types.uint32), ("win", types.voidptr),
+                                                    ("offset", types.uint64), ("value", types.uint64)])
+register_struct_model(LocalActionType, lambda fe: [("counter", types.uint32)])
+register_struct_model(GinBarrierSessionType, lambda fe: [("ctx", fe.ctx), ("coop", fe.coop), ("index", types.uint32)])
 
 
 for _name in ("comm", "index"):
@@ -241,68 +222,31 @@ def gin_context(comm, index=0):
     return lambda comm, index=0: _make_context(comm, index)
 
 
-@overload(gin.signal_inc)
-def gin_signal_inc(signal):
-    make = _make_remote["signal_inc"]
-    return lambda signal: make(signal, _null(), 0, 1)
+def _overload_action(kind: str) -> None:
+    """The overload of ``gin.<kind>``, a remote action of that kind: indexed (``signal``) or VA (``win``,
+    ``offset``), an increment or an add (``value``). Its operands are ``(signal, VA window, VA offset, value)``,
+    zero where the kind has none, 1 for an increment's value."""
+    stub, make = getattr(gin, kind), _make_remote[kind]
+    if "va_" not in kind and kind.endswith("_inc"):
+        def typer(signal):
+            return lambda signal: make(signal, _null(), 0, 1)
+    elif "va_" not in kind:
+        def typer(signal, value):
+            return lambda signal, value: make(signal, _null(), 0, value)
+    elif kind.endswith("_inc"):
+        def typer(win, offset):
+            check(stub, win, gated=False)
+            return lambda win, offset: make(0, win._handle, offset, 1)
+    else:
+        def typer(win, offset, value):
+            check(stub, win, gated=False)
+            return lambda win, offset, value: make(0, win._handle, offset, value)
+    overload(stub)(typer)
 
 
-@overload(gin.signal_add)
-def gin_signal_add(signal, value):
-    make = _make_remote["signal_add"]
-    return lambda signal, value: make(signal, _null(), 0, value)
-
-
-@overload(gin.strong_signal_inc)
-def gin_strong_signal_inc(signal):
-    make = _make_remote["strong_signal_inc"]
-    return lambda signal: make(signal, _null(), 0, 1)
-
-
-@overload(gin.weak_signal_inc)
-def gin_weak_signal_inc(signal):
-    make = _make_remote["weak_signal_inc"]
-    return lambda signal: make(signal, _null(), 0, 1)
-
-
-@overload(gin.strong_signal_add)
-def gin_strong_signal_add(signal, value):
-    make = _make_remote["strong_signal_add"]
-    return lambda signal, value: make(signal, _null(), 0, value)
-
-
-@overload(gin.weak_signal_add)
-def gin_weak_signal_add(signal, value):
-    make = _make_remote["weak_signal_add"]
-    return lambda signal, value: make(signal, _null(), 0, value)
-
-
-@overload(gin.strong_va_signal_inc)
-def gin_strong_va_signal_inc(win, offset):
-    check(gin.strong_va_signal_inc, win, gated=False)
-    make = _make_remote["strong_va_signal_inc"]
-    return lambda win, offset: make(0, win._handle, offset, 1)
-
-
-@overload(gin.weak_va_signal_inc)
-def gin_weak_va_signal_inc(win, offset):
-    check(gin.weak_va_signal_inc, win, gated=False)
-    make = _make_remote["weak_va_signal_inc"]
-    return lambda win, offset: make(0, win._handle, offset, 1)
-
-
-@overload(gin.strong_va_signal_add)
-def gin_strong_va_signal_add(win, offset, value):
-    check(gin.strong_va_signal_add, win, gated=False)
-    make = _make_remote["strong_va_signal_add"]
-    return lambda win, offset, value: make(0, win._handle, offset, value)
-
-
-@overload(gin.weak_va_signal_add)
-def gin_weak_va_signal_add(win, offset, value):
-    check(gin.weak_va_signal_add, win, gated=False)
-    make = _make_remote["weak_va_signal_add"]
-    return lambda win, offset, value: make(0, win._handle, offset, value)
+for _kind in REMOTE_KINDS:
+    if _kind != "none":
+        _overload_action(_kind)
 
 
 @overload(gin.counter_inc)

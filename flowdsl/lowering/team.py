@@ -16,28 +16,18 @@ from .types import DevCommType
 
 __all__ = ["team_from"]
 
-_rank, _nranks = DECLARED["flowdsl_comm_rank"], DECLARED["flowdsl_comm_nranks"]
-_lsa_rank, _lsa_size = DECLARED["flowdsl_comm_lsa_rank"], DECLARED["flowdsl_comm_lsa_size"]
+
+def _overload_comm_field(name: str) -> None:
+    """``comm.<name>`` of a device communicator: its support function ``flowdsl_comm_<name>``."""
+    fn = DECLARED[f"flowdsl_comm_{name}"]
+
+    @overload_attribute(DevCommType, name)
+    def field(comm):
+        return lambda comm: fn(devcomm_ptr(comm))
 
 
-@overload_attribute(DevCommType, "rank")
-def comm_rank(comm):
-    return lambda comm: _rank(devcomm_ptr(comm))
-
-
-@overload_attribute(DevCommType, "nranks")
-def comm_nranks(comm):
-    return lambda comm: _nranks(devcomm_ptr(comm))
-
-
-@overload_attribute(DevCommType, "lsa_rank")
-def comm_lsa_rank(comm):
-    return lambda comm: _lsa_rank(devcomm_ptr(comm))
-
-
-@overload_attribute(DevCommType, "lsa_size")
-def comm_lsa_size(comm):
-    return lambda comm: _lsa_size(devcomm_ptr(comm))
+for _field in ("rank", "nranks", "lsa_rank", "lsa_size"):
+    _overload_comm_field(_field)
 
 
 def team_from(fn):

@@ -19,8 +19,9 @@ from numba.cuda.extending import register_model
 from ..enums import CoopKind
 
 __all__ = [
-    "DevCommType", "WindowType", "TeamType", "CoopType", "LsaBarrierSessionType",
+    "DevCommType", "WindowType", "TeamType", "CoopType", "SessionType", "LsaBarrierSessionType",
     "team_type", "ArgumentMarshaller", "ConstantEnumClass", "devcomm_words", "bind_attributes",
+    "register_struct_model",
 ]
 
 
@@ -87,17 +88,25 @@ class CoopType(types.Type):
         return self.kind
 
 
-class LsaBarrierSessionType(types.Type):
-    """An LSA barrier session: the communicator, the coop and the barrier index."""
+class SessionType(types.Type):
+    """A session a coop opens on a device communicator (a barrier's, a CFT session): typed by both, named
+    ``<label>(comm, coop)``."""
+
+    label = "Session"
 
     def __init__(self, comm: DevCommType, coop: CoopType):
-        self.comm = comm
-        self.coop = coop
-        super().__init__(name=f"LsaBarrierSession({comm}, {coop})")
+        self.comm, self.coop = comm, coop
+        super().__init__(name=f"{self.label}({comm}, {coop})")
 
     @property
     def key(self):
         return self.comm, self.coop
+
+
+class LsaBarrierSessionType(SessionType):
+    """An LSA barrier session: the communicator, the coop and the barrier index."""
+
+    label = "LsaBarrierSession"
 
 
 class ConstantEnumClass(types.Dummy):
@@ -112,39 +121,24 @@ class ConstantEnumClass(types.Dummy):
         return self.instance_class
 
 
+def register_struct_model(type_class, members) -> None:
+    """Give ``type_class`` a struct data model whose members, ``(name, numba type)`` pairs, are
+    ``members(fe_type)`` (they may depend on the type's parameters)."""
+
+    class Model(models.StructModel):
+        def __init__(self, dmm, fe_type):
+            super().__init__(dmm, fe_type, members(fe_type))
+
+    Model.__name__ = Model.__qualname__ = f"_{type_class.__name__.removesuffix('Type')}Model"
+    register_model(type_class)(Model)
+
+
 register_model(ConstantEnumClass)(OpaqueModel)
-
-
-@register_model(DevCommType)
-class _DevCommModel(models.StructModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, [("words", fe_type.words_type)])
-
-
-@register_model(WindowType)
-class _WindowModel(models.StructModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, [("handle", types.voidptr), ("nbytes", types.uint64)])
-
-
-@register_model(TeamType)
-class _TeamModel(models.StructModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, [("nranks", types.int32), ("rank", types.int32),
-                                        ("stride", types.int32)])
-
-
-@register_model(CoopType)
-class _CoopModel(models.StructModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, [("word", types.uint32)])
-
-
-@register_model(LsaBarrierSessionType)
-class _LsaBarrierSessionModel(models.StructModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, [("comm", fe_type.comm), ("coop", fe_type.coop),
-                                        ("index", types.uint32)])
+register_struct_model(DevCommType, lambda fe: [("words", fe.words_type)])
+register_struct_model(WindowType, lambda fe: [("handle", types.voidptr), ("nbytes", types.uint64)])
+register_struct_model(TeamType, lambda fe: [("nranks", types.int32), ("rank", types.int32), ("stride", types.int32)])
+register_struct_model(CoopType, lambda fe: [("word", types.uint32)])
+register_struct_model(LsaBarrierSessionType, lambda fe: [("comm", fe.comm), ("coop", fe.coop), ("index", types.uint32)])
 
 
 def bind_attributes() -> None:

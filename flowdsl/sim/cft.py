@@ -36,8 +36,8 @@ import numpy as np
 from ..cft import MemProxyType
 from ..enums import MemoryOrder
 from . import _state
-from .errors import BarrierIndexError, CftCoverageError, UsageError, WindowAccessError
-from .checks import KIND_CHECKS
+from .errors import CftCoverageError, UsageError, WindowAccessError
+from .checks import KIND_CHECKS, barrier_index
 from .coop import coop_sync
 from .gin import roll_ge
 from .network import Op
@@ -531,12 +531,7 @@ def _cft_barrier(comm, coop, index):
         raise sim_error(UsageError, f"Cannot open a CFT barrier on {comm!r}: it is not a device communicator. "
                         "Pass the DevComm from comm.device_communicator()")
     bs = _bar_state(g)
-    index = int(index)
-    if not 0 <= index < bs.count:
-        raise sim_error(BarrierIndexError, (
-            f"Cannot open CFT barrier {index}: the device communicator has cft_barrier_count={bs.count} "
-            f"(valid indices 0..{bs.count - 1}). Create it with comm.device_communicator(cft_barrier_count="
-            f"{index + 1}) or more, or use a smaller index"))
+    index = barrier_index(index, bs.count, "CFT barrier", "cft_barrier_count")
     return CftBarrierSession(comm, coop, index, bs.epoch[current().rank][index])
 
 

@@ -7,7 +7,9 @@ requires ``what``, got ``type``"), followed by the fix. The kinds whose values t
 define (coops, teams, sessions, GIN contexts and actions) are added by the modules that define them.
 A narrowed argument is checked for its element types and choices too (whether a value was a
 compile-time constant is the GPU's concern alone). Omitted optional arguments (or None for them)
-are not checked; checks of value (ranges, ids, which rank's window) stay with each implementation.
+are not checked; checks of value (ranges, ids, which rank's window) stay with each implementation, but
+for the one refusal of an id or index beyond what the device communicator was created with
+(:func:`check_index`, :func:`barrier_index`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ import inspect
 import numpy as np
 
 from .._spec import spec_of
-from .errors import UsageError
+from .errors import BarrierIndexError, UsageError
 from .memory import Window, WindowView
 from .scheduler import sim_error
 
-__all__ = ["check_call", "KIND_CHECKS"]
+__all__ = ["check_call", "KIND_CHECKS", "check_index", "barrier_index"]
 
 
 def _is_int(v) -> bool:
@@ -92,3 +94,20 @@ def check_call(name: str, args: tuple, kwargs: dict) -> None:
         if arg.choices and value not in arg.choices:
             spec = spec_of(name)
             raise sim_error(UsageError, f"{spec.refusal_choice(param, int(value))}. {spec.fix_choice(param)}")
+
+
+def check_index(index, count: int, req: str, refusal, error=BarrierIndexError, unit: str = "index") -> int:
+    """``index`` as an int, refused with ``error`` unless ``0 <= index < count``, ``count`` being what the device
+    communicator was created with (its requirement ``req``): the message is ``refusal(index)``, then the fix (a
+    larger ``req``, or a smaller ``unit``)."""
+    index = int(index)
+    if not 0 <= index < count:
+        raise sim_error(error, f"{refusal(index)}. Create it with comm.device_communicator({req}={index + 1}) "
+                        f"or more, or use a smaller {unit}")
+    return index
+
+
+def barrier_index(index, count: int, what: str, req: str) -> int:
+    """The index of a ``what`` barrier, refused unless the device communicator has ``count`` of them (its ``req``)."""
+    return check_index(index, count, req, lambda i: f"Cannot open {what} {i}: the device communicator has "
+                       f"{req}={count} (valid indices 0..{count - 1})")

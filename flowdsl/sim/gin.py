@@ -12,7 +12,7 @@ import numpy as np
 
 from ..enums import MemoryOrder
 from . import _state
-from .checks import KIND_CHECKS
+from .checks import KIND_CHECKS, barrier_index, check_index
 from .coop import coop_sync
 from .errors import BarrierIndexError, GinBackendError, GinResourceError, UsageError, WindowAccessError
 from .lsa import BarrierSession, lsa_arrive, lsa_barrier, lsa_wait
@@ -57,12 +57,13 @@ class Action:
 
 
 class GinContext:
-    """``ncclGin``: GIN context ``index`` of a device communicator."""
+    """``ncclGin``: GIN context ``index`` of a device communicator (refused beyond its context count)."""
 
     __slots__ = ("comm", "index", "state")
 
-    def __init__(self, comm, index, state):
-        self.comm, self.index, self.state = comm, index, state
+    def __init__(self, comm, index):
+        self.comm, self.state = comm, gin_state(comm)
+        self.index = _check_id(index, self.state.contexts, "context", f"make GIN context {int(index)}", "index")
 
     def __repr__(self):
         return f"<sim GIN context {self.index} of {self.comm!r}>"
@@ -117,24 +118,20 @@ def _net():
     return net
 
 
+def _check_id(ident, count, noun, op, unit="id"):
+    """``ident`` as an int, refused unless it is below ``count``, how many ``noun`` ids the device communicator
+    was created with (its ``gin_<noun>_count``)."""
+    return check_index(ident, count, f"gin_{noun}_count", lambda i: f"Cannot {op}: {noun} {unit} {i} is beyond "
+                       f"the {count} {noun}s the device communicator was created with (gin_{noun}_count={count})",
+                       GinResourceError, unit)
+
+
 def _check_signal(st, ident, op):
-    ident = int(ident)
-    if not 0 <= ident < st.nsignals:
-        raise sim_error(GinResourceError, (
-            f"Cannot {op}: signal id {ident} is beyond the {st.nsignals} signals the device communicator was "
-            f"created with (gin_signal_count={st.nsignals}). Create it with "
-            f"comm.device_communicator(gin_signal_count={ident + 1}) or more, or use a smaller id"))
-    return ident
+    return _check_id(ident, st.nsignals, "signal", op)
 
 
 def _check_counter(st, ident, op):
-    ident = int(ident)
-    if not 0 <= ident < st.ncounters:
-        raise sim_error(GinResourceError, (
-            f"Cannot {op}: counter id {ident} is beyond the {st.ncounters} counters the device communicator "
-            f"was created with (gin_counter_count={st.ncounters}). Create it with "
-            f"comm.device_communicator(gin_counter_count={ident + 1}) or more, or use a smaller id"))
-    return ident
+    return _check_id(ident, st.ncounters, "counter", op)
 
 
 def _peer(ctx, team, peer, op):
@@ -153,6 +150,17 @@ def _range(group, off, n, op, what, rank):
             f"Cannot {op}: {what} bytes {off}..{off + n - 1} ({n} bytes) lie outside {group.name()} of rank "
             f"{rank} ({group.nbytes} bytes). Check the offset and size arithmetic (GIN offsets are in bytes)"))
     return off, n
+
+
+def _spans(opn, dst, nbytes, at_peer, here):
+    """The two windows of a put or get, each ``(window, offset, parameter, what)``, checked: both this rank's,
+    ``nbytes`` inside ``at_peer``'s part at world rank ``dst`` and inside ``here``'s part here. What its Op
+    carries: ``(group, off, n, lgroup, loff)``."""
+    (pwin, poff, pname, pwhat), (hwin, hoff, hname, hwhat) = at_peer, here
+    pg, hg = pwin.own(opn, pname).group, hwin.own(opn, hname).group
+    poff, n = _range(pg, poff, nbytes, opn, pwhat, dst)
+    hoff, _ = _range(hg, hoff, nbytes, opn, hwhat, current().rank)
+    return pg, poff, n, hg, hoff
 
 
 def _check_remote(ctx, remote, op):
@@ -174,6 +182,12 @@ def _issuer(t, coop):
     return (t.rank, t.launch.seq, t.blk.lin, key)
 
 
+def _sync_coop(coop):
+    """The coop's threads wait for each other (a lone thread has no one to wait for)."""
+    if coop is not None and coop.nthreads > 1:
+        coop_sync(coop)
+
+
 def _coop_issue(coop):
     """Sync a cooperative call; True on the thread that issues it."""
     if coop is None or coop.nthreads == 1:
@@ -185,14 +199,7 @@ def _coop_issue(coop):
 # ---------------------------------------------------------------- context and actions
 @implements("flowdsl.gin.context")
 def _gin_context(comm, index=0):
-    st = gin_state(comm)
-    index = int(index)
-    if not 0 <= index < st.contexts:
-        raise sim_error(GinResourceError, (
-            f"Cannot make GIN context {index}: context index {index} is beyond the {st.contexts} contexts the "
-            f"device communicator was created with (gin_context_count={st.contexts}). Create it with "
-            f"comm.device_communicator(gin_context_count={index + 1}) or more, or use a smaller index"))
-    return GinContext(comm, index, st)
+    return GinContext(comm, index)
 
 
 def _strong_action(prim, kind, ident=None, win=None, offset=0, value=1):
@@ -270,18 +277,16 @@ def _gin_put(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, 
              coop=None):
     opn = "issue flowdsl.gin.put"
     dst = _peer(ctx, team, peer, opn)
-    dg = dst_win.own(opn, "dst_win").group
-    sg = src_win.own(opn, "src_win").group
-    t = current()
-    doff, n = _range(dg, dst_offset, nbytes, opn, "destination", dst)
-    soff, _ = _range(sg, src_offset, nbytes, opn, "source", t.rank)
+    spans = _spans(opn, dst, nbytes, (dst_win, dst_offset, "dst_win", "destination"),
+                   (src_win, src_offset, "src_win", "source"))
     _check_remote(ctx, remote, opn)
     if local is not None:
         _check_counter(ctx.state, local.ident, f"{opn} with flowdsl.gin.counter_inc")
+    t = current()
     if not _coop_issue(coop):
         return None
     op = Op("put", t.rank, dst, ctx.index, ctx.state)
-    op.group, op.off, op.n, op.lgroup, op.loff = dg, doff, n, sg, soff
+    op.group, op.off, op.n, op.lgroup, op.loff = spans
     op.remote, op.counter = remote, local
     _net().issue(op, _issuer(t, coop), t.name())
     return None
@@ -328,15 +333,13 @@ def _gin_signal(ctx, team, peer, remote, coop=None):
 def _gin_get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nbytes, coop=None):
     opn = "issue flowdsl.gin.get"
     dst = _peer(ctx, team, peer, opn)
-    rg = remote_win.own(opn, "remote_win").group
-    lg = local_win.own(opn, "local_win").group
+    spans = _spans(opn, dst, nbytes, (remote_win, remote_offset, "remote_win", "remote"),
+                   (local_win, local_offset, "local_win", "local"))
     t = current()
-    roff, n = _range(rg, remote_offset, nbytes, opn, "remote", dst)
-    loff, _ = _range(lg, local_offset, nbytes, opn, "local", t.rank)
     if not _coop_issue(coop):
         return None
     op = Op("get", t.rank, dst, ctx.index, ctx.state)
-    op.group, op.off, op.n, op.lgroup, op.loff = rg, roff, n, lg, loff
+    op.group, op.off, op.n, op.lgroup, op.loff = spans
     _net().issue(op, _issuer(t, coop), t.name())
     return None
 
@@ -353,8 +356,7 @@ def _gin_flush(ctx, coop, order=None):
         sched.block(t, Wait(f"gin.flush (context {ctx.index}, {net.outstanding.get(key, 0)} operations "
                             "not yet done)"))
     _race_acquire(t, ("flush", key), order)
-    if coop is not None and coop.nthreads > 1:
-        coop_sync(coop)
+    _sync_coop(coop)
     return None
 
 
@@ -363,15 +365,43 @@ def roll_ge(v, least, bits):
     return ((int(v) - int(least)) & mask) < (1 << (bits - 1))
 
 
+# A signal's and a counter's read and wait differ only in the state they read, the labels that name it,
+# and a signal's coverage records, observed where it is read: the rest is _spin_read's and _wait_rolled's.
+def _spin_read(t, values, ident, bits, order, spin_key, race_key):
+    """``values[ident]`` (this rank's signals or counters) to ``bits`` bits, read as a spin step named
+    ``spin_key`` and the value, acquiring from ``race_key``."""
+    _state.sched.yield_spin(t, spin_key + (values[ident],))
+    _race_acquire(t, race_key, order)
+    return values[ident] & ((1 << int(bits)) - 1)
+
+
+def _wait_rolled(t, values, cond, ident, least, bits, code, wait):
+    """Block until ``values[ident]`` (this rank's signals or counters, woken by ``cond``) reaches ``least`` in a
+    rolling comparison over ``bits`` bits: a bounded wait of ``code``, ``wait()`` the record of each block."""
+    while not roll_ge(values[ident], least, int(bits)):
+        cond.waiters.append(t)
+        w = wait()
+        note_bounded(t, code, -1, ident, least, lambda: values[ident], w)
+        _state.sched.block(t, w)
+
+
 @implements("flowdsl.gin.read_signal")
 def _gin_read_signal(ctx, signal, bits=64, order=None):
     st = ctx.state
     sig = _check_signal(st, signal, "read a signal")
-    t = current()
+    t, did = current(), st.group.did
     _net().observe(t.rank, st.sig_pending[t.rank][sig])
-    _state.sched.yield_spin(t, ("gin-signal", st.group.did, t.rank, sig, st.signals[t.rank][sig]))
-    _race_acquire(t, ("sig", st.group.did, t.rank, sig), order)
-    return st.signals[t.rank][sig] & ((1 << int(bits)) - 1)
+    return _spin_read(t, st.signals[t.rank], sig, bits, order, ("gin-signal", did, t.rank, sig),
+                      ("sig", did, t.rank, sig))
+
+
+@implements("flowdsl.gin.read_counter")
+def _gin_read_counter(ctx, counter, bits=56, order=None):
+    st = ctx.state
+    c = _check_counter(st, counter, "read a counter")
+    t, did = current(), st.group.did
+    return _spin_read(t, st.counters[t.rank], c, bits, order, ("gin-counter", did, t.rank, c),
+                      ("ctr", did, t.rank, c))
 
 
 @implements("flowdsl.gin.wait_signal")
@@ -379,23 +409,30 @@ def _gin_wait_signal(ctx, coop, signal, least, bits=64, order=None):
     st = ctx.state
     sig = _check_signal(st, signal, "wait for a signal")
     t = current()
-    sched = _state.sched
-    bits = int(bits)
-    while not roll_ge(st.signals[t.rank][sig], least, bits):
-        st.sig_cond[t.rank].waiters.append(t)
 
-        def detail(s, st=st, r=t.rank, sig=sig):
-            net = s.world.net
-            inc = sum(1 for o in net.inflight if o.dst == r and o.remote is not None)
-            return (f"signal {sig} of rank {r} is {st.signals[r][sig]}; {inc} signalling operations are in "
-                    f"flight to rank {r}")
-        w = Wait(f"gin.wait_signal(signal {sig} >= {int(least)})", detail)
-        note_bounded(t, "GIN_SIGNAL", -1, sig, least, lambda st=st, r=t.rank: st.signals[r][sig], w)
-        sched.block(t, w)
+    def detail(s, st=st, r=t.rank, sig=sig):
+        net = s.world.net
+        inc = sum(1 for o in net.inflight if o.dst == r and o.remote is not None)
+        return (f"signal {sig} of rank {r} is {st.signals[r][sig]}; {inc} signalling operations are in "
+                f"flight to rank {r}")
+    _wait_rolled(t, st.signals[t.rank], st.sig_cond[t.rank], sig, least, bits, "GIN_SIGNAL",
+                 lambda: Wait(f"gin.wait_signal(signal {sig} >= {int(least)})", detail))
     _net().observe(t.rank, st.sig_pending[t.rank][sig])
     _race_acquire(t, ("sig", st.group.did, t.rank, sig), order)
-    if coop is not None and coop.nthreads > 1:
-        coop_sync(coop)
+    _sync_coop(coop)
+    return None
+
+
+@implements("flowdsl.gin.wait_counter")
+def _gin_wait_counter(ctx, coop, counter, least, bits=56, order=None):
+    st = ctx.state
+    c = _check_counter(st, counter, "wait for a counter")
+    t = current()
+    values = st.counters[t.rank]
+    _wait_rolled(t, values, st.ctr_cond[t.rank], c, least, bits, "GIN_COUNTER",
+                 lambda: Wait(f"gin.wait_counter(counter {c} >= {int(least)}; now {values[c]})"))
+    _race_acquire(t, ("ctr", st.group.did, t.rank, c), order)
+    _sync_coop(coop)
     return None
 
 
@@ -409,33 +446,6 @@ def _gin_reset_signal(ctx, signal):
     return None
 
 
-@implements("flowdsl.gin.read_counter")
-def _gin_read_counter(ctx, counter, bits=56, order=None):
-    st = ctx.state
-    c = _check_counter(st, counter, "read a counter")
-    t = current()
-    _state.sched.yield_spin(t, ("gin-counter", st.group.did, t.rank, c, st.counters[t.rank][c]))
-    _race_acquire(t, ("ctr", st.group.did, t.rank, c), order)
-    return st.counters[t.rank][c] & ((1 << int(bits)) - 1)
-
-
-@implements("flowdsl.gin.wait_counter")
-def _gin_wait_counter(ctx, coop, counter, least, bits=56, order=None):
-    st = ctx.state
-    c = _check_counter(st, counter, "wait for a counter")
-    t = current()
-    sched = _state.sched
-    while not roll_ge(st.counters[t.rank][c], least, int(bits)):
-        st.ctr_cond[t.rank].waiters.append(t)
-        w = Wait(f"gin.wait_counter(counter {c} >= {int(least)}; now {st.counters[t.rank][c]})")
-        note_bounded(t, "GIN_COUNTER", -1, c, least, lambda st=st, r=t.rank: st.counters[r][c], w)
-        sched.block(t, w)
-    _race_acquire(t, ("ctr", st.group.did, t.rank, c), order)
-    if coop is not None and coop.nthreads > 1:
-        coop_sync(coop)
-    return None
-
-
 @implements("flowdsl.gin.reset_counter")
 def _gin_reset_counter(ctx, counter):
     st = ctx.state
@@ -445,16 +455,6 @@ def _gin_reset_counter(ctx, counter):
 
 
 # ---------------------------------------------------------------- barriers
-def _check_rail_index(st, index, what):
-    index = int(index)
-    if not 0 <= index < st.nrail:
-        raise sim_error(BarrierIndexError, (
-            f"Cannot open {what} {index}: the device communicator has rail_gin_barrier_count={st.nrail} "
-            f"(valid indices 0..{st.nrail - 1}). Create it with "
-            f"comm.device_communicator(rail_gin_barrier_count={index + 1}) or more, or use a smaller index"))
-    return index
-
-
 class GinBarrierSession:
     """A rail GIN barrier session (``ncclGinBarrierSession`` on the rail team)."""
 
@@ -508,7 +508,7 @@ def _rail_sync(s, order, what="GIN_BARRIER"):
 @implements("flowdsl.gin.barrier")
 def _gin_barrier(ctx, coop, index):
     st = ctx.state
-    index = _check_rail_index(st, index, "GIN rail barrier")
+    index = barrier_index(index, st.nrail, "GIN rail barrier", "rail_gin_barrier_count")
     return GinBarrierSession(ctx, coop, index, st.rail_epoch[current().rank][index])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 
+import greenlet
 import numpy as np
 
 from ..runtime import checks
@@ -16,7 +17,7 @@ from ..errors import ResourceClosedError
 from ..errors import UsageError as _UsageErrorBase
 from .errors import CollectiveMismatchError, SimulationError, UsageError
 from .network import Network
-from .memory import SymBuffer, Window, WindowGroup, poisoned
+from .memory import Closable, SymBuffer, Window, WindowGroup, poisoned
 from .races import RaceDetector, enabled_by_default
 from .scheduler import Block, Cond, HostTask, KernelThread, Launch, Scheduler, Wait, fmt_ids, sim_error
 
@@ -73,7 +74,7 @@ class DevCommGroup:
         self.owner = {}
 
 
-class DevComm:
+class DevComm(Closable):
     """The device communicator a kernel receives (``ncclDevComm``).
 
     Attributes:
@@ -103,18 +104,11 @@ class DevComm:
         """Destroy (idempotent)."""
         self.closed = True
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
     def __repr__(self):
         return f"<sim DevComm #{self.group.did} rank {self.rank}/{self.nranks}>"
 
 
-class SimComm:
+class SimComm(Closable):
     """A simulated rank's host communicator (what ``main(comm)`` receives).
 
     Attributes:
@@ -302,13 +296,6 @@ class SimComm:
         except ResourceClosedError:  # what that wait says of an aborted communicator
             self.close()  # the kernels are done: now it releases
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
 
 class World:
     """Everything the simulated ranks share: scheduler, collectives, launches."""
@@ -488,22 +475,30 @@ def _address(arr) -> int:
     return arr.__array_interface__["data"][0]
 
 
+def _run_task(sched, task, body, where) -> bool:
+    """Run ``body()`` as ``task`` and finish it: True when it returned. An exception goes to the scheduler
+    (``spawn`` raises it); one the simulator did not raise gets a note of where (``where(place)``, ``place``
+    its file and line) and of the seed that replays it. A greenlet's exit passes on."""
+    try:
+        body()
+    except greenlet.GreenletExit:
+        raise
+    except BaseException as e:  # noqa: BLE001 - forwarded to spawn()
+        if not isinstance(e, SimulationError):
+            e.add_note(f"flowdsl.sim: raised {where(_tb_where(e))}; seed={sched.seed} replays it")
+        sched.fail(task, e)
+        return False
+    sched.finish(task)
+    return True
+
+
 def _thread_runner(t, fn, args, world):
     sched = world.sched
 
     def run():
-        try:
-            fn(*args)
-        except BaseException as e:  # noqa: BLE001 - forwarded to spawn()
-            import greenlet
-            if isinstance(e, greenlet.GreenletExit):
-                raise
-            if not isinstance(e, SimulationError):
-                e.add_note(f"flowdsl.sim: raised in {t.name()} of kernel {t.launch.name!r} "
-                           f"at {_tb_where(e)}; seed={sched.seed} replays it")
-            sched.fail(t, e)
+        if not _run_task(sched, t, lambda: fn(*args),
+                         lambda place: f"in {t.name()} of kernel {t.launch.name!r} at {place}"):
             return
-        sched.finish(t)
         if sched.race is not None:
             sched.race.thread_done(t)
         lau = t.launch
@@ -663,20 +658,12 @@ last_run = None
 
 
 def _host_runner(h, main, comm, sched):
+    def body():
+        h.result = main(comm)
+        if sched.world.pending(comm.rank):
+            comm.synchronize()
+        sched.world.host_returned(comm.rank)
+
     def run():
-        try:
-            h.result = main(comm)
-            if sched.world.pending(comm.rank):
-                comm.synchronize()
-            sched.world.host_returned(comm.rank)
-        except BaseException as e:  # noqa: BLE001
-            import greenlet
-            if isinstance(e, greenlet.GreenletExit):
-                raise
-            if not isinstance(e, SimulationError):
-                e.add_note(f"flowdsl.sim: raised on rank {comm.rank} (host, at {_tb_where(e)}); "
-                           f"seed={sched.seed} replays it")
-            sched.fail(h, e)
-            return
-        sched.finish(h)
+        _run_task(sched, h, body, lambda place: f"on rank {comm.rank} (host, at {place})")
     return run

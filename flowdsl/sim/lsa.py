@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import lsa
 from ..enums import MemoryOrder
 from . import _state
-from .checks import KIND_CHECKS
+from .checks import KIND_CHECKS, barrier_index
 from .errors import BarrierIndexError, UsageError, WindowAccessError
 from .scheduler import Wait, sim_error
 from .coop import coop_sync
@@ -143,12 +143,7 @@ KIND_CHECKS.update(lsa_session=lambda v: isinstance(v, BarrierSession))
 def lsa_barrier(comm, coop, index):
     t = current()
     g = comm.group
-    index = int(index)
-    if not 0 <= index < g.lsa_barrier_count:
-        raise sim_error(BarrierIndexError, (
-            f"Cannot open LSA barrier {index}: the device communicator has lsa_barrier_count="
-            f"{g.lsa_barrier_count} (valid indices 0..{g.lsa_barrier_count - 1}). "
-            f"Create it with comm.device_communicator(lsa_barrier_count={index + 1}) or more, or use a smaller index"))
+    index = barrier_index(index, g.lsa_barrier_count, "LSA barrier", "lsa_barrier_count")
     # Two different blocks of one launch must not use the same barrier index at once.
     okey = (t.rank, index)
     owner = g.owner.get(okey)

@@ -15,7 +15,7 @@ from .network import check_read
 from .scheduler import sim_error
 
 __all__ = [
-    "as_dtype", "poisoned", "SymBuffer", "WindowGroup", "Window", "WindowView", "raw",
+    "as_dtype", "poisoned", "SymBuffer", "WindowGroup", "Closable", "Window", "WindowView", "raw",
     "address_key",
 ]
 
@@ -136,7 +136,19 @@ class WindowGroup:
         return f"window #{self.wid}"
 
 
-class Window:
+class Closable:
+    """A resource that ``with`` closes at the end of the block (a window, a communicator, a device
+    communicator), as the GPU runtime's do."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class Window(Closable):
     """A rank's handle on a registered window (what kernels receive)."""
 
     __flowdsl_sim__ = True
@@ -163,13 +175,6 @@ class Window:
     def close(self):
         """Deregister (idempotent)."""
         self.closed = True
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
     def __repr__(self):
         return f"<sim Window #{self.group.wid} rank {self.rank} {self.group.nbytes} bytes>"
@@ -262,7 +267,7 @@ class WindowView:
 
     @property
     def itemsize(self):
-        return self._a.itemsize
+        return self._isz
 
     def __array__(self, dtype=None, copy=None):
         return self._a if dtype is None else self._a.astype(dtype)

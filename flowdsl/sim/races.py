@@ -456,7 +456,8 @@ class RaceDetector:
         return cells, arr._off0 + int(index) * arr._isz
 
     # ---- accesses by the running thread ------------------------------------------------------
-    # read() and write() run on every element access: _ordered() and _site() are inlined there.
+    # read() and write() run on every element access: _ordered() is inlined there, and _site() is called
+    # only at an element's first access in an epoch.
     def read(self, cells, off, obj, idx):
         """A plain read by the running thread."""
         t = _state.cur
@@ -474,12 +475,7 @@ class RaceDetector:
                 for e in rec[2].values():
                     if not _ordered(e, t):
                         self._race(t, "read", obj, idx, off, e, "atomic write", None)
-        f = _getframe(2)  # the caller of the view or array: the user, unless a primitive read for them
-        code = f.f_code
-        while code.co_filename in _SKIP:
-            f = f.f_back
-            code = f.f_code
-        e = (slot, t.clk, t, code, f.f_lasti)
+        e = (slot, t.clk, t, *_site())  # where the user read, unless a primitive read for them
         if rec is None:
             cells[off] = [None, e, None, None, None]
         elif pr is None or (pr.__class__ is tuple and (pr[0] == slot or (pr[0] < len(vc) and vc[pr[0]] >= pr[1]))):
@@ -495,8 +491,7 @@ class RaceDetector:
         slot = t.slot
         rec = cells.get(off)
         if rec is not None:
-            w = rec[0]
-            pr = rec[1]
+            w, pr = rec[0], rec[1]
             if w is not None and w[0] == slot and w[1] == t.clk and pr is None and rec[2] is None \
                     and rec[3] is None:
                 return  # written in this epoch already, nothing since
@@ -510,12 +505,7 @@ class RaceDetector:
                     self._race(t, "write", obj, idx, off, pr, "read", None)
             if rec[2] is not None or rec[3] is not None:
                 self._check_write(t, rec, obj, idx, off, False, None)
-        f = _getframe(2)  # the caller of the view or array: the user, unless a primitive wrote for them
-        code = f.f_code
-        while code.co_filename in _SKIP:
-            f = f.f_back
-            code = f.f_code
-        e = (slot, t.clk, t, code, f.f_lasti)
+        e = (slot, t.clk, t, *_site())  # where the user wrote, unless a primitive wrote for them
         if rec is None:
             cells[off] = [e, None, None, None, None]
         else:

@@ -70,12 +70,8 @@ class Task:
 
     def __init__(self, rank):
         self.slot, self.vc, self.clk, self.relf, self.acqp = -1, None, 0, None, None
-        self.gl = None
-        self.run = None
-        self.box = None
-        self.waiting = None
+        self.gl = self.run = self.box = self.waiting = self.last_spin = None
         self.done = False
-        self.last_spin = None
         self.rank = rank
 
 

@@ -54,8 +54,7 @@ def kept_after(a, i):
 
 @flowdsl.kernel
 def second(a):
-    i = cuda.grid(1)
-    if i < a.size:
+    for i in range(cuda.grid(1), a.size, cuda.gridsize(1)):
         kept_after(a, i)
         inlined_before(a, i)
 

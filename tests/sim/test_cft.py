@@ -47,13 +47,18 @@ def test_missing_fence_after_the_counter_read_is_reported_and_reproduced():
     assert "has not fenced since" in _missing_fence(4, "ordered")   # in order or not, the fence is needed
 
 
+@flowdsl.device
+def _thread_session(comm, state):
+    """The CFT team, and a session of the calling thread over ``state``."""
+    return cft.team(comm), cft.session(comm, coop.thread(), state)
+
+
 @flowdsl.kernel
 def _read_early(comm, win, out, wait):
     """Rank 1 reads rank 0's counted write without (wait=0) or after (wait=1) waiting for its counter."""
     state = cuda.shared.array(4, uint64, alignment=16)
     buf = cuda.shared.array(16, float32, alignment=16)
-    t = cft.team(comm)
-    s = cft.session(comm, coop.thread(), state)
+    t, s = _thread_session(comm, state)
     if t.rank == 0:
         for i in range(16):
             buf[i] = i + 1.0
@@ -98,8 +103,7 @@ def test_reading_counted_data_before_its_counter_names_the_write():
 def _misuse(comm, win, plain, what):
     state = cuda.shared.array(4, uint64, alignment=16)
     buf = cuda.shared.array(16, float32, alignment=16)
-    t = cft.team(comm)
-    s = cft.session(comm, coop.thread(), state)
+    t, s = _thread_session(comm, state)
     le, off = cft.le_info(comm, win, 64, t, 0)
     if what == 0:
         cft.put(s, le, 64, buf, 64)                    # a window offset where an LE offset belongs
