@@ -6,7 +6,8 @@ GPUs (``tests/multigpu/timeouts_worker.py`` under torchrun); both must end with
 (except :func:`skip_collective` on the simulator, which checks collective calls on
 the host first).
 Each ``main(comm)`` returns ``"ok"`` when this rank finished without a timeout, or
-raises the timeout.
+raises the timeout. :func:`skip_gin_barrier` needs ranks on several nodes (GIN across
+them): the simulator runs it; GPUs of one node cannot (it is not in :data:`PROGRAMS`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 from numba import cuda, uint64
 
 import flowdsl
-from flowdsl import MemoryOrder, ThreadScope, coop, flow, lsa, mem, wait
+from flowdsl import MemoryOrder, ThreadScope, coop, flow, gin, lsa, mem, wait
 from flowdsl import collectives as coll
 
 #: Seconds a GPU wait may last in these programs (the simulator needs no clock).
@@ -82,6 +83,28 @@ def skip_barrier(absent: int = 1):
         comm.wait_timeout = TIMEOUT
         with comm.device_communicator(lsa_barrier_count=1) as dc:
             absent_at_barrier[1, 32](dc, absent)
+            comm.synchronize()
+        return "ok"
+    return main
+
+
+@flowdsl.kernel
+def absent_at_gin_barrier(comm, absent, hybrid):
+    """Every rank but ``absent`` syncs on GIN barrier 0: the rail team's (``hybrid`` 0) or the world's."""
+    ctx = gin.context(comm, 0)
+    if comm.rank != absent:
+        if hybrid == 1:
+            gin.hybrid_barrier(ctx, coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
+        else:
+            gin.barrier(ctx, coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
+
+
+def skip_gin_barrier(absent: int = 1, hybrid: bool = False):
+    """As :func:`skip_barrier`, on the rail team's GIN barrier or the hybrid (world) barrier."""
+    def main(comm):
+        comm.wait_timeout = TIMEOUT
+        with comm.device_communicator(barrier_count=1, rail_gin_barrier_count=1) as dc:
+            absent_at_gin_barrier[1, 32](dc, absent, int(hybrid))
             comm.synchronize()
         return "ok"
     return main

@@ -23,9 +23,9 @@ from tests import planted_hangs as planted
 pytestmark = pytest.mark.sim
 
 
-def _timeout(main, nranks=2, seed=3) -> sim.WaitTimeoutError:
+def _timeout(main, nranks=2, seed=3, **options) -> sim.WaitTimeoutError:
     with pytest.raises(sim.WaitTimeoutError) as info:
-        sim.spawn(main, nranks=nranks, seed=seed)
+        sim.spawn(main, nranks=nranks, seed=seed, **options)
     err = info.value
     assert isinstance(err, DeviceTimeoutError) and isinstance(err, sim.DeadlockError)
     return err
@@ -141,3 +141,18 @@ def test_poll_needs_a_device_communicator():
 
     with pytest.raises(TypeError, match="flowdsl.wait.poll requires a device communicator"):
         sim.spawn(main, nranks=1)
+
+
+@pytest.mark.parametrize("hybrid,primitive", [(False, "gin barrier sync, barrier"),
+                                              (True, "gin hybrid barrier sync, barrier")])
+def test_a_rank_absent_at_a_gin_barrier_leaves_its_rail_peers_with_the_diagnosis(hybrid, primitive):
+    # 2 nodes of 2: rank 1's rail peer is rank 3 (node 1); rank 0's LSA peer (rank 1) is absent too,
+    # so on the hybrid barrier rank 0 waits at the LSA stage, rank 2 at the rail stage
+    err = _timeout(planted.skip_gin_barrier(absent=1, hybrid=hybrid), nranks=4, nodes=2)
+    msg = str(err)
+    assert "a device-side wait on rank 3 gave up" in msg and "from peer rank 1: expected 1, last seen 0" in msg
+    assert f"waited for {primitive} 0 from peer rank 1" in msg, msg[:1500]
+    assert "rank 1 gave up" not in msg
+    if hybrid:
+        assert "a device-side wait on rank 0 gave up" in msg and "waited for lsa barrier wait, barrier 0" in msg
+    _same_format(err)
