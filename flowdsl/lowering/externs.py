@@ -261,7 +261,7 @@ EXTERNS: tuple[Extern, ...] = (
     _cft("flowdsl_cft_flush_smem", "void", [("ptr", "session")], "ncclCft::flushSmem.", coop=True),
     _cft("flowdsl_cft_wait_counted", "void", [_COMM, ("ptr", "session"), _WIN, ("size_t", "offset"),
                                               ("uint64", "expected"), ("order", "order"), ("int", "consumer")],
-         "ncclCft::waitCounted (waits, then fences fabric -> consumer).", coop=True),
+         "ncclCft::waitCounted, bounded (waits, then fences fabric -> consumer).", coop=True),
     _cft("flowdsl_cft_mem_fence", "void", [("order", "order"), ("int", "producer"), ("int", "consumer"),
                                            ("int", "scope")], "ncclMemFence.", coop=True),
     _cft("flowdsl_cft_barrier_arrive", "void", [_COMM, ("uint32", "index"), ("order", "order"),
@@ -269,10 +269,10 @@ EXTERNS: tuple[Extern, ...] = (
          "ncclCftBarrierSession::arrive.", coop=True),
     _cft("flowdsl_cft_barrier_wait", "void", [_COMM, ("uint32", "index"), ("order", "order"),
                                               ("int", "producer"), ("int", "consumer")],
-         "ncclCftBarrierSession::wait.", coop=True),
+         "ncclCftBarrierSession::wait, bounded.", coop=True),
     _cft("flowdsl_cft_barrier_sync", "void", [_COMM, ("uint32", "index"), ("order", "order"),
                                               ("int", "producer"), ("int", "consumer")],
-         "ncclCftBarrierSession::sync.", coop=True),
+         "ncclCftBarrierSession::sync, its wait bounded.", coop=True),
 )
 
 

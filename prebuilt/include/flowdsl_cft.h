@@ -48,7 +48,7 @@ FLOWDSL_COOP_API(uint32_t, flowdsl_cft_flush, (uint32_t coop, void* session));
 // ncclCft::flushSmem. (NCCL >= 2.31.0)
 FLOWDSL_COOP_API(void, flowdsl_cft_flush_smem, (uint32_t coop, void* session));
 
-// ncclCft::waitCounted (waits, then fences fabric -> consumer). (NCCL >= 2.31.0)
+// ncclCft::waitCounted, bounded (waits, then fences fabric -> consumer). (NCCL >= 2.31.0)
 FLOWDSL_COOP_API(void, flowdsl_cft_wait_counted, (uint32_t coop, const ncclDevComm* comm, void* session, ncclWindow_t win, size_t offset, uint64_t expected, int order, int consumer));
 
 // ncclMemFence. (NCCL >= 2.31.0)
@@ -57,9 +57,9 @@ FLOWDSL_COOP_API(void, flowdsl_cft_mem_fence, (uint32_t coop, int order, int pro
 // ncclCftBarrierSession::arrive. (NCCL >= 2.31.0)
 FLOWDSL_COOP_API(void, flowdsl_cft_barrier_arrive, (uint32_t coop, const ncclDevComm* comm, uint32_t index, int order, int producer, int consumer));
 
-// ncclCftBarrierSession::wait. (NCCL >= 2.31.0)
+// ncclCftBarrierSession::wait, bounded. (NCCL >= 2.31.0)
 FLOWDSL_COOP_API(void, flowdsl_cft_barrier_wait, (uint32_t coop, const ncclDevComm* comm, uint32_t index, int order, int producer, int consumer));
 
-// ncclCftBarrierSession::sync. (NCCL >= 2.31.0)
+// ncclCftBarrierSession::sync, its wait bounded. (NCCL >= 2.31.0)
 FLOWDSL_COOP_API(void, flowdsl_cft_barrier_sync, (uint32_t coop, const ncclDevComm* comm, uint32_t index, int order, int producer, int consumer));
 #endif

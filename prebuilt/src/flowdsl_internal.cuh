@@ -52,7 +52,10 @@ enum : int {
   kTimeoutNs = 11, // the limit (host-written; 0: off)
 };
 // What a wait waits on (flowdsl/wait.py has the same values).
-enum : int { kLsaBarrier = 5, kGinSignal = 6, kGinCounter = 7, kGinBarrier = 8, kHybridBarrier = 9 };
+enum : int {
+  kLsaBarrier = 5, kGinSignal = 6, kGinCounter = 7, kGinBarrier = 8, kHybridBarrier = 9, kCftCounter = 10,
+  kCftBarrier = 11,
+};
 constexpr uint64_t kGaveUp = ~0ull;
 constexpr uint64_t kSpinMask = 1023;  // flowdsl.wait.CHECK_EVERY - 1
 

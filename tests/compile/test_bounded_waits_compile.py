@@ -11,11 +11,12 @@ import re
 
 import numpy as np
 import pytest
-from numba import uint64
+from numba import cuda, uint64
 
 import flowdsl
-from flowdsl import GinBackend, MemoryOrder, RedOp, coop, gin, lsa, mem
+from flowdsl import GinBackend, MemoryOrder, RedOp, cft, coop, gin, lsa, mem
 from flowdsl.collectives import _library
+from flowdsl.lowering.target import linker_cuda_version
 from flowdsl.lowering.types import devcomm_words
 from flowdsl.runtime.support import abi_layout
 from tests import planted_hangs
@@ -102,4 +103,26 @@ def test_gin_barriers_of_nccl_2_32_compile_once_with_the_wait_check(linked_ptx, 
                      gin_backend=backend)
     assert ptx.count("%globaltimer") == loops, ptx.count("%globaltimer")
     assert "%clock64" not in ptx
+    assert not _NCCL_ABORT_TEST.search(ptx)
+
+
+@flowdsl.kernel
+def cft_waits(comm, counted):
+    state = cuda.shared.array(4, uint64, alignment=16)
+    s = cft.session(comm, coop.warp(), state)
+    cft.wait_counted(s, counted, 8, 64)
+    cft.close(s)
+    cft.barrier(comm, coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
+    bar = cft.barrier(comm, coop.warp(), 0)
+    bar.arrive(MemoryOrder.RELEASE)
+    bar.wait(MemoryOrder.ACQUIRE)
+
+
+@pytest.mark.skipif(linker_cuda_version() < (13, 3), reason="linking CFT needs nvJitLink >= 13.3 (CUDA 13.3 LTO-IR)")
+def test_cft_waits_for_sm_100_link_with_the_wait_check(linked_ptx):
+    ptx = linked_ptx(cft_waits, flowdsl.FlowKernel.argtypes_for("devcomm", ("window", np.uint64), nccl="2.32.3"),
+                     nccl="2.32.3", arch="sm_100")
+    # wait_counted, the sync's wait and the wait of its own: flowdsl's loops, not NCCL's (which
+    # watch only NCCL's abort flag, every 10000 spins)
+    assert ptx.count("%globaltimer") >= 3, ptx.count("%globaltimer")
     assert not _NCCL_ABORT_TEST.search(ptx)

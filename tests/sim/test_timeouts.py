@@ -156,3 +156,21 @@ def test_a_rank_absent_at_a_gin_barrier_leaves_its_rail_peers_with_the_diagnosis
     if hybrid:
         assert "a device-side wait on rank 0 gave up" in msg and "waited for lsa barrier wait, barrier 0" in msg
     _same_format(err)
+
+
+def test_a_rank_absent_at_a_cft_barrier_leaves_every_other_rank_with_the_diagnosis():
+    err = _timeout(planted.skip_cft_barrier(absent=1), nranks=3, nodes=3)
+    assert (err.rank, err.peer, err.index) == (0, 1, 0)
+    assert err.primitive == "cft barrier wait, barrier" and (err.expected, err.seen) == (1, 0)
+    _same_format(err)
+    msg = str(err)
+    assert "a device-side wait on rank 2 gave up" in msg and "from peer rank 1: expected 1, last seen 0" in msg
+    assert "rank 1 gave up" not in msg
+
+
+def test_a_counted_write_that_never_comes_leaves_the_waiter_with_the_diagnosis():
+    err = _timeout(planted.never_counted(waiter=1), nranks=2, nodes=2)
+    assert (err.rank, err.peer, err.index) == (1, -1, 8)
+    assert err.primitive == "cft.wait_counted, counter at byte offset" and (err.expected, err.seen) == (64, 0)
+    _same_format(err)
+    assert "waited for cft.wait_counted, counter at byte offset 8: expected 64, last seen 0" in str(err)
