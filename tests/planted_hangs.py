@@ -101,14 +101,14 @@ def absent_at_gin_barrier(comm, absent, hybrid):
             gin.barrier(ctx, coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
 
 
-def skip_gin_barrier(absent: int = 1, hybrid: bool = False):
-    """As :func:`skip_barrier`, on the rail team's GIN barrier or the hybrid (world) barrier."""
+def skip_gin_barrier(absent: int = 1, hybrid: bool = False, abort: bool = False):
+    """As :func:`skip_barrier`, on the rail team's GIN barrier or the hybrid (world) barrier; ``abort``:
+    every rank calls ``comm.abort()`` after the launch instead of waiting (it returns ``"aborted"``)."""
     def main(comm):
         comm.wait_timeout = TIMEOUT
         with comm.device_communicator(barrier_count=1, rail_gin_barrier_count=1) as dc:
             absent_at_gin_barrier[1, 32](dc, absent, int(hybrid))
-            comm.synchronize()
-        return "ok"
+            return _end(comm, abort)
     return main
 
 
@@ -118,14 +118,13 @@ def absent_at_cft_barrier(comm, absent):
         cft.barrier(comm, coop.warp(), 0).sync(MemoryOrder.ACQ_REL)
 
 
-def skip_cft_barrier(absent: int = 1):
-    """Every rank but ``absent`` syncs on CFT barrier 0."""
+def skip_cft_barrier(absent: int = 1, abort: bool = False):
+    """Every rank but ``absent`` syncs on CFT barrier 0 (``abort``: as in :func:`skip_gin_barrier`)."""
     def main(comm):
         comm.wait_timeout = TIMEOUT
         with comm.device_communicator(cft_barrier_count=1) as dc:
             absent_at_cft_barrier[1, 32](dc, absent)
-            comm.synchronize()
-        return "ok"
+            return _end(comm, abort)
     return main
 
 
@@ -139,17 +138,27 @@ def wait_for_counted(comm, win, waiter, nbytes):
     cft.close(s)
 
 
-def never_counted(waiter: int = 1):
-    """Rank ``waiter`` waits for counted writes to the counter at byte 8 of its window that no rank makes."""
+def never_counted(waiter: int = 1, abort: bool = False):
+    """Rank ``waiter`` waits for counted writes to the counter at byte 8 of its window that no
+    rank makes (``abort``: as in :func:`skip_gin_barrier`)."""
     def main(comm):
         comm.wait_timeout = TIMEOUT
         buf = comm.alloc(32, np.uint64)
         buf[...] = 0
         with comm.register(buf, cft_counted=True) as win, comm.device_communicator() as dc:
             wait_for_counted[1, 32](dc, win, waiter, 64)
-            comm.synchronize()
-        return "ok"
+            return _end(comm, abort)
     return main
+
+
+def _end(comm, abort: bool) -> str:
+    if not abort:
+        comm.synchronize()
+        return "ok"
+    for _ in range(10):  # host barriers: meanwhile the kernels get to their waits and block there
+        comm.barrier()
+    comm.abort()
+    return "aborted"
 
 
 @flowdsl.kernel

@@ -382,15 +382,17 @@ def _gin_wait_signal(ctx, coop, signal, least, bits=64, order=None):
     sched = _state.sched
     bits = int(bits)
     while not roll_ge(st.signals[t.rank][sig], least, bits):
-        st.sig_cond[t.rank].waiters.append(t)
-
         def detail(s, st=st, r=t.rank, sig=sig):
             net = s.world.net
             inc = sum(1 for o in net.inflight if o.dst == r and o.remote is not None)
             return (f"signal {sig} of rank {r} is {st.signals[r][sig]}; {inc} signalling operations are in "
                     f"flight to rank {r}")
         w = Wait(f"gin.wait_signal(signal {sig} >= {int(least)})", detail)
-        note_bounded(t, "GIN_SIGNAL", -1, sig, least, lambda st=st, r=t.rank: st.signals[r][sig], w)
+        cond = st.sig_cond[t.rank]
+        if note_bounded(t, "GIN_SIGNAL", -1, sig, least, lambda st=st, r=t.rank: st.signals[r][sig], w, cond,
+                        ctx.comm):
+            break  # comm.abort(): the wait gives up
+        cond.waiters.append(t)
         sched.block(t, w)
     _net().observe(t.rank, st.sig_pending[t.rank][sig])
     _race_acquire(t, ("sig", st.group.did, t.rank, sig), order)
@@ -426,9 +428,12 @@ def _gin_wait_counter(ctx, coop, counter, least, bits=56, order=None):
     t = current()
     sched = _state.sched
     while not roll_ge(st.counters[t.rank][c], least, int(bits)):
-        st.ctr_cond[t.rank].waiters.append(t)
         w = Wait(f"gin.wait_counter(counter {c} >= {int(least)}; now {st.counters[t.rank][c]})")
-        note_bounded(t, "GIN_COUNTER", -1, c, least, lambda st=st, r=t.rank: st.counters[r][c], w)
+        cond = st.ctr_cond[t.rank]
+        if note_bounded(t, "GIN_COUNTER", -1, c, least, lambda st=st, r=t.rank: st.counters[r][c], w, cond,
+                        ctx.comm):
+            break  # comm.abort(): the wait gives up
+        cond.waiters.append(t)
         sched.block(t, w)
     _race_acquire(t, ("ctr", st.group.did, t.rank, c), order)
     if coop is not None and coop.nthreads > 1:
@@ -487,15 +492,16 @@ def _rail_sync(s, order, what="GIN_BARRIER"):
     box = st.rail_inbox[t.rank][s.index]
     sched = _state.sched
     while any(v < val for p, v in enumerate(box) if p != node):
-        st.rail_cond[t.rank][s.index].waiters.append(t)
-
         def detail(sch, box=box, node=node, val=val, comm=comm):
             return "\n".join(f"rail peer rank {comm.lsa_rank + p * ls} (node {p}) has not arrived (its arrival "
                              f"count here is {v}, need {val}): {sch.rank_summary(comm.lsa_rank + p * ls)}"
                              for p, v in enumerate(box) if p != node and v < val)
         w = Wait(f"gin rail barrier {s.index} wait (epoch {s.epoch} -> {val})", detail)
         late = next(p for p, v in enumerate(box) if p != node and v < val)
-        note_bounded(t, what, comm.lsa_rank + late * ls, s.index, val, box[late], w)
+        cond = st.rail_cond[t.rank][s.index]
+        if note_bounded(t, what, comm.lsa_rank + late * ls, s.index, val, box[late], w, cond, comm):
+            break  # comm.abort(): the wait gives up
+        cond.waiters.append(t)
         sched.block(t, w)
     net.observe(t.rank, st.bar_pending[t.rank])
     _race_acquire(t, ("rail", st.group.did, t.rank, s.index), order)

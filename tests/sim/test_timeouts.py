@@ -174,3 +174,39 @@ def test_a_counted_write_that_never_comes_leaves_the_waiter_with_the_diagnosis()
     assert err.primitive == "cft.wait_counted, counter at byte offset" and (err.expected, err.seen) == (64, 0)
     _same_format(err)
     assert "waited for cft.wait_counted, counter at byte offset 8: expected 64, last seen 0" in str(err)
+
+
+@pytest.mark.parametrize("program,kw", [
+    (planted.skip_gin_barrier, dict(absent=1)),
+    (planted.skip_gin_barrier, dict(absent=1, hybrid=True)),
+    (planted.skip_cft_barrier, dict(absent=1)),
+    (planted.never_counted, dict(waiter=1)),
+], ids=["gin_barrier", "hybrid_barrier", "cft_barrier", "cft_wait_counted"])
+def test_abort_ends_blocked_gin_and_cft_waits(monkeypatch, program, kw):
+    ended = _count_aborted_waits(monkeypatch)
+    assert sim.spawn(program(**kw, abort=True), nranks=4, nodes=2, seed=3) == ["aborted"] * 4
+    assert sum(ended) > 0  # some waits were blocked when abort() came, and it ended them
+
+
+def test_abort_ends_a_blocked_lsa_barrier_wait(monkeypatch):
+    ended = _count_aborted_waits(monkeypatch)
+
+    def main(comm):
+        with comm.device_communicator(lsa_barrier_count=1) as dc:
+            planted.absent_at_barrier[1, 32](dc, 1)
+            return planted._end(comm, abort=True)
+
+    assert sim.spawn(main, nranks=3, seed=3) == ["aborted"] * 3
+    assert sum(ended) > 0
+
+
+def _count_aborted_waits(monkeypatch) -> list:
+    """Patches flowdsl.sim.timeouts.abort to record how many blocked waits each call ended."""
+    from flowdsl.sim import timeouts
+
+    ended, real = [], timeouts.abort
+
+    def counting(host_comm):
+        ended.append(real(host_comm))
+    monkeypatch.setattr(timeouts, "abort", counting)
+    return ended
