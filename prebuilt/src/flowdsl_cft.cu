@@ -40,8 +40,12 @@ struct Bound {
         state{(c.sync(), c), static_cast<Session*>(p)->smem, static_cast<Session*>(p)->tx_count,
               static_cast<Session*>(p)->phase_parity} {}
   __device__ __forceinline__ ncclCft<Coop>& cft() { return static_cast<ncclCft<Coop>&>(state); }
-  // Only the thread NCCL elects changes txCount: that thread stores it back.
-  __device__ __forceinline__ void store_tx(uint32_t before) {
+  // op(cft()) for a call that counts bytes (put, putCounted, get, submit): only the thread NCCL
+  // elects changes txCount, and that thread stores it back.
+  template <typename Op>
+  __device__ __forceinline__ void count_tx(Op op) {
+    uint32_t before = state.txCount;
+    op(cft());
     if (state.txCount != before) s->tx_count = state.txCount;
   }
 };
@@ -168,34 +172,23 @@ FLOWDSL_API uint64_t flowdsl_cft_read_counter(ncclWindow_t win, size_t offset, i
   FLOWDSL_API void flowdsl_cft_put__##K(uint32_t coop, void* session, uint32_t le_id, size_t le_offset, \
                                         void* src, uint32_t bytes) {                                    \
     auto c = coop_##K(coop);                                                                            \
-    Bound<decltype(c)> b(c, session);                                                                   \
-    uint32_t before = b.state.txCount;                                                                  \
-    b.cft().put(c, le_id, le_offset, src, bytes);                                                       \
-    b.store_tx(before);                                                                                 \
+    Bound<decltype(c)>(c, session).count_tx([&](auto& cft) { cft.put(c, le_id, le_offset, src, bytes); }); \
   }                                                                                                     \
   FLOWDSL_API void flowdsl_cft_put_counted__##K(uint32_t coop, void* session, uint32_t le_id,          \
                                                 size_t le_offset, size_t counter_offset, void* src,     \
                                                 uint32_t bytes) {                                       \
     auto c = coop_##K(coop);                                                                            \
-    Bound<decltype(c)> b(c, session);                                                                   \
-    uint32_t before = b.state.txCount;                                                                  \
-    b.cft().putCounted(c, le_id, le_offset, counter_offset, src, bytes);                                \
-    b.store_tx(before);                                                                                 \
+    Bound<decltype(c)>(c, session).count_tx(                                                            \
+        [&](auto& cft) { cft.putCounted(c, le_id, le_offset, counter_offset, src, bytes); });          \
   }                                                                                                     \
   FLOWDSL_API void flowdsl_cft_get__##K(uint32_t coop, void* session, uint32_t le_id, size_t le_offset, \
                                         void* dst, uint32_t bytes) {                                    \
     auto c = coop_##K(coop);                                                                            \
-    Bound<decltype(c)> b(c, session);                                                                   \
-    uint32_t before = b.state.txCount;                                                                  \
-    b.cft().get(c, le_id, le_offset, dst, bytes);                                                       \
-    b.store_tx(before);                                                                                 \
+    Bound<decltype(c)>(c, session).count_tx([&](auto& cft) { cft.get(c, le_id, le_offset, dst, bytes); }); \
   }                                                                                                     \
   FLOWDSL_API void flowdsl_cft_submit__##K(uint32_t coop, void* session) {                             \
     auto c = coop_##K(coop);                                                                            \
-    Bound<decltype(c)> b(c, session);                                                                   \
-    uint32_t before = b.state.txCount;                                                                  \
-    b.cft().submit(c);                                                                                  \
-    b.store_tx(before);                                                                                 \
+    Bound<decltype(c)>(c, session).count_tx([&](auto& cft) { cft.submit(c); });                         \
   }                                                                                                     \
   FLOWDSL_API uint32_t flowdsl_cft_flush__##K(uint32_t coop, void* session) {                          \
     auto c = coop_##K(coop);                                                                            \
