@@ -24,7 +24,8 @@ The loop shape, in any kernel (``comm`` is the device communicator)::
         seen = mem.load_acquire(flags, i, ThreadScope.SYSTEM)
 
 The waits inside the support library (LSA barriers, ``gin.wait_signal``,
-``gin.wait_counter``, GIN and hybrid barriers) use the same check and record. On
+``gin.wait_counter``, GIN and hybrid barriers, ``cft.wait_counted``, CFT barriers)
+use the same check and record. On
 the simulator, a planted hang in a bounded wait raises
 :class:`flowdsl.sim.WaitTimeoutError` (a :class:`flowdsl.DeviceTimeoutError`) with the
 same diagnosis.
@@ -38,7 +39,8 @@ from ._spec import COMM, INT
 from ._stubs import primitive
 
 __all__ = ["poll", "GAVE_UP", "CHECK_EVERY", "PRIMITIVE_NAMES", "USER", "FLOW_CREDIT", "FLOW_READY", "LL_LINE",
-           "LL128_LINE", "LSA_BARRIER", "GIN_SIGNAL", "GIN_COUNTER", "GIN_BARRIER", "HYBRID_BARRIER"]
+           "LL128_LINE", "LSA_BARRIER", "GIN_SIGNAL", "GIN_COUNTER", "GIN_BARRIER", "HYBRID_BARRIER", "CFT_COUNTER",
+           "CFT_BARRIER"]
 
 #: Tells the simulator that this module's functions are device code.
 __flowdsl_device_module__ = True
@@ -59,6 +61,8 @@ GIN_SIGNAL = 6
 GIN_COUNTER = 7
 GIN_BARRIER = 8
 HYBRID_BARRIER = 9
+CFT_COUNTER = 10
+CFT_BARRIER = 11
 
 #: Record code -> what the diagnosis calls it (the ``index`` field says which one).
 PRIMITIVE_NAMES = {
@@ -72,6 +76,8 @@ PRIMITIVE_NAMES = {
     GIN_COUNTER: "gin.wait_counter, counter",
     GIN_BARRIER: "gin barrier sync, barrier",
     HYBRID_BARRIER: "gin hybrid barrier sync, barrier",
+    CFT_COUNTER: "cft.wait_counted, counter at byte offset",
+    CFT_BARRIER: "cft barrier wait, barrier",
 }
 
 

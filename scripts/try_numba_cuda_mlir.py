@@ -52,8 +52,15 @@ def _dev_comm_words(nccl: str) -> int:
 
 
 def _declared_in_header() -> set[str]:
+    """The functions the header declares: prototypes, and rows of one per coop kind (``FLOWDSL_COOP_API``,
+    expanded as the header's macro does)."""
     text = (ROOT / "prebuilt/include/flowdsl_support.h").read_text()
-    return set(re.findall(r"FLOWDSL_API [^;]*?\b(flowdsl_\w+)\(", text))
+    names = set(re.findall(r"FLOWDSL_API [^;(]*?\b(flowdsl_\w+)\(", text))
+    macro = re.search(r"#define FLOWDSL_COOP_API\(RET, NAME, PARAMS\)(.*)", text).group(1)
+    kinds = re.findall(r"NAME##__(\w+)", macro)
+    for stem in re.findall(r"FLOWDSL_COOP_API\(\w+, (flowdsl_\w+),", text):
+        names |= {f"{stem}__{kind}" for kind in kinds}
+    return names
 
 
 def _declare_support(support: bytes):

@@ -6,7 +6,10 @@ GPUs (``tests/multigpu/timeouts_worker.py`` under torchrun); both must end with
 (except :func:`skip_collective` on the simulator, which checks collective calls on
 the host first).
 Each ``main(comm)`` returns ``"ok"`` when this rank finished without a timeout, or
-raises the timeout.
+raises the timeout. The GIN and CFT programs (:func:`skip_gin_barrier`,
+:func:`skip_cft_barrier`, :func:`never_counted`) need ranks on several nodes (GIN
+across them) or sm_100 with a fabric (CFT): the simulator runs them; GPUs of one
+node cannot (they are not in :data:`PROGRAMS`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import numpy as np
 from numba import cuda, uint64
 
 import flowdsl
-from flowdsl import MemoryOrder, ThreadScope, coop, flow, lsa, mem, wait
+from flowdsl import MemoryOrder, ThreadScope, cft, coop, flow, gin, lsa, mem, wait
 from flowdsl import collectives as coll
 
 #: Seconds a GPU wait may last in these programs (the simulator needs no clock).
@@ -85,6 +88,77 @@ def skip_barrier(absent: int = 1):
             comm.synchronize()
         return "ok"
     return main
+
+
+@flowdsl.kernel
+def absent_at_gin_barrier(comm, absent, hybrid):
+    """Every rank but ``absent`` syncs on GIN barrier 0: the rail team's (``hybrid`` 0) or the world's."""
+    ctx = gin.context(comm, 0)
+    if comm.rank != absent:
+        if hybrid == 1:
+            gin.hybrid_barrier(ctx, coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
+        else:
+            gin.barrier(ctx, coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
+
+
+def skip_gin_barrier(absent: int = 1, hybrid: bool = False, abort: bool = False):
+    """As :func:`skip_barrier`, on the rail team's GIN barrier or the hybrid (world) barrier; ``abort``:
+    every rank calls ``comm.abort()`` after the launch instead of waiting (it returns ``"aborted"``)."""
+    def main(comm):
+        comm.wait_timeout = TIMEOUT
+        with comm.device_communicator(barrier_count=1, rail_gin_barrier_count=1) as dc:
+            absent_at_gin_barrier[1, 32](dc, absent, int(hybrid))
+            return _end(comm, abort)
+    return main
+
+
+@flowdsl.kernel
+def absent_at_cft_barrier(comm, absent):
+    if comm.rank != absent:
+        cft.barrier(comm, coop.warp(), 0).sync(MemoryOrder.ACQ_REL)
+
+
+def skip_cft_barrier(absent: int = 1, abort: bool = False):
+    """Every rank but ``absent`` syncs on CFT barrier 0 (``abort``: as in :func:`skip_gin_barrier`)."""
+    def main(comm):
+        comm.wait_timeout = TIMEOUT
+        with comm.device_communicator(cft_barrier_count=1) as dc:
+            absent_at_cft_barrier[1, 32](dc, absent)
+            return _end(comm, abort)
+    return main
+
+
+@flowdsl.kernel
+def wait_for_counted(comm, win, waiter, nbytes):
+    """Rank ``waiter`` waits until ``nbytes`` of counted CFT writes have landed (none are made)."""
+    state = cuda.shared.array(4, uint64, alignment=16)
+    s = cft.session(comm, coop.warp(), state)
+    if comm.rank == waiter:
+        cft.wait_counted(s, win, 8, nbytes)
+    cft.close(s)
+
+
+def never_counted(waiter: int = 1, abort: bool = False):
+    """Rank ``waiter`` waits for counted writes to the counter at byte 8 of its window that no
+    rank makes (``abort``: as in :func:`skip_gin_barrier`)."""
+    def main(comm):
+        comm.wait_timeout = TIMEOUT
+        buf = comm.alloc(32, np.uint64)
+        buf[...] = 0
+        with comm.register(buf, cft_counted=True) as win, comm.device_communicator() as dc:
+            wait_for_counted[1, 32](dc, win, waiter, 64)
+            return _end(comm, abort)
+    return main
+
+
+def _end(comm, abort: bool) -> str:
+    if not abort:
+        comm.synchronize()
+        return "ok"
+    for _ in range(10):  # host barriers: meanwhile the kernels get to their waits and block there
+        comm.barrier()
+    comm.abort()
+    return "aborted"
 
 
 @flowdsl.kernel

@@ -28,7 +28,7 @@ TIMEOUT_ENV = "FLOWDSL_WAIT_TIMEOUT"
 GRACE = 10.0
 
 # Word indices.
-STOP, DONE, WHAT, RANK, BLOCK, THREAD, EXPECTED, SEEN, PEER, INDEX, WAITED_NS, TIMEOUT_NS, CLOCK_KHZ = range(13)
+STOP, DONE, WHAT, RANK, BLOCK, THREAD, EXPECTED, SEEN, PEER, INDEX, WAITED_NS, TIMEOUT_NS = range(12)
 WORDS = 16
 # Values of the stop word.
 RUNNING, ABORTED, TIMED_OUT = 0, 1, 2
@@ -68,9 +68,10 @@ def _check(result, operation: str):
 
 
 class WaitRecord:
-    """A communicator's wait record on ``device``, with the limit ``timeout`` seconds (0: off)."""
+    """A communicator's wait record, mapped into the current CUDA context (the communicator's device),
+    with the limit ``timeout`` seconds (0: off)."""
 
-    def __init__(self, device: int, timeout: float):
+    def __init__(self, timeout: float):
         from cuda.bindings import driver  # noqa: PLC0415
 
         flags = driver.CU_MEMHOSTALLOC_DEVICEMAP | driver.CU_MEMHOSTALLOC_PORTABLE
@@ -79,9 +80,6 @@ class WaitRecord:
                                          "map the wait record for the device"))
         self._words = (ctypes.c_uint64 * WORDS).from_address(self._host)
         ctypes.memset(self._host, 0, WORDS * 8)
-        dev = _check(driver.cuDeviceGet(device), "find the device")
-        self._words[CLOCK_KHZ] = int(_check(driver.cuDeviceGetAttribute(
-            driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev), "read the SM clock"))
         self.timeout = timeout
 
     @property

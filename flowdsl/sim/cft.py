@@ -46,6 +46,7 @@ from .races import net_what
 from .scheduler import Cond, Wait, sim_error
 from .semantics import current, implements
 from .team import Team
+from .timeouts import note_bounded
 
 __all__ = ["CftState", "Session", "CftSession", "CftBarrierSession", "LE_STRIDE"]
 
@@ -466,9 +467,14 @@ def _cft_wait_counted(session, win, offset, expected, order=None, consumer=None)
     sched = _state.sched
     st = _cft()
     while not roll_ge(_value(g, t.rank, offset), int(expected), 64):
-        st.ctr_cond[t.rank].waiters.append(t)
-        sched.block(t, Wait(f"cft.wait_counted(counter at byte {offset} of {g.name()} >= {int(expected)} bytes; "
-                            f"now {_value(g, t.rank, offset)})"))
+        w = Wait(f"cft.wait_counted(counter at byte {offset} of {g.name()} >= {int(expected)} bytes; "
+                 f"now {_value(g, t.rank, offset)})")
+        cond = st.ctr_cond[t.rank]
+        if note_bounded(t, "CFT_COUNTER", -1, offset, expected, lambda g=g, r=t.rank, o=offset: _value(g, r, o), w,
+                        cond, session.comm):
+            break  # comm.abort(): the wait gives up
+        cond.waiters.append(t)
+        sched.block(t, w)
     order = MemoryOrder.ACQUIRE if order is None else MemoryOrder(int(order))
     _observe(t.rank, g, offset, order in _ACQUIRING, f"a relaxed flowdsl.cft.wait_counted by {t.name()}")
     _race_counter(t, g, offset, order)
@@ -556,18 +562,24 @@ def _bar_wait(s, order, producer):
     bs = _bar_state(s.comm.group)
     me, need = s.comm.rank, s.epoch + 1
     box = bs.inbox[me][s.index]
+    arrived = True
     while any(v < need for q, v in enumerate(box) if q != me):
-        bs.conds[me][s.index].waiters.append(t)
-
         def detail(sch, box=box, me=me, need=need):
             return "\n".join(f"rank {q} has not arrived (its arrival count here is {v}, need {need}): "
                              f"{sch.rank_summary(q)}" for q, v in enumerate(box) if q != me and v < need)
-        sched = _state.sched
-        sched.block(t, Wait(f"cft barrier {s.index} wait (epoch {s.epoch} -> {need})", detail))
+        w = Wait(f"cft barrier {s.index} wait (epoch {s.epoch} -> {need})", detail)
+        late = next(q for q, v in enumerate(box) if q != me and v < need)  # the CFT team is the world
+        cond = bs.conds[me][s.index]
+        if note_bounded(t, "CFT_BARRIER", late, s.index, need, box[late], w, cond, s.comm):
+            arrived = False  # comm.abort(): the wait gives up, the epoch stays (as on GPUs)
+            break
+        cond.waiters.append(t)
+        _state.sched.block(t, w)
     _fence(me, MemoryOrder(int(order)), MemProxyType.GENERIC if producer is None else MemProxyType(int(producer)))
     if _state.race is not None:
         _state.race.acquire_from(t, ("cft-bar", s.comm.group.did, me, s.index), order)
     coop_sync(s.coop)
-    s.epoch = need
+    if arrived:
+        s.epoch = need
     if s.coop.trank == 0:
-        bs.epoch[me][s.index] = need
+        bs.epoch[me][s.index] = s.epoch

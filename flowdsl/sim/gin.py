@@ -375,13 +375,15 @@ def _spin_read(t, values, ident, bits, order, spin_key, race_key):
     return values[ident] & ((1 << int(bits)) - 1)
 
 
-def _wait_rolled(t, values, cond, ident, least, bits, code, wait):
+def _wait_rolled(t, values, cond, ident, least, bits, code, wait, comm):
     """Block until ``values[ident]`` (this rank's signals or counters, woken by ``cond``) reaches ``least`` in a
-    rolling comparison over ``bits`` bits: a bounded wait of ``code``, ``wait()`` the record of each block."""
+    rolling comparison over ``bits`` bits: a bounded wait of ``code`` on device communicator ``comm``,
+    ``wait()`` the record of each block; it gives up when ``comm`` is aborted."""
     while not roll_ge(values[ident], least, int(bits)):
-        cond.waiters.append(t)
         w = wait()
-        note_bounded(t, code, -1, ident, least, lambda: values[ident], w)
+        if note_bounded(t, code, -1, ident, least, lambda: values[ident], w, cond, comm):
+            break  # comm.abort(): the wait gives up
+        cond.waiters.append(t)
         _state.sched.block(t, w)
 
 
@@ -416,7 +418,7 @@ def _gin_wait_signal(ctx, coop, signal, least, bits=64, order=None):
         return (f"signal {sig} of rank {r} is {st.signals[r][sig]}; {inc} signalling operations are in "
                 f"flight to rank {r}")
     _wait_rolled(t, st.signals[t.rank], st.sig_cond[t.rank], sig, least, bits, "GIN_SIGNAL",
-                 lambda: Wait(f"gin.wait_signal(signal {sig} >= {int(least)})", detail))
+                 lambda: Wait(f"gin.wait_signal(signal {sig} >= {int(least)})", detail), ctx.comm)
     _net().observe(t.rank, st.sig_pending[t.rank][sig])
     _race_acquire(t, ("sig", st.group.did, t.rank, sig), order)
     _sync_coop(coop)
@@ -430,7 +432,7 @@ def _gin_wait_counter(ctx, coop, counter, least, bits=56, order=None):
     t = current()
     values = st.counters[t.rank]
     _wait_rolled(t, values, st.ctr_cond[t.rank], c, least, bits, "GIN_COUNTER",
-                 lambda: Wait(f"gin.wait_counter(counter {c} >= {int(least)}; now {values[c]})"))
+                 lambda: Wait(f"gin.wait_counter(counter {c} >= {int(least)}; now {values[c]})"), ctx.comm)
     _race_acquire(t, ("ctr", st.group.did, t.rank, c), order)
     _sync_coop(coop)
     return None
@@ -487,15 +489,16 @@ def _rail_sync(s, order, what="GIN_BARRIER"):
     box = st.rail_inbox[t.rank][s.index]
     sched = _state.sched
     while any(v < val for p, v in enumerate(box) if p != node):
-        st.rail_cond[t.rank][s.index].waiters.append(t)
-
         def detail(sch, box=box, node=node, val=val, comm=comm):
             return "\n".join(f"rail peer rank {comm.lsa_rank + p * ls} (node {p}) has not arrived (its arrival "
                              f"count here is {v}, need {val}): {sch.rank_summary(comm.lsa_rank + p * ls)}"
                              for p, v in enumerate(box) if p != node and v < val)
         w = Wait(f"gin rail barrier {s.index} wait (epoch {s.epoch} -> {val})", detail)
         late = next(p for p, v in enumerate(box) if p != node and v < val)
-        note_bounded(t, what, comm.lsa_rank + late * ls, s.index, val, box[late], w)
+        cond = st.rail_cond[t.rank][s.index]
+        if note_bounded(t, what, comm.lsa_rank + late * ls, s.index, val, box[late], w, cond, comm):
+            break  # comm.abort(): the wait gives up
+        cond.waiters.append(t)
         sched.block(t, w)
     net.observe(t.rank, st.bar_pending[t.rank])
     _race_acquire(t, ("rail", st.group.did, t.rank, s.index), order)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..runtime import checks
 from ..runtime.wait_record import aborted_error, resolve_timeout
-from . import _state
+from . import _state, timeouts
 from .cudashim import simulate_function
 from ..enums import GinBackend
 from ..errors import ResourceClosedError
@@ -287,10 +287,11 @@ class SimComm(Closable):
         return None
 
     def abort(self):
-        """Waits of this rank's kernels in flowdsl.wait.poll give up at once; then close."""
+        """Every bounded wait of this rank's kernels gives up at once (as on GPUs); then close."""
         if self.closed:
             return
         self.aborted = True
+        timeouts.abort(self)  # the blocked ones wake; polling ones give up at their next poll
         try:
             self.close()  # waits for the kernels, which now leave their polling waits
         except ResourceClosedError:  # what that wait says of an aborted communicator

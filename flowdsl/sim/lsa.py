@@ -212,11 +212,12 @@ def lsa_wait(session, order=MemoryOrder.SEQ_CST):
     sched = _state.sched
     cond = g.conds[comm.rank][session.index]
     while any(v < need for p, v in enumerate(box) if p != me):
-        cond.waiters.append(t)
         w = Wait(f"lsa barrier {session.index} wait (epoch {session.epoch} -> {need}) of devcomm #{g.did}",
                  _bar_detail(session, t))
         late = next(p for p, v in enumerate(box) if p != me and v < need)
-        note_bounded(t, "LSA_BARRIER", comm.rank - me + late, session.index, need, box[late], w)
+        if note_bounded(t, "LSA_BARRIER", comm.rank - me + late, session.index, need, box[late], w, cond, comm):
+            break  # comm.abort(): the wait gives up
+        cond.waiters.append(t)
         sched.block(t, w)
     if sched.race is not None:
         sched.race.acquire_from(t, ("lsa", g.did, comm.rank, session.index), order)

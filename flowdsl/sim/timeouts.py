@@ -2,12 +2,14 @@
 
 The simulator has no wall clock to time out by. Instead every bounded wait notes
 what it waits for (:func:`note`: ``flowdsl.wait.poll`` in spin loops, the LSA
-barrier and GIN waits before they block); when the scheduler finds that nothing
+barrier, GIN and CFT waits before they block); when the scheduler finds that nothing
 can make progress (a deadlock or a livelock), :func:`as_timeout` turns its report
 into a :class:`~flowdsl.sim.errors.WaitTimeoutError` whose message starts with the
 diagnosis a GPU's wait record gives (:meth:`flowdsl.DeviceTimeoutError.describe`,
 one record per rank: the first stuck thread of each), followed by the
-simulator's own report. The scheduler calls :func:`as_timeout`; this module imports
+simulator's own report. ``comm.abort()`` ends these waits as it ends a GPU's
+(:func:`abort`: those watch the stop word): a blocked wait of an aborted
+communicator gives up. The scheduler calls :func:`as_timeout`; this module imports
 neither it nor the primitives' table.
 """
 
@@ -20,19 +22,45 @@ from ..errors import DeviceTimeoutError
 from . import _state
 from .errors import WaitTimeoutError
 
-__all__ = ["note", "note_bounded", "as_timeout"]
+__all__ = ["note", "note_bounded", "aborted", "abort", "as_timeout"]
 
 
-def note(task, what: int, peer: int, index: int, expected, seen, wait_obj=None, frame=None) -> None:
+def note(task, what: int, peer: int, index: int, expected, seen, wait_obj=None, frame=None, cond=None,
+         comm=None) -> None:
     """``task`` waits for ``what`` (a :mod:`flowdsl.wait` code); valid while it blocks in ``wait_obj``
-    or, for a spin loop, while ``frame`` is on its stack."""
+    (on ``cond``, for device communicator ``comm``) or, for a spin loop, while ``frame`` is on its stack."""
     notes = _state.sched.bounded_waits
-    notes[task] = (what, int(peer), int(index), expected, seen, wait_obj, frame)
+    notes[task] = (what, int(peer), int(index), expected, seen, wait_obj, frame, cond, comm)
 
 
-def note_bounded(task, what: str, peer, index, expected, seen, wait_obj) -> None:
-    """``task`` blocks in a wait a GPU bounds, of kind ``wait.<what>`` (``"LSA_BARRIER"``, ...)."""
-    note(task, getattr(wait, what), peer, index, expected, seen, wait_obj=wait_obj)
+def note_bounded(task, what: str, peer, index, expected, seen, wait_obj, cond, comm) -> bool:
+    """``task`` is about to block in ``wait_obj`` on ``cond``, in a wait a GPU bounds, of kind
+    ``wait.<what>`` (``"LSA_BARRIER"``, ...), of device communicator ``comm``.
+
+    Returns True when that communicator was aborted: the wait gives up instead of blocking."""
+    note(task, getattr(wait, what), peer, index, expected, seen, wait_obj=wait_obj, cond=cond, comm=comm)
+    return aborted(comm)
+
+
+def aborted(comm) -> bool:
+    """Whether the host communicator of device communicator ``comm`` was aborted (``comm.abort()``)."""
+    return getattr(getattr(comm, "comm", None), "aborted", False)
+
+
+def abort(host_comm) -> int:
+    """``host_comm.abort()`` was called: the threads blocked in a bounded wait of its device
+    communicators wake, and their waits give up (:func:`note_bounded`). Returns how many woke."""
+    sched = _state.sched
+    woken = 0
+    for task in list(sched.bounded_waits):
+        entry = _current(sched, task)
+        if entry is None or entry[5] is None or getattr(entry[8], "comm", None) is not host_comm:
+            continue  # not blocked in one (a polling wait gives up at its next poll)
+        if task in entry[7].waiters:
+            entry[7].waiters.remove(task)
+        sched.wake(task)
+        woken += 1
+    return woken
 
 
 def _on_stack(task, frame) -> bool:
@@ -70,7 +98,7 @@ def as_timeout(sched, error):
         return error
     records = []
     for rank in sorted(first):
-        task, (what, peer, index, expected, seen, _, _) = first[rank]
+        task, (what, peer, index, expected, seen, *_) = first[rank]
         seen = seen() if callable(seen) else seen
         records.append(dict(rank=rank, block=task.blk.lin, thread=task.lin,
                             primitive=wait.PRIMITIVE_NAMES.get(what, f"wait kind {what}"), index=index, peer=peer,

@@ -7,100 +7,59 @@
 
 #define FLOWDSL_API extern "C" __device__
 
+// FLOWDSL_COOP_API(RET, NAME, PARAMS): the C function type NAME_fn, and a function of it per coop kind,
+// NAME__thread, NAME__warp, NAME__lanes, NAME__warp_span, NAME__cta (PARAMS begin with the coop word).
+#define FLOWDSL_COOP_API(RET, NAME, PARAMS) typedef RET NAME##_fn PARAMS; FLOWDSL_API NAME##_fn NAME##__thread; FLOWDSL_API NAME##_fn NAME##__warp; FLOWDSL_API NAME##_fn NAME##__lanes; FLOWDSL_API NAME##_fn NAME##__warp_span; FLOWDSL_API NAME##_fn NAME##__cta
+
 #if NCCL_VERSION_CODE >= 23100
 // ncclTeamCft (flat). (NCCL >= 2.31.0)
 FLOWDSL_API void flowdsl_cft_team(const ncclDevComm* comm, int* out);
-#endif
 
-#if NCCL_VERSION_CODE >= 23100
 // ncclGetCftLeInfo: out[0] = LE id, out[1] = LE offset. (NCCL >= 2.31.0)
 FLOWDSL_API void flowdsl_cft_le_info(const ncclDevComm* comm, ncclWindow_t win, size_t offset, int team_nranks, int team_rank, int team_stride, int peer, uint64_t* out);
-#endif
 
-#if NCCL_VERSION_CODE >= 23100
 // ncclGetPeerLeInfo (world peer): out[0] = LE id, out[1] = LE offset. (NCCL >= 2.31.0)
 FLOWDSL_API void flowdsl_cft_peer_le_info(const ncclDevComm* comm, ncclWindow_t win, size_t offset, int peer, uint64_t* out);
-#endif
 
-#if NCCL_VERSION_CODE >= 23100
 // Load of the u64 counter at a byte offset of the local counted window (no fabric fence). (NCCL >= 2.31.0)
 FLOWDSL_API uint64_t flowdsl_cft_read_counter(ncclWindow_t win, size_t offset, int order);
-#endif
 
-#if NCCL_VERSION_CODE >= 23100
 // ncclCft constructor: initialises the session's mbarrier in shared memory. (NCCL >= 2.31.0)
-typedef void flowdsl_cft_session_open_fn(uint32_t coop, void* session);
-FLOWDSL_API flowdsl_cft_session_open_fn flowdsl_cft_session_open__thread; FLOWDSL_API flowdsl_cft_session_open_fn flowdsl_cft_session_open__warp; FLOWDSL_API flowdsl_cft_session_open_fn flowdsl_cft_session_open__lanes; FLOWDSL_API flowdsl_cft_session_open_fn flowdsl_cft_session_open__warp_span; FLOWDSL_API flowdsl_cft_session_open_fn flowdsl_cft_session_open__cta;
-#endif
+FLOWDSL_COOP_API(void, flowdsl_cft_session_open, (uint32_t coop, void* session));
 
-#if NCCL_VERSION_CODE >= 23100
 // ncclCft destructor: invalidates the session's mbarrier. (NCCL >= 2.31.0)
-typedef void flowdsl_cft_session_close_fn(uint32_t coop, void* session);
-FLOWDSL_API flowdsl_cft_session_close_fn flowdsl_cft_session_close__thread; FLOWDSL_API flowdsl_cft_session_close_fn flowdsl_cft_session_close__warp; FLOWDSL_API flowdsl_cft_session_close_fn flowdsl_cft_session_close__lanes; FLOWDSL_API flowdsl_cft_session_close_fn flowdsl_cft_session_close__warp_span; FLOWDSL_API flowdsl_cft_session_close_fn flowdsl_cft_session_close__cta;
-#endif
+FLOWDSL_COOP_API(void, flowdsl_cft_session_close, (uint32_t coop, void* session));
 
-#if NCCL_VERSION_CODE >= 23100
 // ncclCft::put. (NCCL >= 2.31.0)
-typedef void flowdsl_cft_put_fn(uint32_t coop, void* session, uint32_t le_id, size_t le_offset, void* src, uint32_t bytes);
-FLOWDSL_API flowdsl_cft_put_fn flowdsl_cft_put__thread; FLOWDSL_API flowdsl_cft_put_fn flowdsl_cft_put__warp; FLOWDSL_API flowdsl_cft_put_fn flowdsl_cft_put__lanes; FLOWDSL_API flowdsl_cft_put_fn flowdsl_cft_put__warp_span; FLOWDSL_API flowdsl_cft_put_fn flowdsl_cft_put__cta;
-#endif
+FLOWDSL_COOP_API(void, flowdsl_cft_put, (uint32_t coop, void* session, uint32_t le_id, size_t le_offset, void* src, uint32_t bytes));
 
-#if NCCL_VERSION_CODE >= 23100
 // ncclCft::putCounted. (NCCL >= 2.31.0)
-typedef void flowdsl_cft_put_counted_fn(uint32_t coop, void* session, uint32_t le_id, size_t le_offset, size_t counter_offset, void* src, uint32_t bytes);
-FLOWDSL_API flowdsl_cft_put_counted_fn flowdsl_cft_put_counted__thread; FLOWDSL_API flowdsl_cft_put_counted_fn flowdsl_cft_put_counted__warp; FLOWDSL_API flowdsl_cft_put_counted_fn flowdsl_cft_put_counted__lanes; FLOWDSL_API flowdsl_cft_put_counted_fn flowdsl_cft_put_counted__warp_span; FLOWDSL_API flowdsl_cft_put_counted_fn flowdsl_cft_put_counted__cta;
-#endif
+FLOWDSL_COOP_API(void, flowdsl_cft_put_counted, (uint32_t coop, void* session, uint32_t le_id, size_t le_offset, size_t counter_offset, void* src, uint32_t bytes));
 
-#if NCCL_VERSION_CODE >= 23100
 // ncclCft::get. (NCCL >= 2.31.0)
-typedef void flowdsl_cft_get_fn(uint32_t coop, void* session, uint32_t le_id, size_t le_offset, void* dst, uint32_t bytes);
-FLOWDSL_API flowdsl_cft_get_fn flowdsl_cft_get__thread; FLOWDSL_API flowdsl_cft_get_fn flowdsl_cft_get__warp; FLOWDSL_API flowdsl_cft_get_fn flowdsl_cft_get__lanes; FLOWDSL_API flowdsl_cft_get_fn flowdsl_cft_get__warp_span; FLOWDSL_API flowdsl_cft_get_fn flowdsl_cft_get__cta;
-#endif
+FLOWDSL_COOP_API(void, flowdsl_cft_get, (uint32_t coop, void* session, uint32_t le_id, size_t le_offset, void* dst, uint32_t bytes));
 
-#if NCCL_VERSION_CODE >= 23100
 // ncclCft::submit. (NCCL >= 2.31.0)
-typedef void flowdsl_cft_submit_fn(uint32_t coop, void* session);
-FLOWDSL_API flowdsl_cft_submit_fn flowdsl_cft_submit__thread; FLOWDSL_API flowdsl_cft_submit_fn flowdsl_cft_submit__warp; FLOWDSL_API flowdsl_cft_submit_fn flowdsl_cft_submit__lanes; FLOWDSL_API flowdsl_cft_submit_fn flowdsl_cft_submit__warp_span; FLOWDSL_API flowdsl_cft_submit_fn flowdsl_cft_submit__cta;
-#endif
+FLOWDSL_COOP_API(void, flowdsl_cft_submit, (uint32_t coop, void* session));
 
-#if NCCL_VERSION_CODE >= 23100
 // ncclCft::flush; 0, or 0x100 | the fabric's report. (NCCL >= 2.31.0)
-typedef uint32_t flowdsl_cft_flush_fn(uint32_t coop, void* session);
-FLOWDSL_API flowdsl_cft_flush_fn flowdsl_cft_flush__thread; FLOWDSL_API flowdsl_cft_flush_fn flowdsl_cft_flush__warp; FLOWDSL_API flowdsl_cft_flush_fn flowdsl_cft_flush__lanes; FLOWDSL_API flowdsl_cft_flush_fn flowdsl_cft_flush__warp_span; FLOWDSL_API flowdsl_cft_flush_fn flowdsl_cft_flush__cta;
-#endif
+FLOWDSL_COOP_API(uint32_t, flowdsl_cft_flush, (uint32_t coop, void* session));
 
-#if NCCL_VERSION_CODE >= 23100
 // ncclCft::flushSmem. (NCCL >= 2.31.0)
-typedef void flowdsl_cft_flush_smem_fn(uint32_t coop, void* session);
-FLOWDSL_API flowdsl_cft_flush_smem_fn flowdsl_cft_flush_smem__thread; FLOWDSL_API flowdsl_cft_flush_smem_fn flowdsl_cft_flush_smem__warp; FLOWDSL_API flowdsl_cft_flush_smem_fn flowdsl_cft_flush_smem__lanes; FLOWDSL_API flowdsl_cft_flush_smem_fn flowdsl_cft_flush_smem__warp_span; FLOWDSL_API flowdsl_cft_flush_smem_fn flowdsl_cft_flush_smem__cta;
-#endif
+FLOWDSL_COOP_API(void, flowdsl_cft_flush_smem, (uint32_t coop, void* session));
 
-#if NCCL_VERSION_CODE >= 23100
-// ncclCft::waitCounted (waits, then fences fabric -> consumer). (NCCL >= 2.31.0)
-typedef void flowdsl_cft_wait_counted_fn(uint32_t coop, const ncclDevComm* comm, void* session, ncclWindow_t win, size_t offset, uint64_t expected, int order, int consumer);
-FLOWDSL_API flowdsl_cft_wait_counted_fn flowdsl_cft_wait_counted__thread; FLOWDSL_API flowdsl_cft_wait_counted_fn flowdsl_cft_wait_counted__warp; FLOWDSL_API flowdsl_cft_wait_counted_fn flowdsl_cft_wait_counted__lanes; FLOWDSL_API flowdsl_cft_wait_counted_fn flowdsl_cft_wait_counted__warp_span; FLOWDSL_API flowdsl_cft_wait_counted_fn flowdsl_cft_wait_counted__cta;
-#endif
+// ncclCft::waitCounted, bounded (waits, then fences fabric -> consumer). (NCCL >= 2.31.0)
+FLOWDSL_COOP_API(void, flowdsl_cft_wait_counted, (uint32_t coop, const ncclDevComm* comm, void* session, ncclWindow_t win, size_t offset, uint64_t expected, int order, int consumer));
 
-#if NCCL_VERSION_CODE >= 23100
 // ncclMemFence. (NCCL >= 2.31.0)
-typedef void flowdsl_cft_mem_fence_fn(uint32_t coop, int order, int producer, int consumer, int scope);
-FLOWDSL_API flowdsl_cft_mem_fence_fn flowdsl_cft_mem_fence__thread; FLOWDSL_API flowdsl_cft_mem_fence_fn flowdsl_cft_mem_fence__warp; FLOWDSL_API flowdsl_cft_mem_fence_fn flowdsl_cft_mem_fence__lanes; FLOWDSL_API flowdsl_cft_mem_fence_fn flowdsl_cft_mem_fence__warp_span; FLOWDSL_API flowdsl_cft_mem_fence_fn flowdsl_cft_mem_fence__cta;
-#endif
+FLOWDSL_COOP_API(void, flowdsl_cft_mem_fence, (uint32_t coop, int order, int producer, int consumer, int scope));
 
-#if NCCL_VERSION_CODE >= 23100
 // ncclCftBarrierSession::arrive. (NCCL >= 2.31.0)
-typedef void flowdsl_cft_barrier_arrive_fn(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order, int producer, int consumer);
-FLOWDSL_API flowdsl_cft_barrier_arrive_fn flowdsl_cft_barrier_arrive__thread; FLOWDSL_API flowdsl_cft_barrier_arrive_fn flowdsl_cft_barrier_arrive__warp; FLOWDSL_API flowdsl_cft_barrier_arrive_fn flowdsl_cft_barrier_arrive__lanes; FLOWDSL_API flowdsl_cft_barrier_arrive_fn flowdsl_cft_barrier_arrive__warp_span; FLOWDSL_API flowdsl_cft_barrier_arrive_fn flowdsl_cft_barrier_arrive__cta;
-#endif
+FLOWDSL_COOP_API(void, flowdsl_cft_barrier_arrive, (uint32_t coop, const ncclDevComm* comm, uint32_t index, int order, int producer, int consumer));
 
-#if NCCL_VERSION_CODE >= 23100
-// ncclCftBarrierSession::wait. (NCCL >= 2.31.0)
-typedef void flowdsl_cft_barrier_wait_fn(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order, int producer, int consumer);
-FLOWDSL_API flowdsl_cft_barrier_wait_fn flowdsl_cft_barrier_wait__thread; FLOWDSL_API flowdsl_cft_barrier_wait_fn flowdsl_cft_barrier_wait__warp; FLOWDSL_API flowdsl_cft_barrier_wait_fn flowdsl_cft_barrier_wait__lanes; FLOWDSL_API flowdsl_cft_barrier_wait_fn flowdsl_cft_barrier_wait__warp_span; FLOWDSL_API flowdsl_cft_barrier_wait_fn flowdsl_cft_barrier_wait__cta;
-#endif
+// ncclCftBarrierSession::wait, bounded. (NCCL >= 2.31.0)
+FLOWDSL_COOP_API(void, flowdsl_cft_barrier_wait, (uint32_t coop, const ncclDevComm* comm, uint32_t index, int order, int producer, int consumer));
 
-#if NCCL_VERSION_CODE >= 23100
-// ncclCftBarrierSession::sync. (NCCL >= 2.31.0)
-typedef void flowdsl_cft_barrier_sync_fn(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order, int producer, int consumer);
-FLOWDSL_API flowdsl_cft_barrier_sync_fn flowdsl_cft_barrier_sync__thread; FLOWDSL_API flowdsl_cft_barrier_sync_fn flowdsl_cft_barrier_sync__warp; FLOWDSL_API flowdsl_cft_barrier_sync_fn flowdsl_cft_barrier_sync__lanes; FLOWDSL_API flowdsl_cft_barrier_sync_fn flowdsl_cft_barrier_sync__warp_span; FLOWDSL_API flowdsl_cft_barrier_sync_fn flowdsl_cft_barrier_sync__cta;
+// ncclCftBarrierSession::sync, its wait bounded. (NCCL >= 2.31.0)
+FLOWDSL_COOP_API(void, flowdsl_cft_barrier_sync, (uint32_t coop, const ncclDevComm* comm, uint32_t index, int order, int producer, int consumer));
 #endif

@@ -7,6 +7,10 @@
 
 #define FLOWDSL_API extern "C" __device__
 
+// FLOWDSL_COOP_API(RET, NAME, PARAMS): the C function type NAME_fn, and a function of it per coop kind,
+// NAME__thread, NAME__warp, NAME__lanes, NAME__warp_span, NAME__cta (PARAMS begin with the coop word).
+#define FLOWDSL_COOP_API(RET, NAME, PARAMS) typedef RET NAME##_fn PARAMS; FLOWDSL_API NAME##_fn NAME##__thread; FLOWDSL_API NAME##_fn NAME##__warp; FLOWDSL_API NAME##_fn NAME##__lanes; FLOWDSL_API NAME##_fn NAME##__warp_span; FLOWDSL_API NAME##_fn NAME##__cta
+
 // ncclGin::put with a remote action. (NCCL >= 2.28.9)
 typedef void flowdsl_gin_put_fn(int coop_kind, uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t dst, size_t dst_offset, ncclWindow_t src, size_t src_offset, size_t bytes, uint32_t signal, ncclWindow_t signal_win, size_t signal_offset, uint64_t value);
 FLOWDSL_API flowdsl_gin_put_fn flowdsl_gin_put__none; FLOWDSL_API flowdsl_gin_put_fn flowdsl_gin_put__signal_inc; FLOWDSL_API flowdsl_gin_put_fn flowdsl_gin_put__signal_add;
@@ -37,20 +41,17 @@ FLOWDSL_API flowdsl_gin_signal_fn flowdsl_gin_signal__strong_signal_inc; FLOWDSL
 
 #if NCCL_VERSION_CODE >= 23200
 // ncclGin::get. (NCCL >= 2.32.0)
-typedef void flowdsl_gin_get_fn(uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t remote, size_t remote_offset, ncclWindow_t local, size_t local_offset, size_t bytes);
-FLOWDSL_API flowdsl_gin_get_fn flowdsl_gin_get__thread; FLOWDSL_API flowdsl_gin_get_fn flowdsl_gin_get__warp; FLOWDSL_API flowdsl_gin_get_fn flowdsl_gin_get__lanes; FLOWDSL_API flowdsl_gin_get_fn flowdsl_gin_get__warp_span; FLOWDSL_API flowdsl_gin_get_fn flowdsl_gin_get__cta;
+FLOWDSL_COOP_API(void, flowdsl_gin_get, (uint32_t coop, const ncclDevComm* comm, int ctx, int team_nranks, int team_rank, int team_stride, int peer, ncclWindow_t remote, size_t remote_offset, ncclWindow_t local, size_t local_offset, size_t bytes));
 #endif
 
 // ncclGin::flush. (NCCL >= 2.28.9)
-typedef void flowdsl_gin_flush_fn(uint32_t coop, const ncclDevComm* comm, int ctx, int order);
-FLOWDSL_API flowdsl_gin_flush_fn flowdsl_gin_flush__thread; FLOWDSL_API flowdsl_gin_flush_fn flowdsl_gin_flush__warp; FLOWDSL_API flowdsl_gin_flush_fn flowdsl_gin_flush__lanes; FLOWDSL_API flowdsl_gin_flush_fn flowdsl_gin_flush__warp_span; FLOWDSL_API flowdsl_gin_flush_fn flowdsl_gin_flush__cta;
+FLOWDSL_COOP_API(void, flowdsl_gin_flush, (uint32_t coop, const ncclDevComm* comm, int ctx, int order));
 
 // ncclGin::readSignal. (NCCL >= 2.28.9)
 FLOWDSL_API uint64_t flowdsl_gin_read_signal(const ncclDevComm* comm, int ctx, uint32_t signal, int bits, int order);
 
 // ncclGin::waitSignal, bounded. (NCCL >= 2.28.9)
-typedef void flowdsl_gin_wait_signal_fn(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order);
-FLOWDSL_API flowdsl_gin_wait_signal_fn flowdsl_gin_wait_signal__thread; FLOWDSL_API flowdsl_gin_wait_signal_fn flowdsl_gin_wait_signal__warp; FLOWDSL_API flowdsl_gin_wait_signal_fn flowdsl_gin_wait_signal__lanes; FLOWDSL_API flowdsl_gin_wait_signal_fn flowdsl_gin_wait_signal__warp_span; FLOWDSL_API flowdsl_gin_wait_signal_fn flowdsl_gin_wait_signal__cta;
+FLOWDSL_COOP_API(void, flowdsl_gin_wait_signal, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t signal, uint64_t least, int bits, int order));
 
 // ncclGin::resetSignal. (NCCL >= 2.28.9)
 FLOWDSL_API void flowdsl_gin_reset_signal(const ncclDevComm* comm, int ctx, uint32_t signal);
@@ -59,16 +60,13 @@ FLOWDSL_API void flowdsl_gin_reset_signal(const ncclDevComm* comm, int ctx, uint
 FLOWDSL_API uint64_t flowdsl_gin_read_counter(const ncclDevComm* comm, int ctx, uint32_t counter, int bits, int order);
 
 // ncclGin::waitCounter, bounded. (NCCL >= 2.28.9)
-typedef void flowdsl_gin_wait_counter_fn(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order);
-FLOWDSL_API flowdsl_gin_wait_counter_fn flowdsl_gin_wait_counter__thread; FLOWDSL_API flowdsl_gin_wait_counter_fn flowdsl_gin_wait_counter__warp; FLOWDSL_API flowdsl_gin_wait_counter_fn flowdsl_gin_wait_counter__lanes; FLOWDSL_API flowdsl_gin_wait_counter_fn flowdsl_gin_wait_counter__warp_span; FLOWDSL_API flowdsl_gin_wait_counter_fn flowdsl_gin_wait_counter__cta;
+FLOWDSL_COOP_API(void, flowdsl_gin_wait_counter, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t counter, uint64_t least, int bits, int order));
 
 // ncclGin::resetCounter. (NCCL >= 2.28.9)
 FLOWDSL_API void flowdsl_gin_reset_counter(const ncclDevComm* comm, int ctx, uint32_t counter);
 
 // ncclGinBarrierSession (rail team)::sync, bounded. (NCCL >= 2.28.9)
-typedef void flowdsl_gin_barrier_sync_fn(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
-FLOWDSL_API flowdsl_gin_barrier_sync_fn flowdsl_gin_barrier_sync__thread; FLOWDSL_API flowdsl_gin_barrier_sync_fn flowdsl_gin_barrier_sync__warp; FLOWDSL_API flowdsl_gin_barrier_sync_fn flowdsl_gin_barrier_sync__lanes; FLOWDSL_API flowdsl_gin_barrier_sync_fn flowdsl_gin_barrier_sync__warp_span; FLOWDSL_API flowdsl_gin_barrier_sync_fn flowdsl_gin_barrier_sync__cta;
+FLOWDSL_COOP_API(void, flowdsl_gin_barrier_sync, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order));
 
 // ncclBarrierSession (world: LSA inside, GIN across)::sync, bounded. (NCCL >= 2.28.9)
-typedef void flowdsl_hybrid_barrier_sync_fn(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order);
-FLOWDSL_API flowdsl_hybrid_barrier_sync_fn flowdsl_hybrid_barrier_sync__thread; FLOWDSL_API flowdsl_hybrid_barrier_sync_fn flowdsl_hybrid_barrier_sync__warp; FLOWDSL_API flowdsl_hybrid_barrier_sync_fn flowdsl_hybrid_barrier_sync__lanes; FLOWDSL_API flowdsl_hybrid_barrier_sync_fn flowdsl_hybrid_barrier_sync__warp_span; FLOWDSL_API flowdsl_hybrid_barrier_sync_fn flowdsl_hybrid_barrier_sync__cta;
+FLOWDSL_COOP_API(void, flowdsl_hybrid_barrier_sync, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order));

@@ -7,6 +7,10 @@
 
 #define FLOWDSL_API extern "C" __device__
 
+// FLOWDSL_COOP_API(RET, NAME, PARAMS): the C function type NAME_fn, and a function of it per coop kind,
+// NAME__thread, NAME__warp, NAME__lanes, NAME__warp_span, NAME__cta (PARAMS begin with the coop word).
+#define FLOWDSL_COOP_API(RET, NAME, PARAMS) typedef RET NAME##_fn PARAMS; FLOWDSL_API NAME##_fn NAME##__thread; FLOWDSL_API NAME##_fn NAME##__warp; FLOWDSL_API NAME##_fn NAME##__lanes; FLOWDSL_API NAME##_fn NAME##__warp_span; FLOWDSL_API NAME##_fn NAME##__cta
+
 // World rank of this device communicator. (NCCL >= 2.28.9)
 FLOWDSL_API int flowdsl_comm_rank(const ncclDevComm* comm);
 
@@ -23,16 +27,13 @@ FLOWDSL_API int flowdsl_comm_lsa_size(const ncclDevComm* comm);
 FLOWDSL_API uint64_t flowdsl_wait_check(const ncclDevComm* comm, uint64_t state, int what, int peer, uint32_t index, uint64_t expected, uint64_t seen);
 
 // Barrier among the coop's threads. (NCCL >= 2.28.9)
-typedef void flowdsl_coop_sync_fn(uint32_t coop);
-FLOWDSL_API flowdsl_coop_sync_fn flowdsl_coop_sync__thread; FLOWDSL_API flowdsl_coop_sync_fn flowdsl_coop_sync__warp; FLOWDSL_API flowdsl_coop_sync_fn flowdsl_coop_sync__lanes; FLOWDSL_API flowdsl_coop_sync_fn flowdsl_coop_sync__warp_span; FLOWDSL_API flowdsl_coop_sync_fn flowdsl_coop_sync__cta;
+FLOWDSL_COOP_API(void, flowdsl_coop_sync, (uint32_t coop));
 
 // This thread's index in the coop. (NCCL >= 2.28.9)
-typedef int flowdsl_coop_thread_rank_fn(uint32_t coop);
-FLOWDSL_API flowdsl_coop_thread_rank_fn flowdsl_coop_thread_rank__thread; FLOWDSL_API flowdsl_coop_thread_rank_fn flowdsl_coop_thread_rank__warp; FLOWDSL_API flowdsl_coop_thread_rank_fn flowdsl_coop_thread_rank__lanes; FLOWDSL_API flowdsl_coop_thread_rank_fn flowdsl_coop_thread_rank__warp_span; FLOWDSL_API flowdsl_coop_thread_rank_fn flowdsl_coop_thread_rank__cta;
+FLOWDSL_COOP_API(int, flowdsl_coop_thread_rank, (uint32_t coop));
 
 // Number of threads in the coop. (NCCL >= 2.28.9)
-typedef int flowdsl_coop_size_fn(uint32_t coop);
-FLOWDSL_API flowdsl_coop_size_fn flowdsl_coop_size__thread; FLOWDSL_API flowdsl_coop_size_fn flowdsl_coop_size__warp; FLOWDSL_API flowdsl_coop_size_fn flowdsl_coop_size__lanes; FLOWDSL_API flowdsl_coop_size_fn flowdsl_coop_size__warp_span; FLOWDSL_API flowdsl_coop_size_fn flowdsl_coop_size__cta;
+FLOWDSL_COOP_API(int, flowdsl_coop_size, (uint32_t coop));
 
 // ncclTeamWorld. (NCCL >= 2.28.9)
 FLOWDSL_API void flowdsl_team_world(const ncclDevComm* comm, int* out);
@@ -77,13 +78,10 @@ FLOWDSL_API void* flowdsl_get_peer_pointer(ncclWindow_t win, size_t offset, int 
 FLOWDSL_API void* flowdsl_get_team_pointer(ncclWindow_t win, size_t offset, int team_nranks, int team_rank, int team_stride, int peer);
 
 // ncclLsaBarrierSession::arrive. (NCCL >= 2.28.9)
-typedef void flowdsl_lsa_barrier_arrive_fn(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API flowdsl_lsa_barrier_arrive_fn flowdsl_lsa_barrier_arrive__thread; FLOWDSL_API flowdsl_lsa_barrier_arrive_fn flowdsl_lsa_barrier_arrive__warp; FLOWDSL_API flowdsl_lsa_barrier_arrive_fn flowdsl_lsa_barrier_arrive__lanes; FLOWDSL_API flowdsl_lsa_barrier_arrive_fn flowdsl_lsa_barrier_arrive__warp_span; FLOWDSL_API flowdsl_lsa_barrier_arrive_fn flowdsl_lsa_barrier_arrive__cta;
+FLOWDSL_COOP_API(void, flowdsl_lsa_barrier_arrive, (uint32_t coop, const ncclDevComm* comm, uint32_t index, int order));
 
 // ncclLsaBarrierSession::wait, bounded (flowdsl.wait). (NCCL >= 2.28.9)
-typedef void flowdsl_lsa_barrier_wait_fn(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API flowdsl_lsa_barrier_wait_fn flowdsl_lsa_barrier_wait__thread; FLOWDSL_API flowdsl_lsa_barrier_wait_fn flowdsl_lsa_barrier_wait__warp; FLOWDSL_API flowdsl_lsa_barrier_wait_fn flowdsl_lsa_barrier_wait__lanes; FLOWDSL_API flowdsl_lsa_barrier_wait_fn flowdsl_lsa_barrier_wait__warp_span; FLOWDSL_API flowdsl_lsa_barrier_wait_fn flowdsl_lsa_barrier_wait__cta;
+FLOWDSL_COOP_API(void, flowdsl_lsa_barrier_wait, (uint32_t coop, const ncclDevComm* comm, uint32_t index, int order));
 
 // ncclLsaBarrierSession::sync, its wait bounded. (NCCL >= 2.28.9)
-typedef void flowdsl_lsa_barrier_sync_fn(uint32_t coop, const ncclDevComm* comm, uint32_t index, int order);
-FLOWDSL_API flowdsl_lsa_barrier_sync_fn flowdsl_lsa_barrier_sync__thread; FLOWDSL_API flowdsl_lsa_barrier_sync_fn flowdsl_lsa_barrier_sync__warp; FLOWDSL_API flowdsl_lsa_barrier_sync_fn flowdsl_lsa_barrier_sync__lanes; FLOWDSL_API flowdsl_lsa_barrier_sync_fn flowdsl_lsa_barrier_sync__warp_span; FLOWDSL_API flowdsl_lsa_barrier_sync_fn flowdsl_lsa_barrier_sync__cta;
+FLOWDSL_COOP_API(void, flowdsl_lsa_barrier_sync, (uint32_t coop, const ncclDevComm* comm, uint32_t index, int order));

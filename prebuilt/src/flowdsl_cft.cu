@@ -40,11 +40,89 @@ struct Bound {
         state{(c.sync(), c), static_cast<Session*>(p)->smem, static_cast<Session*>(p)->tx_count,
               static_cast<Session*>(p)->phase_parity} {}
   __device__ __forceinline__ ncclCft<Coop>& cft() { return static_cast<ncclCft<Coop>&>(state); }
-  // Only the thread NCCL elects changes txCount: that thread stores it back.
-  __device__ __forceinline__ void store_tx(uint32_t before) {
+  // op(cft()) for a call that counts bytes (put, putCounted, get, submit): only the thread NCCL
+  // elects changes txCount, and that thread stores it back.
+  template <typename Op>
+  __device__ __forceinline__ void count_tx(Op op) {
+    uint32_t before = state.txCount;
+    op(cft());
     if (state.txCount != before) s->tx_count = state.txCount;
   }
 };
+
+// ncclCft::waitCounted with its spin bounded: the elected thread waits (relaxed loads) until the
+// counter reaches expected, then the coop syncs and fences fabric -> consumer (as NCCL >= 2.32).
+template <typename Coop>
+__device__ __forceinline__ void bounded_cft_wait_counted(Coop coop, const ncclDevComm* comm, cuda::memory_order order,
+                                                         ncclMemProxyType consumer, uint64_t* counter,
+                                                         uint64_t expected, uint32_t index) {
+  if (nccl::cft::internal::elected(coop)) {
+    cuda::atomic_ref<uint64_t> inbox(*counter);
+    uint64_t state = 0;
+#pragma unroll 1
+    while (true) {
+      uint64_t got = inbox.load(cuda::memory_order_relaxed);
+      if (got - expected <= uint64_t(-1) >> 1) break;
+      if (!keep_waiting(comm, state, kCftCounter, -1, index, expected, got)) break;
+    }
+  }
+  coop.sync();
+  ncclMemFence(coop, nccl::utility::acquireOrderOf(order), ncclMemProxyType::Fabric, consumer,
+               ncclMemFenceScope::Sys);
+}
+
+// ncclCftBarrierSession::wait with every spin bounded (the same relaxed loads, epoch update and
+// closing fence as NCCL's). A thread whose wait gives up leaves the epoch as it was, as one
+// that sees NCCL's abort flag does.
+template <typename Coop>
+__device__ __forceinline__ void bounded_cft_barrier_wait(ncclCftBarrierSession<Coop>& s, const ncclDevComm* comm,
+                                                         cuda::memory_order order, ncclMemProxyType producer,
+                                                         ncclMemProxyType consumer) {
+  bool arrived = true;
+  if (s.useMultimem()) {
+    if (s.coop.thread_rank() == 0) {
+      cuda::atomic_ref<uint32_t> inbox(*s.mcInbox());
+      uint32_t need = s.epoch + s.team.nRanks;
+      uint64_t state = 0;
+#pragma unroll 1
+      while (true) {
+        uint32_t got = inbox.load(cuda::memory_order_relaxed);
+        if (got - need <= uint32_t(-1) >> 1) break;
+        if (!(arrived = keep_waiting(comm, state, kCftBarrier, -1, s.index, need, got))) break;
+      }
+      if (arrived) s.epoch = need;
+    }
+  } else {
+    uint32_t need = s.epoch + 1;
+#pragma unroll 1
+    for (int i = s.coop.thread_rank(); i < s.team.nRanks - 1 && arrived; i += s.coop.size()) {
+      int peer = i + (i < s.team.rank ? 0 : 1);
+      cuda::atomic_ref<uint32_t> inbox(*s.ucInbox(peer));
+      uint64_t state = 0;
+#pragma unroll 1
+      while (true) {
+        uint32_t got = inbox.load(cuda::memory_order_relaxed);
+        if (got - need <= uint32_t(-1) >> 1) break;
+        int world_peer = ncclTeamRankToWorld(*comm, s.team, peer);
+        if (!(arrived = keep_waiting(comm, state, kCftBarrier, world_peer, s.index, need, got))) break;
+      }
+    }
+    if (arrived) s.epoch = need;
+  }
+  s.coop.sync();
+  ncclMemFence(s.coop, nccl::utility::acquireOrderOf(order), producer, consumer, ncclMemFenceScope::Sys);
+}
+
+// As the LSA barrier wrappers: each call opens a session (loading the barrier's epoch) and
+// closes it (storing it back), so later calls continue the sequence. NCCL's arrive, flowdsl's wait.
+template <typename Coop>
+__device__ __forceinline__ void cft_barrier(Coop c, const ncclDevComm* comm, uint32_t index, int order, int producer,
+                                            int consumer, bool arrive, bool wait) {
+  ncclCftBarrierSession<Coop> s{c, *comm, index};
+  auto ord = (cuda::memory_order)order;
+  if (arrive) s.arrive(c, ord, (ncclMemProxyType)producer, (ncclMemProxyType)consumer);
+  if (wait) bounded_cft_barrier_wait(s, comm, ord, (ncclMemProxyType)producer, (ncclMemProxyType)consumer);
+}
 
 }  // namespace
 
@@ -94,34 +172,23 @@ FLOWDSL_API uint64_t flowdsl_cft_read_counter(ncclWindow_t win, size_t offset, i
   FLOWDSL_API void flowdsl_cft_put__##K(uint32_t coop, void* session, uint32_t le_id, size_t le_offset, \
                                         void* src, uint32_t bytes) {                                    \
     auto c = coop_##K(coop);                                                                            \
-    Bound<decltype(c)> b(c, session);                                                                   \
-    uint32_t before = b.state.txCount;                                                                  \
-    b.cft().put(c, le_id, le_offset, src, bytes);                                                       \
-    b.store_tx(before);                                                                                 \
+    Bound<decltype(c)>(c, session).count_tx([&](auto& cft) { cft.put(c, le_id, le_offset, src, bytes); }); \
   }                                                                                                     \
   FLOWDSL_API void flowdsl_cft_put_counted__##K(uint32_t coop, void* session, uint32_t le_id,          \
                                                 size_t le_offset, size_t counter_offset, void* src,     \
                                                 uint32_t bytes) {                                       \
     auto c = coop_##K(coop);                                                                            \
-    Bound<decltype(c)> b(c, session);                                                                   \
-    uint32_t before = b.state.txCount;                                                                  \
-    b.cft().putCounted(c, le_id, le_offset, counter_offset, src, bytes);                                \
-    b.store_tx(before);                                                                                 \
+    Bound<decltype(c)>(c, session).count_tx(                                                            \
+        [&](auto& cft) { cft.putCounted(c, le_id, le_offset, counter_offset, src, bytes); });          \
   }                                                                                                     \
   FLOWDSL_API void flowdsl_cft_get__##K(uint32_t coop, void* session, uint32_t le_id, size_t le_offset, \
                                         void* dst, uint32_t bytes) {                                    \
     auto c = coop_##K(coop);                                                                            \
-    Bound<decltype(c)> b(c, session);                                                                   \
-    uint32_t before = b.state.txCount;                                                                  \
-    b.cft().get(c, le_id, le_offset, dst, bytes);                                                       \
-    b.store_tx(before);                                                                                 \
+    Bound<decltype(c)>(c, session).count_tx([&](auto& cft) { cft.get(c, le_id, le_offset, dst, bytes); }); \
   }                                                                                                     \
   FLOWDSL_API void flowdsl_cft_submit__##K(uint32_t coop, void* session) {                             \
     auto c = coop_##K(coop);                                                                            \
-    Bound<decltype(c)> b(c, session);                                                                   \
-    uint32_t before = b.state.txCount;                                                                  \
-    b.cft().submit(c);                                                                                  \
-    b.store_tx(before);                                                                                 \
+    Bound<decltype(c)>(c, session).count_tx([&](auto& cft) { cft.submit(c); });                         \
   }                                                                                                     \
   FLOWDSL_API uint32_t flowdsl_cft_flush__##K(uint32_t coop, void* session) {                          \
     auto c = coop_##K(coop);                                                                            \
@@ -142,9 +209,9 @@ FLOWDSL_API uint64_t flowdsl_cft_read_counter(ncclWindow_t win, size_t offset, i
                                                  ncclWindow_t win, size_t offset, uint64_t expected,    \
                                                  int order, int consumer) {                             \
     auto c = coop_##K(coop);                                                                            \
-    Bound<decltype(c)> b(c, session);                                                                   \
-    b.cft().waitCounted(c, (cuda::memory_order)order, (ncclMemProxyType)consumer,                      \
-                        (uint64_t*)ncclGetLocalPointer(win, offset), expected, comm->abortFlag);        \
+    c.sync(); /* as every session call starts (Bound) */                                                \
+    bounded_cft_wait_counted(c, comm, (cuda::memory_order)order, (ncclMemProxyType)consumer,            \
+                             (uint64_t*)ncclGetLocalPointer(win, offset), expected, (uint32_t)offset);  \
   }                                                                                                     \
   FLOWDSL_API void flowdsl_cft_mem_fence__##K(uint32_t coop, int order, int producer, int consumer,    \
                                               int scope) {                                              \
@@ -154,30 +221,16 @@ FLOWDSL_API uint64_t flowdsl_cft_read_counter(ncclWindow_t win, size_t offset, i
 FLOWDSL_FOR_EACH_COOP(FLOWDSL_CFT_SESSION_FUNCS)
 
 // ---- CFT barrier sessions ----------------------------------------------------------------
-// As the LSA barrier wrappers: each call opens a session (loading the barrier's
-// epoch) and closes it (storing it back), so later calls continue the sequence.
-#define FLOWDSL_CFT_BARRIER_FUNCS(K)                                                                 \
-  FLOWDSL_API void flowdsl_cft_barrier_arrive__##K(uint32_t coop, const ncclDevComm* comm,          \
-                                                   uint32_t index, int order, int producer,         \
-                                                   int consumer) {                                  \
-    auto c = coop_##K(coop);                                                                         \
-    ncclCftBarrierSession<decltype(c)> s{c, *comm, index};                                          \
-    s.arrive(c, (cuda::memory_order)order, (ncclMemProxyType)producer, (ncclMemProxyType)consumer);  \
-  }                                                                                                  \
-  FLOWDSL_API void flowdsl_cft_barrier_wait__##K(uint32_t coop, const ncclDevComm* comm,            \
-                                                 uint32_t index, int order, int producer,           \
-                                                 int consumer) {                                    \
-    auto c = coop_##K(coop);                                                                         \
-    ncclCftBarrierSession<decltype(c)> s{c, *comm, index};                                          \
-    s.wait(c, (cuda::memory_order)order, (ncclMemProxyType)producer, (ncclMemProxyType)consumer);    \
-  }                                                                                                  \
-  FLOWDSL_API void flowdsl_cft_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm,            \
-                                                 uint32_t index, int order, int producer,           \
-                                                 int consumer) {                                    \
-    auto c = coop_##K(coop);                                                                         \
-    ncclCftBarrierSession<decltype(c)> s{c, *comm, index};                                          \
-    s.sync(c, (cuda::memory_order)order, (ncclMemProxyType)producer, (ncclMemProxyType)consumer);    \
+#define FLOWDSL_CFT_BARRIER_FUNC(K, method, arrive, wait)                                           \
+  FLOWDSL_API void flowdsl_cft_barrier_##method##__##K(uint32_t coop, const ncclDevComm* comm,      \
+                                                       uint32_t index, int order, int producer,     \
+                                                       int consumer) {                              \
+    cft_barrier(coop_##K(coop), comm, index, order, producer, consumer, arrive, wait);               \
   }
+#define FLOWDSL_CFT_BARRIER_FUNCS(K)                                                                \
+  FLOWDSL_CFT_BARRIER_FUNC(K, arrive, true, false)                                                  \
+  FLOWDSL_CFT_BARRIER_FUNC(K, wait, false, true)                                                    \
+  FLOWDSL_CFT_BARRIER_FUNC(K, sync, true, true)
 FLOWDSL_FOR_EACH_COOP(FLOWDSL_CFT_BARRIER_FUNCS)
 
 #endif  // NCCL_VERSION_CODE >= 23100

@@ -31,41 +31,30 @@ __device__ __forceinline__ void bounded_gin_wait(Coop coop, const ncclDevComm* c
   coop.sync();
 }
 
-#if NCCL_VERSION_CODE >= 23003
-// NCCL >= 2.30.3 bounds its barrier sessions itself, in SM cycles (without watching any abort
-// flag while it does); a timeout it reports fills flowdsl's record. Without a limit, the plain
-// form, which watches NCCL's own abort flag (set by ncclCommAbort).
-template <typename Session, typename Coop>
-__device__ __forceinline__ void bounded_barrier_sync(Session& s, Coop c, const ncclDevComm* comm,
-                                                     cuda::memory_order order, int what, uint32_t index) {
-  uint64_t* rec = wait_record(comm);
-  uint64_t timeout = rec ? load_relaxed_sys(rec + kTimeoutNs) : 0;
-  if (timeout == 0) {
-    s.sync(c, order, ncclGinFenceLevel::Relaxed);
-    return;
-  }
-  uint64_t start = global_timer();
-  uint64_t cycles = timeout * load_relaxed_sys(rec + kClockKhz) / 1000000;
-  if (s.sync(c, order, ncclGinFenceLevel::Relaxed, cycles ? cycles : timeout) == ncclTimeout)
-    record_timeout(comm, what, -1, index, 0, 0, global_timer() - start);
-}
-#else
-// ncclGinBarrierSession::sync of NCCL < 2.30 with its spins bounded (same signals, orders
-// and barrier state). 2.28 counts one signal per barrier in an epoch; 2.29 has one signal
-// per peer and counts arrivals in the signals' shadows.
+// ncclGinBarrierSession::sync with every spin bounded: the same signals, orders, scopes and
+// barrier state as NCCL's, with flowdsl's fence level (Relaxed: no flush before or after). NCCL
+// 2.28 counts one signal per barrier in an epoch; from 2.29 each peer has a signal and the
+// arrivals are counted in its shadow; 2.31 sends every signal before the first wait. One form
+// only: NCCL >= 2.30.3 has a timeout form of its own too, but it counts SM cycles without
+// watching the stop word, and a second form would double the barrier's compile time.
 template <typename Coop>
 __device__ __forceinline__ void bounded_gin_barrier_sync(ncclGinBarrierSession<Coop>& s, const ncclDevComm* comm,
                                                          cuda::memory_order ord, int what, uint32_t index) {
   auto scope = nccl::utility::releaseOrderOf(ord) != cuda::memory_order_relaxed ? cuda::thread_scope_thread
                                                                                  : cuda::thread_scope_system;
+  auto peer_at = [&](int i) {  // peers in rotation from this rank (spreads the load, as NCCL does)
+    int peer = 1 + s.team.rank + i;
+    return s.team.nRanks <= peer ? peer - s.team.nRanks : peer;
+  };
   s.coop.sync();
 #if NCCL_VERSION_CODE >= 22900
-  bool gave_up = false;
-#pragma unroll 1
-  for (int i = s.coop.thread_rank(); i < s.team.nRanks - 1; i += s.coop.size()) {
-    int peer = 1 + s.team.rank + i;
-    if (s.team.nRanks <= peer) peer -= s.team.nRanks;
+  auto signal_peer = [&](int peer) {
     s.net.signal(s.team, peer, ncclGin_SignalInc{s.signal + s.team.rank}, ncclCoopThread(), ncclGin_None(), scope);
+  };
+  // After a wait gave up, the shadows still count every arrival this barrier expects (as after
+  // NCCL's abort, whose waits return at once).
+  bool gave_up = false;
+  auto wait_peer = [&](int peer) {
     uint32_t* shadow = (uint32_t*)s.net.getSignalShadowPtr(s.signal + peer);
     uint32_t need = ++*shadow;
     uint64_t state = 0;
@@ -75,13 +64,23 @@ __device__ __forceinline__ void bounded_gin_barrier_sync(ncclGinBarrierSession<C
       if (nccl::utility::rollingLessEq((uint64_t)need, got, 32)) break;
       gave_up = !keep_waiting(comm, state, what, ncclTeamRankToWorld(*comm, s.team, peer), index, need, got);
     }
-  }
+  };
+#if NCCL_VERSION_CODE >= 23100
+#pragma unroll 1
+  for (int i = s.coop.thread_rank(); i < s.team.nRanks - 1; i += s.coop.size()) signal_peer(peer_at(i));
+#pragma unroll 1
+  for (int i = s.coop.thread_rank(); i < s.team.nRanks - 1; i += s.coop.size()) wait_peer(peer_at(i));
 #else
 #pragma unroll 1
   for (int i = s.coop.thread_rank(); i < s.team.nRanks - 1; i += s.coop.size()) {
-    int peer = 1 + s.team.rank + i;
-    if (s.team.nRanks <= peer) peer -= s.team.nRanks;
-    s.net.signal(s.team, peer, ncclGin_SignalInc{s.signal}, ncclCoopThread(), ncclGin_None(), scope);
+    signal_peer(peer_at(i));
+    wait_peer(peer_at(i));
+  }
+#endif
+#else
+#pragma unroll 1
+  for (int i = s.coop.thread_rank(); i < s.team.nRanks - 1; i += s.coop.size()) {
+    s.net.signal(s.team, peer_at(i), ncclGin_SignalInc{s.signal}, ncclCoopThread(), ncclGin_None(), scope);
   }
   s.epoch += s.team.nRanks - 1;
   if (s.coop.thread_rank() == 0) {
@@ -96,7 +95,27 @@ __device__ __forceinline__ void bounded_gin_barrier_sync(ncclGinBarrierSession<C
 #endif
   s.coop.sync();
 }
+
+// ncclBarrierSession::sync on the world team with flowdsl's Relaxed fence, as every release runs
+// it: the LSA team's barrier (releasing), then the rail team's GIN barrier (acquiring), each
+// bounded. The two sessions are those NCCL's world session opens (2.30 gave them handles of their
+// own), opened here directly: ncclBarrierSession's optional members make a third more LTO-IR.
+template <typename Coop>
+__device__ __forceinline__ void bounded_hybrid_barrier_sync(Coop c, const ncclDevComm* comm, int ctx, uint32_t index,
+                                                            cuda::memory_order ord) {
+#if NCCL_VERSION_CODE >= 23000
+  ncclLsaBarrierHandle lsa_handle = comm->hybridLsaBarrier;
+  ncclGinBarrierHandle rail_handle = comm->hybridRailGinBarrier;
+#else
+  ncclLsaBarrierHandle lsa_handle = comm->lsaBarrier;
+  ncclGinBarrierHandle rail_handle = comm->railGinBarrier;
 #endif
+  ncclLsaBarrierSession<Coop> lsa{c, *comm, ncclTeamLsa(*comm), lsa_handle, index, false, comm->lsaMultimem};
+  ncclGinBarrierSession<Coop> rail{c, ncclGin(*comm, ctx), ncclTeamRail(*comm), rail_handle, index};
+  lsa.arrive(c, nccl::utility::releaseOrderOf(ord));
+  bounded_lsa_wait(lsa, comm, nccl::utility::releaseOrderOf(ord));
+  bounded_gin_barrier_sync(rail, comm, nccl::utility::acquireOrderOf(ord), kHybridBarrier, index);
+}
 
 // put, putValue and signal take the coop kind (flowdsl.enums.CoopKind) and word at run time.
 // NCCL's forms of them sync the coop, issue the operation from the coop's thread 0 with
@@ -193,83 +212,44 @@ FLOWDSL_FOR_EACH_REMOTE(FLOWDSL_GIN_PUT)
 FLOWDSL_FOR_EACH_REMOTE(FLOWDSL_GIN_PUT_VALUE)
 FLOWDSL_FOR_EACH_SIGNAL(FLOWDSL_GIN_SIGNAL)
 
-#if NCCL_VERSION_CODE >= 23003
 #define FLOWDSL_GIN_BARRIERS(K)                                                                       \
   FLOWDSL_API void flowdsl_gin_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,     \
                                                  uint32_t index, int order) {                         \
-    ncclGin net(*comm, ctx);                                                                          \
     auto c = coop_##K(coop);                                                                          \
-    ncclGinBarrierSession<decltype(c)> s{c, net, ncclTeamTagRail(), index};                          \
-    bounded_barrier_sync(s, c, comm, (cuda::memory_order)order, kGinBarrier, index);                  \
-  }                                                                                                   \
-  FLOWDSL_API void flowdsl_hybrid_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,  \
-                                                    uint32_t index, int order) {                      \
-    ncclGin net(*comm, ctx);                                                                          \
-    auto c = coop_##K(coop);                                                                          \
-    ncclBarrierSession<decltype(c)> s{c, ncclTeamTagWorld(), net, index};                            \
-    bounded_barrier_sync(s, c, comm, (cuda::memory_order)order, kHybridBarrier, index);               \
-  }
-#else
-// The hybrid barrier as ncclBarrierSession composes it: the LSA team's barrier, then the
-// rail team's GIN barrier, each bounded.
-#define FLOWDSL_GIN_BARRIERS(K)                                                                       \
-  FLOWDSL_API void flowdsl_gin_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,     \
-                                                 uint32_t index, int order) {                         \
-    ncclGin net(*comm, ctx);                                                                          \
-    auto c = coop_##K(coop);                                                                          \
-    ncclGinBarrierSession<decltype(c)> s{c, net, ncclTeamTagRail(), index};                          \
+    ncclGinBarrierSession<decltype(c)> s{c, ncclGin(*comm, ctx), ncclTeamTagRail(), index};          \
     bounded_gin_barrier_sync(s, comm, (cuda::memory_order)order, kGinBarrier, index);                 \
   }                                                                                                   \
   FLOWDSL_API void flowdsl_hybrid_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,  \
                                                     uint32_t index, int order) {                      \
-    ncclGin net(*comm, ctx);                                                                          \
-    auto c = coop_##K(coop);                                                                          \
-    auto ord = (cuda::memory_order)order;                                                             \
-    ncclLsaBarrierSession<decltype(c)> lsa{c, *comm, ncclTeamTagLsa(), index};                       \
-    ncclGinBarrierSession<decltype(c)> rail{c, net, ncclTeamTagRail(), index};                       \
-    lsa.arrive(c, nccl::utility::releaseOrderOf(ord));                                                \
-    bounded_lsa_wait(lsa, comm, nccl::utility::releaseOrderOf(ord));                                  \
-    bounded_gin_barrier_sync(rail, comm, nccl::utility::acquireOrderOf(ord), kHybridBarrier, index);  \
+    bounded_hybrid_barrier_sync(coop_##K(coop), comm, ctx, index, (cuda::memory_order)order);         \
   }
-#endif
 
+// Signals and counters are waited for, read and reset alike (ncclGin's *Signal and *Counter).
+#define FLOWDSL_GIN_WAIT(K, kind, Counter, what)                                                      \
+  FLOWDSL_API void flowdsl_gin_wait_##kind##__##K(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t id, \
+                                                 uint64_t least, int bits, int order) {               \
+    bounded_gin_wait<Counter>(coop_##K(coop), comm, ncclGin(*comm, ctx), id, least, bits,             \
+                              (cuda::memory_order)order, what, id);                                   \
+  }
 #define FLOWDSL_GIN_COOP_FUNCS(K)                                                                      \
   FLOWDSL_API void flowdsl_gin_flush__##K(uint32_t coop, const ncclDevComm* comm, int ctx, int order) { \
     ncclGin net(*comm, ctx);                                                                          \
     net.flush(coop_##K(coop), (cuda::memory_order)order);                                             \
   }                                                                                                   \
-  FLOWDSL_API void flowdsl_gin_wait_signal__##K(uint32_t coop, const ncclDevComm* comm, int ctx,      \
-                                                uint32_t signal, uint64_t least, int bits, int order) { \
-    ncclGin net(*comm, ctx);                                                                          \
-    bounded_gin_wait<false>(coop_##K(coop), comm, net, signal, least, bits, (cuda::memory_order)order,  \
-                            kGinSignal, signal);                                                      \
-  }                                                                                                   \
-  FLOWDSL_API void flowdsl_gin_wait_counter__##K(uint32_t coop, const ncclDevComm* comm, int ctx,     \
-                                                 uint32_t counter, uint64_t least, int bits, int order) { \
-    ncclGin net(*comm, ctx);                                                                          \
-    bounded_gin_wait<true>(coop_##K(coop), comm, net, counter, least, bits, (cuda::memory_order)order,  \
-                           kGinCounter, counter);                                                     \
-  }                                                                                                   \
+  FLOWDSL_GIN_WAIT(K, signal, false, kGinSignal)                                                      \
+  FLOWDSL_GIN_WAIT(K, counter, true, kGinCounter)                                                     \
   FLOWDSL_GIN_BARRIERS(K)
 FLOWDSL_FOR_EACH_COOP(FLOWDSL_GIN_COOP_FUNCS)
 
-FLOWDSL_API uint64_t flowdsl_gin_read_signal(const ncclDevComm* comm, int ctx, uint32_t signal, int bits, int order) {
-  ncclGin net(*comm, ctx);
-  return net.readSignal(signal, bits, (cuda::memory_order)order);
-}
-FLOWDSL_API void flowdsl_gin_reset_signal(const ncclDevComm* comm, int ctx, uint32_t signal) {
-  ncclGin net(*comm, ctx);
-  net.resetSignal(signal);
-}
-FLOWDSL_API uint64_t flowdsl_gin_read_counter(const ncclDevComm* comm, int ctx, uint32_t counter, int bits,
-                                              int order) {
-  ncclGin net(*comm, ctx);
-  return net.readCounter(counter, bits, (cuda::memory_order)order);
-}
-FLOWDSL_API void flowdsl_gin_reset_counter(const ncclDevComm* comm, int ctx, uint32_t counter) {
-  ncclGin net(*comm, ctx);
-  net.resetCounter(counter);
-}
+#define FLOWDSL_GIN_READ_RESET(kind, Kind)                                                            \
+  FLOWDSL_API uint64_t flowdsl_gin_read_##kind(const ncclDevComm* comm, int ctx, uint32_t id, int bits, int order) { \
+    return ncclGin(*comm, ctx).read##Kind(id, bits, (cuda::memory_order)order);                       \
+  }                                                                                                   \
+  FLOWDSL_API void flowdsl_gin_reset_##kind(const ncclDevComm* comm, int ctx, uint32_t id) {           \
+    ncclGin(*comm, ctx).reset##Kind(id);                                                              \
+  }
+FLOWDSL_GIN_READ_RESET(signal, Signal)
+FLOWDSL_GIN_READ_RESET(counter, Counter)
 
 #if NCCL_VERSION_CODE >= 23200
 #define FLOWDSL_GIN_GET_FUNCS(K)                                                                       \

@@ -50,10 +50,12 @@ enum : int {
   kWhat = 2, kRank = 3, kBlock = 4, kThread = 5, kExpected = 6, kSeen = 7, kPeer = 8, kIndex = 9,
   kWaitedNs = 10,  // how long the first wait to give up had waited
   kTimeoutNs = 11, // the limit (host-written; 0: off)
-  kClockKhz = 12,  // SM clock, for NCCL's own timeouts, which count cycles
 };
 // What a wait waits on (flowdsl/wait.py has the same values).
-enum : int { kLsaBarrier = 5, kGinSignal = 6, kGinCounter = 7, kGinBarrier = 8, kHybridBarrier = 9 };
+enum : int {
+  kLsaBarrier = 5, kGinSignal = 6, kGinCounter = 7, kGinBarrier = 8, kHybridBarrier = 9, kCftCounter = 10,
+  kCftBarrier = 11,
+};
 constexpr uint64_t kGaveUp = ~0ull;
 constexpr uint64_t kSpinMask = 1023;  // flowdsl.wait.CHECK_EVERY - 1
 

@@ -34,8 +34,8 @@ def linked_ptx(monkeypatch):
     monkeypatch.setattr(compiler, "Linker", _LinkerKeepingPtx)
     _LinkerKeepingPtx.ptx = []
 
-    def compile_ptx(kernel, argtypes, nccl="2.28.9", arch="sm_90"):
-        compiled = kernel.compile(argtypes, arch=arch, nccl=nccl)
+    def compile_ptx(kernel, argtypes, nccl="2.28.9", arch="sm_90", **options):
+        compiled = kernel.compile(argtypes, arch=arch, nccl=nccl, **options)
         assert [s for s in compiled.function_symbols() if s.startswith("flowdsl_")] == []
         return _LinkerKeepingPtx.ptx[-1]
     return compile_ptx

@@ -23,9 +23,9 @@ from tests import planted_hangs as planted
 pytestmark = pytest.mark.sim
 
 
-def _timeout(main, nranks=2, seed=3) -> sim.WaitTimeoutError:
+def _timeout(main, nranks=2, seed=3, **options) -> sim.WaitTimeoutError:
     with pytest.raises(sim.WaitTimeoutError) as info:
-        sim.spawn(main, nranks=nranks, seed=seed)
+        sim.spawn(main, nranks=nranks, seed=seed, **options)
     err = info.value
     assert isinstance(err, DeviceTimeoutError) and isinstance(err, sim.DeadlockError)
     return err
@@ -141,3 +141,72 @@ def test_poll_needs_a_device_communicator():
 
     with pytest.raises(TypeError, match="flowdsl.wait.poll requires a device communicator"):
         sim.spawn(main, nranks=1)
+
+
+@pytest.mark.parametrize("hybrid,primitive", [(False, "gin barrier sync, barrier"),
+                                              (True, "gin hybrid barrier sync, barrier")])
+def test_a_rank_absent_at_a_gin_barrier_leaves_its_rail_peers_with_the_diagnosis(hybrid, primitive):
+    # 2 nodes of 2: rank 1's rail peer is rank 3 (node 1); rank 0's LSA peer (rank 1) is absent too,
+    # so on the hybrid barrier rank 0 waits at the LSA stage, rank 2 at the rail stage
+    err = _timeout(planted.skip_gin_barrier(absent=1, hybrid=hybrid), nranks=4, nodes=2)
+    msg = str(err)
+    assert "a device-side wait on rank 3 gave up" in msg and "from peer rank 1: expected 1, last seen 0" in msg
+    assert f"waited for {primitive} 0 from peer rank 1" in msg, msg[:1500]
+    assert "rank 1 gave up" not in msg
+    if hybrid:
+        assert "a device-side wait on rank 0 gave up" in msg and "waited for lsa barrier wait, barrier 0" in msg
+    _same_format(err)
+
+
+def test_a_rank_absent_at_a_cft_barrier_leaves_every_other_rank_with_the_diagnosis():
+    err = _timeout(planted.skip_cft_barrier(absent=1), nranks=3, nodes=3)
+    assert (err.rank, err.peer, err.index) == (0, 1, 0)
+    assert err.primitive == "cft barrier wait, barrier" and (err.expected, err.seen) == (1, 0)
+    _same_format(err)
+    msg = str(err)
+    assert "a device-side wait on rank 2 gave up" in msg and "from peer rank 1: expected 1, last seen 0" in msg
+    assert "rank 1 gave up" not in msg
+
+
+def test_a_counted_write_that_never_comes_leaves_the_waiter_with_the_diagnosis():
+    err = _timeout(planted.never_counted(waiter=1), nranks=2, nodes=2)
+    assert (err.rank, err.peer, err.index) == (1, -1, 8)
+    assert err.primitive == "cft.wait_counted, counter at byte offset" and (err.expected, err.seen) == (64, 0)
+    _same_format(err)
+    assert "waited for cft.wait_counted, counter at byte offset 8: expected 64, last seen 0" in str(err)
+
+
+@pytest.mark.parametrize("program,kw", [
+    (planted.skip_gin_barrier, dict(absent=1)),
+    (planted.skip_gin_barrier, dict(absent=1, hybrid=True)),
+    (planted.skip_cft_barrier, dict(absent=1)),
+    (planted.never_counted, dict(waiter=1)),
+], ids=["gin_barrier", "hybrid_barrier", "cft_barrier", "cft_wait_counted"])
+def test_abort_ends_blocked_gin_and_cft_waits(monkeypatch, program, kw):
+    ended = _count_aborted_waits(monkeypatch)
+    assert sim.spawn(program(**kw, abort=True), nranks=4, nodes=2, seed=3) == ["aborted"] * 4
+    assert sum(ended) > 0  # some waits were blocked when abort() came, and it ended them
+
+
+def test_abort_ends_a_blocked_lsa_barrier_wait(monkeypatch):
+    ended = _count_aborted_waits(monkeypatch)
+
+    def main(comm):
+        with comm.device_communicator(lsa_barrier_count=1) as dc:
+            planted.absent_at_barrier[1, 32](dc, 1)
+            return planted._end(comm, abort=True)
+
+    assert sim.spawn(main, nranks=3, seed=3) == ["aborted"] * 3
+    assert sum(ended) > 0
+
+
+def _count_aborted_waits(monkeypatch) -> list:
+    """Patches flowdsl.sim.timeouts.abort to record how many blocked waits each call ended."""
+    from flowdsl.sim import timeouts
+
+    ended, real = [], timeouts.abort
+
+    def counting(host_comm):
+        ended.append(real(host_comm))
+    monkeypatch.setattr(timeouts, "abort", counting)
+    return ended
