@@ -17,7 +17,7 @@ destinations are shared memory, 16-byte aligned, sizes multiples of 16 bytes.
 :func:`close` ends the session. Each concurrent session (one per warp, say)
 needs its own storage.
 
-**Counted writes**: :func:`put_counted` writes into a window registered with
+**Counted writes** (NCCL >= 2.32): :func:`put_counted` writes into a window registered with
 ``comm.register(buf, cft_counted=True)`` (``NCCL_WIN_CFT_COUNTED``) and then
 adds the number of bytes written to a u64 **counter** in that window, after
 the data. The sender needs no fence and no flag; the receiver waits until the
@@ -48,6 +48,8 @@ __all__ = [
 #: Every CFT primitive needs NCCL 2.31, Blackwell (sm_100) and a CUDA 13.3 linker (NCCL's headers compile
 #: CFT only then).
 GATE = Gate(nccl=(2, 31, 0), min_cc=(10, 0), cuda=(13, 3))
+#: Counted writes, counters and ``waitCounted`` came with NCCL 2.32 (2.31.2's headers have none of them).
+COUNTED_GATE = Gate(nccl=(2, 32, 0), min_cc=(10, 0), cuda=(13, 3))
 COUNTED_WINDOW = WINDOW.but("a counted window")
 ORDER_ENUM = ENUM.but("a flowdsl.MemoryOrder", "Pass a flowdsl.MemoryOrder")
 PROXY_ENUM = ENUM.but("a flowdsl.cft.MemProxyType", "Pass a flowdsl.cft.MemProxyType")
@@ -103,7 +105,7 @@ def put(session, le_id, le_offset, src, nbytes):
     """Queue a write of ``nbytes`` from the shared array ``src`` to the LE ``le_id`` at ``le_offset``."""
 
 
-@primitive(extern="flowdsl_cft_put_counted", gate=GATE, session=CFT_SESSION, src=SHARED_ARRAY)
+@primitive(extern="flowdsl_cft_put_counted", gate=COUNTED_GATE, session=CFT_SESSION, src=SHARED_ARRAY)
 def put_counted(session, le_id, le_offset, counter_offset, src, nbytes):
     """Queue a counted write: the data, then ``nbytes`` added to the u64 counter at ``counter_offset``.
 
@@ -136,7 +138,7 @@ def close(session):
     """End the session (``~ncclCft``: its mbarrier is invalidated; the storage may be reused)."""
 
 
-@primitive(extern="flowdsl_cft_read_counter", gate=GATE, win=COUNTED_WINDOW, order=ORDER_ENUM)
+@primitive(extern="flowdsl_cft_read_counter", gate=COUNTED_GATE, win=COUNTED_WINDOW, order=ORDER_ENUM)
 def read_counter(win, offset, order=None):
     """The u64 counter at byte ``offset`` of this rank's counted ``win`` (``order`` default relaxed).
 
@@ -144,7 +146,7 @@ def read_counter(win, offset, order=None):
     """
 
 
-@primitive(extern="flowdsl_cft_wait_counted", gate=GATE, session=CFT_SESSION, win=COUNTED_WINDOW, order=ORDER_ENUM, consumer=PROXY_ENUM)
+@primitive(extern="flowdsl_cft_wait_counted", gate=COUNTED_GATE, session=CFT_SESSION, win=COUNTED_WINDOW, order=ORDER_ENUM, consumer=PROXY_ENUM)
 def wait_counted(session, win, offset, expected, order=None, consumer=None):
     """Wait until the counter at byte ``offset`` of this rank's ``win`` reaches ``expected`` bytes, then fence.
 

@@ -20,10 +20,14 @@ FLOWDSL_API void flowdsl_cft_le_info(const ncclDevComm* comm, ncclWindow_t win, 
 
 // ncclGetPeerLeInfo (world peer): out[0] = LE id, out[1] = LE offset. (NCCL >= 2.31.0)
 FLOWDSL_API void flowdsl_cft_peer_le_info(const ncclDevComm* comm, ncclWindow_t win, size_t offset, int peer, uint64_t* out);
+#endif
 
-// Load of the u64 counter at a byte offset of the local counted window (no fabric fence). (NCCL >= 2.31.0)
+#if NCCL_VERSION_CODE >= 23200
+// Load of the u64 counter at a byte offset of the local counted window (no fabric fence). (NCCL >= 2.32.0)
 FLOWDSL_API uint64_t flowdsl_cft_read_counter(ncclWindow_t win, size_t offset, int order);
+#endif
 
+#if NCCL_VERSION_CODE >= 23100
 // ncclCft constructor: initialises the session's mbarrier in shared memory. (NCCL >= 2.31.0)
 FLOWDSL_COOP_API(void, flowdsl_cft_session_open, (uint32_t coop, void* session));
 
@@ -32,10 +36,14 @@ FLOWDSL_COOP_API(void, flowdsl_cft_session_close, (uint32_t coop, void* session)
 
 // ncclCft::put. (NCCL >= 2.31.0)
 FLOWDSL_COOP_API(void, flowdsl_cft_put, (uint32_t coop, void* session, uint32_t le_id, size_t le_offset, void* src, uint32_t bytes));
+#endif
 
-// ncclCft::putCounted. (NCCL >= 2.31.0)
+#if NCCL_VERSION_CODE >= 23200
+// ncclCft::putCounted. (NCCL >= 2.32.0)
 FLOWDSL_COOP_API(void, flowdsl_cft_put_counted, (uint32_t coop, void* session, uint32_t le_id, size_t le_offset, size_t counter_offset, void* src, uint32_t bytes));
+#endif
 
+#if NCCL_VERSION_CODE >= 23100
 // ncclCft::get. (NCCL >= 2.31.0)
 FLOWDSL_COOP_API(void, flowdsl_cft_get, (uint32_t coop, void* session, uint32_t le_id, size_t le_offset, void* dst, uint32_t bytes));
 
@@ -47,10 +55,14 @@ FLOWDSL_COOP_API(uint32_t, flowdsl_cft_flush, (uint32_t coop, void* session));
 
 // ncclCft::flushSmem. (NCCL >= 2.31.0)
 FLOWDSL_COOP_API(void, flowdsl_cft_flush_smem, (uint32_t coop, void* session));
+#endif
 
-// ncclCft::waitCounted, bounded (waits, then fences fabric -> consumer). (NCCL >= 2.31.0)
+#if NCCL_VERSION_CODE >= 23200
+// ncclCft::waitCounted, bounded (waits, then fences fabric -> consumer). (NCCL >= 2.32.0)
 FLOWDSL_COOP_API(void, flowdsl_cft_wait_counted, (uint32_t coop, const ncclDevComm* comm, void* session, ncclWindow_t win, size_t offset, uint64_t expected, int order, int consumer));
+#endif
 
+#if NCCL_VERSION_CODE >= 23100
 // ncclMemFence. (NCCL >= 2.31.0)
 FLOWDSL_COOP_API(void, flowdsl_cft_mem_fence, (uint32_t coop, int order, int producer, int consumer, int scope));
 

@@ -146,10 +146,6 @@ FLOWDSL_API void flowdsl_cft_peer_le_info(const ncclDevComm* comm, ncclWindow_t 
   out[0] = id;
   out[1] = le_offset;
 }
-FLOWDSL_API uint64_t flowdsl_cft_read_counter(ncclWindow_t win, size_t offset, int order) {
-  cuda::atomic_ref<uint64_t, cuda::thread_scope_system> counter(*(uint64_t*)ncclGetLocalPointer(win, offset));
-  return counter.load((cuda::memory_order)order);
-}
 
 // ---- sessions -------------------------------------------------------------------------
 #define FLOWDSL_CFT_SESSION_FUNCS(K)                                                                    \
@@ -173,13 +169,6 @@ FLOWDSL_API uint64_t flowdsl_cft_read_counter(ncclWindow_t win, size_t offset, i
                                         void* src, uint32_t bytes) {                                    \
     auto c = coop_##K(coop);                                                                            \
     Bound<decltype(c)>(c, session).count_tx([&](auto& cft) { cft.put(c, le_id, le_offset, src, bytes); }); \
-  }                                                                                                     \
-  FLOWDSL_API void flowdsl_cft_put_counted__##K(uint32_t coop, void* session, uint32_t le_id,          \
-                                                size_t le_offset, size_t counter_offset, void* src,     \
-                                                uint32_t bytes) {                                       \
-    auto c = coop_##K(coop);                                                                            \
-    Bound<decltype(c)>(c, session).count_tx(                                                            \
-        [&](auto& cft) { cft.putCounted(c, le_id, le_offset, counter_offset, src, bytes); });          \
   }                                                                                                     \
   FLOWDSL_API void flowdsl_cft_get__##K(uint32_t coop, void* session, uint32_t le_id, size_t le_offset, \
                                         void* dst, uint32_t bytes) {                                    \
@@ -205,6 +194,23 @@ FLOWDSL_API uint64_t flowdsl_cft_read_counter(ncclWindow_t win, size_t offset, i
     Bound<decltype(c)> b(c, session);                                                                   \
     b.cft().flushSmem(c);                                                                               \
   }                                                                                                     \
+  FLOWDSL_API void flowdsl_cft_mem_fence__##K(uint32_t coop, int order, int producer, int consumer,    \
+                                              int scope) {                                              \
+    ncclMemFence(coop_##K(coop), (cuda::memory_order)order, (ncclMemProxyType)producer,                 \
+                 (ncclMemProxyType)consumer, (ncclMemFenceScope)scope);                                 \
+  }
+FLOWDSL_FOR_EACH_COOP(FLOWDSL_CFT_SESSION_FUNCS)
+
+// Counted writes and their waits came with NCCL 2.32 (2.31 has CFT sessions without them).
+#if NCCL_VERSION_CODE >= 23200
+#define FLOWDSL_CFT_COUNTED_FUNCS(K)                                                                       \
+  FLOWDSL_API void flowdsl_cft_put_counted__##K(uint32_t coop, void* session, uint32_t le_id,          \
+                                                size_t le_offset, size_t counter_offset, void* src,     \
+                                                uint32_t bytes) {                                       \
+    auto c = coop_##K(coop);                                                                            \
+    Bound<decltype(c)>(c, session).count_tx(                                                            \
+        [&](auto& cft) { cft.putCounted(c, le_id, le_offset, counter_offset, src, bytes); });          \
+  }                                                                                                     \
   FLOWDSL_API void flowdsl_cft_wait_counted__##K(uint32_t coop, const ncclDevComm* comm, void* session, \
                                                  ncclWindow_t win, size_t offset, uint64_t expected,    \
                                                  int order, int consumer) {                             \
@@ -212,13 +218,13 @@ FLOWDSL_API uint64_t flowdsl_cft_read_counter(ncclWindow_t win, size_t offset, i
     c.sync(); /* as every session call starts (Bound) */                                                \
     bounded_cft_wait_counted(c, comm, (cuda::memory_order)order, (ncclMemProxyType)consumer,            \
                              (uint64_t*)ncclGetLocalPointer(win, offset), expected, (uint32_t)offset);  \
-  }                                                                                                     \
-  FLOWDSL_API void flowdsl_cft_mem_fence__##K(uint32_t coop, int order, int producer, int consumer,    \
-                                              int scope) {                                              \
-    ncclMemFence(coop_##K(coop), (cuda::memory_order)order, (ncclMemProxyType)producer,                 \
-                 (ncclMemProxyType)consumer, (ncclMemFenceScope)scope);                                 \
   }
-FLOWDSL_FOR_EACH_COOP(FLOWDSL_CFT_SESSION_FUNCS)
+FLOWDSL_FOR_EACH_COOP(FLOWDSL_CFT_COUNTED_FUNCS)
+FLOWDSL_API uint64_t flowdsl_cft_read_counter(ncclWindow_t win, size_t offset, int order) {
+  cuda::atomic_ref<uint64_t, cuda::thread_scope_system> counter(*(uint64_t*)ncclGetLocalPointer(win, offset));
+  return counter.load((cuda::memory_order)order);
+}
+#endif
 
 // ---- CFT barrier sessions ----------------------------------------------------------------
 #define FLOWDSL_CFT_BARRIER_FUNC(K, method, arrive, wait)                                           \

@@ -121,6 +121,23 @@ def test_cft_on_nccl_2_28_is_refused_naming_release_needed_and_found():
         cft_everything.compile(_argtypes("2.28.9"), arch="sm_100", nccl="2.28.9", cuda="13.3")
 
 
+@pytest.mark.parametrize("stub", [cft.put_counted, cft.read_counter, cft.wait_counted])
+def test_counted_writes_on_nccl_2_31_are_refused_naming_2_32(stub):
+    """NCCL 2.31 has CFT but no counted writes (its headers lack putCounted, waitCounted and counters): the
+    gate typing checks (no 2.31 headers here to build its support library, so the gate is asked directly)."""
+    from flowdsl._spec import spec_of
+    from flowdsl.lowering.checks import require_gate
+    from flowdsl.lowering.target import Target, compiling_for
+
+    name = f"flowdsl.cft.{stub.__name__}"
+    with compiling_for(Target((2, 31, 2), "sm_100", (13, 3))):
+        with pytest.raises(flowdsl.FeatureUnavailableError,
+                           match=rf"{name} requires NCCL >= 2.32.0, but this kernel is compiled for NCCL "
+                                 r"2.31.2. Install nvidia-nccl-cu13>=2.32.0"):
+            require_gate(name, spec_of(stub).gate)
+        require_gate("flowdsl.cft.put", spec_of(cft.put).gate)  # the rest of CFT is 2.31's
+
+
 def test_cft_linked_by_cuda_below_13_3_is_refused_naming_cuda_needed_and_found():
     with pytest.raises(TypingError, match=r"flowdsl.cft.\w+ requires CUDA >= 13.3 \(nvJitLink\), but this "
                                           r"kernel is linked by nvJitLink 13.0 \(CUDA 13.0\)"):
