@@ -25,8 +25,7 @@ import re
 from numba import cuda
 from numba.core import types
 from numba.core.errors import NumbaTypeError
-from numba.cuda import models
-from numba.cuda.extending import make_attribute_wrapper, overload, overload_method, register_model
+from numba.cuda.extending import make_attribute_wrapper, overload, overload_method
 
 from .. import cft
 from .._spec import SPECS, spec_of
@@ -36,7 +35,7 @@ from .declarations import extern
 from .intrinsics import array_ptr, devcomm_ptr, enum_value, struct_maker, value_or
 from .target import note_feature
 from .team import team_from
-from .types import CoopType, DevCommType
+from .types import CoopType, DevCommType, register_struct_model
 
 __all__ = ["CftSessionType", "CftBarrierSessionType", "CFT_FEATURE", "cft_primitives_called"]
 
@@ -85,16 +84,8 @@ class CftBarrierSessionType(types.Type):
         return self.comm, self.coop
 
 
-@register_model(CftSessionType)
-class _CftSessionModel(models.StructModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, [("comm", fe_type.comm), ("coop", fe_type.coop), ("storage", types.voidptr)])
-
-
-@register_model(CftBarrierSessionType)
-class _CftBarrierSessionModel(models.StructModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, [("comm", fe_type.comm), ("coop", fe_type.coop), ("index", types.uint32)])
+register_struct_model(CftSessionType, lambda ty: [("comm", ty.comm), ("coop", ty.coop), ("storage", types.voidptr)])
+register_struct_model(CftBarrierSessionType, lambda ty: [("comm", ty.comm), ("coop", ty.coop), ("index", types.uint32)])
 
 
 for _name in ("comm", "coop", "storage"):

@@ -21,6 +21,7 @@ from ..enums import CoopKind
 __all__ = [
     "DevCommType", "WindowType", "TeamType", "CoopType", "LsaBarrierSessionType",
     "team_type", "ArgumentMarshaller", "ConstantEnumClass", "devcomm_words", "bind_attributes",
+    "register_struct_model",
 ]
 
 
@@ -113,6 +114,16 @@ class ConstantEnumClass(types.Dummy):
 
 
 register_model(ConstantEnumClass)(OpaqueModel)
+
+
+def register_struct_model(type_class, members):
+    """Give ``type_class`` a struct data model of ``members(fe_type)``: its (name, numba type) pairs."""
+    class Model(models.StructModel):
+        def __init__(self, dmm, fe_type):
+            super().__init__(dmm, fe_type, members(fe_type))
+
+    Model.__name__ = Model.__qualname__ = f"_{type_class.__name__}Model"
+    return register_model(type_class)(Model)
 
 
 @register_model(DevCommType)
