@@ -252,44 +252,42 @@ def _outbox_at(proc, out, sstep):
 # ``ctx`` is None in kernels built for one LSA team: numba then drops the GIN branches before
 # typing them, which keeps GIN code (and its compile time) out of those kernels.
 
-@device(inline=False)
-def _wait_credit(proc, ctx, out, step):
-    """Wait until the receiver has freed the slot of ``step`` (consumed ``step - nslots + 1`` slots)."""
-    need = step + 1 - proc.nslots
-    if need <= 0:
-        return
-    if ctx is not None and out.gin:
-        gin.wait_signal(ctx, coop.thread(), _credit_signal(proc, out.number), uint64(need))
-    else:
-        # Bounded (flowdsl.wait): a wait that gives up returns, and the step goes on with stale data.
-        words = lsa.local_view(proc.stage)
-        at = _state_at(proc, _CREDIT, out.number)
-        seen = int64(mem.load_acquire(words, at, _SYS))
-        state = uint64(0)
-        while seen < need:
-            state = wait.poll(proc.comm, state, wait.FLOW_CREDIT, out.peer, out.number, need, seen)
-            if state == wait.GAVE_UP:
-                return
+def _wait_kind(name, which, what, signal, ahead):
+    """The wait ``name(proc, ctx, conn, step)``: until counter ``which`` of connection ``conn`` has
+    reached ``step + 1``, less ``nslots`` slots with ``ahead`` (a sender runs ``nslots`` ahead).
+
+    From a peer outside the LSA team the counter is GIN signal ``signal``; otherwise the peer
+    releases it into this rank's state word, read here with acquire and bounded
+    (:mod:`flowdsl.wait`, as ``what``): a wait that gives up returns, and the step goes on with
+    stale data. The two waits are one body, made twice: the simulator's livelock hint names
+    the function a thread spins in (``flowdsl/sim/hints.py``).
+    """
+    def wait_for(proc, ctx, conn, step):
+        need = step + 1 - proc.nslots if ahead else step + 1
+        if ahead and need <= 0:
+            return
+        if ctx is not None and conn.gin:
+            gin.wait_signal(ctx, coop.thread(), signal(proc, conn.number), uint64(need))
+        else:
+            words = lsa.local_view(proc.stage)
+            at = _state_at(proc, which, conn.number)
             seen = int64(mem.load_acquire(words, at, _SYS))
+            state = uint64(0)
+            while seen < need:
+                state = wait.poll(proc.comm, state, what, conn.peer, conn.number, need, seen)
+                if state == wait.GAVE_UP:
+                    return
+                seen = int64(mem.load_acquire(words, at, _SYS))
+
+    wait_for.__name__ = wait_for.__qualname__ = name
+    wait_for.__code__ = wait_for.__code__.replace(co_name=name)  # what the simulator reports
+    return device(inline=False)(wait_for)
 
 
-@device(inline=False)
-def _wait_ready(proc, ctx, inp, step):
-    """Wait until the sender has posted the slot of ``step``."""
-    if ctx is not None and inp.gin:
-        gin.wait_signal(ctx, coop.thread(), _ready_signal(proc, inp.number), uint64(step + 1))
-    else:
-        words = lsa.local_view(proc.stage)
-        at = _state_at(proc, _READY, inp.number)
-        seen = int64(mem.load_acquire(words, at, _SYS))
-        state = uint64(0)
-        # Bounded, as _wait_credit's. Each wait keeps its own loop: the simulator's livelock hint names
-        # the function a thread spins in (flowdsl/sim/hints.py).
-        while seen < step + 1:
-            state = wait.poll(proc.comm, state, wait.FLOW_READY, inp.peer, inp.number, step + 1, seen)
-            if state == wait.GAVE_UP:
-                return
-            seen = int64(mem.load_acquire(words, at, _SYS))
+#: Until the receiver has freed the slot of send step ``step`` (consumed ``step + 1 - nslots`` slots).
+_wait_credit = _wait_kind("_wait_credit", _CREDIT, wait.FLOW_CREDIT, _credit_signal, ahead=1)
+#: Until the sender has posted the slot of receive step ``step``.
+_wait_ready = _wait_kind("_wait_ready", _READY, wait.FLOW_READY, _ready_signal, ahead=0)
 
 
 @device(inline=False)

@@ -7,7 +7,8 @@ Ring: :func:`ring_all_gather`, :func:`ring_reduce_scatter`, :func:`ring_broadcas
 returns the ``@flowdsl.kernel`` for that operator (the operator is a compile-time
 constant; the element type comes from the arrays). The Flow programs are device functions
 made into factories by :func:`flow_program` (``ring_all_reduce.program`` is the algorithm
-itself, to call from a kernel of your own); :func:`ring_reduce_to_own_piece` and
+itself, to call from a kernel of your own; the other ring programs are written chunk by chunk,
+:func:`ring_chunks`); :func:`ring_reduce_to_own_piece` and
 :func:`ring_gather_after_own_piece` are the halves of an all-reduce round, for programs that
 work on a rank's finished piece between them (``flowdsl/examples/allreduce_bias_gelu.py``).
 Every kernel takes::
@@ -37,9 +38,9 @@ import flowdsl
 from flowdsl import flow, gin, lsa, mem
 from flowdsl.enums import RedOp, ThreadScope
 
-__all__ = ["PROGRAMS", "flow_program", "ring_connections", "ring_reduce_to_own_piece", "ring_gather_after_own_piece",
-           "piece", "ring_all_gather", "ring_reduce_scatter", "ring_broadcast", "ring_reduce",
-           "ring_all_reduce", "tree_all_reduce", "one_shot_all_reduce", "one_shot_words", "one_shot_fits",
+__all__ = ["PROGRAMS", "flow_program", "ring_chunks", "ring_connections", "ring_reduce_to_own_piece",
+           "ring_gather_after_own_piece", "piece", "ring_all_gather", "ring_reduce_scatter", "ring_broadcast",
+           "ring_reduce", "ring_all_reduce", "tree_all_reduce", "one_shot_all_reduce", "one_shot_words", "one_shot_fits",
            "ONE_SHOT_BLOCKS", "ONE_SHOT_LINES"]
 
 # Elements a channel's share is rounded to: keeps every channel's start 16-byte aligned.
@@ -126,74 +127,78 @@ def ring_connections(proc):
     return flow.connect(proc, (r + 1) % n, 0, 0), flow.connect(proc, (r + n - 1) % n, 0, 0)
 
 
+def ring_chunks(chunk_program):
+    """A ring program that moves its share ``[lo, hi)`` one pipeline chunk at a time.
+
+    ``chunk_program(proc, nxt, prv, red, src, dst, count, root, base, m)`` moves elements
+    ``[base, base + m)`` of the share (``nxt``, ``prv``: :func:`ring_connections`); the
+    program made of it takes the arguments :func:`flow_program` gives.
+    """
+    chunk_program = flowdsl.device(chunk_program)
+
+    def program(proc, red, partial, src, dst, count, root, lo, hi):
+        nxt, prv = ring_connections(proc)
+        chunk = chunk_elements(proc, dst.itemsize)
+        for base in range(lo, hi, chunk):
+            chunk_program(proc, nxt, prv, red, src, dst, count, root, base, min(chunk, hi - base))
+
+    program.__name__ = program.__qualname__ = chunk_program.__name__
+    program.__doc__ = chunk_program.__doc__
+    return flowdsl.device(program)
+
+
 @flow_program
-@flowdsl.device
-def ring_all_gather(proc, red, partial, src, dst, count, root, lo, hi):
+@ring_chunks
+def ring_all_gather(proc, nxt, prv, red, src, dst, count, root, base, m):
     """Ring AllGather: ``dst[r*count:(r+1)*count] = src@r`` on every rank (``op`` unused)."""
     n, r = proc.comm.nranks, proc.comm.rank
-    nxt, prv = ring_connections(proc)
-    chunk = chunk_elements(proc, dst.itemsize)
-    for base in range(lo, hi, chunk):
-        m = min(chunk, hi - base)
-        flow.copy_send(proc, nxt, src, dst[r * count:(r + 1) * count], base, m)
-        for s in range(1, n - 1):
-            j = (r + n - s) % n
-            flow.recv_copy_send(proc, prv, nxt, dst[j * count:(j + 1) * count], base, m)
-        j = (r + 1) % n
-        flow.recv(proc, prv, dst[j * count:(j + 1) * count], base, m)
+    flow.copy_send(proc, nxt, src, dst[r * count:(r + 1) * count], base, m)
+    for s in range(1, n - 1):
+        j = (r + n - s) % n
+        flow.recv_copy_send(proc, prv, nxt, dst[j * count:(j + 1) * count], base, m)
+    j = (r + 1) % n
+    flow.recv(proc, prv, dst[j * count:(j + 1) * count], base, m)
 
 
 @flow_program
-@flowdsl.device
-def ring_reduce_scatter(proc, red, partial, src, dst, count, root, lo, hi):
+@ring_chunks
+def ring_reduce_scatter(proc, nxt, prv, red, src, dst, count, root, base, m):
     """Ring ReduceScatter: ``dst@r = op over ranks of src@q[r*count:(r+1)*count]``."""
     n, r = proc.comm.nranks, proc.comm.rank
-    nxt, prv = ring_connections(proc)
-    chunk = chunk_elements(proc, dst.itemsize)
-    for base in range(lo, hi, chunk):
-        m = min(chunk, hi - base)
-        j = (r + n - 1) % n
-        flow.send(proc, nxt, src[j * count:(j + 1) * count], base, m)
-        for s in range(1, n - 1):
-            j = (r + 2 * n - s - 1) % n
-            flow.recv_reduce_send(proc, prv, nxt, src[j * count:(j + 1) * count], base, m, red)
-        flow.recv_reduce_copy(proc, prv, src[r * count:(r + 1) * count], dst, base, m, red)
+    j = (r + n - 1) % n
+    flow.send(proc, nxt, src[j * count:(j + 1) * count], base, m)
+    for s in range(1, n - 1):
+        j = (r + 2 * n - s - 1) % n
+        flow.recv_reduce_send(proc, prv, nxt, src[j * count:(j + 1) * count], base, m, red)
+    flow.recv_reduce_copy(proc, prv, src[r * count:(r + 1) * count], dst, base, m, red)
 
 
 @flow_program
-@flowdsl.device
-def ring_broadcast(proc, red, partial, src, dst, count, root, lo, hi):
+@ring_chunks
+def ring_broadcast(proc, nxt, prv, red, src, dst, count, root, base, m):
     """Ring Broadcast: ``dst@r = src@root`` (a chain from ``root``; ``op`` unused)."""
     n, r = proc.comm.nranks, proc.comm.rank
-    nxt, prv = ring_connections(proc)
     pos = (r + n - root) % n  # place in the chain that starts at root
-    chunk = chunk_elements(proc, dst.itemsize)
-    for base in range(lo, hi, chunk):
-        m = min(chunk, hi - base)
-        if pos == 0:
-            flow.copy_send(proc, nxt, src, dst, base, m)
-        elif pos == n - 1:
-            flow.recv(proc, prv, dst, base, m)
-        else:
-            flow.recv_copy_send(proc, prv, nxt, dst, base, m)
+    if pos == 0:
+        flow.copy_send(proc, nxt, src, dst, base, m)
+    elif pos == n - 1:
+        flow.recv(proc, prv, dst, base, m)
+    else:
+        flow.recv_copy_send(proc, prv, nxt, dst, base, m)
 
 
 @flow_program
-@flowdsl.device
-def ring_reduce(proc, red, partial, src, dst, count, root, lo, hi):
+@ring_chunks
+def ring_reduce(proc, nxt, prv, red, src, dst, count, root, base, m):
     """Ring Reduce: ``dst@root = op over ranks of src`` (a chain that ends at ``root``)."""
     n, r = proc.comm.nranks, proc.comm.rank
-    nxt, prv = ring_connections(proc)
     pos = (r + 2 * n - root - 1) % n  # root + 1 starts, root ends
-    chunk = chunk_elements(proc, dst.itemsize)
-    for base in range(lo, hi, chunk):
-        m = min(chunk, hi - base)
-        if pos == 0:
-            flow.send(proc, nxt, src, base, m)
-        elif pos == n - 1:
-            flow.recv_reduce_copy(proc, prv, src, dst, base, m, red)
-        else:
-            flow.recv_reduce_send(proc, prv, nxt, src, base, m, red)
+    if pos == 0:
+        flow.send(proc, nxt, src, base, m)
+    elif pos == n - 1:
+        flow.recv_reduce_copy(proc, prv, src, dst, base, m, red)
+    else:
+        flow.recv_reduce_send(proc, prv, nxt, src, base, m, red)
 
 
 @flowdsl.device

@@ -145,8 +145,14 @@ def _mangled_prefix(qualified_name: str) -> str:
 
 
 def _mark_never_inline(modules, qualified_names) -> None:
-    """Add ``noinline`` to the definitions of the named device functions (numba mangles them as
-    ``_ZN<len><part>...`` followed by ``B`` (ABI tags) or ``E``)."""
+    """Add ``noinline`` and ``noduplicate`` to the definitions of the named device functions (numba
+    mangles them as ``_ZN<len><part>...`` followed by ``B`` (ABI tags) or ``E``).
+
+    ``noduplicate``: the link's optimiser must not copy a call to one. It unswitched and
+    unrolled the ring programs' loops around their step calls (15 call sites of 5 steps in a
+    ring all-reduce, each passing some fifty words), which ran nothing faster and made the
+    entry the largest function of the link; one call site per call in the source is what an
+    out-of-line function is for. The functions themselves compile as before."""
     prefixes = [_mangled_prefix(name) for name in sorted(qualified_names)]
     if not prefixes:
         return
@@ -157,6 +163,7 @@ def _mark_never_inline(modules, qualified_names) -> None:
                     name.startswith(prefix) and name[len(prefix)] in "BE" for prefix in prefixes
                     if len(name) > len(prefix)):
                 fn.attributes.add("noinline")
+                fn.attributes.add("noduplicate")
 
 
 # -- a linked cubin as a launchable kernel ---------------------------------------------------------

@@ -28,9 +28,8 @@ from numba import float32, int32, uint8, uint16, uint64
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.errors import NumbaTypeError
-from numba.cuda import models
 from numba.cuda.extending import (intrinsic, make_attribute_wrapper, overload, overload_attribute,
-                                  register_jitable, register_model)
+                                  register_jitable)
 
 from .. import flow, gin, mem
 from .._flow_staging import refusal
@@ -40,7 +39,7 @@ from .gin import STRONG_SIGNAL_FEATURE
 from .checks import check
 from .intrinsics import feature_marker
 from .target import current, note_feature
-from .types import WindowType
+from .types import WindowType, register_struct_model
 
 __all__ = ["ReductionType"]
 
@@ -128,11 +127,8 @@ class ReductionType(types.Type):
         return self.op, self.fp8
 
 
-@register_model(ReductionType)
-class _ReductionModel(models.StructModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, [("nranks", types.int64), ("op_value", types.int64),
-                                        ("fp8_value", types.int64)])
+register_struct_model(ReductionType, lambda ty: [("nranks", types.int64), ("op_value", types.int64),
+                                                 ("fp8_value", types.int64)])
 
 
 make_attribute_wrapper(ReductionType, "nranks", "nranks")

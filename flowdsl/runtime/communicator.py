@@ -226,7 +226,7 @@ class Communicator:
         self._allocations: list[SymmetricAllocation] = []
         self._closed = False
         self._aborted = False
-        self._wait_record = WaitRecord(resolve_timeout(wait_timeout))
+        self._wait_record = WaitRecord(resolve_timeout(wait_timeout), rank)
 
     # -- resource bookkeeping ------------------------------------------------------------
     def _track(self, resource) -> None:

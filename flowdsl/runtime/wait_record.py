@@ -68,10 +68,17 @@ def _check(result, operation: str):
 
 
 class WaitRecord:
-    """A communicator's wait record, mapped into the current CUDA context (the communicator's device),
-    with the limit ``timeout`` seconds (0: off)."""
+    """The wait record of the communicator of world rank ``rank``, mapped into the current CUDA context
+    (the communicator's device), with the limit ``timeout`` seconds (0: off).
 
-    def __init__(self, timeout: float):
+    A timeout names ``rank``, not the record's ``RANK`` word: the bounded waits of flowdsl code
+    (``flowdsl.wait.poll``) give the device's check a view of the communicator that holds only the
+    record's address (:func:`flowdsl.lowering.intrinsics.wait_view_ptr`), so what they write there
+    is not the rank.
+    """
+
+    def __init__(self, timeout: float, rank: int):
+        self.rank = rank
         from cuda.bindings import driver  # noqa: PLC0415
 
         flags = driver.CU_MEMHOSTALLOC_DEVICEMAP | driver.CU_MEMHOSTALLOC_PORTABLE
@@ -113,7 +120,7 @@ class WaitRecord:
 
         w = self._words
         peer = ctypes.c_int64(w[PEER]).value
-        fields = dict(rank=int(w[RANK]), block=int(w[BLOCK]), thread=int(w[THREAD]),
+        fields = dict(rank=self.rank, block=int(w[BLOCK]), thread=int(w[THREAD]),
                       primitive=PRIMITIVE_NAMES.get(int(w[WHAT]), f"wait kind {int(w[WHAT])}"), index=int(w[INDEX]),
                       peer=peer, expected=int(w[EXPECTED]), seen=int(w[SEEN]), waited_s=w[WAITED_NS] / 1e9,
                       timeout_s=self.timeout)

@@ -84,6 +84,7 @@ def test_out_of_line_device_function_is_marked_noinline():
 
     assert "noinline" not in helper_definition(plain.ir_text)
     assert "noinline" in helper_definition(kept.ir_text)
+    assert "noduplicate" in helper_definition(kept.ir_text)  # its calls are not copied either
 
 
 def test_overloads_compile_for_the_current_device_of_the_dispatcher_module():

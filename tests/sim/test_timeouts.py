@@ -210,3 +210,21 @@ def _count_aborted_waits(monkeypatch) -> list:
         ended.append(real(host_comm))
     monkeypatch.setattr(timeouts, "abort", counting)
     return ended
+
+
+def test_a_gpu_timeout_names_the_communicator_s_rank_not_the_record_s_rank_word():
+    """The GPU's record (no GPU needed to read one): flowdsl's waits give the device check a view of
+    the communicator holding only the record's address (``lowering.intrinsics.wait_view_ptr``), so
+    the ``RANK`` word the check fills is not the rank; the host names its own."""
+    import ctypes
+
+    from flowdsl.runtime import wait_record
+
+    record = object.__new__(wait_record.WaitRecord)  # the words without pinned memory
+    record.rank, record._words = 3, (ctypes.c_uint64 * wait_record.WORDS)()
+    record._words[wait_record.DONE] = 1
+    record._words[wait_record.RANK] = 0xDEAD  # an unwritten word of the view
+    record._words[wait_record.TIMEOUT_NS] = 10**9
+    err = record.error("synchronize")
+    assert isinstance(err, DeviceTimeoutError) and err.rank == 3
+    assert "on rank 3 " in str(err)

@@ -1,0 +1,114 @@
+"""How a ring all-reduce's out-of-line Flow functions are called, read from its linked PTX.
+
+The link's time is the code it compiles (ptxas is most of it). Each out-of-line step is
+called from one place per call in the program (``noduplicate``: the link's optimiser
+unswitched and unrolled the ring's loops into 15 call sites of 5 steps); the bounded
+waits give the support library's check only the wait record, so the out-of-line
+functions are not passed the device communicator's ~26 words (steps took 45-48
+parameters, the waits 31-32). The SIMPLE loops keep their 16-byte loads and stores and
+touch no local memory.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from flowdsl import RedOp
+from flowdsl.collectives import _library
+
+pytestmark = pytest.mark.compile
+
+_STEPS = ("_step_send", "_step_recv", "_step_recv_reduce_send", "_step_recv_reduce_copy_send",
+          "_step_recv_copy_send")
+
+
+def _mangled(name: str) -> str:
+    return f"_ZN7flowdsl4flow{len(name)}{name}B"
+
+
+def _definitions(ptx: str) -> dict[str, tuple[int, list[str]]]:
+    """``symbol -> (parameters, body lines)`` of every function defined in ``ptx``."""
+    found = {}
+    lines = ptx.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^(\.visible \.entry|\.func)\s", line) and line.rstrip().endswith("("):
+            symbol = line.split()[-1].rstrip("(")
+            end = lines.index(")", i)
+            start = lines.index("{", end)
+            found[symbol] = (sum(p.strip().startswith(".param") for p in lines[i + 1:end]),
+                             lines[start + 1:lines.index("}", start)])
+    return found
+
+
+def _of(definitions, name):
+    (entry,) = [v for k, v in definitions.items() if k.startswith(_mangled(name))]
+    return entry
+
+
+def _blocks(body: list[str]) -> list[list[str]]:
+    blocks, current = [], []
+    for line in body:
+        if re.match(r"^\$L__BB\d+_\d+:", line):
+            blocks.append(current)
+            current = []
+        current.append(line.strip())
+    return blocks + [current]
+
+
+@pytest.fixture(scope="module")
+def ring_all_reduce_ptx():
+    """The library's ring all-reduce (float32 sum, one LSA team) linked for sm_90, as PTX."""
+    import dataclasses
+
+    from flowdsl.lowering import compiler
+
+    kept, original = [], compiler.Linker
+
+    class Keeping(original):
+        def __init__(self, *objects, options):
+            super().__init__(*objects, options=options)
+            other = original(*objects, options=dataclasses.replace(options, ptx=True))
+            try:
+                kept.append(bytes(other.link("ptx").code).decode().rstrip("\0"))
+            finally:
+                other.close()
+
+    compiler.Linker = Keeping
+    try:
+        _library.kernel_for("ring", "all_reduce", RedOp.SUM).compile(_library._argtypes("float32", "2.28.9"),
+                                                                     arch="sm_90", nccl="2.28.9")
+    finally:
+        compiler.Linker = original
+    return kept[-1]
+
+
+def test_each_step_is_called_from_one_place_per_call_in_the_program(ring_all_reduce_ptx):
+    definitions = _definitions(ring_all_reduce_ptx)
+    (entry,) = [body for symbol, (_, body) in definitions.items() if "ring_all_reduce" in symbol]
+    calls = [entry[i + 1].strip().rstrip(",") for i, line in enumerate(entry) if line.strip().startswith("call")]
+    for step in _STEPS:
+        assert sum(c.startswith(_mangled(step)) for c in calls) == 1, (step, len(calls))
+
+
+def test_out_of_line_functions_are_not_passed_the_device_communicator(ring_all_reduce_ptx):
+    definitions = _definitions(ring_all_reduce_ptx)
+    for step in _STEPS:  # proc's other fields, two connections, two arrays, offset, n, the reduction
+        assert _of(definitions, step)[0] <= 26, (step, _of(definitions, step)[0])
+    for wait in ("_wait_credit", "_wait_ready"):
+        params, body = _of(definitions, wait)
+        assert params <= 10, (wait, params)
+        # the view the check gets is one word, stored when it is called; nothing is zeroed per spin
+        assert not [line for line in body if line.strip().startswith("st.local.v4")], wait
+
+
+def test_simple_loops_keep_their_vectors_and_touch_no_local_memory(ring_all_reduce_ptx):
+    definitions = _definitions(ring_all_reduce_ptx)
+    for step in _STEPS:
+        loops = [b for b in _blocks(_of(definitions, step)[1])
+                 if sum(bool(re.match(r"ld\.(global\.)?v4\.f32", line)) for line in b) >= 4]
+        assert loops, f"{step}: no block with four 16-byte loads (the SIMPLE pack loop)"
+        for block in loops:
+            assert sum(bool(re.match(r"st\.(global\.)?v4\.f32", line)) for line in block) >= 4, step
+            assert not [line for line in block if re.match(r"(ld|st)\.local", line)], step
