@@ -174,8 +174,8 @@ EXTERNS: tuple[Extern, ...] = (
     _e("flowdsl_comm_nranks", "int", [_COMM], "Number of world ranks."),
     _e("flowdsl_comm_lsa_rank", "int", [_COMM], "Rank within this rank's LSA team."),
     _e("flowdsl_comm_lsa_size", "int", [_COMM], "Number of ranks in this rank's LSA team."),
-    # Bounded waits (flowdsl.wait): the timer and the wait record behind the device communicator's words.
-    _e("flowdsl_wait_check", "uint64", [_COMM, ("uint64", "state"), ("int", "what"), ("int", "peer"),
+    # Bounded waits (flowdsl.wait): the timer and the device communicator's wait record (its last word).
+    _e("flowdsl_wait_check", "uint64", [("ptr", "record"), ("uint64", "state"), ("int", "what"), ("int", "peer"),
                                         ("uint32", "index"), ("uint64", "expected"), ("uint64", "seen")],
        "One check of a bounded wait (flowdsl.wait.poll): the wait's next state, or all ones to give up."),
     # Coops.

@@ -10,7 +10,7 @@ from ..enums import CoopKind
 from .checks import is_omitted
 from .types import CoopType, DevCommType, LsaBarrierSessionType, team_type
 
-__all__ = ["devcomm_ptr", "wait_view_ptr", "array_ptr", "struct_maker", "make_coop", "make_team", "make_session",
+__all__ = ["devcomm_ptr", "wait_record_ptr", "array_ptr", "struct_maker", "make_coop", "make_team", "make_session",
            "value_or", "typed_pointer", "enum_value", "emit_trap", "feature_marker"]
 
 
@@ -30,31 +30,21 @@ def devcomm_ptr(typingctx, comm):
 
 
 @intrinsic
-def wait_view_ptr(typingctx, comm):
-    """``const ncclDevComm*`` for the support library's wait check (``flowdsl_wait_check``): a local
-    struct in which only the wait record's address, the communicator's last word, is written.
+def wait_record_ptr(typingctx, comm):
+    """The device communicator's wait record (its last word: host-mapped memory, or null for unbounded
+    waits) as ``void*``, for the support library's wait check (``flowdsl_wait_check``).
 
-    The check reads nothing else but ``comm->rank``, which it copies into the record's ``RANK``
-    word when a wait gives up; the host does not read that word (it reports its own
-    communicator's rank). So a device function that polls keeps one word of the communicator
-    live instead of all of them, and an out-of-line function that only waits is passed that
-    word, not the struct (:func:`devcomm_ptr`'s copy escapes into the support library, which
-    keeps every word it copies live). The other words are left unwritten (``cgutils.alloca_once``
-    would zero-fill the struct where the function starts, which, inlined into a wait loop, is
-    every spin: thirteen 16-byte local stores).
+    Only that word crosses to the check, so a device function that polls keeps one word of the
+    communicator live, and an out-of-line function that only waits is passed that word, not the ~26
+    of the struct (a copy of the struct escaping into the support library, as :func:`devcomm_ptr`
+    makes, keeps every word live in every function that polls).
     """
     if not isinstance(comm, DevCommType):
         return None
 
     def codegen(context, builder, sig, args):
-        with builder.goto_entry_block():
-            slot = builder.alloca(context.get_value_type(comm))
-        slot.align = 16
-        last = (0, comm.nwords - 1)  # the words tuple is the model's only member
-        zero = ir.Constant(ir.IntType(32), 0)
-        at = builder.gep(slot, [zero] + [ir.Constant(ir.IntType(32), i) for i in last], inbounds=True)
-        builder.store(builder.extract_value(args[0], last), at)
-        return builder.bitcast(slot, cgutils.voidptr_t)
+        word = builder.extract_value(args[0], (0, comm.nwords - 1))  # the words tuple is the model's only member
+        return builder.inttoptr(word, cgutils.voidptr_t)
 
     return types.voidptr(comm), codegen
 

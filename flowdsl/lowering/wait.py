@@ -4,7 +4,7 @@ The iteration count lives in the low bits of the wait's state and costs a few
 integer operations a spin; every ``CHECK_EVERY`` spins the support library's
 ``flowdsl_wait_check`` reads the timer and the wait record (the same check the
 library's own bounded waits make). The check gets the communicator's wait record alone
-(:func:`flowdsl.lowering.intrinsics.wait_view_ptr`): a function that waits keeps one word of
+(:func:`flowdsl.lowering.intrinsics.wait_record_ptr`): a function that waits keeps one word of
 the communicator live, not the ~26 of its struct, so Flow's out-of-line waits and steps are
 not passed the rest.
 """
@@ -17,7 +17,7 @@ from numba.cuda.extending import overload
 from .. import wait
 from .checks import check
 from .declarations import extern
-from .intrinsics import wait_view_ptr
+from .intrinsics import wait_record_ptr
 
 __all__: list[str] = []
 
@@ -34,7 +34,7 @@ def wait_poll(comm, state, what, peer, index, expected, seen):
         spins = (uint64(state) + uint64(1)) & _SPINS
         now = (uint64(state) & _START) | spins
         if spins == uint64(1):
-            now = fn(wait_view_ptr(comm), now, int32(what), int32(peer), uint32(index), uint64(expected),
+            now = fn(wait_record_ptr(comm), now, int32(what), int32(peer), uint32(index), uint64(expected),
                      uint64(seen))
         return now
     return impl

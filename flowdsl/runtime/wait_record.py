@@ -28,7 +28,7 @@ TIMEOUT_ENV = "FLOWDSL_WAIT_TIMEOUT"
 GRACE = 10.0
 
 # Word indices.
-STOP, DONE, WHAT, RANK, BLOCK, THREAD, EXPECTED, SEEN, PEER, INDEX, WAITED_NS, TIMEOUT_NS = range(12)
+STOP, DONE, WHAT, _UNUSED, BLOCK, THREAD, EXPECTED, SEEN, PEER, INDEX, WAITED_NS, TIMEOUT_NS = range(12)
 WORDS = 16
 # Values of the stop word.
 RUNNING, ABORTED, TIMED_OUT = 0, 1, 2
@@ -71,10 +71,8 @@ class WaitRecord:
     """The wait record of the communicator of world rank ``rank``, mapped into the current CUDA context
     (the communicator's device), with the limit ``timeout`` seconds (0: off).
 
-    A timeout names ``rank``, not the record's ``RANK`` word: the bounded waits of flowdsl code
-    (``flowdsl.wait.poll``) give the device's check a view of the communicator that holds only the
-    record's address (:func:`flowdsl.lowering.intrinsics.wait_view_ptr`), so what they write there
-    is not the rank.
+    The device writes no rank into the record (its check gets the record's address alone, not
+    the communicator: :func:`flowdsl.lowering.intrinsics.wait_record_ptr`); a timeout names ``rank``.
     """
 
     def __init__(self, timeout: float, rank: int):

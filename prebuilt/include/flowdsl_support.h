@@ -24,7 +24,7 @@ FLOWDSL_API int flowdsl_comm_lsa_rank(const ncclDevComm* comm);
 FLOWDSL_API int flowdsl_comm_lsa_size(const ncclDevComm* comm);
 
 // One check of a bounded wait (flowdsl.wait.poll): the wait's next state, or all ones to give up. (NCCL >= 2.28.9)
-FLOWDSL_API uint64_t flowdsl_wait_check(const ncclDevComm* comm, uint64_t state, int what, int peer, uint32_t index, uint64_t expected, uint64_t seen);
+FLOWDSL_API uint64_t flowdsl_wait_check(void* record, uint64_t state, int what, int peer, uint32_t index, uint64_t expected, uint64_t seen);
 
 // Barrier among the coop's threads. (NCCL >= 2.28.9)
 FLOWDSL_COOP_API(void, flowdsl_coop_sync, (uint32_t coop));

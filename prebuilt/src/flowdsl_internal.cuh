@@ -9,7 +9,7 @@
 #define FLOWDSL_FOR_EACH_COOP(X) X(thread) X(warp) X(lanes) X(warp_span) X(cta)
 
 namespace flowdsl_detail {
-__device__ __noinline__ void record_timeout(const ncclDevComm* comm, int what, int peer, uint32_t index,
+__device__ __noinline__ void record_timeout(uint64_t* rec, int what, int peer, uint32_t index,
                                             uint64_t expected, uint64_t seen, uint64_t waited_ns);
 }  // namespace flowdsl_detail
 
@@ -47,7 +47,7 @@ __device__ __forceinline__ void store_team(ncclTeam t, int* out) {
 enum : int {
   kStop = 0,       // 0 running; 1 the host aborted; 2 a wait timed out (the record below is its)
   kDone = 1,       // 1 once the record's fields are written (released after them)
-  kWhat = 2, kRank = 3, kBlock = 4, kThread = 5, kExpected = 6, kSeen = 7, kPeer = 8, kIndex = 9,
+  kWhat = 2, /* 3: unused (the host names its communicator's rank) */ kBlock = 4, kThread = 5, kExpected = 6, kSeen = 7, kPeer = 8, kIndex = 9,
   kWaitedNs = 10,  // how long the first wait to give up had waited
   kTimeoutNs = 11, // the limit (host-written; 0: off)
 };
@@ -82,7 +82,7 @@ __device__ __forceinline__ bool keep_waiting(const ncclDevComm* comm, uint64_t& 
                                              uint32_t index, uint64_t expected, uint64_t seen) {
   uint64_t spins = (state + 1) & kSpinMask;
   state = (state & ~kSpinMask) | spins;
-  if (spins == 1) state = flowdsl_wait_check(comm, state, what, peer, index, expected, seen);
+  if (spins == 1) state = flowdsl_wait_check(wait_record(comm), state, what, peer, index, expected, seen);
   return state != kGaveUp;
 }
 

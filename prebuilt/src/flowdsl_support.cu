@@ -15,16 +15,14 @@
 // takes no system-scope atomics over PCIe (compute-sanitizer: "invalid system-scoped atomic");
 // only this GPU's threads race for it, so a GPU-scope CAS decides, and the host's plain store
 // of an abort (1) against it leaves the word non-zero either way.
-__device__ __noinline__ void flowdsl_detail::record_timeout(const ncclDevComm* comm, int what, int peer,
-                                                           uint32_t index, uint64_t expected, uint64_t seen,
-                                                           uint64_t waited_ns) {
-  uint64_t* rec = wait_record(comm);
+// The record names no rank: the host reports its communicator's own.
+__device__ __noinline__ void flowdsl_detail::record_timeout(uint64_t* rec, int what, int peer, uint32_t index,
+                                                           uint64_t expected, uint64_t seen, uint64_t waited_ns) {
   uint64_t old;
   asm volatile("atom.relaxed.gpu.cas.b64 %0, [%1], %2, %3;" : "=l"(old) : "l"(rec + kStop), "l"(0ull), "l"(2ull)
                : "memory");
   if (old != 0) return;
   rec[kWhat] = (uint64_t)what;
-  rec[kRank] = (uint64_t)comm->rank;
   rec[kBlock] = blockIdx.x + (uint64_t)gridDim.x * (blockIdx.y + (uint64_t)gridDim.y * blockIdx.z);
   rec[kThread] = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   rec[kExpected] = expected;
@@ -36,9 +34,11 @@ __device__ __noinline__ void flowdsl_detail::record_timeout(const ncclDevComm* c
 }
 
 // state: the wait's start time (ns, low bits cleared) | spins since the last check.
-FLOWDSL_API uint64_t flowdsl_wait_check(const ncclDevComm* comm, uint64_t state, int what, int peer,
-                                        uint32_t index, uint64_t expected, uint64_t seen) {
-  uint64_t* rec = wait_record(comm);
+// record: the device communicator's wait record (its last word), so a caller keeps that one word of the
+// communicator live, not its struct.
+FLOWDSL_API uint64_t flowdsl_wait_check(void* record, uint64_t state, int what, int peer, uint32_t index,
+                                        uint64_t expected, uint64_t seen) {
+  uint64_t* rec = static_cast<uint64_t*>(record);
   if (rec == nullptr) return state;
   uint64_t now = global_timer() & ~kSpinMask;
   uint64_t start = state & ~kSpinMask;
@@ -46,7 +46,7 @@ FLOWDSL_API uint64_t flowdsl_wait_check(const ncclDevComm* comm, uint64_t state,
   if (load_relaxed_sys(rec + kStop) != 0) return kGaveUp;
   uint64_t timeout = load_relaxed_sys(rec + kTimeoutNs);
   if (timeout == 0 || now - start < timeout) return state;
-  record_timeout(comm, what, peer, index, expected, seen, now - start);
+  record_timeout(rec, what, peer, index, expected, seen, now - start);
   return kGaveUp;
 }
 

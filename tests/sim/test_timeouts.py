@@ -212,10 +212,9 @@ def _count_aborted_waits(monkeypatch) -> list:
     return ended
 
 
-def test_a_gpu_timeout_names_the_communicator_s_rank_not_the_record_s_rank_word():
-    """The GPU's record (no GPU needed to read one): flowdsl's waits give the device check a view of
-    the communicator holding only the record's address (``lowering.intrinsics.wait_view_ptr``), so
-    the ``RANK`` word the check fills is not the rank; the host names its own."""
+def test_a_gpu_timeout_names_the_communicator_s_rank():
+    """The GPU's record (no GPU needed to read one): the device check gets the record's address alone
+    (``lowering.intrinsics.wait_record_ptr``) and writes no rank; the host names its communicator's."""
     import ctypes
 
     from flowdsl.runtime import wait_record
@@ -223,7 +222,6 @@ def test_a_gpu_timeout_names_the_communicator_s_rank_not_the_record_s_rank_word(
     record = object.__new__(wait_record.WaitRecord)  # the words without pinned memory
     record.rank, record._words = 3, (ctypes.c_uint64 * wait_record.WORDS)()
     record._words[wait_record.DONE] = 1
-    record._words[wait_record.RANK] = 0xDEAD  # an unwritten word of the view
     record._words[wait_record.TIMEOUT_NS] = 10**9
     err = record.error("synchronize")
     assert isinstance(err, DeviceTimeoutError) and err.rank == 3
