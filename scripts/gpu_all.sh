@@ -6,7 +6,10 @@
 # over them, and the multi-GPU sweep against NCCL and PyTorch SymmetricMemory. Stage notebooks executes
 # notebooks/ (their GPU cells included) and leaves them, outputs and figures saved, in $OUT/notebooks.
 #   usage: bash scripts/gpu_all.sh [pytest -k expression]
-#   STAGES="tests multigpu sanitize bench launch sweep notebooks" picks stages (default: all); BENCH_ARGS go to
+# Stage coldstart times the library's warm load (benchmarks/cache_load.py --gpu) and the first collectives of
+# fresh processes, cold and warm (benchmarks/cold_compile.py --gpu); BEFORE_TREE=path adds the same for another
+# checkout (an earlier commit), side by side.
+#   STAGES="tests multigpu sanitize bench launch coldstart sweep notebooks" picks stages (default: all); BENCH_ARGS go to
 #   benchmarks/collectives_bench.py, MULTIGPU_BENCH_ARGS (e.g. --quick) to benchmarks/multigpu_bench.py.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +24,7 @@ export FLOWDSL_CACHE_DIR=${FLOWDSL_CACHE_DIR:-/tmp/flowdsl-cache}
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/flowdsl-out}
-STAGES=${STAGES:-tests multigpu sanitize bench launch sweep notebooks}
+STAGES=${STAGES:-tests multigpu sanitize bench launch coldstart sweep notebooks}
 mkdir -p "$OUT"
 NGPUS=$(nvidia-smi -L | wc -l)
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -82,6 +85,12 @@ if has bench; then
 fi
 if has launch; then  # host cost of launches and of a repeated small collective, against CuPy's RawKernel
   python3 benchmarks/launch_bench.py --json "$OUT/launch.json" 2>&1 | tee "$OUT/launch_bench.log" | tail -12
+fi
+if has coldstart; then  # the library precompiled above: its warm load; then cold caches of their own
+  python3 benchmarks/cache_load.py --gpu --runs 5 2>&1 | tee "$OUT/coldstart.log" | tail -1
+  for tree in ${BEFORE_TREE:-} "$PWD"; do
+    python3 benchmarks/cold_compile.py --runs 2 --gpu --tree "$tree" 2>&1 | tee -a "$OUT/coldstart.log"
+  done
 fi
 if has sweep && [ "$NGPUS" -ge 2 ]; then
   # The cost per call of check_collectives=True (the signatures all-gathered before each launch).
