@@ -200,10 +200,13 @@ class FlowKernel:
 
         Returns ``"disk"``, ``"compiled"`` or ``"loaded"`` (already in this process).
         """
-        argtypes = tuple(argtypes)
+        return self._load_for(tuple(argtypes), _targets.device_target())
+
+    def _load_for(self, argtypes: tuple, target: Target) -> str:
+        """:meth:`load` for ``target``, this GPU's (the library's load finds it once for every kernel)."""
         if argtypes in self._loaded:
             return "loaded"
-        self._loaded[argtypes] = _Loaded(self._load_or_compile(argtypes, _targets.device_target()), argtypes)
+        self._loaded[argtypes] = _Loaded(self._load_or_compile(argtypes, target), argtypes)
         return self.last_build["source"]
 
     def _for_gin_backend(self, loaded, args, stream: int | None):

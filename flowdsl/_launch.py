@@ -48,7 +48,11 @@ class _Loaded:
         self.fast = all(p is not None for p in self.packers)
         self.cu_kernel = _kernel_function(numba_kernel) if self.fast else None
         self.handle = int(self.cu_kernel.handle) if self.fast else None  # the CUfunction, as an int
-        self.params = _ParameterBuffer(argtypes) if self.fast else None
+
+    @functools.cached_property
+    def params(self):
+        """The launches' parameter buffer, made at the first launch (loading the library makes none)."""
+        return _ParameterBuffer(self.argtypes) if self.fast else None
 
     def prepared(self, args, grid, block, stream: int, shared):
         """A no-argument launcher of these ``args`` on stream handle ``stream`` (packed once)."""

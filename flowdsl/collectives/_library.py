@@ -222,12 +222,12 @@ def load(*, dtypes=None, ops=None, gin_peers: bool = False) -> dict:
     from .._targets import device_target  # noqa: PLC0415
 
     start = time.perf_counter()
-    nccl = device_target().nccl
+    target = device_target()
     counts = {"kernels": 0, "disk": 0, "compiled": 0, "loaded": 0}
     with _collection_paused():
         for algorithm, collective, op, dtype in library(dtypes, ops):
             kernel = kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1])
-            source = kernel.load(_argtypes(dtype, nccl, algorithm))
+            source = kernel._load_for(_argtypes(dtype, target.nccl, algorithm), target)
             counts["kernels"] += 1
             counts[source] += 1
     counts["seconds"] = time.perf_counter() - start
