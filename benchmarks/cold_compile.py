@@ -17,7 +17,8 @@ Prints, per step, the median (min-max) of wall and process CPU seconds over ``--
 processes, and the compile's CPU seconds by step: numba (typing and lowering), nvvm (LLVM IR
 to LTO-IR), link (nvJitLink: link-time optimisation with the support build, and ptxas).
 ``--profile`` adds, for the first and a further kernel, numba's own passes (CPU seconds,
-nested compiles excluded) and the device functions it compiled: where numba is the floor; with
+nested compiles excluded) and the device functions it compiled, with each one's own CPU
+seconds and how they spread: where numba is the floor; with
 ``--gpu``, the cProfile of the first call of a fresh process whose cache is filled.
 
 ``--precompile JOBS...`` times ``python -m flowdsl precompile`` of the whole library into a
@@ -167,7 +168,8 @@ def _watch_imports(names) -> dict:
 
 
 def _child_profile(arch: str, nccl: str) -> dict:
-    """numba's passes (CPU seconds, nested compiles excluded) of the first and a further kernel."""
+    """numba's passes and the device functions it compiled (CPU seconds each, nested compiles excluded) of
+    the first and a further kernel."""
     import collections  # noqa: PLC0415
 
     from flowdsl import RedOp  # noqa: PLC0415
@@ -178,7 +180,9 @@ def _child_profile(arch: str, nccl: str) -> dict:
 
     passes: collections.Counter = collections.Counter()
     functions: collections.Counter = collections.Counter()
+    own: collections.Counter = collections.Counter()  # per function, its callees' compiles excluded
     stack: list[float] = []
+    compiling: list[float] = []
     run_pass = compiler_machinery.PassManager._runPass
     compile_extra = numba_compiler.compile_extra
 
@@ -194,8 +198,17 @@ def _child_profile(arch: str, nccl: str) -> dict:
                 stack[-1] += spent
 
     def counted_compile(typingctx, targetctx, func, *args, **kwargs):
-        functions[getattr(func, "__qualname__", str(func))] += 1
-        return compile_extra(typingctx, targetctx, func, *args, **kwargs)
+        name = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', str(func))}"
+        functions[name] += 1
+        start = time.thread_time()
+        compiling.append(0.0)
+        try:
+            return compile_extra(typingctx, targetctx, func, *args, **kwargs)
+        finally:
+            spent, nested = time.thread_time() - start, compiling.pop()
+            own[name] += spent - nested
+            if compiling:
+                compiling[-1] += spent
 
     compiler_machinery.PassManager._runPass = timed_pass
     numba_compiler.compile_extra = counted_compile
@@ -204,10 +217,15 @@ def _child_profile(arch: str, nccl: str) -> dict:
     for label, algorithm, collective, op, dtype in STEPS[:2]:
         passes.clear()
         functions.clear()
+        own.clear()
         kernel = _library.kernel_for(algorithm, collective, RedOp[op.upper()], False, _library.storage(dtype)[1])
         compiled = kernel.compile(_library._argtypes(dtype, target.nccl, algorithm), arch=arch, nccl=nccl)
+        seconds = sorted(own.values(), reverse=True)
         out[label] = {"phases": compiled.phases, "passes": dict(passes.most_common(12)),
-                      "functions": sum(functions.values())}
+                      "functions": sum(functions.values()), "slowest": dict(own.most_common(12)),
+                      "spread": {"total": sum(seconds), "median": statistics.median(seconds) if seconds else 0,
+                                 "largest 10": sum(seconds[:10]), "under 0.05 s": sum(1 for t in seconds if t < 0.05),
+                                 "their total": sum(t for t in seconds if t < 0.05)}}
     return out
 
 
@@ -307,6 +325,12 @@ def main() -> int:
                   + ", ".join(f"{k} {v:.2f}" for k, v in found["phases"].items()))
             for name, seconds in found["passes"].items():
                 print(f"  {name:40s} {seconds:6.2f}")
+            spread = found["spread"]
+            print(f"  device functions, each through numba's whole pipeline (CPU s, callees excluded): total "
+                  f"{spread['total']:.2f}, median {spread['median']:.3f}, the largest 10 {spread['largest 10']:.2f}, "
+                  f"{spread['under 0.05 s']} under 0.05 s ({spread['their total']:.2f} together); the slowest:")
+            for name, seconds in found["slowest"].items():
+                print(f"    {seconds:6.3f}  {name[:100]}")
     return 0
 
 
