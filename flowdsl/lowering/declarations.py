@@ -15,7 +15,8 @@ from .._spec import spec_of
 from ..enums import CoopKind
 from .externs import COOP_SUFFIX, EXTERNS, Extern, by_name
 
-__all__ = ["DECLARED", "NUMBA_TYPES", "signature_of", "call_extern", "extern"]
+__all__ = ["DECLARED", "NUMBA_TYPES", "signature_of", "call_extern", "call_out_of_line", "extern", "extern_symbol",
+           "SIGNATURES"]
 
 #: Table C type key -> numba type(s). Must agree with externs.C_TYPES.
 NUMBA_TYPES = {
@@ -49,14 +50,27 @@ DECLARED = {
 }
 
 
-_SIGNATURES = {symbol: signature_of(ext) for ext in EXTERNS for symbol in ext.symbols()}
+def _devcomm_params(ext: Extern) -> frozenset[int]:
+    """Positions of ``ext``'s ``const ncclDevComm*`` parameters in its C signature."""
+    positions, at = [], 1 if ext.coop else 0
+    for key, _ in ext.args:
+        if key == "devcomm":
+            positions.append(at)
+        at += len(NUMBA_TYPES[key]) if isinstance(NUMBA_TYPES[key], tuple) else 1
+    return frozenset(positions)
+
+
+_DEVCOMM_PARAMS = {symbol: _devcomm_params(ext) for ext in EXTERNS for symbol in ext.symbols()}
+
+#: symbol -> its numba signature (that of ``DECLARED[symbol]``), for calls emitted by lowering code.
+SIGNATURES = {symbol: signature_of(ext) for ext in EXTERNS for symbol in ext.symbols()}
 
 
 def call_extern(context, builder, symbol, args):
     """Emit a C-ABI call of ``symbol`` from lowering code (same signature as ``DECLARED``)."""
     from numba.core import cgutils  # noqa: PLC0415
 
-    sig = _SIGNATURES[symbol]
+    sig = SIGNATURES[symbol]
     fnty = ir.FunctionType(context.get_value_type(sig.return_type),
                            [context.get_value_type(t) for t in sig.args])
     fn = cgutils.get_or_insert_function(builder.module, fnty, symbol)
@@ -64,10 +78,84 @@ def call_extern(context, builder, symbol, args):
     return builder.call(fn, args)
 
 
-def extern(stub, coop=None, stem: str | None = None):
-    """The declared C function ``stub`` calls (its spec's ``extern``, or ``stem``), that of ``coop``'s kind
-    for a coop row (the calling thread's when ``coop`` is None)."""
+def call_out_of_line(context, builder, symbol, leading, args):
+    """Call ``symbol`` through a body of its own, ``out_of_line__<symbol>__<leading...>``, that passes the
+    integer constants ``leading`` (a coop kind named by its suffix) as its first arguments and ``args``
+    after them: each of the C parameter's type, except the device communicator (the struct's value),
+    passed as its words, one parameter each, rather than as ``const ncclDevComm*``.
+
+    For the GIN library, whose functions are NCCL's network code (a GDAKI put is a few hundred lines of
+    verbs): inlined at every call site, the link compiled that code once per site. The body is made once
+    per module (``linkonce_odr``: NVVM keeps one of the copies the kernel's modules hold), the support
+    function and its constants are inlined into it, and the link's optimiser may not inline it
+    (``noinline``), so the link compiles it once per kernel. (Not ``noduplicate``, as the Flow steps are:
+    a function that calls one is not inlined either, so numba's wrapper around the call stayed out of line
+    too.) The communicator crosses as words because a pointer to the caller's copy would keep that copy
+    in local memory at every call (the words stored, then loaded again in the body), and so would the
+    struct passed whole (a 256-byte parameter is passed on the stack); as words, the copy the support
+    function reads is the body's own, which the link folds into registers as at an inlined call. The
+    PTX still passes every word (the MoE example's put reads 5 of 32), but ptxas, which sees the whole
+    call graph, sets only the registers the body reads: a call costs a few moves. No dots in the name:
+    NVVM refuses them."""
+    from numba.core import cgutils  # noqa: PLC0415
+
+    sig = SIGNATURES[symbol]
+    fnty = ir.FunctionType(context.get_value_type(sig.return_type),
+                           [context.get_value_type(t) for t in sig.args])
+    name = "__".join(["out_of_line", symbol, *(COOP_SUFFIX[c] if isinstance(c, CoopKind) else str(int(c))
+                                                for c in leading)])
+    by_value = {at - len(leading) for at in _DEVCOMM_PARAMS[symbol]}
+    params, passed = [], []
+    for i, (arg, c_type) in enumerate(zip(args, fnty.args[len(leading):])):
+        if i in by_value:
+            words = _leaves(arg.type)
+            params += [ty for _, ty in words]
+            passed += [builder.extract_value(arg, path) for path, _ in words]
+        else:
+            params.append(c_type)
+            passed.append(builder.bitcast(arg, c_type) if arg.type != c_type else arg)
+    body = cgutils.get_or_insert_function(builder.module, ir.FunctionType(fnty.return_type, params), name)
+    if body.is_declaration:
+        body.linkage = "linkonce_odr"
+        body.attributes.add("noinline")
+        inner = ir.IRBuilder(body.append_basic_block())
+        received, c_args = iter(body.args), []
+        for i, arg in enumerate(args):
+            if i in by_value:
+                value = ir.Constant(arg.type, None)
+                for path, _ in _leaves(arg.type):
+                    value = inner.insert_value(value, next(received), path)
+                copy = inner.alloca(arg.type)
+                copy.align = 16
+                inner.store(value, copy)
+                c_args.append(inner.bitcast(copy, cgutils.voidptr_t))
+            else:
+                c_args.append(next(received))
+        target = cgutils.get_or_insert_function(builder.module, fnty, symbol)
+        constants = [ir.Constant(t, int(c)) for t, c in zip(fnty.args, leading)]
+        result = inner.call(target, constants + c_args)
+        inner.ret_void() if isinstance(fnty.return_type, ir.VoidType) else inner.ret(result)
+    return builder.call(body, passed)
+
+
+def _leaves(ty, path=()):
+    """``(index path, scalar type)`` of each scalar in the aggregate LLVM type ``ty``, in order."""
+    if isinstance(ty, ir.BaseStructType):
+        return [leaf for i, member in enumerate(ty.elements) for leaf in _leaves(member, (*path, i))]
+    if isinstance(ty, ir.ArrayType):
+        return [leaf for i in range(ty.count) for leaf in _leaves(ty.element, (*path, i))]
+    return [(list(path), ty)]
+
+
+def extern_symbol(stub, coop=None, stem: str | None = None) -> str:
+    """The C function ``stub`` calls (its spec's ``extern``, or ``stem``), that of ``coop``'s kind for a
+    coop row (the calling thread's when ``coop`` is None)."""
     stem = stem or spec_of(stub).extern
     if not by_name(stem).coop:
-        return DECLARED[stem]
-    return DECLARED[f"{stem}__{COOP_SUFFIX[CoopKind.THREAD if coop is None else coop.kind]}"]
+        return stem
+    return f"{stem}__{COOP_SUFFIX[CoopKind.THREAD if coop is None else coop.kind]}"
+
+
+def extern(stub, coop=None, stem: str | None = None):
+    """The declared C function of :func:`extern_symbol`."""
+    return DECLARED[extern_symbol(stub, coop, stem)]

@@ -9,7 +9,10 @@ counted, payload size) is its own C function of the GIN library, so a call
 inlines exactly one NCCL template instantiation; the action's operands cross
 as ``(signal id, VA window, VA offset, value)``. put, put_value and signal
 take the coop kind as a constant argument (it folds after LTO inlining) rather
-than one function per coop: a fifth of the functions to build and link.
+than one function per coop: a fifth of the functions to build and link. Those
+three and the barrier syncs are called through one out-of-line body per
+(function, coop kind) in a kernel (:func:`_out_of_line`), so a kernel that puts
+from several places compiles NCCL's network code for each kind once.
 
 A kernel that calls the GIN library is marked :data:`GIN_FEATURE`: it links a
 GIN build, that of its device communicator's backend when the target names it
@@ -17,6 +20,8 @@ GIN build, that of its device communicator's backend when the target names it
 """
 
 from __future__ import annotations
+
+import functools
 
 from numba.core import cgutils, types
 from numba.core.errors import NumbaTypeError
@@ -26,7 +31,7 @@ from .. import gin
 from .._spec import spec_of
 from ..enums import CoopKind, GinBackend, MemoryOrder
 from .checks import KIND_TYPES, check, is_omitted, require_gate
-from .declarations import DECLARED, extern
+from .declarations import SIGNATURES, call_out_of_line, extern, extern_symbol
 from .externs import PAYLOAD_SUFFIX, REMOTE_VARIANTS
 from .intrinsics import devcomm_ptr, enum_value, struct_maker, value_or
 from .target import note_feature
@@ -165,9 +170,9 @@ def _size_of(value):
 _ACQUIRE = int(MemoryOrder.ACQUIRE)
 
 
-def _coop_kind(coop) -> int:
+def _coop_kind(coop) -> CoopKind:
     """The coop's kind (the calling thread when ``coop`` is omitted), as put/put_value/signal take it."""
-    return int(CoopKind.THREAD if is_omitted(coop) else coop.kind)
+    return CoopKind.THREAD if is_omitted(coop) else CoopKind(coop.kind)
 
 
 def _remote_kind(remote) -> str:
@@ -212,6 +217,31 @@ def _counter_args_typer(local):
     if is_omitted(local):
         return lambda local: ()
     return lambda local: (local.counter,)
+
+
+@functools.cache
+def _out_of_line(symbol: str, *leading: CoopKind):
+    """An intrinsic ``call(args)`` that calls the GIN function ``symbol`` with the constants ``leading`` first
+    and the tuple ``args`` after them, through the body :func:`~.declarations.call_out_of_line` makes once per
+    kernel for ``(symbol, leading)``: the MoE example's eight puts and put_values link four bodies of NCCL's
+    network code instead of eight, its two hybrid barrier syncs one. (A tuple, because an intrinsic takes no
+    star-args.) Each argument is cast to the C type of its parameter; the device communicator is passed as
+    itself (by value), not as :func:`~.intrinsics.devcomm_ptr`."""
+    sig = SIGNATURES[symbol]
+    params = sig.args[len(leading):]
+
+    @intrinsic
+    def call(typingctx, args):
+        if not isinstance(args, types.BaseTuple) or len(args) != len(params):
+            return None
+
+        def codegen(context, builder, signature, llargs):
+            values = [builder.extract_value(llargs[0], i) for i in range(len(args))]
+            values = [v if isinstance(ty, DevCommType) else context.cast(builder, v, ty, param)
+                      for v, ty, param in zip(values, args, params)]
+            return call_out_of_line(context, builder, symbol, leading, values)
+        return sig.return_type(args), codegen
+    return call
 
 
 # ---- contexts and actions ------------------------------------------------------------------------
@@ -261,14 +291,14 @@ def gin_put(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, r
             coop=None):
     check(gin.put, ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remote, local, coop)
     kind, coop_kind = _remote_kind(remote), _coop_kind(coop)
-    fn = DECLARED[f"flowdsl_gin_put__{kind}{'' if is_omitted(local) else '__counted'}"]
+    put = _out_of_line(f"flowdsl_gin_put__{kind}{'' if is_omitted(local) else '__counted'}", coop_kind)
 
     def impl(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remote=None, local=None,
              coop=None):
         signal, win, offset, value = _remote_fields(remote)
-        fn(*((coop_kind, _coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride,
-              peer, dst_win._handle, dst_offset, src_win._handle, src_offset, nbytes, signal, win, offset, value)
-             + _counter_args(local)))
+        put((_coop_word(coop), ctx.comm, ctx.index, team.nranks, team.rank, team.stride, peer,
+             dst_win._handle, dst_offset, src_win._handle, src_offset, nbytes, signal, win, offset, value)
+            + _counter_args(local))
     return impl
 
 
@@ -278,23 +308,23 @@ def gin_put_value(ctx, team, peer, dst_win, dst_offset, value, remote=None, coop
     if not isinstance(value, (types.Integer, types.Float, types.Boolean)):
         raise NumbaTypeError(f"flowdsl.gin.put_value requires a scalar of at most 8 bytes, got {value}")
     kind, coop_kind = _remote_kind(remote), _coop_kind(coop)
-    fn = DECLARED[f"flowdsl_gin_put_value__{kind}__{PAYLOAD_SUFFIX[_size_of(value)]}"]
+    put_value = _out_of_line(f"flowdsl_gin_put_value__{kind}__{PAYLOAD_SUFFIX[_size_of(value)]}", coop_kind)
 
     def impl(ctx, team, peer, dst_win, dst_offset, value, remote=None, coop=None):
         signal, win, offset, arg = _remote_fields(remote)
-        fn(coop_kind, _coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride, peer,
-           dst_win._handle, dst_offset, _payload_bits(value), signal, win, offset, arg)
+        put_value((_coop_word(coop), ctx.comm, ctx.index, team.nranks, team.rank, team.stride, peer,
+                   dst_win._handle, dst_offset, _payload_bits(value), signal, win, offset, arg))
     return impl
 
 
 @overload(gin.signal)
 def gin_signal(ctx, team, peer, remote, coop=None):
     check(gin.signal, ctx, team, peer, remote, coop)
-    fn, coop_kind = DECLARED[f"flowdsl_gin_signal__{_remote_kind(remote)}"], _coop_kind(coop)
+    signal = _out_of_line(f"flowdsl_gin_signal__{_remote_kind(remote)}", _coop_kind(coop))
 
     def impl(ctx, team, peer, remote, coop=None):
-        fn(coop_kind, _coop_word(coop), devcomm_ptr(ctx.comm), ctx.index, team.nranks, team.rank, team.stride, peer,
-           remote.signal, remote.win, remote.offset, remote.value)
+        signal((_coop_word(coop), ctx.comm, ctx.index, team.nranks, team.rank, team.stride, peer,
+                remote.signal, remote.win, remote.offset, remote.value))
     return impl
 
 
@@ -380,6 +410,6 @@ def gin_hybrid_barrier(ctx, coop, index):
 
 @overload_method(GinBarrierSessionType, "sync")
 def gin_barrier_sync(session, order):
-    fn = extern(gin.hybrid_barrier if session.hybrid else gin.barrier, session.coop)
-    return lambda session, order: fn(session.coop._word, devcomm_ptr(session.ctx.comm), session.ctx.index,
-                                     session.index, enum_value(order))
+    sync = _out_of_line(extern_symbol(gin.hybrid_barrier if session.hybrid else gin.barrier, session.coop))
+    return lambda session, order: sync((session.coop._word, session.ctx.comm, session.ctx.index,
+                                        session.index, enum_value(order)))

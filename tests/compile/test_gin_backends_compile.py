@@ -45,12 +45,27 @@ def _not_inlined(compiled):
     return [s for s in compiled.function_symbols() if s.startswith("flowdsl_")]
 
 
+def _out_of_line(compiled):
+    """The bodies GIN calls share (``out_of_line__<support function>__<constants>``), once each."""
+    names = [s.rsplit("$", 1)[-1] for s in compiled.function_symbols()]
+    return sorted(n for n in names if n.startswith("out_of_line__"))
+
+
+#: The MoE example's 5 puts, 3 put_values and 2 hybrid barrier syncs, by support function and coop kind
+#: (issued by one thread): one body each.
+MOE_BODIES = ["out_of_line__flowdsl_gin_put__none__thread", "out_of_line__flowdsl_gin_put__weak_signal_inc__thread",
+              "out_of_line__flowdsl_gin_put_value__strong_signal_inc__u64__thread",
+              "out_of_line__flowdsl_gin_put_value__weak_signal_inc__u64__thread",
+              "out_of_line__flowdsl_hybrid_barrier_sync__cta"]
+
+
 @pytest.mark.parametrize("backend", [None, *GinBackend])
 def test_moe_example_compiles_for_each_backend_of_nccl_2_32(backend):
     """The MoE example for NCCL 2.32.3: every backend's build, and the one with every backend."""
     compiled = moe_gin.moe_gin.compile(flowdsl.FlowKernel.argtypes_for(*MOE_ARGS, nccl="2.32.3"), arch="sm_90",
                                        nccl="2.32.3", gin_backend=backend)
     assert _not_inlined(compiled) == []
+    assert _out_of_line(compiled) == MOE_BODIES
     assert {GIN_FEATURE, STRONG_SIGNAL_FEATURE} <= compiled.features
     assert linked_backend(compiled.features) == backend
 
@@ -66,6 +81,27 @@ def test_the_ring_program_across_nodes_compiles_for_each_backend_of_nccl_2_28(ba
                               gin_backend=backend)
     assert _not_inlined(compiled) == []
     assert GIN_FEATURE in compiled.features and linked_backend(compiled.features) == backend
+
+
+@flowdsl.kernel
+def puts_of_three_types(comm, fwin, iwin, lwin):
+    ctx = gin.context(comm, 0)
+    world = team.world(comm)
+    gin.put(ctx, world, 1, fwin, 0, fwin, 64, 64, remote=gin.signal_inc(0))
+    gin.put(ctx, world, 1, iwin, 0, iwin, 64, 64, remote=gin.signal_inc(0))
+    gin.put(ctx, world, 1, lwin, 0, lwin, 64, 64, remote=gin.signal_inc(0))
+    gin.put(ctx, world, 1, lwin, 0, lwin, 64, 64, remote=gin.signal_inc(0), coop=coop.warp())
+
+
+def test_puts_of_one_kind_share_one_body_whatever_their_windows_types():
+    """Three windows of three element types make three numba instantiations of ``gin.put``: they call one
+    body for the thread's puts and one for the warp's, with NCCL's put inlined into each."""
+    argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", F, I32, I64, nccl="2.28.9")
+    compiled = puts_of_three_types.compile(argtypes, arch="sm_90", nccl="2.28.9", gin_backend="gdaki")
+    assert _not_inlined(compiled) == []
+    assert _out_of_line(compiled) == ["out_of_line__flowdsl_gin_put__signal_inc__thread",
+                                      "out_of_line__flowdsl_gin_put__signal_inc__warp"]
+    assert len(compiled.function_symbols()) == 3, compiled.function_symbols()  # and the kernel itself
 
 
 def test_a_backend_the_release_lacks_or_a_wrong_name_is_refused():
@@ -147,3 +183,17 @@ def test_a_launch_on_another_backend_loads_the_kernel_linked_for_it(monkeypatch)
     assert loads == [GinBackend.GDAKI, None] and unknown is not loaded
     generic = SimpleNamespace(argtypes=("a",), features=frozenset({GIN_FEATURE}))
     assert kernel._for_gin_backend(generic, (gdaki,), None) is generic
+
+
+@pytest.mark.parametrize("backend", [GinBackend.PROXY, GinBackend.GDAKI])
+def test_the_shared_bodies_are_called_without_local_memory(linked_ptx, backend):
+    """The bodies take the device communicator's words as parameters: no copy of it is stored to local
+    memory at a call or loaded in a body (the code before held none either), and each body is called from
+    each of the MoE example's sites (5 puts, 3 put_values, 2 barrier syncs)."""
+    import re
+
+    ptx = linked_ptx(moe_gin.moe_gin, flowdsl.FlowKernel.argtypes_for(*MOE_ARGS, nccl="2.32.3"), nccl="2.32.3",
+                     gin_backend=backend)
+    assert not re.search(r"\b(ld|st)\.local\b", ptx)
+    calls = re.findall(r"call\.uni\s+(?:\([^)]*\),\s*)?(out_of_line__\w+)", ptx)
+    assert {body: calls.count(body) for body in MOE_BODIES} == dict(zip(MOE_BODIES, [2, 3, 1, 2, 2]))
