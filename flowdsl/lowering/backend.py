@@ -119,6 +119,9 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
             fastmath=fastmath, lineinfo=lineinfo)
     modules = _unique_modules(library)
     _mark_never_inline(modules, out_of_line)
+    from .declarations import inline_bodies_called_once  # noqa: PLC0415
+
+    inline_bodies_called_once(modules)
     library._llvm_strs = [str(mod) for mod in modules]  # what get_ltoir hands NVVM
     return Lowered(library)
 

@@ -15,8 +15,8 @@ from .._spec import spec_of
 from ..enums import CoopKind
 from .externs import COOP_SUFFIX, EXTERNS, Extern, by_name
 
-__all__ = ["DECLARED", "NUMBA_TYPES", "signature_of", "call_extern", "call_out_of_line", "extern", "extern_symbol",
-           "SIGNATURES"]
+__all__ = ["DECLARED", "NUMBA_TYPES", "signature_of", "call_extern", "call_out_of_line", "inline_bodies_called_once", "extern",
+           "extern_symbol", "SIGNATURES"]
 
 #: Table C type key -> numba type(s). Must agree with externs.C_TYPES.
 NUMBA_TYPES = {
@@ -78,6 +78,9 @@ def call_extern(context, builder, symbol, args):
     return builder.call(fn, args)
 
 
+_BODY_PREFIX = "out_of_line__"
+
+
 def call_out_of_line(context, builder, symbol, leading, args):
     """Call ``symbol`` through a body of its own, ``out_of_line__<symbol>__<leading...>``, that passes the
     integer constants ``leading`` (a coop kind named by its suffix) as its first arguments and ``args``
@@ -102,8 +105,8 @@ def call_out_of_line(context, builder, symbol, leading, args):
     sig = SIGNATURES[symbol]
     fnty = ir.FunctionType(context.get_value_type(sig.return_type),
                            [context.get_value_type(t) for t in sig.args])
-    name = "__".join(["out_of_line", symbol, *(COOP_SUFFIX[c] if isinstance(c, CoopKind) else str(int(c))
-                                                for c in leading)])
+    name = _BODY_PREFIX + "__".join([symbol, *(COOP_SUFFIX[c] if isinstance(c, CoopKind) else str(int(c))
+                                               for c in leading)])
     by_value = {at - len(leading) for at in _DEVCOMM_PARAMS[symbol]}
     params, passed = [], []
     for i, (arg, c_type) in enumerate(zip(args, fnty.args[len(leading):])):
@@ -136,6 +139,57 @@ def call_out_of_line(context, builder, symbol, leading, args):
         result = inner.call(target, constants + c_args)
         inner.ret_void() if isinstance(fnty.return_type, ir.VoidType) else inner.ret(result)
     return builder.call(body, passed)
+
+
+def inline_bodies_called_once(modules) -> None:
+    """Let the link inline each :func:`call_out_of_line` body that the kernel calls from one place only.
+
+    A body pays off where the kernel calls it from several places; called from one, it is only a
+    call more than the inlined code (Flow's GIN transport calls each kind from one out-of-line
+    function). The places are counted through the kernel's call graph in ``modules`` (numba's
+    LLVM modules, before NVVM): a call in a function the link inlines is made once per place that
+    function is inlined, a call in an out-of-line function (``noinline``) or the kernel once. Such a
+    body becomes ``alwaysinline``, so the code is the same as a direct call of the support function."""
+    from llvmlite import ir as llvm_ir  # noqa: PLC0415
+
+    defined, calls, bodies = {}, {}, {}
+    for mod in modules:
+        for fn in mod.functions:
+            if fn.is_declaration:
+                continue
+            if fn.name.startswith(_BODY_PREFIX):  # each module that calls a body holds a copy of it
+                bodies.setdefault(fn.name, []).append(fn)
+            if fn.name in defined:
+                continue
+            defined[fn.name] = fn
+            calls[fn.name] = [instr.callee.name for block in fn.blocks for instr in block.instructions
+                              if isinstance(instr, llvm_ir.CallInstr) and isinstance(instr.callee, llvm_ir.Function)]
+    callers = {}
+    for caller, callees in calls.items():
+        for callee in callees:
+            callers.setdefault(callee, []).append(caller)
+
+    copies: dict[str, int] = {}
+
+    def copies_of(name, seen=()):
+        """How many times the body of function ``name`` is in the linked kernel (2: more than once)."""
+        if name in copies:
+            return copies[name]
+        if name in seen:  # a cycle: leave it out of line
+            return 2
+        fn = defined[name]
+        if name not in callers or "noinline" in fn.attributes:
+            n = 1
+        else:
+            n = min(2, sum(copies_of(caller, (*seen, name)) for caller in callers[name]))
+        copies[name] = n
+        return n
+
+    for name, copies_in_modules in bodies.items():
+        if sum(copies_of(caller) for caller in callers.get(name, ())) == 1:
+            for fn in copies_in_modules:
+                fn.attributes.discard("noinline")
+                fn.attributes.add("alwaysinline")
 
 
 def _leaves(ty, path=()):

@@ -12,7 +12,8 @@ take the coop kind as a constant argument (it folds after LTO inlining) rather
 than one function per coop: a fifth of the functions to build and link. Those
 three and the barrier syncs are called through one out-of-line body per
 (function, coop kind) in a kernel (:func:`_out_of_line`), so a kernel that puts
-from several places compiles NCCL's network code for each kind once.
+from several places compiles NCCL's network code for each kind once; a kind
+called from one place is inlined there.
 
 A kernel that calls the GIN library is marked :data:`GIN_FEATURE`: it links a
 GIN build, that of its device communicator's backend when the target names it
@@ -223,8 +224,9 @@ def _counter_args_typer(local):
 def _out_of_line(symbol: str, *leading: CoopKind):
     """An intrinsic ``call(args)`` that calls the GIN function ``symbol`` with the constants ``leading`` first
     and the tuple ``args`` after them, through the body :func:`~.declarations.call_out_of_line` makes once per
-    kernel for ``(symbol, leading)``: the MoE example's eight puts and put_values link four bodies of NCCL's
-    network code instead of eight, its two hybrid barrier syncs one. (A tuple, because an intrinsic takes no
+    kernel for ``(symbol, leading)`` (inlined where the kernel calls it from one place only): the MoE
+    example's eight puts and put_values link three bodies of NCCL's network code and one inlined copy instead
+    of eight copies, its two hybrid barrier syncs one body. (A tuple, because an intrinsic takes no
     star-args.) Each argument is cast to the C type of its parameter; the device communicator is passed as
     itself (by value), not as :func:`~.intrinsics.devcomm_ptr`."""
     sig = SIGNATURES[symbol]
