@@ -152,6 +152,8 @@ def inline_bodies_called_once(modules) -> None:
     body becomes ``alwaysinline``, so the code is the same as a direct call of the support function."""
     from llvmlite import ir as llvm_ir  # noqa: PLC0415
 
+    if not any(fn.name.startswith(_BODY_PREFIX) for mod in modules for fn in mod.functions):
+        return  # no GIN call: nothing to walk (a collective's 84 functions)
     defined, calls, bodies = {}, {}, {}
     for mod in modules:
         for fn in mod.functions:
@@ -186,10 +188,10 @@ def inline_bodies_called_once(modules) -> None:
         return n
 
     for name, copies_in_modules in bodies.items():
-        if sum(copies_of(caller) for caller in callers.get(name, ())) == 1:
-            for fn in copies_in_modules:
-                fn.attributes.discard("noinline")
-                fn.attributes.add("alwaysinline")
+        once = sum(copies_of(caller) for caller in callers.get(name, ())) == 1
+        for fn in copies_in_modules:  # set both ways: numba shares these modules with other kernels
+            fn.attributes.discard("alwaysinline" if not once else "noinline")
+            fn.attributes.add("alwaysinline" if once else "noinline")
 
 
 def _leaves(ty, path=()):
