@@ -25,6 +25,15 @@ and a 4-byte flag with one store each, so the receiver needs no separate flag;
 stored with release semantics. LL and LL128 carry small messages: their slots are
 at most :data:`SMALL_SLOT_BYTES`.
 
+Freshness (why a receiver never takes data another step left): every slot is named by its
+connection's step counter, which both ends keep in the staging window (on the device: CUDA
+graph replays and every grid, count, dtype and channel count advance it alike), never by a
+launch's grid or a block. SIMPLE's data is read after the 64-bit ready counter passed the
+step; LL128's 64-bit line flag is ``step + 1`` (it does not wrap); LL's 32-bit line flags
+cycle (:func:`ll_flag`) and the slots are rewritten whole before a flag can come round again
+(:func:`ll_cleans`). The simulator checks it: a line taken with a flag that another call
+left raises :class:`flowdsl.sim.StaleDataError`.
+
 Steps (the ``op`` steps take a :func:`reduction`): :func:`send`, :func:`recv`,
 :func:`copy_send`, :func:`recv_reduce_send`, :func:`recv_reduce_copy`,
 :func:`recv_reduce_copy_send`, :func:`recv_copy_send`, and :func:`copy` (local).
@@ -78,7 +87,8 @@ __all__ = [
     "MAX_CONNECTIONS", "SMALL_SLOT_BYTES", "Processor", "Connection", "Reduction", "Staging", "staging",
     "staging_words", "processor",
     "connect", "reduction", "combine", "finish", "combine_packs", "finish_pack", "strong_signal_inc",
-    "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "E4M3", "E5M2",
+    "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "ll_flag", "ll_cleans", "LL_FLAG_CYCLE",
+    "E4M3", "E5M2",
     "send", "recv", "copy_send", "recv_reduce_send", "recv_reduce_copy", "recv_reduce_copy_send",
     "recv_copy_send", "copy", "direct_send", "direct_recv", "direct_copy_send", "direct_recv_copy_send",
 ]
@@ -222,9 +232,11 @@ def slot_elements(proc, itemsize):
 
 
 @device
-def _slot_words_used(proc, m, itemsize):
-    """Words of a slot that carry ``m`` elements (what a GIN put must move)."""
+def _slot_words_used(proc, m, itemsize, step):
+    """Words of the slot of send step ``step`` that carry ``m`` elements (what a GIN put must move)."""
     if proc.protocol == Protocol.LL:
+        if ll_cleans(step, proc.nslots):  # the whole slot was written: see ll_flag
+            return proc.slot_words
         return m * ll_lines_per_element(itemsize)
     if proc.protocol == Protocol.LL128:
         per_line = (_LL128_LINE - 1) * (8 // itemsize)
@@ -350,7 +362,7 @@ def _publish_slot(proc, inp, out, rstep, sstep, m, itemsize, recv, send):
     if recv:
         _give_credit(proc, proc.ctx, inp, rstep)
     if send:
-        _post(proc, proc.ctx, out, sstep, _slot_words_used(proc, m, itemsize))
+        _post(proc, proc.ctx, out, sstep, _slot_words_used(proc, m, itemsize, sstep))
 
 
 @device
@@ -448,6 +460,35 @@ def _simple_move(proc, inbox, outbox, src, dst, base, m, red, vectors, recv, sen
         i += workers
 
 
+#: LL flags run through ``1 .. LL_FLAG_CYCLE`` (:func:`ll_flag`): never 0, the flag of zeroed memory, and
+#: below 2**32, the flag's half of a line. Even, so that each half of the cycle has a clean window.
+LL_FLAG_CYCLE = 2**32 - 2
+_LL_HALF_CYCLE = LL_FLAG_CYCLE // 2
+
+
+@device
+def ll_flag(step):
+    """The flag of LL lines written at ``step`` (0, 1, ...: a connection's slot count, or a one-shot
+    window's call count), counted on the device at both ends: ``1 + step % LL_FLAG_CYCLE``.
+
+    Why a line from another step is never taken for this one: a reader accepts a line of slot
+    ``step % nslots`` only when it carries ``ll_flag(step)``. The writer of an earlier step ``j``
+    of the same slot left ``ll_flag(j)``, equal only if ``step - j`` is a multiple of the cycle;
+    but the last ``nslots`` steps of every half cycle (:func:`ll_cleans`) rewrite their whole
+    slot, so every slot is rewritten at least once between ``j`` and ``step``, and what it holds
+    is newer than ``j``. Zeroed memory carries flag 0, which no step uses.
+    """
+    return uint64(1 + step % LL_FLAG_CYCLE)
+
+
+@device
+def ll_cleans(step, nslots):
+    """Whether LL step ``step`` writes all the lines of its slot, not only those carrying data:
+    the last ``nslots`` steps of each half of the flag cycle do (one for every slot), see
+    :func:`ll_flag`. Two steps in four billion: no cost to speak of."""
+    return step % _LL_HALF_CYCLE >= _LL_HALF_CYCLE - nslots
+
+
 @device
 def ll_line(bits, flag):
     """An LL line: 4 data bytes (the low half of ``bits``) and a 4-byte ``flag``, one uint64
@@ -468,8 +509,9 @@ def ll_read(comm, view, line, flag, peer):
     while (w >> uint64(32)) != flag:
         state = wait.poll(comm, state, wait.LL_LINE, peer, line, flag, w >> uint64(32))
         if state == wait.GAVE_UP:
-            break
+            return w & uint64(0xFFFFFFFF)
         w = mem.load_relaxed(view, line, _SYS)
+    wait.accepted(view, line, 1, peer)
     return w & uint64(0xFFFFFFFF)
 
 
@@ -484,8 +526,8 @@ def _ll_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, r
     """LL: each element travels in 8-byte lines of 4 data bytes and the step's flag."""
     lines = ll_lines_per_element(dst.itemsize)
     words = proc.slot_words
-    rflag = uint64((rstep + 1) & 0xFFFFFFFF)
-    sflag = uint64((sstep + 1) & 0xFFFFFFFF)
+    rflag = ll_flag(rstep)
+    sflag = ll_flag(sstep)
     inbox = lsa.local_view(proc.stage, _inbox_at(proc, inp, rstep), words)
     if out.gin:
         outbox = lsa.local_view(proc.stage, _outbox_at(proc, out, sstep), words)
@@ -512,6 +554,11 @@ def _ll_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, r
             if lines == 2:
                 mem.store_relaxed(outbox, i * lines + 1, ll_line(bits >> uint64(32), sflag), _SYS)
         i += proc.workers
+    if send and ll_cleans(sstep, proc.nslots):  # the rest of the slot too: see ll_flag
+        line = m * lines + cuda.threadIdx.x
+        while line < words:
+            mem.store_relaxed(outbox, line, ll_line(uint64(0), sflag), _SYS)
+            line += proc.workers
 
 
 @device
@@ -570,6 +617,7 @@ def _ll128_wait(proc, inp, inbox, at, flag):
         if state == wait.GAVE_UP:
             return
         seen = mem.load_acquire(inbox, at, _SYS)
+    wait.accepted(inbox, at + 1 - _LL128_LINE, _LL128_LINE, inp.peer)  # the data words with their flag
 
 
 @device

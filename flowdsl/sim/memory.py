@@ -330,6 +330,7 @@ class WindowView:
     def __setitem__(self, i, v):
         if type(i) is int and 0 <= i < self._n:
             self._a[i] = v
+            _state.sched.last_writer[(self.group.wid, self.wrank, (self.start + i) * self._isz)] = (_state.cur, v)
             if self.group.gin_tags is not None:
                 self._untag(i, i + 1)
             if self._rc is not None:
@@ -338,6 +339,8 @@ class WindowView:
         if isinstance(i, slice):
             self._a[i] = v
             s, e, st = i.indices(self._n)
+            for k in range(s, e, st):
+                self._note(k)
             if self.group.gin_tags is not None:
                 self._untag(s, e)
             if self._rc is not None:
@@ -346,10 +349,15 @@ class WindowView:
             return
         i = self._index(i, "write")
         self._a[i] = v
+        self._note(int(i))
         if self.group.gin_tags is not None:
             self._untag(i, i + 1)
         if self._rc is not None:
             self._rc.write(self._cells, self._off0 + int(i) * self._isz, self, i)
+
+    def _note(self, i):
+        """The running task stored element ``i`` last (``flowdsl.wait.accepted`` asks who wrote a line)."""
+        _state.sched.last_writer[(self.group.wid, self.wrank, (self.start + i) * self._isz)] = (_state.cur, self._a[i])
 
     def _untag(self, lo, hi):
         """A store by a thread replaces whatever a GIN put wrote there."""
