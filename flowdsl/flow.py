@@ -114,12 +114,13 @@ _WARP = 32
 
 Processor = namedtuple("Processor", ["comm", "stage", "ctx", "channel", "nchannels", "channels", "nslots",
                                      "slot_words", "protocol", "inbox_at", "outbox_at", "workers",
-                                     "sync_thread", "ll128"])
+                                     "sync_thread", "ll128", "ll_at", "ll_slot_words"])
 Processor.__doc__ = """One CTA's side of Flow: its channel, staging window and protocol (see :func:`processor`).
 
 ``slot_words`` and ``inbox_at`` / ``outbox_at`` are those of the processor's protocol;
 threads below ``workers`` move data, thread ``sync_thread`` waits and publishes; ``ll128``
-0: the kernel holds no LL128 code."""
+0: the kernel holds no LL128 code; ``ll_at`` and ``ll_slot_words``: where the LL inboxes start
+and their slots' size, whatever the protocol (every step may clean an LL slot: :func:`ll_cleans`)."""
 Connection = namedtuple("Connection", ["peer", "number", "remote_number", "gin"])
 Connection.__doc__ = """A connection to ``peer`` (see :func:`connect`).
 
@@ -168,7 +169,9 @@ def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=
     sync_thread = nt - _WARP if nt >= 2 * _WARP else 0
     return Processor(comm, stage, ctx, mine, cuda.gridDim.x, channels, nslots,
                      protocol_slot_words(slot_words, protocol), protocol, state + before,
-                     state + boxes + before, workers, sync_thread, ll128)
+                     state + boxes + before, workers, sync_thread, ll128,
+                     state + region_words(channels, nslots, slot_words, Protocol.SIMPLE),
+                     protocol_slot_words(slot_words, Protocol.LL))
 
 
 @device
@@ -232,11 +235,9 @@ def slot_elements(proc, itemsize):
 
 
 @device
-def _slot_words_used(proc, m, itemsize, step):
-    """Words of the slot of send step ``step`` that carry ``m`` elements (what a GIN put must move)."""
+def _slot_words_used(proc, m, itemsize):
+    """Words of a slot that carry ``m`` elements (what a GIN put must move)."""
     if proc.protocol == Protocol.LL:
-        if ll_cleans(step, proc.nslots):  # the whole slot was written: see ll_flag
-            return proc.slot_words
         return m * ll_lines_per_element(itemsize)
     if proc.protocol == Protocol.LL128:
         per_line = (_LL128_LINE - 1) * (8 // itemsize)
@@ -362,7 +363,25 @@ def _publish_slot(proc, inp, out, rstep, sstep, m, itemsize, recv, send):
     if recv:
         _give_credit(proc, proc.ctx, inp, rstep)
     if send:
-        _post(proc, proc.ctx, out, sstep, _slot_words_used(proc, m, itemsize, sstep))
+        if proc.protocol == Protocol.LL:
+            _clean_ll_slot(proc, out, sstep, m * ll_lines_per_element(itemsize))
+        else:
+            _clean_ll_slot(proc, out, sstep, 0)
+        _post(proc, proc.ctx, out, sstep, _slot_words_used(proc, m, itemsize))
+
+
+@device
+def _clean_ll_slot(proc, out, sstep, keep):
+    """At the steps :func:`ll_cleans` names, of any protocol (they share the step count), write the
+    flag of ``sstep`` into every line of its LL slot past the ``keep`` that carry data (see
+    :func:`ll_flag`). Over LSA only: over GIN the receiver reads a slot after the signal that covers
+    its put, so no old line is read there. Two steps in four billion: the sync thread alone does it."""
+    if out.gin or not ll_cleans(sstep, proc.nslots):
+        return
+    slot = ((proc.channel * MAX_CONNECTIONS + out.remote_number) * proc.nslots + sstep % proc.nslots)
+    lines = lsa.peer_view(proc.stage, out.peer, proc.ll_at + slot * proc.ll_slot_words, proc.ll_slot_words)
+    for line in range(keep, proc.ll_slot_words):
+        mem.store_relaxed(lines, line, ll_line(uint64(0), ll_flag(sstep)), _SYS)
 
 
 @device
@@ -483,9 +502,11 @@ def ll_flag(step):
 
 @device
 def ll_cleans(step, nslots):
-    """Whether LL step ``step`` writes all the lines of its slot, not only those carrying data:
+    """Whether step ``step`` writes all the lines of its LL slot, not only those carrying data:
     the last ``nslots`` steps of each half of the flag cycle do (one for every slot), see
-    :func:`ll_flag`. Two steps in four billion: no cost to speak of."""
+    :func:`ll_flag`, whatever protocol the step runs (a connection's protocols share its step
+    count, so a half cycle of SIMPLE steps must clean the LL slots too). Two steps in four
+    billion: no cost to speak of."""
     return step % _LL_HALF_CYCLE >= _LL_HALF_CYCLE - nslots
 
 
@@ -554,11 +575,6 @@ def _ll_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, r
             if lines == 2:
                 mem.store_relaxed(outbox, i * lines + 1, ll_line(bits >> uint64(32), sflag), _SYS)
         i += proc.workers
-    if send and ll_cleans(sstep, proc.nslots):  # the rest of the slot too: see ll_flag
-        line = m * lines + cuda.threadIdx.x
-        while line < words:
-            mem.store_relaxed(outbox, line, ll_line(uint64(0), sflag), _SYS)
-            line += proc.workers
 
 
 @device
@@ -780,6 +796,7 @@ def _direct_step(proc, inp, out, src, src_offset, win, offset, n, flags):
             _give_credit(proc, proc.ctx, inp, rstep)
             state[_state_at(proc, _RECEIVED, inp.number)] = uint64(rstep + 1)
         if has_send:
+            _clean_ll_slot(proc, out, sstep, 0)
             _post_direct(proc, proc.ctx, out, win, offset * mine.itemsize, n * mine.itemsize, sstep)
             state[_state_at(proc, _SENT, out.number)] = uint64(sstep + 1)
 

@@ -131,6 +131,8 @@ class WindowGroup:
         self.cft_counted = False
         #: rank -> (shadow cells, byte offset) of the race detector (see flowdsl.sim.races).
         self.race_cells = None
+        #: The :class:`flowdsl.flow.Staging` of a Flow staging window, or None.
+        self.staging = None
 
     def name(self) -> str:
         return f"window #{self.wid}"
@@ -163,6 +165,7 @@ class Window(Closable):
     def _made_staging(self, staging) -> None:
         """Mark the window as made by :func:`flowdsl.flow.staging` (as the GPU runtime's window)."""
         self.flow_staging = staging
+        self.group.staging = staging  # reports name a staging word by its place (describe_word)
 
     @property
     def dtype(self):

@@ -13,6 +13,7 @@ import sys
 import numpy as np
 
 from .. import wait
+from .._flow_staging import describe_word
 from . import _state
 from .errors import StaleDataError
 from .memory import WindowView, address_key
@@ -55,8 +56,12 @@ def _accepted(view, index, count, peer):
 
 
 def _stale(view, k, peer, writer, t) -> StaleDataError:
-    where = (f"word {view.start + k} of {view.group.name()} on rank {view.wrank}" if isinstance(view, WindowView)
-             else f"word {k} of a device array")
+    if not isinstance(view, WindowView):
+        where = f"word {k} of a device array"
+    else:
+        word = (view.start + k) * view.itemsize // 8
+        place = "" if view.group.staging is None else f" ({describe_word(view.group.staging, word)})"
+        where = f"word {word}{place} of {view.group.name()} on rank {view.wrank}"
     reader = f"{t.name()} (kernel {t.launch.name!r}, launch #{t.launch.seq} of rank {t.rank})"
     if writer is None:
         who = "no kernel of this run wrote it (zeroed or host memory)"

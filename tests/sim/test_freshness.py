@@ -112,28 +112,35 @@ def _loopback(comm, stage, src, dst, n, channels, nslots, slot_words, protocol):
         flow.recv(proc, conn, dst, 0, n)
 
 
-def _ll_loopback(start, n=300, nslots=3, slot_bytes=256, threads=32):
-    """Flow LL through one connection whose four counters start at ``start`` slots (both ends alike):
-    ``n`` int32 elements, one per 8-byte line, 32 lines a slot, twice, so that every slot of the
-    connection is crossed at least twice."""
+def _loopback_calls(calls, nslots=3, slot_bytes=256, threads=32):
+    """Flow through one connection (channel 0, connection 1, a rank sending to itself), a launch per
+    call ``(start, protocol, n)``: ``start`` (or None) sets its four counters, at both ends, to that
+    many slots first; then ``n`` random int32 go through. One LL line carries one element, 32 lines
+    a slot; a SIMPLE slot carries 64."""
     def main(comm):
         config = coll.FlowConfig(channels=1, nslots=nslots, slot_bytes=slot_bytes, threads=threads)
-        rng = np.random.default_rng(start % 1000)
+        rng = np.random.default_rng(len(calls))
         with flow.staging(comm, config, gin=False) as stage, comm.device_communicator() as dcomm:
             words = stage.flow_staging.buffer
             at = (0 * flow.MAX_CONNECTIONS + 1) * flow.STATE_WORDS  # channel 0, connection 1
-            words[at:at + flow.STATE_WORDS] = start  # ready, credit, sent, received
             results = []
-            for _ in range(2):
+            for start, protocol, n in calls:
+                if start is not None:
+                    words[at:at + flow.STATE_WORDS] = start  # ready, credit, sent, received
                 x = rng.integers(-2**31, 2**31 - 1, n).astype(np.int32)
                 src, dst = comm.alloc(n, np.int32), comm.alloc(n, np.int32)
                 src[:] = x
                 dst.fill(-1)
-                _loopback[2, threads](dcomm, stage, src, dst, n, 1, nslots, slot_bytes // 8, int(Protocol.LL))
+                _loopback[2, threads](dcomm, stage, src, dst, n, 1, nslots, slot_bytes // 8, int(protocol))
                 comm.synchronize()
                 results.append((np.array(dst), x))
             return results
     return main
+
+
+def _ll_loopback(start):
+    """Two LL calls of 300 elements (10 slots each) from ``start``: every slot crossed several times."""
+    return _loopback_calls([(start, Protocol.LL, 300), (None, Protocol.LL, 300)])
 
 
 @pytest.mark.parametrize("start", [0, C // 2 - 7, C - 7, 2**32 - 1], ids=["zero", "half-cycle", "cycle-end", "2**32"])
@@ -142,6 +149,25 @@ def test_flow_ll_across_the_flag_cycle(start):
     for results in spawn(_ll_loopback(start), nranks=1, seed=2):
         for got, want in results:
             np.testing.assert_array_equal(got, want)
+
+
+# Step 1 leaves LL lines with flag 2 in slot 1; steps C-2 and C-1 (the cycle's last, which clean) run
+# SIMPLE; step C+1 is LL in slot 1 again with flag 2.
+ACROSS_PROTOCOLS = [(1, Protocol.LL, 32), (C - 2, Protocol.SIMPLE, 128), (None, Protocol.LL, 64)]
+
+
+def test_flow_ll_after_a_half_cycle_of_simple_steps():
+    """The cleaning steps ran SIMPLE: they clean the LL slots all the same."""
+    for results in spawn(_loopback_calls(ACROSS_PROTOCOLS, nslots=2), nranks=1, seed=3):
+        for got, want in results:
+            np.testing.assert_array_equal(got, want)
+
+
+def test_flow_ll_without_cleaning_across_protocols_is_caught(monkeypatch):
+    monkeypatch.setattr(flow, "ll_cleans", lambda step, nslots: False)
+    with pytest.raises(StaleDataError) as err:
+        spawn(_loopback_calls(ACROSS_PROTOCOLS, nslots=2), nranks=1, seed=3)
+    assert "(launch #0 of rank 0)" in str(err.value) and "launch #2 of rank 0" in str(err.value), str(err.value)
 
 
 def test_flow_ll_with_a_flag_that_wraps_to_zero_is_caught(monkeypatch):
