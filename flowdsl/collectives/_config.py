@@ -14,10 +14,12 @@ from .programs import PROGRAMS
 
 __all__ = ["DTYPES", "OPS", "ALGORITHMS", "FlowConfig", "DEFAULT_CONFIG"]
 
-#: Element types of the collectives. bfloat16 is a torch.bfloat16 tensor, or a uint16 CuPy/NumPy
-#: array of its bits (neither has a bfloat16 dtype; NCCL has no uint16). fp8 is a torch float8
-#: tensor, or a uint8 array with ``dtype="float8_e4m3fn"`` / ``"float8_e5m2"`` in the call.
-DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8", "float8_e4m3fn", "float8_e5m2")
+#: Element types of the collectives: NCCL's twelve (``ncclDataType_t``, in its order). bfloat16 is a
+#: torch.bfloat16 tensor, or a uint16 CuPy/NumPy array of its bits (neither has a bfloat16 dtype; NCCL
+#: has no uint16). fp8 is a torch float8 tensor, or a uint8 array with ``dtype="float8_e4m3fn"`` /
+#: ``"float8_e5m2"`` in the call. Integers wrap (sum, prod, premulsum); unsigned ones compare unsigned.
+DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16",
+          "float8_e4m3fn", "float8_e5m2")
 #: Reduction operators by name.
 OPS = {"sum": RedOp.SUM, "prod": RedOp.PROD, "min": RedOp.MIN, "max": RedOp.MAX, "avg": RedOp.AVG}
 

@@ -28,10 +28,11 @@ from .programs import PROGRAMS
 
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"]
 
-_TORCH_DTYPES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16",
-                 "torch.float64": "float64", "torch.int32": "int32", "torch.int64": "int64",
-                 "torch.uint8": "uint8", "torch.float8_e4m3fn": "float8_e4m3fn",
-                 "torch.float8_e5m2": "float8_e5m2"}
+#: torch dtypes by name (torch.uint32 and torch.uint64 exist from PyTorch 2.3).
+_TORCH_DTYPES = {"torch.int8": "int8", "torch.uint8": "uint8", "torch.int32": "int32", "torch.uint32": "uint32",
+                 "torch.int64": "int64", "torch.uint64": "uint64", "torch.float16": "float16",
+                 "torch.float32": "float32", "torch.float64": "float64", "torch.bfloat16": "bfloat16",
+                 "torch.float8_e4m3fn": "float8_e4m3fn", "torch.float8_e5m2": "float8_e5m2"}
 
 
 class _FlowState:

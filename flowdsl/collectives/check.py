@@ -14,8 +14,10 @@ Inputs are random but kept where the operator cannot overflow the element type
 (so that wrapping or infinities do not make the comparison meaningless), and
 bfloat16 is carried as uint16 bits and fp8 as uint8 codes (``flowdsl/_fp8.py``).
 :func:`reference` computes each collective
-with NumPy in float64/int64; :func:`compare` applies a tolerance that depends
-only on the element type and the number of ranks.
+with NumPy in float64 for the floating types and in the element type itself for
+integers (wrapping, and integer ``avg`` truncated toward zero after the wrapping sum, as
+NCCL's); :func:`compare` applies a tolerance that depends only on the element type and the
+number of ranks, and none to integers.
 """
 
 from __future__ import annotations
@@ -66,6 +68,18 @@ def bf16_values(bits) -> np.ndarray:
     return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def _integer_range(dtype: str, op: str, nranks: int) -> tuple[int, int]:
+    """``[lo, hi)`` of integer inputs: ``op`` over ``nranks`` of them stays inside the element type,
+    and no input is the poison (0xA5 bytes: -91 for int8, 165 for uint8)."""
+    info = np.iinfo(dtype)
+    if op == "prod":  # |x| <= 3 keeps 8 ranks' product within 32 bits; 8-bit types take 0 and 1 (and -1)
+        lo, hi = (-3, 4) if info.bits >= 32 else (-1, 2)
+    else:
+        limit = 1000 if info.bits >= 32 else (64 if info.min else 160) // nranks
+        lo, hi = -limit, limit
+    return (max(lo, 0) if not info.min else lo), hi
+
+
 def inputs(rng, dtype: str, op: str, nranks: int, size: int) -> list[np.ndarray]:
     """One input array per rank, in the storage dtype, safe for ``op`` over ``nranks``."""
     out = []
@@ -76,39 +90,48 @@ def inputs(rng, dtype: str, op: str, nranks: int, size: int) -> list[np.ndarray]
                 out.append(_fp8.to_fp8(x, _FP8[dtype]))
             else:
                 out.append(bf16_bits(x) if dtype == "bfloat16" else x.astype(dtype))
-        elif dtype == "uint8":
-            hi = 2 if op == "prod" else 256 // nranks
-            out.append(rng.integers(0, hi, size).astype(np.uint8))
         else:
-            lo, hi = (-3, 4) if op == "prod" else (-1000, 1000)
+            lo, hi = _integer_range(dtype, op, nranks)
             out.append(rng.integers(lo, hi, size).astype(dtype))
     return out
 
 
 def _values(x, dtype):
+    """Values to compare: float64 for the floating types; integers keep their own type (the reference
+    wraps in it, as the GPU does)."""
     x = np.asarray(x)
     if dtype == "bfloat16":
         return bf16_values(x).astype(np.float64)
     if dtype in _FP8:
         return _fp8.from_fp8(x, _FP8[dtype])
-    return x.astype(np.float64 if x.dtype.kind == "f" else np.int64)
+    return x.astype(np.float64) if x.dtype.kind == "f" else x
+
+
+def _truncating_divide(s: np.ndarray, n: int) -> np.ndarray:
+    """``s / n`` truncated toward zero in ``s``'s integer type, as NCCL's SumPostDiv: the magnitude
+    as unsigned (INT_MIN's too), divided, the sign put back."""
+    if s.dtype.kind == "u":
+        return s // s.dtype.type(n)
+    wide = s.astype(np.int64)
+    negative = wide < 0
+    magnitude = np.where(negative, -wide, wide).astype(np.uint64)  # -INT64_MIN wraps to 2**63: right
+    q = (magnitude // np.uint64(n)).astype(np.int64)
+    return np.where(negative, -q, q).astype(s.dtype)
 
 
 def _reduce(arrays, dtype, op):
     v = np.stack([_values(a, dtype) for a in arrays])
     if op == "sum":
-        return v.sum(0)
+        return v.sum(0, dtype=v.dtype)  # integers wrap in their own type
     if op == "prod":
-        return v.prod(0)
+        return v.prod(0, dtype=v.dtype)
     if op == "min":
         return v.min(0)
     if op == "max":
         return v.max(0)
-    s = v.sum(0)  # avg
-    if v.dtype.kind == "f":
-        return s / len(arrays)
-    return np.trunc(s / len(arrays)).astype(np.int64) if np.abs(s).max(initial=0) < 2**52 else \
-        np.sign(s) * (np.abs(s) // len(arrays))
+    if v.dtype.kind == "f":  # avg
+        return v.sum(0) / len(arrays)
+    return _truncating_divide(v.sum(0, dtype=v.dtype), len(arrays))  # NCCL: sum (wrapping), then divide
 
 
 def reference(collective: str, ins: list[np.ndarray], dtype: str, op: str | None, root: int = 0) -> list:
@@ -290,7 +313,7 @@ class Outcome(NamedTuple):
     Attributes:
         label: The case's label and the rank.
         result: The output as stored (uint16 for bfloat16, uint8 for fp8).
-        expected: The reference values (float64 / int64), or with ``untouched`` the stored
+        expected: The reference values (float64; integers in their own type), or with ``untouched`` the stored
             bits the output must still hold (a non-root rank of reduce).
         dtype: The element type.
         nranks: Ranks of the communicator (the tolerance grows with them).

@@ -390,4 +390,9 @@ def flow_finish(op, value, nranks, fp8=0):
                 return float_to_fp8(fp8_to_float(value, fp8) / float32(nranks), fp8)
             return ty(value // nranks)
         return byte
+    if not value.signed:
+        def unsigned(op, value, nranks, fp8=0):
+            # In the element's own type: numba takes uint64 // int64 in float64, which rounds.
+            return ty(value // ty(nranks)) if op == _AVG else value
+        return unsigned
     return integer

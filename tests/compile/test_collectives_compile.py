@@ -48,8 +48,8 @@ def test_precompile_gives_each_worker_a_run_of_kernels_that_share_compiled_steps
 def test_library_lists_every_collective_dtype_and_op():
     entries = _library.library()
     # all_gather and broadcast have no operator, and copy fp8 as uint8 and bfloat16 as uint16
-    # 2 copying programs x 7 storage types, 5 reducing programs x 9 dtypes x 5 ops
-    assert len(entries) == 2 * 7 + 5 * 9 * 5
+    # 2 copying programs x 10 storage types, 5 reducing programs x NCCL's 12 dtypes x 5 ops
+    assert len(entries) == 2 * 10 + 5 * 12 * 5
     assert ("tree", "all_reduce", RedOp.AVG, "bfloat16") in entries
     assert ("ring", "reduce", RedOp.MAX, "float8_e5m2") in entries
     assert ("ring", "all_gather", RedOp.SUM, "uint16") in entries

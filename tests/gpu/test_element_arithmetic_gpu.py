@@ -9,10 +9,10 @@ constants captured by a factory as the collectives' programs capture them, appli
 both functions to arrays of operands, and every result must have the bits the Python
 body gives (any NaN matches any NaN: payloads and signs of NaNs are not specified).
 
-Operands: every pair of the 256 fp8 codes (e4m3fn and e5m2) and of uint8 values;
-bfloat16 random bits with specials and exact ties; float16, float32, float64, int32
-and int64 random bits, random values and edge values (extremes, zeros, infinities,
-NaN, subnormals). ``tests/compile/test_element_arithmetic_compile.py`` builds the
+Operands: every pair of the 256 fp8 codes (e4m3fn and e5m2) and of int8 and uint8 values;
+bfloat16 random bits with specials and exact ties; float16, float32, float64 and the 32- and
+64-bit integers (signed and unsigned) random bits, random values and edge values (extremes,
+zeros, infinities, NaN, subnormals). ``tests/compile/test_element_arithmetic_compile.py`` builds the
 same kernels without a GPU.
 """
 
@@ -35,15 +35,18 @@ OPS = tuple(RedOp)
 NRANKS = (1, 2, 3, 7, 8)
 #: Element type → (storage dtype, fp8 format of the uint8 codes or 0).
 TYPES = {
-    "float8_e4m3fn": (np.uint8, flow.E4M3),
-    "float8_e5m2": (np.uint8, flow.E5M2),
-    "bfloat16": (np.uint16, 0),
+    "int8": (np.int8, 0),
+    "uint8": (np.uint8, 0),
+    "int32": (np.int32, 0),
+    "uint32": (np.uint32, 0),
+    "int64": (np.int64, 0),
+    "uint64": (np.uint64, 0),
     "float16": (np.float16, 0),
     "float32": (np.float32, 0),
     "float64": (np.float64, 0),
-    "int32": (np.int32, 0),
-    "int64": (np.int64, 0),
-    "uint8": (np.uint8, 0),
+    "bfloat16": (np.uint16, 0),
+    "float8_e4m3fn": (np.uint8, flow.E4M3),
+    "float8_e5m2": (np.uint8, flow.E5M2),
 }
 _RANDOM = 4096  # random operand pairs per kind of randomness
 
@@ -63,7 +66,7 @@ def element_kernel(op, fp8):
 
 
 def _all_pairs(dtype):
-    codes = np.arange(256, dtype=dtype)
+    codes = np.arange(256).astype(np.uint8).view(dtype)  # every byte: int8 from 0 to 127, then -128 to -1
     return np.repeat(codes, 256), np.tile(codes, 256)
 
 
@@ -100,9 +103,11 @@ def _floating(dtype, rng):
 
 def _integer(dtype, rng):
     info = np.iinfo(dtype)
-    edges = np.array([0, 1, -1, 2, -2, 7, -7, info.max, info.min, info.max - 1, info.min + 1], dtype)
+    edges = [0, 1, 2, 7, info.max, info.max - 1, info.max // 2 + 1]
+    edges += [-1, -2, -7, info.min, info.min + 1] if info.min else [info.max // 3]
+    edges = np.array(edges, dtype)
     wide = rng.integers(info.min, info.max, (2, _RANDOM), dtype=dtype, endpoint=True)
-    small = rng.integers(-1000, 1000, (2, _RANDOM)).astype(dtype)
+    small = rng.integers(-1000 if info.min else 0, 1000, (2, _RANDOM)).astype(dtype)
     return _with_edges(edges, np.concatenate([wide[0], small[0]]), np.concatenate([wide[1], small[1]]))
 
 
@@ -111,8 +116,8 @@ def operands(name: str) -> tuple[np.ndarray, np.ndarray]:
     """The operand pairs ``(a, b)`` of an element type, in its storage dtype (the same every run)."""
     dtype = TYPES[name][0]
     rng = np.random.default_rng(sum(map(ord, name)))
-    if dtype == np.uint8:
-        return _all_pairs(np.uint8)
+    if np.dtype(dtype).itemsize == 1:
+        return _all_pairs(dtype)
     if name == "bfloat16":
         return _bfloat16(rng)
     if np.dtype(dtype).kind == "f":

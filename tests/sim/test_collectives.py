@@ -9,6 +9,8 @@ staging is tiny (two 128-byte slots), so every call crosses many slots.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -49,6 +51,59 @@ def test_every_collective_dtype_op_placement(nranks, nodes):
 def test_two_nodes_reordered_seeds(seed):
     """2 nodes x 4 ranks, GIN across, reordered delivery, more scheduler seeds (float32, all ops)."""
     _run(8, 2, seed, counts=(53,), dtypes=("float32",))
+
+
+INTEGERS = ("int8", "uint8", "int32", "uint32", "int64", "uint64")
+
+
+@pytest.mark.parametrize("dtype", INTEGERS)
+def test_integers_wrap_and_avg_divides_the_wrapped_sum(dtype):
+    """Inputs over the whole range of the type: sum and prod wrap in the element type, min and max
+    compare signed or unsigned as the type is, and avg is NCCL's SumPostDiv: the wrapping sum, then
+    divided truncating toward zero. The expected values come from NumPy's own wrapping arithmetic."""
+    nranks, count = 3, 37
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(11)
+    ins = [rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True) for _ in range(nranks)]
+    ins[0][:4] = (info.max, info.min, info.max, 0)  # sums that wrap for certain
+    ins[1][:4] = (info.max, info.min, 1, info.min)
+    stack = np.stack(ins)
+    wrapped = np.add.reduce(stack, axis=0, dtype=dtype)
+    expected = {
+        "sum": wrapped,
+        "prod": np.multiply.reduce(stack, axis=0, dtype=dtype),
+        "min": stack.min(0), "max": stack.max(0),
+        "avg": np.array([abs(int(x)) // nranks * (-1 if x < 0 else 1) for x in wrapped]).astype(dtype),
+    }
+    calls = [(algorithm, collective, op) for algorithm, collective in
+             [("ring", "all_reduce"), ("tree", "all_reduce"), ("one_shot", "all_reduce"), ("ring", "reduce"),
+              ("ring", "reduce_scatter")] for op in expected]
+
+    def main(comm):
+        out = []
+        for i, (algorithm, collective, op) in enumerate(calls):
+            config = dataclasses.replace(TINY, protocol=PROTOCOLS[i % 3])
+            if collective == "reduce_scatter":  # rank r's piece of every rank's concatenated inputs
+                src = comm.alloc(nranks * count, dtype)
+                src[:] = np.concatenate([np.roll(ins[comm.rank], k) for k in range(nranks)])
+                dst = comm.alloc(count, dtype)
+            else:
+                src, dst = comm.alloc(count, dtype), comm.alloc(count, dtype)
+                src[:] = ins[comm.rank]
+            dst[:] = check.poison(dtype)
+            kwargs = {"root": 1} if collective == "reduce" else {}
+            getattr(coll, collective)(comm, src, dst, op=op, algorithm=algorithm, config=config, **kwargs)
+            comm.synchronize()
+            out.append(np.array(dst))
+        return out
+
+    for rank, results in enumerate(spawn(main, nranks=nranks, seed=4)):
+        for (algorithm, collective, op), got in zip(calls, results):
+            if collective == "reduce" and rank != 1:
+                continue
+            # reduce_scatter: piece r of rank q is ins[q] rolled by r, so rank r's result is the rolled result
+            want = np.roll(expected[op], rank) if collective == "reduce_scatter" else expected[op]
+            np.testing.assert_array_equal(got, want, err_msg=f"{algorithm} {collective} {op} rank {rank}")
 
 
 def test_larger_slots_and_channels():
