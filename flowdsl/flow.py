@@ -32,8 +32,15 @@ Direct variants (:func:`direct_send`, :func:`direct_recv`,
 :func:`direct_copy_send`, :func:`direct_recv_copy_send`) skip the staging
 slot: the sender writes straight into the receiver's registered output window
 and the receiver only waits for it. Element arithmetic: :func:`combine`,
-:func:`finish` (uint16 elements are bfloat16 bits: NCCL has no uint16; uint8
+:func:`finish`, :func:`premul` (uint16 elements are bfloat16 bits: NCCL has no uint16; uint8
 elements are fp8 when the :class:`Reduction` says so).
+
+``PREMULSUM`` (NCCL's pre-multiplied sum): a step applies its reduction's :func:`premul` where it
+reads ``src``, this rank's own input, and never to what it receives, as NCCL applies its
+pre-op where the user's input is loaded. A program passes :func:`unscaled` of the reduction
+to a step whose ``src`` is a partial result already multiplied (the tree's second child), and
+the reduction to the first :func:`send` of a reduce chain. For every other operator
+:func:`premul` is no code at all.
 
 How a step is fast (the data-movement core, ``_step_kind`` and ``_simple_move``):
 
@@ -68,7 +75,8 @@ from numba import cuda, int64, uint64
 
 from . import coop, gin, lsa, mem, team, wait
 from ._devices import device
-from ._flow_elements import E4M3, E5M2, Reduction, combine, combine_packs, finish, finish_pack, reduction
+from ._flow_elements import (E4M3, E5M2, Reduction, combine, combine_packs, finish, finish_pack, premul,
+                             premul_only, premul_pack, reduction, unscaled)
 from ._flow_staging import (MAX_CONNECTIONS, SMALL_SLOT_BYTES, STATE_WORDS, Staging, protocol_slot_words,
                             region_words, staging, staging_words, state_words)
 from ._flow_staging import require_staging as _require_staging
@@ -77,7 +85,8 @@ from .enums import MemoryOrder, Protocol, RedOp, ThreadScope
 __all__ = [
     "MAX_CONNECTIONS", "SMALL_SLOT_BYTES", "Processor", "Connection", "Reduction", "Staging", "staging",
     "staging_words", "processor",
-    "connect", "reduction", "combine", "finish", "combine_packs", "finish_pack", "strong_signal_inc",
+    "connect", "reduction", "combine", "finish", "combine_packs", "finish_pack", "premul", "premul_pack",
+    "unscaled", "strong_signal_inc",
     "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "E4M3", "E5M2",
     "send", "recv", "copy_send", "recv_reduce_send", "recv_reduce_copy", "recv_reduce_copy_send",
     "recv_copy_send", "copy", "direct_send", "direct_recv", "direct_copy_send", "direct_recv_copy_send",
@@ -374,10 +383,10 @@ def _aligned(src, dst, offset):
 def _pack_in(inbox, src, base, i, red, recv, reduce):
     """The 16-byte pack at element ``i`` of the slot: received, from ``src``, or their combination."""
     if recv and reduce:
-        return combine_packs(red, mem.load_vec(inbox, i), mem.load_vec(src, base + i))
+        return combine_packs(red, mem.load_vec(inbox, i), premul_pack(red, mem.load_vec(src, base + i)))
     if recv:
         return mem.load_vec(inbox, i)
-    return mem.load_vec(src, base + i)
+    return premul_pack(red, mem.load_vec(src, base + i))
 
 
 @device
@@ -394,10 +403,10 @@ def _pack_out(outbox, dst, base, i, x, red, send, store, last):
 @device
 def _element_in(inbox, src, base, i, red, recv, reduce):
     if recv and reduce:
-        return combine(red.op, inbox[i], src[base + i], red.fp8)
+        return combine(red.op, inbox[i], premul(red, src[base + i]), red.fp8)
     if recv:
         return inbox[i]
-    return src[base + i]
+    return premul(red, src[base + i])
 
 
 @device
@@ -499,9 +508,9 @@ def _ll_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, r
                 bits |= ll_read(proc.comm, inbox, i * lines + 1, rflag, inp.peer) << uint64(32)
             v = mem.from_bits(bits, dst.dtype)
             if reduce:
-                v = combine(red.op, v, src[base + i], red.fp8)
+                v = combine(red.op, v, premul(red, src[base + i]), red.fp8)
         else:
-            v = src[base + i]
+            v = premul(red, src[base + i])
         if store:
             if last:
                 v = finish(red.op, v, red.nranks, red.fp8)
@@ -545,9 +554,9 @@ def _ll128_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send
                     if recv:
                         v = mem.from_bits(word_in >> (width * uint64(j)), dst.dtype)
                         if reduce:
-                            v = combine(red.op, v, src[base + i], red.fp8)
+                            v = combine(red.op, v, premul(red, src[base + i]), red.fp8)
                     else:
-                        v = src[base + i]
+                        v = premul(red, src[base + i])
                     if store:
                         if last:
                             v = finish(red.op, v, red.nranks, red.fp8)
@@ -652,9 +661,11 @@ _recv_copy_send_step = _step_kind("recv_copy_send", recv=1, send=1, reduce=0, st
 
 
 @device
-def send(proc, out, src, offset, n):
-    """Send ``src[offset:offset+n]`` on ``out``."""
-    _send_step(proc, out, out, src, src, offset, n, reduction(RedOp.SUM, 1))
+def send(proc, out, src, offset, n, red=None):
+    """Send ``src[offset:offset+n]`` on ``out``; with a ``PREMULSUM`` reduction ``red`` (a reduce
+    chain's first send of this rank's input), each element times its scale (:func:`premul`).
+    Any other ``red`` changes nothing: the step is the same as without one."""
+    _send_step(proc, out, out, src, src, offset, n, premul_only(red))
 
 
 @device

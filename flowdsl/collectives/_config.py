@@ -20,8 +20,10 @@ __all__ = ["DTYPES", "OPS", "ALGORITHMS", "FlowConfig", "DEFAULT_CONFIG"]
 #: ``"float8_e5m2"`` in the call. Integers wrap (sum, prod, premulsum); unsigned ones compare unsigned.
 DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16",
           "float8_e4m3fn", "float8_e5m2")
-#: Reduction operators by name.
-OPS = {"sum": RedOp.SUM, "prod": RedOp.PROD, "min": RedOp.MIN, "max": RedOp.MAX, "avg": RedOp.AVG}
+#: Reduction operators by name: NCCL's six. ``premulsum`` takes its scalar:
+#: ``op=flowdsl.collectives.premul_sum(scalar)`` (the name alone is refused).
+OPS = {"sum": RedOp.SUM, "prod": RedOp.PROD, "min": RedOp.MIN, "max": RedOp.MAX, "avg": RedOp.AVG,
+       "premulsum": RedOp.PREMULSUM}
 
 
 @dataclass(frozen=True)

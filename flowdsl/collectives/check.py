@@ -33,8 +33,8 @@ from ..enums import Protocol
 from ..errors import UsageError
 from ._config import DTYPES, OPS, FlowConfig
 
-__all__ = ["Case", "Outcome", "cases", "run_case", "run_matrix", "PROTOCOLS", "REDUCING", "inputs", "reference",
-           "compare", "storage_dtype", "poison", "bf16_bits", "bf16_values"]
+__all__ = ["Case", "Outcome", "cases", "run_case", "run_matrix", "PROTOCOLS", "REDUCING", "RESIDENCES", "inputs",
+           "scalars", "premul_op", "reference", "compare", "storage_dtype", "poison", "bf16_bits", "bf16_values"]
 
 
 _FP8 = {"float8_e4m3fn": _fp8.E4M3, "float8_e5m2": _fp8.E5M2}
@@ -76,8 +76,24 @@ def _integer_range(dtype: str, op: str, nranks: int) -> tuple[int, int]:
         lo, hi = (-3, 4) if info.bits >= 32 else (-1, 2)
     else:
         limit = 1000 if info.bits >= 32 else (64 if info.min else 160) // nranks
+        if op == "premulsum":  # times a scalar of at most 3 (:func:`scalars`)
+            limit //= 3
         lo, hi = -limit, limit
     return (max(lo, 0) if not info.min else lo), hi
+
+
+def scalars(rng, dtype: str, nranks: int) -> list:
+    """One premulsum scalar per rank, in the storage dtype (bfloat16 bits, fp8 codes): floats of
+    magnitude 0.5 to 1 and either sign; integers from -3 to 3 (unsigned 0 to 3)."""
+    if dtype in ("float32", "float64", "float16", "bfloat16") or dtype in _FP8:
+        x = rng.uniform(0.5, 1.0, nranks) * rng.choice((-1.0, 1.0), nranks)
+        if dtype in _FP8:
+            stored = _fp8.to_fp8(x, _FP8[dtype])
+        else:
+            stored = bf16_bits(x) if dtype == "bfloat16" else x.astype(dtype)
+    else:
+        stored = rng.integers(-3 if np.iinfo(dtype).min else 0, 4, nranks).astype(dtype)
+    return list(stored)
 
 
 def inputs(rng, dtype: str, op: str, nranks: int, size: int) -> list[np.ndarray]:
@@ -119,8 +135,11 @@ def _truncating_divide(s: np.ndarray, n: int) -> np.ndarray:
     return np.where(negative, -q, q).astype(s.dtype)
 
 
-def _reduce(arrays, dtype, op):
+def _reduce(arrays, dtype, op, scalars=None):
     v = np.stack([_values(a, dtype) for a in arrays])
+    if op == "premulsum":  # floats: exact products (float64) summed; integers wrap in their type
+        s = _values(np.asarray(scalars, storage_dtype(dtype)), dtype)
+        return (v * s[:, None].astype(v.dtype)).sum(0, dtype=v.dtype)
     if op == "sum":
         return v.sum(0, dtype=v.dtype)  # integers wrap in their own type
     if op == "prod":
@@ -134,21 +153,26 @@ def _reduce(arrays, dtype, op):
     return _truncating_divide(v.sum(0, dtype=v.dtype), len(arrays))  # NCCL: sum (wrapping), then divide
 
 
-def reference(collective: str, ins: list[np.ndarray], dtype: str, op: str | None, root: int = 0) -> list:
-    """What each rank's ``dst`` must hold (``None``: unwritten, on non-root ranks of ``reduce``)."""
+def reference(collective: str, ins: list[np.ndarray], dtype: str, op: str | None, root: int = 0,
+              scalars=None) -> list:
+    """What each rank's ``dst`` must hold (``None``: unwritten, on non-root ranks of ``reduce``);
+    ``scalars``: premulsum's, one per rank (:func:`scalars`)."""
     n = len(ins)
+    if op == "premulsum" and (scalars is None or len(scalars) != n):
+        raise UsageError(f"Cannot compute the reference of {collective} premulsum: give one scalar per rank "
+                         f"(scalars=, {n} of them)")
     if collective == "all_reduce":
-        return [_reduce(ins, dtype, op)] * n
+        return [_reduce(ins, dtype, op, scalars)] * n
     if collective == "all_gather":
         return [np.concatenate([_values(a, dtype) for a in ins])] * n
     if collective == "reduce_scatter":
-        full = _reduce(ins, dtype, op)
+        full = _reduce(ins, dtype, op, scalars)
         count = full.size // n
         return [full[r * count:(r + 1) * count] for r in range(n)]
     if collective == "broadcast":
         return [_values(ins[root], dtype)] * n
     if collective == "reduce":
-        return [_reduce(ins, dtype, op) if r == root else None for r in range(n)]
+        return [_reduce(ins, dtype, op, scalars) if r == root else None for r in range(n)]
     raise UsageError(f"Cannot compute the reference of {collective!r}: it is not a collective. Use one of "
                      "all_reduce, all_gather, reduce_scatter, broadcast, reduce")
 
@@ -184,6 +208,9 @@ PROTOCOLS = (None, Protocol.SIMPLE, Protocol.LL, Protocol.LL128)
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 _ROOTED = ("broadcast", "reduce")
 _TORCH_VIEWS = ("bfloat16", *_FP8)  # stored as uint16 / uint8, passed to torch as its own dtype
+#: Where premulsum's scalars live, rotating over its calls: a host immediate on every rank, a device
+#: array on every rank, or mixed (even ranks host, odd ranks device: NCCL lets each rank choose).
+RESIDENCES = ("host", "device", "mixed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +232,7 @@ class Case:
         seed: Seeds the inputs (the same on every rank).
         like: ``"torch"`` passes PyTorch tensors of the element type itself (no ``dtype=``);
             ``None`` the arrays ``comm.alloc`` returns (CuPy, or the simulator's buffers).
+        residence: premulsum only: where each rank's scalar lives (:data:`RESIDENCES`).
     """
 
     algorithm: str
@@ -217,6 +245,7 @@ class Case:
     config: FlowConfig | None = None
     seed: int = 0
     like: str | None = None
+    residence: str | None = None
 
     @property
     def protocol(self) -> Protocol | None:
@@ -228,7 +257,7 @@ class Case:
         """What a failure report names: enough to make the same call again."""
         parts = [self.algorithm, self.collective, self.dtype]
         if self.op is not None:
-            parts.append(self.op)
+            parts.append(self.op if self.residence is None else f"{self.op}({self.residence} scalars)")
         parts += ["in-place" if self.inplace else "out-of-place", f"count={self.count}"]
         if self.collective in _ROOTED:
             parts.append(f"root={self.root}")
@@ -238,7 +267,8 @@ class Case:
         return " ".join(parts)
 
     def call_kwargs(self) -> dict:
-        """The keyword arguments of the call (``dtype=`` where uint8 arrays carry fp8 codes)."""
+        """The keyword arguments of the call (``dtype=`` where uint8 arrays carry fp8 codes; for premulsum
+        ``op="premulsum"``, which :func:`run_case` replaces by this rank's :func:`premul_op`)."""
         kwargs = {"algorithm": self.algorithm, "config": self.config}
         if self.dtype in _FP8 and self.like != "torch":  # a uint8 array cannot say it holds fp8
             kwargs["dtype"] = self.dtype
@@ -302,8 +332,9 @@ def cases(nranks: int, *, counts, dtypes=DTYPES, algorithms=None, collectives=No
                     if algorithm == "one_shot" and ((lsa_size or nranks) < nranks or not one_shot_fits(
                             count, storage_dtype(dtype).itemsize)):
                         continue
+                    residence = RESIDENCES[(i - 1) % len(RESIDENCES)] if op == "premulsum" else None
                     out.append(Case(algorithm, collective, dtype, op, bool(place), count, root, call_config, i - 1,
-                                    like))
+                                    like, residence))
     return out
 
 
@@ -316,7 +347,8 @@ class Outcome(NamedTuple):
         expected: The reference values (float64; integers in their own type), or with ``untouched`` the stored
             bits the output must still hold (a non-root rank of reduce).
         dtype: The element type.
-        nranks: Ranks of the communicator (the tolerance grows with them).
+        nranks: Ranks of the communicator (the tolerance grows with them: one rounding per rank;
+            premulsum rounds each rank's product too, and gives twice as many).
         untouched: The output must be bit-for-bit unchanged.
     """
 
@@ -365,10 +397,27 @@ def _as_torch(array, dtype: str):
     return t.view(getattr(torch, dtype)) if dtype in _TORCH_VIEWS else t
 
 
+def premul_op(scalar, dtype: str, residence: str, alloc, like: str | None = None):
+    """The ``op=`` of a premulsum call: ``premul_sum`` of ``scalar`` (in the storage dtype, from
+    :func:`scalars`) as a host number, or with ``residence="device"`` as a one-element array from
+    ``alloc(1)`` (a PyTorch tensor of the element type with ``like="torch"``)."""
+    from . import premul_sum  # noqa: PLC0415
+
+    if residence == "host":
+        value = _values(np.asarray([scalar], storage_dtype(dtype)), dtype)[0]
+        return premul_sum(float(value) if np.asarray(value).dtype.kind == "f" else int(value))
+    if residence != "device":
+        raise UsageError(f"Cannot make premulsum's op with residence={residence!r}: use 'host' or 'device'")
+    buf = alloc(1)
+    _put(buf, np.asarray([scalar], storage_dtype(dtype)))
+    return premul_sum(_as_torch(buf, dtype) if like == "torch" else buf)
+
+
 def run_case(comm, case: Case) -> Outcome:
     """Make ``case``'s call once on this rank and read back its output.
 
-    Allocates with ``comm.alloc``, writes this rank's inputs, poisons the rest of the
+    Allocates with ``comm.alloc``, writes this rank's inputs (premulsum: and its scalar, random
+    per rank, where ``case.residence`` says), poisons the rest of the
     output (:func:`poison`: a value no input holds, NaN for fp8 too), makes the call,
     synchronizes, reads the output back and frees the buffers. Every rank of ``comm``
     must run the same cases in the same order (they are collective calls).
@@ -395,6 +444,7 @@ def run_case(comm, case: Case) -> Outcome:
     size_in = count * (n if case.collective == "reduce_scatter" else 1)
     size_out = count * (n if case.collective == "all_gather" else 1)
     ins = inputs(rng, case.dtype, case.op or "sum", n, size_in)
+    factors = scalars(rng, case.dtype, n) if case.op == "premulsum" else None
     mine = slice(r * count, (r + 1) * count)
     buffers = []
 
@@ -402,6 +452,13 @@ def run_case(comm, case: Case) -> Outcome:
         buf = comm.alloc(size, store)
         buffers.append(buf)
         return buf
+
+    kwargs = case.call_kwargs()
+    if factors is not None:
+        residence = case.residence or "host"
+        if residence == "mixed":
+            residence = "device" if r % 2 else "host"
+        kwargs["op"] = premul_op(factors[r], case.dtype, residence, alloc, case.like)
 
     if not case.inplace:
         src, dst = alloc(size_in), alloc(size_out)
@@ -428,7 +485,7 @@ def run_case(comm, case: Case) -> Outcome:
         args = (src, dst)
         if case.like == "torch":
             args = tuple(None if a is None else _as_torch(a, case.dtype) for a in args)
-        getattr(collectives, case.collective)(comm, *args, **case.call_kwargs())
+        getattr(collectives, case.collective)(comm, *args, **kwargs)
         comm.synchronize()
         result = _host_copy(out)
     finally:
@@ -440,8 +497,8 @@ def run_case(comm, case: Case) -> Outcome:
     if case.collective == "reduce" and r != case.root:  # dst is the root's only
         before = ins[r] if case.inplace else np.full(size_out, poison(case.dtype), store)
         return Outcome(label, result, before, case.dtype, n, untouched=True)
-    expected = reference(case.collective, ins, case.dtype, case.op, case.root)[r]
-    return Outcome(label, result, expected, case.dtype, n)
+    expected = reference(case.collective, ins, case.dtype, case.op, case.root, factors)[r]
+    return Outcome(label, result, expected, case.dtype, 2 * n if factors is not None else n)
 
 
 def run_matrix(comm, matrix) -> list[str]:

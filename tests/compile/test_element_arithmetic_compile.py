@@ -37,7 +37,7 @@ def test_element_kernels_compile_for_sm90(name):
     gpu = _gpu_test()
     dtype, fp8 = gpu.TYPES[name]
     sample = np.zeros(1, dtype)
-    argtypes = FlowKernel.argtypes_for(sample, sample, np.int64(2), sample, sample, nccl="2.28.9")
+    argtypes = FlowKernel.argtypes_for(sample, sample, np.int64(2), sample, sample, sample, nccl="2.28.9")
     for op in gpu.OPS:
         gpu.element_kernel(op, fp8).compile(argtypes, arch="sm_90", nccl="2.28.9")
 
@@ -55,7 +55,7 @@ def test_integers_divide_and_compare_with_their_own_signedness(linked_ptx, name,
 
     dtype, fp8 = _gpu_test().TYPES[name]
     sample = np.zeros(1, dtype)
-    argtypes = FlowKernel.argtypes_for(sample, sample, np.int64(2), sample, sample, nccl="2.28.9")
+    argtypes = FlowKernel.argtypes_for(sample, sample, np.int64(2), sample, sample, sample, nccl="2.28.9")
     ptx = linked_ptx(_gpu_test().element_kernel(RedOp[op], fp8), argtypes)
     kernel = ptx[ptx.index(".entry"):]
     assert wanted in kernel and unwanted not in kernel, (wanted, unwanted)

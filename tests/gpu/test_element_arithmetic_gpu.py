@@ -1,4 +1,5 @@
-"""The GPU's element arithmetic held to the simulator's, bit for bit: ``flow.combine`` and ``flow.finish``.
+"""The GPU's element arithmetic held to the simulator's, bit for bit: ``flow.combine``, ``flow.finish``
+and ``flow.premul`` (PREMULSUM's product).
 
 The simulator runs the Python bodies in ``flowdsl/flow.py`` (fp8 by the table in
 ``flowdsl/_fp8.py``); the GPU runs their overloads in
@@ -53,14 +54,16 @@ _RANDOM = 4096  # random operand pairs per kind of randomness
 
 @functools.cache
 def element_kernel(op, fp8):
-    """The kernel applying ``flow.combine`` and ``flow.finish`` for ``op`` and ``fp8`` (constants)."""
+    """The kernel applying ``flow.combine``, ``flow.finish`` and ``flow.premul`` (``b`` the scale) for
+    ``op`` and ``fp8`` (constants)."""
 
     @flowdsl.kernel
-    def element_arithmetic(a, b, nranks, combined, finished):
+    def element_arithmetic(a, b, nranks, combined, finished, premultiplied):
         i = cuda.grid(1)
         if i < a.size:
             combined[i] = flow.combine(op, a[i], b[i], fp8)
             finished[i] = flow.finish(op, a[i], nranks, fp8)
+            premultiplied[i] = flow.premul(flow.reduction(op, nranks, fp8, b[i]), a[i])
 
     return element_arithmetic
 
@@ -131,6 +134,12 @@ def python_combine(op, a, b, fp8):
         return np.array([flow.combine(op, x, y, fp8) for x, y in zip(a, b)], a.dtype)
 
 
+def python_premul(op, a, b, fp8):
+    """``flow.premul`` as the simulator runs it (``b`` each element's scale)."""
+    with np.errstate(all="ignore"):
+        return np.array([flow.premul(flow.Reduction(op, 2, fp8, y), x) for x, y in zip(a, b)], a.dtype)
+
+
 def python_finish(op, values, nranks, fp8):
     """``flow.finish`` as the simulator runs it, element by element (once per distinct value)."""
     distinct, where = np.unique(values.view(f"u{values.itemsize}"), return_inverse=True)
@@ -183,16 +192,20 @@ def test_combine_and_finish_match_the_simulator(op, name):
     a, b = operands(name)
     kernel = element_kernel(op, fp8)
     dev_a, dev_b = cupy.asarray(a), cupy.asarray(b)
-    combined, finished = cupy.empty_like(dev_a), cupy.empty_like(dev_a)
+    combined, finished, premultiplied = cupy.empty_like(dev_a), cupy.empty_like(dev_a), cupy.empty_like(dev_a)
     failures = []
     for k, nranks in enumerate(NRANKS):
-        kernel[(a.size + 255) // 256, 256](dev_a, dev_b, np.int64(nranks), combined, finished)
+        kernel[(a.size + 255) // 256, 256](dev_a, dev_b, np.int64(nranks), combined, finished, premultiplied)
         cupy.cuda.Device().synchronize()
         if k == 0:
             got, want = combined.get(), python_combine(op, a, b, fp8)
             bad = mismatches(got, want, name)
             if bad.size:
                 failures.append(report(f"combine {op.name}", name, bad, got, want, a, b))
+            got, want = premultiplied.get(), python_premul(op, a, b, fp8)
+            bad = mismatches(got, want, name)
+            if bad.size:
+                failures.append(report(f"premul {op.name}", name, bad, got, want, a, b))
         got, want = finished.get(), python_finish(op, a, nranks, fp8)
         bad = mismatches(got, want, name)
         if bad.size:
