@@ -23,7 +23,7 @@ from ..runtime import checks
 from ..runtime.nccl import without_torch_probe
 from ..runtime.streams import refuse_during_capture, stream_handle
 from . import _agree, cost
-from ._config import ALGORITHMS, DEFAULT_CONFIG, DTYPES, OPS, FlowConfig
+from ._config import ALGORITHMS, DEFAULT_CONFIG, DTYPES, FP8_REDUCTIONS_FROM_SM, OPS, FlowConfig
 from ._ops import DEVICE, PreMulSum, host_bits
 from .programs import PROGRAMS
 
@@ -261,7 +261,7 @@ def _refuse_fp8_below_sm90(operation, dtype, comm) -> None:
         from .._targets import device_target  # noqa: PLC0415
 
         arch = comm.__dict__["_flowdsl_arch"] = device_target().arch
-    if int(arch.removeprefix("sm_").rstrip("a")) < 90:
+    if int(arch.removeprefix("sm_").rstrip("a")) < FP8_REDUCTIONS_FROM_SM:
         raise UsageError(f"Cannot {operation} {dtype} on this {arch} GPU: NCCL reduces fp8 only on sm_90 and newer "
                          "(\"FP8 reduction support begins with sm90\"), and the collectives refuse what NCCL "
                          "refuses. Reduce in bfloat16 or float16, or all_gather / broadcast the fp8 values (copies "
