@@ -303,7 +303,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--arch", help="target such as sm_90 (default: this GPU; needed without one)")
     p.add_argument("--nccl", help="NCCL release of the device ABI, e.g. 2.28.9 (default: the loaded libnccl)")
     p.add_argument("--dtypes", nargs="*", help="subset of element types (default: all)")
-    p.add_argument("--ops", nargs="*", help="subset of operators: sum prod min max avg (default: all)")
+    p.add_argument("--ops", nargs="*", help="subset of operators: sum prod min max avg premulsum (default: all)")
     p.add_argument("--gin", action="store_true", help="the kernels for communicators spanning several nodes")
     p.add_argument("--jobs", type=int, help="worker processes (default: one per CPU)")
     return parser

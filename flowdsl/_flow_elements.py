@@ -1,5 +1,5 @@
-"""Flow's reductions and element arithmetic: what :func:`flowdsl.flow.combine` and
-:func:`flowdsl.flow.finish` mean, element by element.
+"""Flow's reductions and element arithmetic: what :func:`flowdsl.flow.combine`,
+:func:`flowdsl.flow.finish` and :func:`flowdsl.flow.premul` mean, element by element.
 
 :mod:`flowdsl.flow` re-exports every name here. The bodies are what the simulator runs; on the
 GPU each is overloaded per element type (``lowering/flow.py``) so that the result keeps the
@@ -17,13 +17,16 @@ from ._spec import INT, RED_OP
 from ._stubs import primitive
 from .enums import RedOp
 
-__all__ = ["Reduction", "reduction", "combine", "finish", "combine_packs", "finish_pack", "E4M3", "E5M2"]
+__all__ = ["Reduction", "reduction", "combine", "finish", "combine_packs", "finish_pack", "premul", "premul_pack",
+           "unscaled", "E4M3", "E5M2"]
 
-Reduction = namedtuple("Reduction", ["op", "nranks", "fp8"])
+Reduction = namedtuple("Reduction", ["op", "nranks", "fp8", "scale"], defaults=(None,))
 Reduction.__doc__ = """A reduction operator (:class:`flowdsl.RedOp`) over ``nranks`` contributions.
 
 ``fp8`` says how to read uint8 elements: 0 as integers, :data:`E4M3` or :data:`E5M2` as fp8.
-On the GPU, ``op`` and ``fp8`` given as constants are part of the value's type."""
+``scale`` is ``PREMULSUM``'s scalar, in the element type (None for the other operators).
+On the GPU, ``op`` and ``fp8`` given as constants are part of the value's type, and so is
+the scalar's type."""
 
 #: fp8 format e4m3fn of uint8 elements (``Reduction.fp8``).
 E4M3 = _fp8.E4M3
@@ -32,14 +35,26 @@ E5M2 = _fp8.E5M2
 
 
 @primitive(module="flowdsl.flow", op=RED_OP, nranks=INT, fp8=INT)
-def reduction(op, nranks, fp8=0):
+def reduction(op, nranks, fp8=0, scale=None):
     """A :class:`Reduction` for ``op`` over ``nranks`` ranks (``nranks`` divides for ``AVG``);
-    ``fp8`` = :data:`E4M3` or :data:`E5M2` reads uint8 elements as fp8.
+    ``fp8`` = :data:`E4M3` or :data:`E5M2` reads uint8 elements as fp8; ``scale`` is the scalar
+    ``PREMULSUM`` multiplies this rank's input by (:func:`premul`), in the element type (its bits
+    for bfloat16 and fp8), and is needed for ``PREMULSUM`` (other operators ignore it).
 
     On the GPU a constant ``op`` and ``fp8`` (a kernel factory's, as in the collectives)
     become part of the reduction's type: the steps given it are compiled for that
-    operator alone. The simulator makes the :class:`Reduction` (``flowdsl/sim/flow.py``).
+    operator alone. A ``PREMULSUM`` without a ``scale`` is refused: by the simulator here, by
+    the GPU's typing where the reduction is applied (:func:`premul`, which every step calls);
+    given as a run-time value, the GPU cannot tell, and a reduction typed without a scale
+    never multiplies. The simulator makes the :class:`Reduction` (``flowdsl/sim/flow.py``).
     """
+
+
+def scale_refusal() -> str:
+    """Why a ``PREMULSUM`` reduction without a scale is refused (the GPU's typing and the simulator say
+    the same)."""
+    return ("flowdsl.flow.reduction requires scale for RedOp.PREMULSUM: the scalar this rank's input is "
+            "multiplied by, in the element type. Pass flow.reduction(RedOp.PREMULSUM, nranks, fp8, scale)")
 
 
 def _bf16_to_float(bits):
@@ -101,3 +116,54 @@ def combine_packs(red, a, b):
 def finish_pack(red, a):
     """Lane by lane :func:`finish` of a 16-byte pack by ``red``."""
     return tuple(finish(red.op, x, red.nranks, red.fp8) for x in a)
+
+
+def premul(red, value):
+    """``value`` as ``red`` takes a rank's own input: times ``red.scale`` for ``PREMULSUM``, unchanged for
+    the other operators.
+
+    The product is :func:`combine`'s ``PROD`` (one definition on the GPU and the simulator):
+    integers wrap in their type; float32 and float64 multiply in their type; float16,
+    bfloat16 and fp8 multiply in float32 (exact: the product of two such values fits its 24
+    bits) and round once to the element type, to nearest even (fp8 saturating at the largest
+    finite value). The sum that follows rounds again, once per combine. NCCL's float16 and
+    bfloat16 ``__hmul`` round the same; its fp8 multiplies in float16 on sm_90, which agrees
+    except for e5m2 products below 2**-14 (float16's subnormals).
+    """
+    if red.op != RedOp.PREMULSUM or red.scale is None:
+        return value
+    if type(red.scale) is not type(value):  # only the simulator runs this body: the GPU's typing refuses first
+        from .sim.errors import UsageError  # noqa: PLC0415
+        from .sim.scheduler import sim_error  # noqa: PLC0415
+
+        raise sim_error(UsageError, premul_type_refusal(np.asarray(red.scale).dtype, np.asarray(value).dtype))
+    return combine(RedOp.PROD, value, red.scale, red.fp8)
+
+
+def premul_type_refusal(scale, element) -> str:
+    """Why a scale of another type than the elements is refused."""
+    return (f"flowdsl.flow.premul requires the reduction's scale in the element type, got a {scale} scale for "
+            f"{element} elements. Give flow.reduction the scale as a {element}")
+
+
+def premul_pack(red, a):
+    """Lane by lane :func:`premul` of a 16-byte pack by ``red``."""
+    return tuple(premul(red, x) for x in a)
+
+
+def unscaled(red):
+    """``red`` for values that carry their pre-multiply already (a partial result, not a rank's own
+    input): a ``PREMULSUM`` reduction becomes a plain ``SUM`` (same ``nranks`` and ``fp8``); the
+    others stay as they are."""
+    if red.op == RedOp.PREMULSUM:
+        return Reduction(RedOp.SUM, red.nranks, red.fp8)
+    return red
+
+
+def premul_only(red):
+    """What a step that sends a rank's own input without combining takes of ``red`` (None: nothing):
+    ``red`` itself for ``PREMULSUM`` (its pre-multiply), else a ``SUM`` over one rank, which changes
+    nothing, so that such a step is compiled once for every other operator."""
+    if red is not None and red.op == RedOp.PREMULSUM:
+        return red
+    return Reduction(RedOp.SUM, 1, 0)

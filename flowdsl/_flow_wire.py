@@ -26,7 +26,9 @@ barrier per slot. What a part carries:
   while it lands; once its flag is there it is whole).
 
 Elements of every type travel as their bits: a 16-byte pack is two uint64 (:func:`flowdsl.mem.vec_to_bits`)
-and is combined as a tuple of elements (:func:`flowdsl.flow.combine_packs`).
+and is combined as a tuple of elements (:func:`flowdsl.flow.combine_packs`). What a step reads of
+``src``, this rank's own input, it takes through :func:`flowdsl.flow.premul` (``PREMULSUM``'s scale;
+nothing for the other operators).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from numba import cuda, uint32, uint64
 
 from . import mem, wait
 from ._devices import device
-from ._flow_elements import combine, combine_packs, finish, finish_pack
+from ._flow_elements import combine, combine_packs, finish, finish_pack, premul, premul_pack
 from .enums import Protocol, ThreadScope
 
 __all__ = ["part_words", "part_elements", "simple_part", "ll_part", "ll128_part", "LL128_PASS_WORDS"]
@@ -111,6 +113,26 @@ def _bits_out(arr, at, valid, whole, low, high):
 
 
 @device
+def _src_bits(red, src, at, valid, whole):
+    """:func:`_bits_in` of this rank's own input, as ``red`` takes it (:func:`flowdsl.flow.premul`)."""
+    if whole:
+        return mem.vec_to_bits(premul_pack(red, mem.load_vec(src, at)))
+    size = src.itemsize
+    per = 8 // size
+    width = uint64(8 * size)
+    mask = (uint64(1) << width) - uint64(1) if size < 8 else ~uint64(0)
+    low = uint64(0)
+    high = uint64(0)
+    for k in range(valid):
+        bits = mem.to_bits(premul(red, src[at + k])) & mask
+        if k < per:
+            low |= bits << (width * uint64(k))
+        else:
+            high |= bits << (width * uint64(k - per))
+    return low, high
+
+
+@device
 def _combined(red, low, high, src_low, src_high, like):
     return mem.vec_to_bits(combine_packs(red, mem.vec_from_bits(low, high, like.dtype),
                                          mem.vec_from_bits(src_low, src_high, like.dtype)))
@@ -127,10 +149,10 @@ def _pack(src, dst, base, e, valid, whole, red, recv, reduce, store, last, low, 
     ``src``, or ``src`` itself; stored (finished if ``last``) to ``dst``; returned to send on."""
     if recv:
         if reduce:
-            src_low, src_high = _bits_in(src, base + e, valid, whole)
+            src_low, src_high = _src_bits(red, src, base + e, valid, whole)
             low, high = _combined(red, low, high, src_low, src_high, dst)
     else:
-        low, high = _bits_in(src, base + e, valid, whole)
+        low, high = _src_bits(red, src, base + e, valid, whole)
     if store:
         if last:
             low, high = _finished(red, low, high, dst)
@@ -145,10 +167,10 @@ def _pack_in(inbox, at, src, base, i, red, recv, reduce):
     """The 16-byte pack at element ``i`` of the slot (``inbox[at:]``): received, from ``src``, or
     their combination."""
     if recv and reduce:
-        return combine_packs(red, mem.load_vec(inbox, at + i), mem.load_vec(src, base + i))
+        return combine_packs(red, mem.load_vec(inbox, at + i), premul_pack(red, mem.load_vec(src, base + i)))
     if recv:
         return mem.load_vec(inbox, at + i)
-    return mem.load_vec(src, base + i)
+    return premul_pack(red, mem.load_vec(src, base + i))
 
 
 @device
@@ -167,9 +189,9 @@ def _element(inbox, at, outbox, to, src, dst, base, i, red, recv, send, reduce, 
     if recv:
         v = inbox[at + i]
         if reduce:
-            v = combine(red.op, v, src[base + i], red.fp8)
+            v = combine(red.op, v, premul(red, src[base + i]), red.fp8)
     else:
-        v = src[base + i]
+        v = premul(red, src[base + i])
     if store:
         if last:
             v = finish(red.op, v, red.nranks, red.fp8)

@@ -88,7 +88,7 @@ CFT_SESSION = Arg("cft_session", "a CFT session (flowdsl.cft.session(comm, coop,
 ENUM = Arg("enum", "an enum member", "Pass one of its members")
 #: A reduction operator: a run-time value, or a constant that the GPU compiles in (so its range is not
 #: a typing check: numba retries a refused constant as a run-time value).
-RED_OP = ENUM.but("a flowdsl.RedOp", "Pass flowdsl.RedOp.SUM, PROD, MAX, MIN or AVG")
+RED_OP = ENUM.but("a flowdsl.RedOp", "Pass flowdsl.RedOp.SUM, PROD, MAX, MIN, AVG or PREMULSUM")
 #: Kinds whose refusals name the argument: "requires ``name`` to be ``what``".
 NAMED_KINDS = ("int", "order", "enum", "shared_array", "scope")
 

@@ -69,13 +69,20 @@ class Protocol(enum.IntEnum, metaclass=ConstantEnumMeta):
 
 
 class RedOp(enum.IntEnum, metaclass=ConstantEnumMeta):
-    """Reduction operators of the collectives (values match ``ncclRedOp_t``)."""
+    """Reduction operators of the collectives (values match ``ncclRedOp_t``).
+
+    ``PREMULSUM`` is NCCL's ``ncclRedOpCreatePreMulSum``: every rank multiplies its own input by
+    its own scalar, then the products are summed. NCCL has no constant for it (it makes each one
+    at run time, numbered from ``ncclNumOps``, 5); flowdsl's is that first number, for its own
+    kernels, where the scalar travels with the reduction (:func:`flowdsl.flow.reduction`).
+    """
 
     SUM = 0
     PROD = 1
     MAX = 2
     MIN = 3
     AVG = 4
+    PREMULSUM = 5
 
 
 class GinBackend(enum.IntEnum):

@@ -49,13 +49,20 @@ Direct variants (:func:`direct_send`, :func:`direct_recv`,
 :func:`direct_copy_send`, :func:`direct_recv_copy_send`) skip the staging
 slot: the sender writes straight into the receiver's registered output window
 and the receiver only waits for it. Element arithmetic: :func:`combine`,
-:func:`finish` (uint16 elements are bfloat16 bits: NCCL has no uint16; uint8
+:func:`finish`, :func:`premul` (uint16 elements are bfloat16 bits: NCCL has no uint16; uint8
 elements are fp8 when the :class:`Reduction` says so).
 
 What a step does (receive? send? reduce? store? finish?) is fixed when it is compiled:
 each step is its own specialised function, so the inner loops have no run-time flags. A
 :func:`reduction` carries its operator and fp8 format in its type on the GPU, so each
 operator gets its own loop too.
+
+``PREMULSUM`` (NCCL's pre-multiplied sum): a step applies its reduction's :func:`premul` where it
+reads ``src``, this rank's own input, and never to what it receives, as NCCL applies its
+pre-op where the user's input is loaded. A program passes :func:`unscaled` of the reduction
+to a step whose ``src`` is a partial result already multiplied (the tree's second child), and
+the reduction to the first :func:`send` of a reduce chain. For every other operator
+:func:`premul` is no code at all.
 
 Every wait (credit, ready flag or signal, LL and LL128 line flags) is bounded
 (:mod:`flowdsl.wait`): after the communicator's limit it gives up, and the host
@@ -75,7 +82,8 @@ from numba import cuda, int64, uint32, uint64
 from . import _flow_wire as wire
 from . import coop, gin, lsa, mem, team, wait
 from ._devices import device
-from ._flow_elements import E4M3, E5M2, Reduction, combine, combine_packs, finish, finish_pack, reduction
+from ._flow_elements import (E4M3, E5M2, Reduction, combine, combine_packs, finish, finish_pack, premul,
+                             premul_only, premul_pack, reduction, unscaled)
 from ._flow_staging import (CREDIT, LL128_SLOT_BYTES, LL_SLOT_BYTES, MAX_CONNECTIONS, MAX_PARTS, READY, RECEIVED, SENT,
                             Staging, counter_word, flag_word, protocol_slot_words, region_words, staging, staging_words,
                             state_words)
@@ -85,7 +93,8 @@ from .enums import MemoryOrder, Protocol, RedOp, ThreadScope
 __all__ = [
     "MAX_CONNECTIONS", "MAX_PARTS", "LL_SLOT_BYTES", "LL128_SLOT_BYTES", "Processor", "Connection", "Reduction",
     "Staging", "staging", "staging_words", "processor",
-    "connect", "reduction", "combine", "finish", "combine_packs", "finish_pack", "strong_signal_inc",
+    "connect", "reduction", "combine", "finish", "combine_packs", "finish_pack", "premul", "premul_pack",
+    "unscaled", "strong_signal_inc",
     "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "ll_flag", "ll_cleans", "LL_FLAG_CYCLE",
     "E4M3", "E5M2",
     "send", "recv", "copy_send", "recv_reduce_send", "recv_reduce_copy", "recv_reduce_copy_send",
@@ -586,6 +595,7 @@ def ll_lines_per_element(itemsize):
     return 2 if itemsize == 8 else 1
 
 
+
 # ---- the steps: one specialised function per kind --------------------------------------------------
 
 def _step_kind(name, recv, send, reduce, store, last):
@@ -645,9 +655,11 @@ _recv_copy_send_step = _step_kind("recv_copy_send", recv=1, send=1, reduce=0, st
 
 
 @device
-def send(proc, out, src, offset, n):
-    """Send ``src[offset:offset+n]`` on ``out``."""
-    _send_step(proc, out, out, src, src, offset, n, reduction(RedOp.SUM, 1))
+def send(proc, out, src, offset, n, red=None):
+    """Send ``src[offset:offset+n]`` on ``out``; with a ``PREMULSUM`` reduction ``red`` (a reduce
+    chain's first send of this rank's input), each element times its scale (:func:`premul`).
+    Any other ``red`` changes nothing: the step is the same as without one."""
+    _send_step(proc, out, out, src, src, offset, n, premul_only(red))
 
 
 @device

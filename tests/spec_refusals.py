@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, uint64
 
-from flowdsl import MemoryOrder, ThreadScope, cft, coop, flow, gin, lsa, mem, team, wait
+from flowdsl import MemoryOrder, RedOp, ThreadScope, cft, coop, flow, gin, lsa, mem, team, wait
 
 
 def lsa_barrier_on_a_window(comm, win, arr, n):
@@ -99,6 +99,14 @@ def flow_reduction_by_a_window(comm, win, arr, n):
     arr[0] = flow.reduction(win, 2).nranks
 
 
+def flow_premulsum_without_its_scale(comm, win, arr, n):
+    arr[0] = flow.premul(flow.reduction(RedOp.PREMULSUM, 2), arr[1])  # the GPU refuses it where it is applied
+
+
+def flow_premul_by_a_scale_of_another_type(comm, win, arr, n):
+    arr[0] = flow.premul(flow.reduction(RedOp.PREMULSUM, 2, 0, 2.0), arr[1])
+
+
 #: (kernel body, pattern of the message): the GPU's typing error and the simulator's UsageError match it.
 CASES = [
     (lsa_barrier_on_a_window, r"flowdsl\.lsa\.barrier requires a device communicator, got Window"),
@@ -132,6 +140,10 @@ CASES = [
     (mem_vector_of_a_window, r"flowdsl\.mem\.store_vec requires an array \(a window view or device array\), "
                              r"got Window"),
     (flow_reduction_by_a_window, r"flowdsl\.flow\.reduction requires op to be a flowdsl\.RedOp, got Window"),
+    (flow_premulsum_without_its_scale, r"flowdsl\.flow\.reduction requires scale for RedOp\.PREMULSUM: the scalar "
+                                       r"this rank's input is multiplied by"),
+    (flow_premul_by_a_scale_of_another_type, r"flowdsl\.flow\.premul requires the reduction's scale in the element "
+                                             r"type, got a float64 scale for float32 elements"),
     (wait_poll_on_an_array, r"flowdsl\.wait\.poll requires a device communicator, got array\(float32, 1d"),
 ]
 

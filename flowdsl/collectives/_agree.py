@@ -2,7 +2,8 @@
 
 A collective call's signature is what must agree on every rank: the collective, the count,
 the element type, the operator, the root, the algorithm and the :class:`FlowConfig`. Streams,
-arrays and whether a rank works in place are each rank's own (NCCL lets ranks mix in-place
+arrays, whether a rank works in place and premulsum's scalar (its value, and whether it lives
+on the host or the device) are each rank's own (NCCL lets ranks mix in-place
 and out-of-place calls, and so do the programs: in place only skips a rank's local copy).
 Before anything is launched the ranks exchange their signatures and, where they differ, every rank raises the same
 :class:`~flowdsl.errors.CollectiveMismatchError` naming the argument and the ranks:

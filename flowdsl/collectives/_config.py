@@ -12,14 +12,21 @@ from ..enums import Protocol, RedOp
 from ..errors import UsageError
 from .programs import PROGRAMS
 
-__all__ = ["DTYPES", "OPS", "ALGORITHMS", "FlowConfig", "DEFAULT_CONFIG"]
+__all__ = ["DTYPES", "OPS", "ALGORITHMS", "FP8_REDUCTIONS_FROM_SM", "FlowConfig", "DEFAULT_CONFIG"]
 
-#: Element types of the collectives. bfloat16 is a torch.bfloat16 tensor, or a uint16 CuPy/NumPy
-#: array of its bits (neither has a bfloat16 dtype; NCCL has no uint16). fp8 is a torch float8
-#: tensor, or a uint8 array with ``dtype="float8_e4m3fn"`` / ``"float8_e5m2"`` in the call.
-DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8", "float8_e4m3fn", "float8_e5m2")
-#: Reduction operators by name.
-OPS = {"sum": RedOp.SUM, "prod": RedOp.PROD, "min": RedOp.MIN, "max": RedOp.MAX, "avg": RedOp.AVG}
+#: Element types of the collectives: NCCL's twelve (``ncclDataType_t``, in its order). bfloat16 is a
+#: torch.bfloat16 tensor, or a uint16 CuPy/NumPy array of its bits (neither has a bfloat16 dtype; NCCL
+#: has no uint16). fp8 is a torch float8 tensor, or a uint8 array with ``dtype="float8_e4m3fn"`` /
+#: ``"float8_e5m2"`` in the call. Integers wrap (sum, prod, premulsum); unsigned ones compare unsigned.
+DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16",
+          "float8_e4m3fn", "float8_e5m2")
+#: NCCL reduces fp8 from this compute capability on ("FP8 reduction support begins with sm90"); the
+#: collectives refuse fp8 reductions on older GPUs alike (copies take fp8 on any GPU).
+FP8_REDUCTIONS_FROM_SM = 90
+#: Reduction operators by name: NCCL's six. ``premulsum`` takes its scalar:
+#: ``op=flowdsl.collectives.premul_sum(scalar)`` (the name alone is refused).
+OPS = {"sum": RedOp.SUM, "prod": RedOp.PROD, "min": RedOp.MIN, "max": RedOp.MAX, "avg": RedOp.AVG,
+       "premulsum": RedOp.PREMULSUM}
 
 
 @dataclass(frozen=True)

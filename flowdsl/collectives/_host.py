@@ -23,15 +23,17 @@ from ..runtime import checks
 from ..runtime.nccl import without_torch_probe
 from ..runtime.streams import refuse_during_capture, stream_handle
 from . import _agree, cost
-from ._config import ALGORITHMS, DEFAULT_CONFIG, DTYPES, OPS, FlowConfig
+from ._config import ALGORITHMS, DEFAULT_CONFIG, DTYPES, FP8_REDUCTIONS_FROM_SM, OPS, FlowConfig
+from ._ops import DEVICE, PreMulSum, host_bits
 from .programs import PROGRAMS
 
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"]
 
-_TORCH_DTYPES = {"torch.float32": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16",
-                 "torch.float64": "float64", "torch.int32": "int32", "torch.int64": "int64",
-                 "torch.uint8": "uint8", "torch.float8_e4m3fn": "float8_e4m3fn",
-                 "torch.float8_e5m2": "float8_e5m2"}
+#: torch dtypes by name (torch.uint32 and torch.uint64 exist from PyTorch 2.3).
+_TORCH_DTYPES = {"torch.int8": "int8", "torch.uint8": "uint8", "torch.int32": "int32", "torch.uint32": "uint32",
+                 "torch.int64": "int64", "torch.uint64": "uint64", "torch.float16": "float16",
+                 "torch.float32": "float32", "torch.float64": "float64", "torch.bfloat16": "bfloat16",
+                 "torch.float8_e4m3fn": "float8_e4m3fn", "torch.float8_e5m2": "float8_e5m2"}
 
 
 class _FlowState:
@@ -205,7 +207,7 @@ _ROOTED = ("broadcast", "reduce")
 
 def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", ratio_in=1, ratio_out=1,
            dtype=None):
-    """Check the arguments; return (src, dst, count, redop, root)."""
+    """Check the arguments; return (src, dst, count, redop, root, scalar) (``scalar``: premulsum's, else None)."""
     if comm is None or not hasattr(comm, "alloc"):
         raise UsageError(f"Cannot {operation}: {comm!r} is not a flowdsl communicator. Pass the one "
                          "from flowdsl.init() (or the simulator's)")
@@ -246,17 +248,72 @@ def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", r
     if algorithm not in ALGORITHMS:
         raise UsageError(f"Cannot {operation}: unknown algorithm {algorithm!r}. Use one of "
                          f"{', '.join(repr(a) for a in ALGORITHMS)}")
-    return s, d, count, redop, root
+    scalar = _scalar(operation, op, s, dtype, comm, sim) if redop == RedOp.PREMULSUM else None
+    if redop is not None and s.dtype.startswith("float8") and count > 0 and not sim:
+        _refuse_fp8_below_sm90(operation, s.dtype, comm)
+    return s, d, count, redop, root, scalar
+
+
+def _refuse_fp8_below_sm90(operation, dtype, comm) -> None:
+    """NCCL reduces fp8 on sm_90 and newer only (and lets empty calls through): what NCCL refuses, the
+    collectives refuse (the simulator models no GPU, so it takes fp8 as an sm_90 would)."""
+    arch = comm.__dict__.get("_flowdsl_arch")
+    if arch is None:
+        from .._targets import device_target  # noqa: PLC0415
+
+        arch = comm.__dict__["_flowdsl_arch"] = device_target().arch
+    if int(arch.removeprefix("sm_").rstrip("a")) < FP8_REDUCTIONS_FROM_SM:
+        raise UsageError(f"Cannot {operation} {dtype} on this {arch} GPU: NCCL reduces fp8 only on sm_90 and newer "
+                         "(\"FP8 reduction support begins with sm90\"), and the collectives refuse what NCCL "
+                         "refuses. Reduce in bfloat16 or float16, or all_gather / broadcast the fp8 values (copies "
+                         "take fp8 on any GPU)")
+
+
+_NAMED = ", ".join(name for name, redop in OPS.items() if redop != RedOp.PREMULSUM)
 
 
 def _redop(operation, op) -> RedOp:
-    """``op=`` as a :class:`RedOp`: a name of :data:`OPS` or a RedOp (None is no operator)."""
+    """``op=`` as a :class:`RedOp`: a name of :data:`OPS`, a RedOp, or a :class:`PreMulSum` (None is no
+    operator; ``premulsum`` needs its scalar, so only a PreMulSum is that)."""
+    if isinstance(op, PreMulSum):
+        return RedOp.PREMULSUM
     redop = OPS.get(op) if isinstance(op, str) else (
         RedOp(op) if isinstance(op, RedOp) or (type(op) is int and op in tuple(RedOp)) else None)
     if redop is None:
-        raise UsageError(f"Cannot {operation}: unknown op {op!r}. Use one of {', '.join(OPS)} (or a "
-                         "flowdsl.RedOp)")
+        raise UsageError(f"Cannot {operation}: unknown op {op!r}. Use one of {_NAMED} or "
+                         "flowdsl.collectives.premul_sum(scalar) (or a flowdsl.RedOp)")
+    if redop == RedOp.PREMULSUM:
+        raise UsageError(f"Cannot {operation} with op={op!r}: premulsum multiplies each rank's input by that rank's "
+                         "scalar, and none was given. Pass op=flowdsl.collectives.premul_sum(scalar)")
     return redop
+
+
+class _Scalar(NamedTuple):
+    """A premulsum call's scalar as the kernel takes it: the host immediate's ``bits``, or the device
+    array (``buffer``, checked like the data's arrays); ``op`` is the PreMulSum."""
+
+    op: PreMulSum
+    bits: int = 0
+    buffer: "_Buffer | None" = None
+
+
+def _scalar(operation, op: PreMulSum, s, dtype, comm, sim) -> _Scalar:
+    """``op``'s scalar checked against the data (``s``, of the call's element type, ``dtype=`` applied): a
+    host immediate converted to that type, or a one-element device array of it."""
+    if op.residence != DEVICE:
+        return _Scalar(op, host_bits(op, s.dtype, operation))
+    b = _Buffer(op.scalar, "premul_sum's scalar", operation, sim)
+    if dtype is not None and b.dtype == _OVERRIDES.get(str(dtype)):  # uint8 codes of the call's fp8 format
+        b.dtype = str(dtype)
+    if b.dtype != s.dtype:
+        storage = {"bfloat16": "a torch.bfloat16 tensor or a uint16 array of its bits"}.get(s.dtype, s.dtype)
+        raise UsageError(f"Cannot {operation} {s.dtype} with {op!r}: its scalar is {b.dtype}, and NCCL takes the "
+                         f"scalar in the data's type. Pass a one-element array of {storage}")
+    want = getattr(comm, "device", None)
+    if b.device is not None and want is not None and b.device != want:
+        raise UsageError(f"Cannot {operation}: premul_sum's scalar is on device {b.device} but the communicator "
+                         f"uses device {want}. Move it there first")
+    return _Scalar(op, 0, b)
 
 
 def _root(operation, root, nranks) -> int:
@@ -351,7 +408,7 @@ def _first_call(collective, comm, src, dst, key, stream, algorithm, config, **ch
     launch it (``stream``: a handle)."""
     agree = _agree.agreement(comm)
     try:
-        s, d, count, redop, root = _check(collective, comm, src, dst, algorithm=algorithm, **check_kwargs)
+        s, d, count, redop, root, scalar = _check(collective, comm, src, dst, algorithm=algorithm, **check_kwargs)
     except UsageError:
         if agree is not None and not _closed(comm):
             agree.refused(collective, stream)  # the other ranks raise too instead of waiting for this one
@@ -359,7 +416,7 @@ def _first_call(collective, comm, src, dst, key, stream, algorithm, config, **ch
     if agree is not None:  # before anything is created or launched
         sig = _agree.signature(collective, count, s.dtype, redop, root, algorithm, config)
         agree(sig, stream)
-    planned = _plan(collective, comm, s, d, count, redop, root or 0, algorithm, stream, config)
+    planned = _plan(collective, comm, s, d, count, redop, root or 0, algorithm, stream, config, scalar)
     if _weakly_referable(src, dst):  # other array types are checked and planned at every call
         plan = _Plan(planned.run, src, dst, planned.algorithm)
         if agree is not None:
@@ -376,7 +433,7 @@ class _Planned(NamedTuple):
     algorithm: str
 
 
-def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config) -> _Planned:
+def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config, scalar=None) -> _Planned:
     config = config or DEFAULT_CONFIG
     from ._library import kernel_for, storage  # noqa: PLC0415
 
@@ -392,6 +449,11 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config)
         raise UsageError(f"Cannot {collective} {s.dtype} held in {kernel_dtype} arrays with algorithm='nccl': "
                          "NCCL would take them for integers. Pass torch tensors of that dtype, or use "
                          "'ring', 'tree' or 'auto'")
+    if algorithm == "nccl" and scalar is not None and scalar.buffer is not None and kernel_dtype != s.dtype \
+            and "torch" not in type(scalar.buffer.array).__module__:
+        raise UsageError(f"Cannot {collective} with algorithm='nccl' and {scalar.op!r}: its scalar is {s.dtype} "
+                         f"held in a {kernel_dtype} array, which NCCL would take for an integer. Pass a torch "
+                         f"tensor of {s.dtype}, or use 'ring', 'tree' or 'auto'")
     if algorithm != "nccl" and (algorithm, collective) not in PROGRAMS:
         has = [a for (a, c) in PROGRAMS if a == algorithm]
         raise UsageError(f"Cannot {collective} with algorithm={algorithm!r}: only "
@@ -402,7 +464,7 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config)
             raise UsageError(f"Cannot {collective} with algorithm='nccl': this communicator has no NCCL host "
                              "communicator (the simulator). Use 'ring' or 'tree'")
         return _Planned(lambda src, dst: _run_nccl(collective, comm, src, src if dst is None else dst, redop, root,
-                                                   stream), "nccl")
+                                                   stream, scalar, s.dtype), "nccl")
     st = _state(comm, config, collective, stream)
     protocol = config.protocol if config.protocol is not None else cost.protocol_for(nbytes, comm.nranks)
     window, grid = st.window, cost.channels_for(nbytes, comm.nranks, config, protocol)
@@ -413,9 +475,12 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config)
                         ll128=protocol == Protocol.LL128)
     src, dst = s.kernel_array(), d.kernel_array()
     vectors = int(s.ptr % 16 == 0 and d.ptr % 16 == 0)
+    # premulsum's scalar: a device array the kernel reads, or (an empty one and) the host immediate's bits.
+    bits = scalar.bits if scalar is not None else 0
+    scalar_at = scalar.buffer.kernel_array() if scalar is not None and scalar.buffer is not None else dst[:0]
     launch = kernel[grid, config.threads, stream].prepare(
         st.devcomm, window, src, dst, count, int(root or 0), int(s is d or s.ptr == d.ptr), config.channels,
-        config.nslots, config.slot_bytes // 8, int(protocol), vectors)
+        config.nslots, config.slot_bytes // 8, int(protocol), vectors, bits, scalar_at)
     return _Planned(lambda src, dst: launch(), algorithm)
 
 
@@ -448,7 +513,7 @@ def _nranks(comm):
     return nranks
 
 
-def _run_nccl(collective, comm, src, dst, redop, root, stream):
+def _run_nccl(collective, comm, src, dst, redop, root, stream, scalar=None, dtype=None):
     nccl_comm = getattr(comm, "_nccl", None)
     if nccl_comm is None:
         raise UsageError(f"Cannot {collective} with algorithm='nccl': this communicator has no NCCL host "
@@ -459,7 +524,46 @@ def _run_nccl(collective, comm, src, dst, redop, root, stream):
            RedOp.MAX: NcclRedOp.MAX, RedOp.AVG: NcclRedOp.AVG}
     kw = {"stream": stream}  # the resolved handle: NCCL's collectives are capturable on it
     with without_torch_probe():
-        _call_nccl(nccl_comm, collective, src, dst, ops.get(redop), root, kw)
+        op = _nccl_premul_sum(collective, comm, nccl_comm, scalar, dtype) if redop == RedOp.PREMULSUM \
+            else ops.get(redop)
+        _call_nccl(nccl_comm, collective, src, dst, op, root, kw)
+
+
+#: NCCL PreMulSum operators a communicator keeps (ncclRedOpCreatePreMulSum per distinct scalar), at most.
+_MAX_NCCL_OPS = 16
+
+
+def _nccl_premul_sum(collective, comm, nccl_comm, scalar, dtype):
+    """The NCCL PreMulSum operator of ``scalar`` (created at first use, kept per communicator: one per
+    host value, or per device array, whose value NCCL reads when the collective runs)."""
+    create = getattr(nccl_comm, "create_pre_mul_sum", None)
+    if create is None:
+        raise UsageError(f"Cannot {collective} with {scalar.op!r} and algorithm='nccl': this nccl4py has no "
+                         "create_pre_mul_sum (ncclRedOpCreatePreMulSum). Install nccl4py 0.6 or newer, or use "
+                         "'ring', 'tree' or 'auto'")
+    from nccl.core import NcclDataType  # noqa: PLC0415
+
+    datatype = NcclDataType[{"float8_e4m3fn": "FLOAT8E4M3", "float8_e5m2": "FLOAT8E5M2"}.get(dtype, dtype.upper())]
+    cache = comm.__dict__.setdefault("_flowdsl_nccl_premul", {})
+    key = (dtype, scalar.op.key, scalar.bits)
+    op = cache.get(key)
+    if op is None:
+        if len(cache) >= _MAX_NCCL_OPS:
+            old = cache.pop(next(iter(cache)))
+            old.close()  # NCCL may destroy an operator once the collectives given it are enqueued
+            resources = getattr(nccl_comm, "_resources", None)
+            if isinstance(resources, list) and old in resources:
+                resources.remove(old)
+        if scalar.buffer is None:  # NCCL copies a host immediate's bytes when it makes the operator
+            from ._library import storage  # noqa: PLC0415
+
+            unsigned = np.dtype(f"u{np.dtype(storage(dtype)[0]).itemsize}")
+            value = np.array([scalar.bits & ((1 << 8 * unsigned.itemsize) - 1)], unsigned)
+            op = create(value.view(storage(dtype)[0]), datatype)
+        else:
+            op = create(scalar.buffer.array, datatype)
+        cache[key] = op
+    return op
 
 
 def _call_nccl(nccl_comm, collective, src, dst, op, root, kw):
@@ -501,10 +605,19 @@ def _ran_planned(comm, key, src, dst) -> bool:
 
 # ---- public entry points -----------------------------------------------------------------------
 
+def _op_key(op):
+    """``op`` in a plan's key: a premul_sum by its scalar's value (or its device array's identity and
+    address), so that the cached plan holds no device array alive."""
+    return op.key if type(op) is PreMulSum else op
+
+
 def all_reduce(comm, src, dst=None, *, op="sum", algorithm="auto", stream=None, config=None, dtype=None):
-    """``dst = op over ranks of src`` on every rank; ``dst=None`` works in place. Returns ``dst``."""
+    """``dst = op over ranks of src`` on every rank; ``dst=None`` works in place. Returns ``dst``.
+
+    ``op``: ``"sum"``, ``"prod"``, ``"min"``, ``"max"``, ``"avg"`` (a :class:`flowdsl.RedOp` too), or
+    :func:`premul_sum` ``(scalar)``: each rank's ``src`` times that rank's scalar, summed."""
     stream = stream_handle(stream, (src,), "all_reduce")
-    key = ("all_reduce", id(src), id(dst), op, 0, algorithm, stream, config, dtype)
+    key = ("all_reduce", id(src), id(dst), _op_key(op), 0, algorithm, stream, config, dtype)
     if _ran_planned(comm, key, src, dst):
         return src if dst is None else dst
     return _first_call("all_reduce", comm, src, dst, key, stream, algorithm, config, op=op, dtype=dtype)
@@ -523,7 +636,7 @@ def all_gather(comm, src, dst, *, algorithm="auto", stream=None, config=None, dt
 def reduce_scatter(comm, src, dst, *, op="sum", algorithm="auto", stream=None, config=None, dtype=None):
     """``dst@r = op over ranks q of src@q[r*count:(r+1)*count]`` (``src`` has ``nranks * dst.size``)."""
     stream = stream_handle(stream, (src,), "reduce_scatter")
-    key = ("reduce_scatter", id(src), id(dst), op, 0, algorithm, stream, config, dtype)
+    key = ("reduce_scatter", id(src), id(dst), _op_key(op), 0, algorithm, stream, config, dtype)
     if _ran_planned(comm, key, src, dst):
         return src if dst is None else dst
     return _first_call("reduce_scatter", comm, src, dst, key, stream, algorithm, config, op=op,
@@ -542,7 +655,7 @@ def broadcast(comm, src, dst=None, *, root=0, algorithm="auto", stream=None, con
 def reduce(comm, src, dst=None, *, op="sum", root=0, algorithm="auto", stream=None, config=None, dtype=None):
     """``dst@root = op over ranks of src`` (``dst`` is written on ``root`` only; ``None``: in place)."""
     stream = stream_handle(stream, (src,), "reduce")
-    key = ("reduce", id(src), id(dst), op, root, algorithm, stream, config, dtype)
+    key = ("reduce", id(src), id(dst), _op_key(op), root, algorithm, stream, config, dtype)
     if _ran_planned(comm, key, src, dst):
         return src if dst is None else dst
     return _first_call("reduce", comm, src, dst, key, stream, algorithm, config, op=op, root=root,

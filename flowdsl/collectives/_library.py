@@ -68,9 +68,10 @@ def _argtypes(dtype: str, nccl, algorithm: str = "ring"):
     from .._kernel import FlowKernel  # noqa: PLC0415
 
     sample = np.zeros(1, storage(dtype)[0])
-    # Flow programs take a staging window (flow.staging); one-shot its own zeroed window.
+    # Flow programs take a staging window (flow.staging); one-shot its own zeroed window. The last two:
+    # PREMULSUM's scalar (its bits, an int; a device array of the element type, empty for a host immediate).
     stage = ("window" if algorithm in _LSA_ONLY else "staging", np.uint64)
-    return FlowKernel.argtypes_for("devcomm", stage, sample, sample, *([0] * 8), nccl=nccl)
+    return FlowKernel.argtypes_for("devcomm", stage, sample, sample, *([0] * 9), sample, nccl=nccl)
 
 
 def _kernel_of(entry, gin_peers):

@@ -14,8 +14,10 @@ Inputs are random but kept where the operator cannot overflow the element type
 (so that wrapping or infinities do not make the comparison meaningless), and
 bfloat16 is carried as uint16 bits and fp8 as uint8 codes (``flowdsl/_fp8.py``).
 :func:`reference` computes each collective
-with NumPy in float64/int64; :func:`compare` applies a tolerance that depends
-only on the element type and the number of ranks.
+with NumPy in float64 for the floating types and in the element type itself for
+integers (wrapping, and integer ``avg`` truncated toward zero after the wrapping sum, as
+NCCL's); :func:`compare` applies a tolerance that depends only on the element type and the
+number of ranks, and none to integers.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from ..enums import Protocol
 from ..errors import UsageError
 from ._config import DTYPES, OPS, FlowConfig
 
-__all__ = ["Case", "Outcome", "cases", "run_case", "run_matrix", "PROTOCOLS", "REDUCING", "inputs", "reference",
-           "compare", "storage_dtype", "poison", "bf16_bits", "bf16_values"]
+__all__ = ["Case", "Outcome", "cases", "run_case", "run_matrix", "PROTOCOLS", "REDUCING", "RESIDENCES", "inputs",
+           "scalars", "premul_op", "reference", "compare", "storage_dtype", "poison", "bf16_bits", "bf16_values"]
 
 
 _FP8 = {"float8_e4m3fn": _fp8.E4M3, "float8_e5m2": _fp8.E5M2}
@@ -66,6 +68,34 @@ def bf16_values(bits) -> np.ndarray:
     return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def _integer_range(dtype: str, op: str, nranks: int) -> tuple[int, int]:
+    """``[lo, hi)`` of integer inputs: ``op`` over ``nranks`` of them stays inside the element type,
+    and no input is the poison (0xA5 bytes: -91 for int8, 165 for uint8)."""
+    info = np.iinfo(dtype)
+    if op == "prod":  # |x| <= 3 keeps 8 ranks' product within 32 bits; 8-bit types take 0 and 1 (and -1)
+        lo, hi = (-3, 4) if info.bits >= 32 else (-1, 2)
+    else:
+        limit = 1000 if info.bits >= 32 else (64 if info.min else 160) // nranks
+        if op == "premulsum":  # times a scalar of at most 3 (:func:`scalars`)
+            limit //= 3
+        lo, hi = -limit, limit
+    return (max(lo, 0) if not info.min else lo), hi
+
+
+def scalars(rng, dtype: str, nranks: int) -> list:
+    """One premulsum scalar per rank, in the storage dtype (bfloat16 bits, fp8 codes): floats of
+    magnitude 0.5 to 1 and either sign; integers from -3 to 3 (unsigned 0 to 3)."""
+    if dtype in ("float32", "float64", "float16", "bfloat16") or dtype in _FP8:
+        x = rng.uniform(0.5, 1.0, nranks) * rng.choice((-1.0, 1.0), nranks)
+        if dtype in _FP8:
+            stored = _fp8.to_fp8(x, _FP8[dtype])
+        else:
+            stored = bf16_bits(x) if dtype == "bfloat16" else x.astype(dtype)
+    else:
+        stored = rng.integers(-3 if np.iinfo(dtype).min else 0, 4, nranks).astype(dtype)
+    return list(stored)
+
+
 def inputs(rng, dtype: str, op: str, nranks: int, size: int) -> list[np.ndarray]:
     """One input array per rank, in the storage dtype, safe for ``op`` over ``nranks``."""
     out = []
@@ -76,56 +106,73 @@ def inputs(rng, dtype: str, op: str, nranks: int, size: int) -> list[np.ndarray]
                 out.append(_fp8.to_fp8(x, _FP8[dtype]))
             else:
                 out.append(bf16_bits(x) if dtype == "bfloat16" else x.astype(dtype))
-        elif dtype == "uint8":
-            hi = 2 if op == "prod" else 256 // nranks
-            out.append(rng.integers(0, hi, size).astype(np.uint8))
         else:
-            lo, hi = (-3, 4) if op == "prod" else (-1000, 1000)
+            lo, hi = _integer_range(dtype, op, nranks)
             out.append(rng.integers(lo, hi, size).astype(dtype))
     return out
 
 
 def _values(x, dtype):
+    """Values to compare: float64 for the floating types; integers keep their own type (the reference
+    wraps in it, as the GPU does)."""
     x = np.asarray(x)
     if dtype == "bfloat16":
         return bf16_values(x).astype(np.float64)
     if dtype in _FP8:
         return _fp8.from_fp8(x, _FP8[dtype])
-    return x.astype(np.float64 if x.dtype.kind == "f" else np.int64)
+    return x.astype(np.float64) if x.dtype.kind == "f" else x
 
 
-def _reduce(arrays, dtype, op):
+def _truncating_divide(s: np.ndarray, n: int) -> np.ndarray:
+    """``s / n`` truncated toward zero in ``s``'s integer type, as NCCL's SumPostDiv: the magnitude
+    as unsigned (INT_MIN's too), divided, the sign put back."""
+    if s.dtype.kind == "u":
+        return s // s.dtype.type(n)
+    wide = s.astype(np.int64)
+    negative = wide < 0
+    magnitude = np.where(negative, -wide, wide).astype(np.uint64)  # -INT64_MIN wraps to 2**63: right
+    q = (magnitude // np.uint64(n)).astype(np.int64)
+    return np.where(negative, -q, q).astype(s.dtype)
+
+
+def _reduce(arrays, dtype, op, scalars=None):
     v = np.stack([_values(a, dtype) for a in arrays])
+    if op == "premulsum":  # floats: exact products (float64) summed; integers wrap in their type
+        s = _values(np.asarray(scalars, storage_dtype(dtype)), dtype)
+        return (v * s[:, None].astype(v.dtype)).sum(0, dtype=v.dtype)
     if op == "sum":
-        return v.sum(0)
+        return v.sum(0, dtype=v.dtype)  # integers wrap in their own type
     if op == "prod":
-        return v.prod(0)
+        return v.prod(0, dtype=v.dtype)
     if op == "min":
         return v.min(0)
     if op == "max":
         return v.max(0)
-    s = v.sum(0)  # avg
-    if v.dtype.kind == "f":
-        return s / len(arrays)
-    return np.trunc(s / len(arrays)).astype(np.int64) if np.abs(s).max(initial=0) < 2**52 else \
-        np.sign(s) * (np.abs(s) // len(arrays))
+    if v.dtype.kind == "f":  # avg
+        return v.sum(0) / len(arrays)
+    return _truncating_divide(v.sum(0, dtype=v.dtype), len(arrays))  # NCCL: sum (wrapping), then divide
 
 
-def reference(collective: str, ins: list[np.ndarray], dtype: str, op: str | None, root: int = 0) -> list:
-    """What each rank's ``dst`` must hold (``None``: unwritten, on non-root ranks of ``reduce``)."""
+def reference(collective: str, ins: list[np.ndarray], dtype: str, op: str | None, root: int = 0,
+              scalars=None) -> list:
+    """What each rank's ``dst`` must hold (``None``: unwritten, on non-root ranks of ``reduce``);
+    ``scalars``: premulsum's, one per rank (:func:`scalars`)."""
     n = len(ins)
+    if op == "premulsum" and (scalars is None or len(scalars) != n):
+        raise UsageError(f"Cannot compute the reference of {collective} premulsum: give one scalar per rank "
+                         f"(scalars=, {n} of them)")
     if collective == "all_reduce":
-        return [_reduce(ins, dtype, op)] * n
+        return [_reduce(ins, dtype, op, scalars)] * n
     if collective == "all_gather":
         return [np.concatenate([_values(a, dtype) for a in ins])] * n
     if collective == "reduce_scatter":
-        full = _reduce(ins, dtype, op)
+        full = _reduce(ins, dtype, op, scalars)
         count = full.size // n
         return [full[r * count:(r + 1) * count] for r in range(n)]
     if collective == "broadcast":
         return [_values(ins[root], dtype)] * n
     if collective == "reduce":
-        return [_reduce(ins, dtype, op) if r == root else None for r in range(n)]
+        return [_reduce(ins, dtype, op, scalars) if r == root else None for r in range(n)]
     raise UsageError(f"Cannot compute the reference of {collective!r}: it is not a collective. Use one of "
                      "all_reduce, all_gather, reduce_scatter, broadcast, reduce")
 
@@ -161,6 +208,9 @@ PROTOCOLS = (None, Protocol.SIMPLE, Protocol.LL, Protocol.LL128)
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 _ROOTED = ("broadcast", "reduce")
 _TORCH_VIEWS = ("bfloat16", *_FP8)  # stored as uint16 / uint8, passed to torch as its own dtype
+#: Where premulsum's scalars live, rotating over its calls: a host immediate on every rank, a device
+#: array on every rank, or mixed (even ranks host, odd ranks device: NCCL lets each rank choose).
+RESIDENCES = ("host", "device", "mixed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +232,7 @@ class Case:
         seed: Seeds the inputs (the same on every rank).
         like: ``"torch"`` passes PyTorch tensors of the element type itself (no ``dtype=``);
             ``None`` the arrays ``comm.alloc`` returns (CuPy, or the simulator's buffers).
+        residence: premulsum only: where each rank's scalar lives (:data:`RESIDENCES`).
     """
 
     algorithm: str
@@ -194,6 +245,7 @@ class Case:
     config: FlowConfig | None = None
     seed: int = 0
     like: str | None = None
+    residence: str | None = None
 
     @property
     def protocol(self) -> Protocol | None:
@@ -205,7 +257,7 @@ class Case:
         """What a failure report names: enough to make the same call again."""
         parts = [self.algorithm, self.collective, self.dtype]
         if self.op is not None:
-            parts.append(self.op)
+            parts.append(self.op if self.residence is None else f"{self.op}({self.residence} scalars)")
         parts += ["in-place" if self.inplace else "out-of-place", f"count={self.count}"]
         if self.collective in _ROOTED:
             parts.append(f"root={self.root}")
@@ -215,7 +267,8 @@ class Case:
         return " ".join(parts)
 
     def call_kwargs(self) -> dict:
-        """The keyword arguments of the call (``dtype=`` where uint8 arrays carry fp8 codes)."""
+        """The keyword arguments of the call (``dtype=`` where uint8 arrays carry fp8 codes; for premulsum
+        ``op="premulsum"``, which :func:`run_case` replaces by this rank's :func:`premul_op`)."""
         kwargs = {"algorithm": self.algorithm, "config": self.config}
         if self.dtype in _FP8 and self.like != "torch":  # a uint8 array cannot say it holds fp8
             kwargs["dtype"] = self.dtype
@@ -279,8 +332,9 @@ def cases(nranks: int, *, counts, dtypes=DTYPES, algorithms=None, collectives=No
                     if algorithm == "one_shot" and ((lsa_size or nranks) < nranks or not one_shot_fits(
                             count, storage_dtype(dtype).itemsize)):
                         continue
+                    residence = RESIDENCES[(i - 1) % len(RESIDENCES)] if op == "premulsum" else None
                     out.append(Case(algorithm, collective, dtype, op, bool(place), count, root, call_config, i - 1,
-                                    like))
+                                    like, residence))
     return out
 
 
@@ -290,10 +344,11 @@ class Outcome(NamedTuple):
     Attributes:
         label: The case's label and the rank.
         result: The output as stored (uint16 for bfloat16, uint8 for fp8).
-        expected: The reference values (float64 / int64), or with ``untouched`` the stored
+        expected: The reference values (float64; integers in their own type), or with ``untouched`` the stored
             bits the output must still hold (a non-root rank of reduce).
         dtype: The element type.
-        nranks: Ranks of the communicator (the tolerance grows with them).
+        nranks: Ranks of the communicator (the tolerance grows with them: one rounding per rank;
+            premulsum rounds each rank's product too, and gives twice as many).
         untouched: The output must be bit-for-bit unchanged.
     """
 
@@ -342,10 +397,27 @@ def _as_torch(array, dtype: str):
     return t.view(getattr(torch, dtype)) if dtype in _TORCH_VIEWS else t
 
 
+def premul_op(scalar, dtype: str, residence: str, alloc, like: str | None = None):
+    """The ``op=`` of a premulsum call: ``premul_sum`` of ``scalar`` (in the storage dtype, from
+    :func:`scalars`) as a host number, or with ``residence="device"`` as a one-element array from
+    ``alloc(1)`` (a PyTorch tensor of the element type with ``like="torch"``)."""
+    from . import premul_sum  # noqa: PLC0415
+
+    if residence == "host":
+        value = _values(np.asarray([scalar], storage_dtype(dtype)), dtype)[0]
+        return premul_sum(float(value) if np.asarray(value).dtype.kind == "f" else int(value))
+    if residence != "device":
+        raise UsageError(f"Cannot make premulsum's op with residence={residence!r}: use 'host' or 'device'")
+    buf = alloc(1)
+    _put(buf, np.asarray([scalar], storage_dtype(dtype)))
+    return premul_sum(_as_torch(buf, dtype) if like == "torch" else buf)
+
+
 def run_case(comm, case: Case) -> Outcome:
     """Make ``case``'s call once on this rank and read back its output.
 
-    Allocates with ``comm.alloc``, writes this rank's inputs, poisons the rest of the
+    Allocates with ``comm.alloc``, writes this rank's inputs (premulsum: and its scalar, random
+    per rank, where ``case.residence`` says), poisons the rest of the
     output (:func:`poison`: a value no input holds, NaN for fp8 too), makes the call,
     synchronizes, reads the output back and frees the buffers. Every rank of ``comm``
     must run the same cases in the same order (they are collective calls).
@@ -372,6 +444,7 @@ def run_case(comm, case: Case) -> Outcome:
     size_in = count * (n if case.collective == "reduce_scatter" else 1)
     size_out = count * (n if case.collective == "all_gather" else 1)
     ins = inputs(rng, case.dtype, case.op or "sum", n, size_in)
+    factors = scalars(rng, case.dtype, n) if case.op == "premulsum" else None
     mine = slice(r * count, (r + 1) * count)
     buffers = []
 
@@ -379,6 +452,13 @@ def run_case(comm, case: Case) -> Outcome:
         buf = comm.alloc(size, store)
         buffers.append(buf)
         return buf
+
+    kwargs = case.call_kwargs()
+    if factors is not None:
+        residence = case.residence or "host"
+        if residence == "mixed":
+            residence = "device" if r % 2 else "host"
+        kwargs["op"] = premul_op(factors[r], case.dtype, residence, alloc, case.like)
 
     if not case.inplace:
         src, dst = alloc(size_in), alloc(size_out)
@@ -405,7 +485,7 @@ def run_case(comm, case: Case) -> Outcome:
         args = (src, dst)
         if case.like == "torch":
             args = tuple(None if a is None else _as_torch(a, case.dtype) for a in args)
-        getattr(collectives, case.collective)(comm, *args, **case.call_kwargs())
+        getattr(collectives, case.collective)(comm, *args, **kwargs)
         comm.synchronize()
         result = _host_copy(out)
     finally:
@@ -417,8 +497,8 @@ def run_case(comm, case: Case) -> Outcome:
     if case.collective == "reduce" and r != case.root:  # dst is the root's only
         before = ins[r] if case.inplace else np.full(size_out, poison(case.dtype), store)
         return Outcome(label, result, before, case.dtype, n, untouched=True)
-    expected = reference(case.collective, ins, case.dtype, case.op, case.root)[r]
-    return Outcome(label, result, expected, case.dtype, n)
+    expected = reference(case.collective, ins, case.dtype, case.op, case.root, factors)[r]
+    return Outcome(label, result, expected, case.dtype, 2 * n if factors is not None else n)
 
 
 def run_matrix(comm, matrix) -> list[str]:

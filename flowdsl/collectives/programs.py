@@ -13,12 +13,16 @@ itself, to call from a kernel of your own; the other ring programs are written c
 work on a rank's finished piece between them (``flowdsl/examples/allreduce_bias_gelu.py``).
 Every kernel takes::
 
-    (comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors)
+    (comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors,
+     scalar_bits, scalar_at)
 
 ``channels`` is what the staging window was laid out for (the grid may be smaller).
 ``count`` is the element count per rank (what NCCL calls ``count``); ``src`` and
 ``dst`` are device arrays (``inplace`` says they are the same memory); ``stage``
-is the staging window; ``vectors`` says both arrays start 16-byte aligned. Each
+is the staging window; ``vectors`` says both arrays start 16-byte aligned.
+``scalar_bits`` and ``scalar_at`` are ``PREMULSUM``'s scalar (:func:`premul_scale`): a
+one-element device array read when the kernel runs, or, with ``scalar_at`` empty, the
+bits of a host immediate (other operators ignore both). Each
 block is one channel and takes an equal share of every chunk. With one rank each
 collective is the local copy it reduces to. ``gin_peers=True`` builds the kernel for
 communicators that span several LSA teams (nodes): connections to peers outside
@@ -38,7 +42,7 @@ import flowdsl
 from flowdsl import flow, gin, lsa, mem
 from flowdsl.enums import MemoryOrder, RedOp, ThreadScope
 
-__all__ = ["PROGRAMS", "flow_program", "ring_chunks", "ring_connections", "ring_reduce_to_own_piece",
+__all__ = ["PROGRAMS", "flow_program", "premul_scale", "one_rank", "scale_for", "ring_chunks", "ring_connections", "ring_reduce_to_own_piece",
            "ring_gather_after_own_piece", "piece", "ring_all_gather", "ring_reduce_scatter", "ring_broadcast",
            "ring_reduce", "ring_all_reduce", "tree_all_reduce", "one_shot_all_reduce", "one_shot_words", "one_shot_fits",
            "ONE_SHOT_BLOCKS", "ONE_SHOT_LINES"]
@@ -79,6 +83,45 @@ def no_gin_context(comm):
 
 
 @flowdsl.device
+def premul_scale(scalar_bits, scalar_at, like):
+    """``PREMULSUM``'s scalar in the element type of ``like``: ``scalar_at[0]``, read when the kernel runs
+    (NCCL's device residence: a CUDA graph's replay reads the value of that moment), or with
+    ``scalar_at`` empty the host immediate's bits (frozen in the launch's arguments)."""
+    if scalar_at.size > 0:
+        return scalar_at[0]
+    return mem.from_bits(scalar_bits, like.dtype)
+
+
+@flowdsl.device
+def no_scale(scalar_bits, scalar_at, like):
+    """The other operators have no scalar (their reductions are made without one)."""
+    return None
+
+
+@flowdsl.device
+def local_premul(src, dst, count, inplace, vectors, red):
+    """One rank, ``PREMULSUM``: ``dst = src * scalar`` (in place too), strided over the whole grid."""
+    for i in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, count, cuda.gridDim.x * cuda.blockDim.x):
+        dst[i] = flow.premul(red, src[i])
+
+
+@flowdsl.device
+def local_copy_of(src, dst, count, inplace, vectors, red):
+    """One rank, every other operator: :func:`local_copy` (the reduction changes nothing)."""
+    local_copy(src, dst, count, inplace, vectors)
+
+
+def one_rank(op):
+    """What one rank does for ``op``: :func:`local_premul` for ``PREMULSUM``, else the local copy."""
+    return local_premul if op == RedOp.PREMULSUM else local_copy_of
+
+
+def scale_for(op):
+    """How a kernel for ``op`` finds its scalar: :func:`premul_scale` for ``PREMULSUM``, else none."""
+    return premul_scale if op == RedOp.PREMULSUM else no_scale
+
+
+@flowdsl.device
 def local_copy(src, dst, count, inplace, vectors):
     """One rank: ``dst = src``, strided over the whole grid (each DRAM page is read by many SMs at
     once, which streams faster than one contiguous share per block)."""
@@ -95,21 +138,26 @@ def flow_program(program):
     program its share ``[lo, hi)`` of the ``count`` elements, and, with one rank, is the local
     copy the collective reduces to. ``red`` combines over every rank (and finishes AVG);
     ``partial`` is the same operator over one contribution (sums passed on before the last hop).
+    Both carry ``PREMULSUM``'s scalar, which the steps apply to ``src``, this rank's input (a step
+    whose ``src`` is a partial result takes ``flow.unscaled(red)``).
     The operator, the fp8 format and ``ll128`` are constants of the kernel.
     """
     @functools.cache
     def factory(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
         context = gin_context if gin_peers else no_gin_context
         ll128 = int(ll128)
+        scale_of, alone = scale_for(op), one_rank(op)
 
-        def kernel(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors):
+        def kernel(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors,
+                   scalar_bits, scalar_at):
             proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
+            scale = scale_of(scalar_bits, scalar_at, dst)
             if comm.nranks == 1:
-                local_copy(src, dst, count, inplace, vectors)
+                alone(src, dst, count, inplace, vectors, flow.reduction(op, 1, fp8, scale))
                 return
             lo, hi = channel_range(count, proc)
-            program(proc, flow.reduction(op, comm.nranks, fp8), flow.reduction(op, 1, fp8), src, dst, count,
-                    root, lo, hi)
+            program(proc, flow.reduction(op, comm.nranks, fp8, scale), flow.reduction(op, 1, fp8, scale), src, dst,
+                    count, root, lo, hi)
 
         kernel.__name__ = kernel.__qualname__ = program.__name__  # the kernel's symbol names its program
         return flowdsl.kernel(max_registers=_MAX_REGISTERS)(kernel)
@@ -166,7 +214,7 @@ def ring_reduce_scatter(proc, nxt, prv, red, src, dst, count, root, base, m):
     """Ring ReduceScatter: ``dst@r = op over ranks of src@q[r*count:(r+1)*count]``."""
     n, r = proc.comm.nranks, proc.comm.rank
     j = (r + n - 1) % n
-    flow.send(proc, nxt, src[j * count:(j + 1) * count], base, m)
+    flow.send(proc, nxt, src[j * count:(j + 1) * count], base, m, red)
     for s in range(1, n - 1):
         j = (r + 2 * n - s - 1) % n
         flow.recv_reduce_send(proc, prv, nxt, src[j * count:(j + 1) * count], base, m, red)
@@ -194,7 +242,7 @@ def ring_reduce(proc, nxt, prv, red, src, dst, count, root, base, m):
     n, r = proc.comm.nranks, proc.comm.rank
     pos = (r + 2 * n - root - 1) % n  # root + 1 starts, root ends
     if pos == 0:
-        flow.send(proc, nxt, src, base, m)
+        flow.send(proc, nxt, src, base, m, red)
     elif pos == n - 1:
         flow.recv_reduce_copy(proc, prv, src, dst, base, m, red)
     else:
@@ -209,7 +257,7 @@ def ring_reduce_to_own_piece(proc, nxt, prv, src, base, size, per, red):
     by every other rank."""
     n, r = proc.comm.nranks, proc.comm.rank
     j = (r + n - 1) % n
-    flow.send(proc, nxt, src, base + j * per, piece(size, per, j))
+    flow.send(proc, nxt, src, base + j * per, piece(size, per, j), red)
     for s in range(1, n - 1):
         j = (r + 2 * n - s - 1) % n
         flow.recv_reduce_send(proc, prv, nxt, src, base + j * per, piece(size, per, j), red)
@@ -260,20 +308,21 @@ def tree_rank(n, tree, pos):
 
 @flowdsl.device
 def _tree_up(proc, pos, nkids, up, kid0_in, kid1_in, src, dst, base, m, red, partial):
-    """Up: the children's sums into this rank's, then to the parent (the root finishes)."""
+    """Up: the children's sums into this rank's, then to the parent (the root finishes). With two
+    children the second is combined with ``dst``, a partial result: ``flow.unscaled``."""
     if pos == 0:
         if nkids == 1:
             flow.recv_reduce_copy(proc, kid0_in, src, dst, base, m, red)
         else:
             flow.recv_reduce_copy(proc, kid0_in, src, dst, base, m, partial)
-            flow.recv_reduce_copy(proc, kid1_in, dst, dst, base, m, red)
+            flow.recv_reduce_copy(proc, kid1_in, dst, dst, base, m, flow.unscaled(red))
     elif nkids == 0:
-        flow.send(proc, up, src, base, m)
+        flow.send(proc, up, src, base, m, red)
     elif nkids == 1:
         flow.recv_reduce_send(proc, kid0_in, up, src, base, m, red)
     else:
         flow.recv_reduce_copy(proc, kid0_in, src, dst, base, m, partial)
-        flow.recv_reduce_send(proc, kid1_in, up, dst, base, m, red)
+        flow.recv_reduce_send(proc, kid1_in, up, dst, base, m, flow.unscaled(red))
 
 
 @flowdsl.device
@@ -385,14 +434,17 @@ def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     comes round again never finds an old line carrying it. ``stage`` is the one-shot window
     (:func:`one_shot_words`), not Flow's staging (so no Flow protocol: ``ll128`` is unused).
     """
+    scale_of, alone = scale_for(op), one_rank(op)
+
     @flowdsl.kernel(max_registers=_MAX_REGISTERS)
     def one_shot_all_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol,
-                            vectors):
+                            vectors, scalar_bits, scalar_at):
         n, me = comm.lsa_size, comm.lsa_rank
+        scale = scale_of(scalar_bits, scalar_at, dst)
         if n == 1:
-            local_copy(src, dst, count, inplace, vectors)
+            alone(src, dst, count, inplace, vectors, flow.reduction(op, 1, fp8, scale))
             return
-        red = flow.reduction(op, n, fp8)
+        red = flow.reduction(op, n, fp8, scale)
         lines = flow.ll_lines_per_element(dst.itemsize)
         words = lsa.local_view(stage)
         call = int64(words[_CALLS])
@@ -406,7 +458,7 @@ def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
             peer = (me + step) % n
             theirs = lsa.lsa_view(stage, peer, buffer + me * ONE_SHOT_LINES, ONE_SHOT_LINES)
             for i in range(first, count, stride):
-                bits = mem.to_bits(src[i])
+                bits = mem.to_bits(flow.premul(red, src[i]))
                 mem.store_relaxed(theirs, i * lines, flow.ll_line(bits, flag), _SYS)
                 if lines == 2:
                     mem.store_relaxed(theirs, i * lines + 1, flow.ll_line(bits >> uint64(32), flag), _SYS)
@@ -414,12 +466,12 @@ def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
                 mem.store_relaxed(theirs, line, flow.ll_line(uint64(0), flag), _SYS)
         # Reduce the n contributions, rank 0's first.
         for i in range(first, count, stride):
-            acc = src[i]
+            acc = flow.premul(red, src[i])
             if me != 0:
                 acc = _one_shot_read(comm, words, buffer + i * lines, lines, flag, dst, 0)
             for q in range(1, n):
                 if q == me:
-                    acc = flow.combine(red.op, acc, src[i], red.fp8)
+                    acc = flow.combine(red.op, acc, flow.premul(red, src[i]), red.fp8)
                 else:
                     acc = flow.combine(red.op, acc, _one_shot_read(comm, words, buffer + q * ONE_SHOT_LINES
                                                                    + i * lines, lines, flag, dst, q), red.fp8)

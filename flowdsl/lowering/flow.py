@@ -33,17 +33,19 @@ from numba.cuda.extending import (intrinsic, make_attribute_wrapper, overload, o
 
 from .. import flow, gin, mem
 from .._flow_staging import refusal
+from .._flow_elements import premul_type_refusal, scale_refusal
 from .._fp8 import E4M3 as _E4M3
 from ..enums import RedOp
 from .gin import STRONG_SIGNAL_FEATURE
-from .checks import check
+from .checks import check, is_omitted
 from .intrinsics import feature_marker
 from .target import current, note_feature
 from .types import WindowType, register_struct_model
 
 __all__ = ["ReductionType"]
 
-_PROD, _MIN, _MAX, _AVG = int(RedOp.PROD), int(RedOp.MIN), int(RedOp.MAX), int(RedOp.AVG)
+_SUM, _PROD, _MIN, _MAX, _AVG = int(RedOp.SUM), int(RedOp.PROD), int(RedOp.MIN), int(RedOp.MAX), int(RedOp.AVG)
+_PREMULSUM = int(RedOp.PREMULSUM)
 
 
 def _apply(op, a, b):
@@ -115,25 +117,29 @@ def _float_to_fp8(value, fmt):
 
 class ReductionType(types.Type):
     """:class:`flowdsl.flow.Reduction` on the GPU: ``op`` and ``fp8`` are known when compiled
-    (ints), or ``None`` when they are run-time values kept in the struct."""
+    (ints), or ``None`` when they are run-time values kept in the struct; ``scale`` is the
+    numba type of ``PREMULSUM``'s scalar (a run-time value in the struct), or None without one."""
 
-    def __init__(self, op, fp8):
-        self.op, self.fp8 = op, fp8
+    def __init__(self, op, fp8, scale=None):
+        self.op, self.fp8, self.scale = op, fp8, scale
         op_name = "run-time" if op is None else RedOp(op).name
-        super().__init__(name=f"Reduction(op={op_name}, fp8={'run-time' if fp8 is None else fp8})")
+        scaled = "" if scale is None else f", scale={scale}"
+        super().__init__(name=f"Reduction(op={op_name}, fp8={'run-time' if fp8 is None else fp8}{scaled})")
 
     @property
     def key(self):
-        return self.op, self.fp8
+        return self.op, self.fp8, self.scale
 
 
 register_struct_model(ReductionType, lambda ty: [("nranks", types.int64), ("op_value", types.int64),
-                                                 ("fp8_value", types.int64)])
+                                                 ("fp8_value", types.int64)]
+                      + ([("scale_value", ty.scale)] if ty.scale is not None else []))
 
 
 make_attribute_wrapper(ReductionType, "nranks", "nranks")
 make_attribute_wrapper(ReductionType, "op_value", "op_value")
 make_attribute_wrapper(ReductionType, "fp8_value", "fp8_value")
+make_attribute_wrapper(ReductionType, "scale_value", "scale_value")
 
 
 def _constant(ty):
@@ -149,30 +155,42 @@ def _constant(ty):
 
 
 @functools.cache
-def _reduction_maker(op, fp8):
-    """An intrinsic building a :class:`ReductionType` ``(op, fp8)`` (``None``: the run-time argument).
+def _reduction_maker(op, fp8, scaled=False):
+    """An intrinsic building a :class:`ReductionType` ``(op, fp8)`` (``None``: the run-time argument),
+    with a scale (a fourth argument, its type the reduction's ``scale``) when ``scaled``.
 
     One intrinsic per pair of constants: inside an overload's implementation the literal
     types of the call are gone, so the constants are baked into the intrinsic instead.
     """
+    def build(context, builder, result, args, arg_types):
+        red = cgutils.create_struct_proxy(result)(context, builder)
+        for field, known, value, ty in (("op_value", op, args[0], arg_types[0]),
+                                        ("nranks", None, args[1], arg_types[1]),
+                                        ("fp8_value", fp8, args[2], arg_types[2])):
+            if known is not None:
+                setattr(red, field, context.get_constant(types.int64, known))
+            else:
+                if isinstance(ty, types.IntEnumMember):
+                    ty = ty.dtype
+                setattr(red, field, context.cast(builder, value, ty, types.int64))
+        if scaled:
+            red.scale_value = context.cast(builder, args[3], arg_types[3], result.scale)
+        return red._getvalue()
+
+    if scaled:
+        @intrinsic
+        def make_scaled_reduction(typingctx, op_arg, nranks, fp8_arg, scale):
+            result = ReductionType(op, fp8, types.unliteral(scale))
+            return result(op_arg, nranks, fp8_arg, scale), \
+                lambda context, builder, sig, args: build(context, builder, result, args, sig.args)
+
+        return make_scaled_reduction
     result = ReductionType(op, fp8)
 
     @intrinsic
     def make_reduction(typingctx, op_arg, nranks, fp8_arg):
-        def codegen(context, builder, sig, args):
-            red = cgutils.create_struct_proxy(result)(context, builder)
-            for field, known, value, ty in (("op_value", op, args[0], sig.args[0]),
-                                            ("nranks", None, args[1], sig.args[1]),
-                                            ("fp8_value", fp8, args[2], sig.args[2])):
-                if known is not None:
-                    setattr(red, field, context.get_constant(types.int64, known))
-                else:
-                    if isinstance(ty, types.IntEnumMember):
-                        ty = ty.dtype
-                    setattr(red, field, context.cast(builder, value, ty, types.int64))
-            return red._getvalue()
-
-        return result(op_arg, nranks, fp8_arg), codegen
+        return result(op_arg, nranks, fp8_arg), \
+            lambda context, builder, sig, args: build(context, builder, result, args, sig.args)
 
     return make_reduction
 
@@ -252,6 +270,12 @@ _float_to_e4m3 = _cvt_intrinsic("cvt.rn.satfinite.e4m3x2.f32 $0, $1, $2;", types
 _float_to_e5m2 = _cvt_intrinsic("cvt.rn.satfinite.e5m2x2.f32 $0, $1, $2;", types.uint16, 2, "=h,f,f")
 
 
+# A product rounded to its type, never fused with the sum after it: NVVM contracts a multiply and an
+# add into one fma by default (one rounding), and the simulator rounds twice, as the definition says.
+_mul_rn_f32 = _cvt_intrinsic("mul.rn.f32 $0, $1, $2;", types.float32, 2, "=f,f,f")
+_mul_rn_f64 = _cvt_intrinsic("mul.rn.f64 $0, $1, $2;", types.float64, 2, "=d,d,d")
+
+
 @register_jitable
 def fp8_to_float(code, fmt):
     """float32 value of an fp8 code: the GPU's conversion from sm_89, bit arithmetic before."""
@@ -295,10 +319,18 @@ def flow_combine(op, a, b, fp8=0):
 
 
 @overload(flow.reduction, prefer_literal=True)
-def flow_reduction(op, nranks, fp8=0):
+def flow_reduction(op, nranks, fp8=0, scale=None):
     check(flow.reduction, op, nranks, fp8)
-    make = _reduction_maker(_constant(op), _constant(fp8))
-    return lambda op, nranks, fp8=0: make(op, nranks, fp8)
+    if is_omitted(scale):
+        # A constant PREMULSUM without its scale is refused where it is applied (flow.premul, which every
+        # step calls): refused here, numba would retry it as a run-time operator and accept that.
+        make = _reduction_maker(_constant(op), _constant(fp8))
+        return lambda op, nranks, fp8=0, scale=None: make(op, nranks, fp8)
+    if not isinstance(scale, (types.Integer, types.Float)):
+        raise NumbaTypeError(f"flowdsl.flow.reduction requires scale to be an integer or float scalar of the "
+                             f"element type, got {scale}")
+    make_scaled = _reduction_maker(_constant(op), _constant(fp8), True)
+    return lambda op, nranks, fp8=0, scale=None: make_scaled(op, nranks, fp8, scale)
 
 
 def _constant_or(value, run_time):
@@ -316,6 +348,75 @@ def reduction_op(red):
 @overload_attribute(ReductionType, "fp8")
 def reduction_fp8(red):
     return _constant_or(red.fp8, lambda red: red.fp8_value)
+
+
+@overload_attribute(ReductionType, "scale")
+def reduction_scale(red):
+    if red.scale is None:
+        return lambda red: None
+    return lambda red: red.scale_value
+
+
+def _multiplies(red) -> bool | None:
+    """Whether ``red`` pre-multiplies: True or False when its type says, None when its operator is a
+    run-time value (and it has a scale)."""
+    if red.scale is None:
+        return False
+    return None if red.op is None else red.op == _PREMULSUM
+
+
+@overload(flow.premul)
+def flow_premul(red, value):
+    _element("premul", value)
+    if red.op == _PREMULSUM and red.scale is None:
+        raise NumbaTypeError(scale_refusal())
+    multiplies = _multiplies(red)
+    if multiplies is False:  # every other operator: the value as it is, no code
+        return lambda red, value: value
+    if red.scale != value:
+        raise NumbaTypeError(premul_type_refusal(red.scale, value))
+    if value in (types.float32, types.float64):  # combine's PROD, rounded before the sum
+        product = _mul_rn_f32 if value == types.float32 else _mul_rn_f64
+        if multiplies:
+            return lambda red, value: product(value, red.scale)
+        return lambda red, value: product(value, red.scale) if red.op == _PREMULSUM else value
+    if multiplies:
+        return lambda red, value: flow.combine(_PROD, value, red.scale, red.fp8)
+    return lambda red, value: flow.combine(_PROD, value, red.scale, red.fp8) if red.op == _PREMULSUM else value
+
+
+@overload(flow.premul_pack)
+def flow_premul_pack(red, a):
+    if not isinstance(a, types.UniTuple):
+        raise NumbaTypeError(f"flowdsl.flow.premul_pack requires a pack, got {a}")
+    if red.op == _PREMULSUM and red.scale is None:
+        raise NumbaTypeError(scale_refusal())
+    if _multiplies(red) is False:
+        return lambda red, a: a
+    impl = _lanewise("premul_pack", len(a), "premul(red, a[{i}])", "red, a")
+    impl.__globals__["premul"] = flow.premul
+    return impl
+
+
+@overload(flow.unscaled)
+def flow_unscaled(red):
+    if red.op is not None and red.op != _PREMULSUM:
+        return lambda red: red
+    if red.op is not None:  # PREMULSUM: a SUM of the same ranks and format, with no scale
+        make = _reduction_maker(int(RedOp.SUM), red.fp8)
+        return lambda red: make(0, red.nranks, red.fp8)
+    make = _reduction_maker(None, red.fp8, red.scale is not None)  # run-time: the same type, the operator swapped
+    if red.scale is None:
+        return lambda red: make(_SUM if red.op == _PREMULSUM else red.op, red.nranks, red.fp8)
+    return lambda red: make(_SUM if red.op == _PREMULSUM else red.op, red.nranks, red.fp8, red.scale)
+
+
+@overload(flow.premul_only)
+def flow_premul_only(red):
+    if not is_omitted(red) and _multiplies(red) is not False:
+        return lambda red: red
+    plain = _reduction_maker(int(RedOp.SUM), 0)
+    return lambda red: plain(0, 1, 0)
 
 
 @overload(flow.combine_packs)
@@ -390,4 +491,9 @@ def flow_finish(op, value, nranks, fp8=0):
                 return float_to_fp8(fp8_to_float(value, fp8) / float32(nranks), fp8)
             return ty(value // nranks)
         return byte
+    if not value.signed:
+        def unsigned(op, value, nranks, fp8=0):
+            # In the element's own type: numba takes uint64 // int64 in float64, which rounds.
+            return ty(value // ty(nranks)) if op == _AVG else value
+        return unsigned
     return integer

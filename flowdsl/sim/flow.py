@@ -4,12 +4,17 @@ GPU's typing checks them). The rest of Flow is device code the simulator runs as
 
 from __future__ import annotations
 
-from .._flow_elements import Reduction
+from .._flow_elements import Reduction, scale_refusal
+from ..enums import RedOp
+from .errors import UsageError
+from .scheduler import sim_error
 from .semantics import implements
 
 __all__: list[str] = []
 
 
 @implements("flowdsl.flow.reduction")
-def _flow_reduction(op, nranks, fp8=0):
-    return Reduction(op, nranks, fp8)
+def _flow_reduction(op, nranks, fp8=0, scale=None):
+    if op == RedOp.PREMULSUM and scale is None:  # the GPU refuses a constant PREMULSUM without one when it types it
+        raise sim_error(UsageError, scale_refusal())
+    return Reduction(op, nranks, fp8, scale)

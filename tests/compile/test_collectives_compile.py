@@ -48,11 +48,31 @@ def test_precompile_gives_each_worker_a_run_of_kernels_that_share_compiled_steps
 def test_library_lists_every_collective_dtype_and_op():
     entries = _library.library()
     # all_gather and broadcast have no operator, and copy fp8 as uint8 and bfloat16 as uint16
-    # 2 copying programs x 7 storage types, 5 reducing programs x 9 dtypes x 5 ops
-    assert len(entries) == 2 * 7 + 5 * 9 * 5
+    # 2 copying programs x 10 storage types, 5 reducing programs x NCCL's 12 dtypes x 6 ops (premulsum too)
+    assert len(entries) == 2 * 10 + 5 * 12 * 6
+    assert ("one_shot", "all_reduce", RedOp.PREMULSUM, "float8_e5m2") in entries
     assert ("tree", "all_reduce", RedOp.AVG, "bfloat16") in entries
     assert ("ring", "reduce", RedOp.MAX, "float8_e5m2") in entries
     assert ("ring", "all_gather", RedOp.SUM, "uint16") in entries
+
+
+def test_premulsum_multiplies_with_rounding_and_other_operators_carry_no_multiply(linked_ptx):
+    """PREMULSUM's product is ``mul.rn`` (rounded before the sum: NVVM would fuse a plain multiply and the
+    add after it into one fma, rounding once, unlike the simulator); every other operator's kernel holds
+    no multiply of elements at all (its loops are the same as before PREMULSUM existed)."""
+    argtypes = _library._argtypes("float32", "2.28.9")
+    premul = linked_ptx(_library.kernel_for("ring", "all_reduce", RedOp.PREMULSUM), argtypes)
+    assert "mul.rn.f32" in premul and "fma.rn.f32" not in premul
+    plain = linked_ptx(_library.kernel_for("ring", "all_reduce", RedOp.SUM), argtypes)
+    assert "mul.rn.f32" not in plain and "mul.f32" not in plain and "fma.rn.f32" not in plain
+
+
+@pytest.mark.parametrize("algorithm,collective,dtype", [
+    ("tree", "all_reduce", "bfloat16"), ("one_shot", "all_reduce", "float8_e4m3fn"),
+    ("ring", "reduce_scatter", "int8"), ("ring", "reduce", "uint64"), ("ring", "all_reduce", "float16")])
+def test_premulsum_compiles_for_every_reducing_program(algorithm, collective, dtype):
+    kernel = _library.kernel_for(algorithm, collective, RedOp.PREMULSUM, False, _library.storage(dtype)[1])
+    kernel.compile(_library._argtypes(dtype, "2.28.9", algorithm), arch="sm_90", nccl="2.28.9")
 
 
 def test_ll128_is_compiled_only_into_kernels_for_calls_that_ask_for_it():
@@ -154,6 +174,98 @@ def test_arrays_on_another_gpu_are_refused_before_launch():
         coll.all_reduce(comm, _DeviceArray(1))
     with pytest.raises(UsageError, match="dst is on device 2 but the communicator uses device 0"):
         coll.broadcast(comm, _DeviceArray(0), _DeviceArray(2))
+
+
+class _FakeArray:
+    """A stand-in for a CuPy array on GPU 0 (only what the checks and NCCL's path read)."""
+
+    def __init__(self, n, typestr, address):
+        self.device = type("Device", (), {"id": 0})()
+        self.dtype = np.dtype(typestr)
+        self.shape = (n,)
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": typestr, "data": (address, False),
+                                         "strides": None, "version": 3}
+
+
+class _FakeNccl:
+    """Records what the collectives ask of nccl4py's Communicator."""
+
+    def __init__(self):
+        self.created, self.calls = [], []
+
+    def create_pre_mul_sum(self, scalar, datatype):
+        self.created.append((scalar, datatype))
+        return f"premulsum-op-{len(self.created)}"
+
+    def allreduce(self, src, dst, op, stream=None):
+        self.calls.append(("allreduce", op))
+
+
+def _fake_comm(**attributes):
+    nccl = _FakeNccl()
+    comm = type("Comm", (), {"nranks": 1, "device": 0, "alloc": None, "closed": False, "_nccl": nccl})()
+    comm.__dict__.update(attributes)
+    return comm, nccl
+
+
+def test_premulsum_through_nccl_makes_one_pre_mul_sum_operator_per_scalar():
+    """``algorithm="nccl"``: nccl4py's create_pre_mul_sum (ncclRedOpCreatePreMulSum) with the host value in
+    the data's type, or with the device array itself (NCCL reads it when the collective runs), made once per
+    scalar and reused."""
+    from nccl.core import NcclDataType
+
+    from flowdsl import collectives as coll
+
+    comm, nccl = _fake_comm()
+    x = _FakeArray(16, "<f4", 0x7F0000000000)
+    for _ in range(2):
+        coll.all_reduce(comm, x, op=coll.premul_sum(0.25), algorithm="nccl")
+    coll.all_reduce(comm, x, op=coll.premul_sum(0.5), algorithm="nccl")
+    (value, datatype), (other, _) = nccl.created
+    assert datatype == NcclDataType.FLOAT32 and value.dtype == np.float32 and value.tolist() == [0.25]
+    assert other.tolist() == [0.5]
+    assert nccl.calls == [("allreduce", "premulsum-op-1")] * 2 + [("allreduce", "premulsum-op-2")]
+    scalar = _FakeArray(1, "<f4", 0x7F0000100000)
+    coll.all_reduce(comm, x, op=coll.premul_sum(scalar), algorithm="nccl")
+    assert nccl.created[-1] == (scalar, NcclDataType.FLOAT32) and nccl.calls[-1] == ("allreduce", "premulsum-op-3")
+
+
+def test_premulsum_through_nccl_refuses_what_nccl_would_misread():
+    from flowdsl import UsageError
+    from flowdsl import collectives as coll
+
+    comm, nccl = _fake_comm()
+    bits = _FakeArray(16, "<u2", 0x7F0000000000)  # bfloat16 bits in a uint16 array
+    with pytest.raises(UsageError, match="bfloat16 held in uint16 arrays with algorithm='nccl': NCCL would take "
+                                         "them for integers"):
+        coll.all_reduce(comm, bits, op=coll.premul_sum(0.5), algorithm="nccl")
+    x = _FakeArray(16, "<f4", 0x7F0000000000)
+    with pytest.raises(UsageError, match=r"premul_sum\(<one-element float64 device array>\): its scalar is "
+                                         "float64, and NCCL takes the scalar in the data's type"):
+        coll.all_reduce(comm, x, op=coll.premul_sum(_FakeArray(1, "<f8", 0x7F0000100000)), algorithm="nccl")
+    assert nccl.created == [] and nccl.calls == []
+
+
+@pytest.mark.parametrize("collective", ["all_reduce", "reduce", "reduce_scatter"])
+def test_fp8_reductions_are_refused_below_sm90_as_nccl_refuses_them(collective):
+    """NCCL: "FP8 reduction support begins with sm90 capable devices" (reductions only, not copies, and
+    not empty calls). The GPU's arch is cached on the communicator; here it is set to an sm_80's."""
+    from flowdsl import UsageError
+    from flowdsl import collectives as coll
+    from flowdsl.collectives import _host
+
+    comm, nccl = _fake_comm(_flowdsl_arch="sm_80")
+    codes = _FakeArray(16, "|u1", 0x7F0000000000)
+    out = _FakeArray(16, "|u1", 0x7F0000100000)
+    with pytest.raises(UsageError, match=f"Cannot {collective} float8_e4m3fn on this sm_80 GPU: NCCL reduces fp8 "
+                                         "only on sm_90 and newer"):
+        getattr(coll, collective)(comm, codes, out, op="sum", dtype="float8_e4m3fn", algorithm="nccl")
+    assert nccl.calls == []
+    # a copy, and an empty reduction, are NCCL's to take on any GPU
+    _host._check("all_gather", comm, codes, _FakeArray(16, "|u1", 0x7F0000200000), dtype="float8_e4m3fn")
+    _host._check("all_reduce", comm, _FakeArray(0, "|u1", 0x7F0000300000), None, op="sum", dtype="float8_e4m3fn")
+    comm.__dict__["_flowdsl_arch"] = "sm_90"
+    _host._check("all_reduce", comm, codes, None, op="sum", dtype="float8_e4m3fn")
 
 
 def _host_version(fn):

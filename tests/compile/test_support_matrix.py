@@ -15,12 +15,25 @@ ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = runpy.run_path(str(ROOT / "scripts" / "gen_support_matrix.py"))
 
 
-def test_the_page_holds_the_rendered_matrix():
+@pytest.mark.parametrize("begin,end,render", [("BEGIN", "END", "render"),
+                                              ("DTYPES_BEGIN", "DTYPES_END", "render_dtypes")])
+def test_the_page_holds_the_rendered_matrix(begin, end, render):
     text = (ROOT / "docs" / "support.md").read_text()
-    begin, end = GENERATOR["BEGIN"], GENERATOR["END"]
+    begin, end = GENERATOR[begin], GENERATOR[end]
     assert begin in text and end in text, f"docs/support.md lost its markers {begin!r} ... {end!r}"
     on_page = text[text.index(begin):text.index(end) + len(end)]
-    assert on_page == GENERATOR["render"](), "docs/support.md is stale: python scripts/gen_support_matrix.py"
+    assert on_page == GENERATOR[render](), "docs/support.md is stale: python scripts/gen_support_matrix.py"
+
+
+def test_the_dtype_matrix_is_the_codes():
+    """A row per collectives dtype, a column per operator; a pair the library lacks is marked missing."""
+    from flowdsl.collectives import DTYPES, OPS
+
+    rows = [line for line in GENERATOR["render_dtypes"]().splitlines() if line.startswith("| `")]
+    assert [row.split(" | ")[0].strip("| `") for row in rows] == list(DTYPES)
+    assert all(row.count(" | ") == 2 + len(OPS) for row in rows)
+    assert GENERATOR["dtype_cell"]("int8", "sum", set(), set()).startswith("— (no ring reduce_scatter")
+    assert "sm_90+" in GENERATOR["dtype_cell"]("float8_e5m2", "max", set(), set())
 
 
 def test_every_extern_symbol_belongs_to_a_feature():

@@ -75,6 +75,19 @@ def test_torch_tensors_bfloat16_and_fp8(comm):
     assert torch.equal(f8_out.view(torch.uint8), f8.view(torch.uint8))
 
 
+def test_torch_tensors_of_every_new_dtype_and_premul_sum(comm):
+    """torch.int8, torch.uint32 and torch.uint64 tensors (their own dtype, no dtype=), every op with
+    premul_sum's scalars host, device (a torch tensor) and mixed: the matrix's cases, like="torch"."""
+    pytest.importorskip("torch", reason="PyTorch is not installed")
+    from flowdsl.collectives import check
+
+    failures = [f for case in check.cases(comm.nranks, counts=(1, 4099), dtypes=("int8", "uint32", "uint64",
+                                                                                  "bfloat16", "float8_e4m3fn"),
+                                          protocols=(None,), like="torch")
+                if (f := check.run_case(comm, case).failure()) is not None]
+    assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:20])
+
+
 def test_nccl_algorithm_and_repeated_calls_agree(comm):
     """``algorithm="nccl"`` is NCCL's host collective; flowdsl's repeated (planned) calls match it."""
     import cupy

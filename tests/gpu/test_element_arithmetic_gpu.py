@@ -1,4 +1,5 @@
-"""The GPU's element arithmetic held to the simulator's, bit for bit: ``flow.combine`` and ``flow.finish``.
+"""The GPU's element arithmetic held to the simulator's, bit for bit: ``flow.combine``, ``flow.finish``
+and ``flow.premul`` (PREMULSUM's product).
 
 The simulator runs the Python bodies in ``flowdsl/flow.py`` (fp8 by the table in
 ``flowdsl/_fp8.py``); the GPU runs their overloads in
@@ -9,10 +10,10 @@ constants captured by a factory as the collectives' programs capture them, appli
 both functions to arrays of operands, and every result must have the bits the Python
 body gives (any NaN matches any NaN: payloads and signs of NaNs are not specified).
 
-Operands: every pair of the 256 fp8 codes (e4m3fn and e5m2) and of uint8 values;
-bfloat16 random bits with specials and exact ties; float16, float32, float64, int32
-and int64 random bits, random values and edge values (extremes, zeros, infinities,
-NaN, subnormals). ``tests/compile/test_element_arithmetic_compile.py`` builds the
+Operands: every pair of the 256 fp8 codes (e4m3fn and e5m2) and of int8 and uint8 values;
+bfloat16 random bits with specials and exact ties; float16, float32, float64 and the 32- and
+64-bit integers (signed and unsigned) random bits, random values and edge values (extremes,
+zeros, infinities, NaN, subnormals). ``tests/compile/test_element_arithmetic_compile.py`` builds the
 same kernels without a GPU.
 """
 
@@ -35,35 +36,40 @@ OPS = tuple(RedOp)
 NRANKS = (1, 2, 3, 7, 8)
 #: Element type → (storage dtype, fp8 format of the uint8 codes or 0).
 TYPES = {
-    "float8_e4m3fn": (np.uint8, flow.E4M3),
-    "float8_e5m2": (np.uint8, flow.E5M2),
-    "bfloat16": (np.uint16, 0),
+    "int8": (np.int8, 0),
+    "uint8": (np.uint8, 0),
+    "int32": (np.int32, 0),
+    "uint32": (np.uint32, 0),
+    "int64": (np.int64, 0),
+    "uint64": (np.uint64, 0),
     "float16": (np.float16, 0),
     "float32": (np.float32, 0),
     "float64": (np.float64, 0),
-    "int32": (np.int32, 0),
-    "int64": (np.int64, 0),
-    "uint8": (np.uint8, 0),
+    "bfloat16": (np.uint16, 0),
+    "float8_e4m3fn": (np.uint8, flow.E4M3),
+    "float8_e5m2": (np.uint8, flow.E5M2),
 }
 _RANDOM = 4096  # random operand pairs per kind of randomness
 
 
 @functools.cache
 def element_kernel(op, fp8):
-    """The kernel applying ``flow.combine`` and ``flow.finish`` for ``op`` and ``fp8`` (constants)."""
+    """The kernel applying ``flow.combine``, ``flow.finish`` and ``flow.premul`` (``b`` the scale) for
+    ``op`` and ``fp8`` (constants)."""
 
     @flowdsl.kernel
-    def element_arithmetic(a, b, nranks, combined, finished):
+    def element_arithmetic(a, b, nranks, combined, finished, premultiplied):
         i = cuda.grid(1)
         if i < a.size:
             combined[i] = flow.combine(op, a[i], b[i], fp8)
             finished[i] = flow.finish(op, a[i], nranks, fp8)
+            premultiplied[i] = flow.premul(flow.reduction(op, nranks, fp8, b[i]), a[i])
 
     return element_arithmetic
 
 
 def _all_pairs(dtype):
-    codes = np.arange(256, dtype=dtype)
+    codes = np.arange(256).astype(np.uint8).view(dtype)  # every byte: int8 from 0 to 127, then -128 to -1
     return np.repeat(codes, 256), np.tile(codes, 256)
 
 
@@ -100,9 +106,11 @@ def _floating(dtype, rng):
 
 def _integer(dtype, rng):
     info = np.iinfo(dtype)
-    edges = np.array([0, 1, -1, 2, -2, 7, -7, info.max, info.min, info.max - 1, info.min + 1], dtype)
+    edges = [0, 1, 2, 7, info.max, info.max - 1, info.max // 2 + 1]
+    edges += [-1, -2, -7, info.min, info.min + 1] if info.min else [info.max // 3]
+    edges = np.array(edges, dtype)
     wide = rng.integers(info.min, info.max, (2, _RANDOM), dtype=dtype, endpoint=True)
-    small = rng.integers(-1000, 1000, (2, _RANDOM)).astype(dtype)
+    small = rng.integers(-1000 if info.min else 0, 1000, (2, _RANDOM)).astype(dtype)
     return _with_edges(edges, np.concatenate([wide[0], small[0]]), np.concatenate([wide[1], small[1]]))
 
 
@@ -111,8 +119,8 @@ def operands(name: str) -> tuple[np.ndarray, np.ndarray]:
     """The operand pairs ``(a, b)`` of an element type, in its storage dtype (the same every run)."""
     dtype = TYPES[name][0]
     rng = np.random.default_rng(sum(map(ord, name)))
-    if dtype == np.uint8:
-        return _all_pairs(np.uint8)
+    if np.dtype(dtype).itemsize == 1:
+        return _all_pairs(dtype)
     if name == "bfloat16":
         return _bfloat16(rng)
     if np.dtype(dtype).kind == "f":
@@ -124,6 +132,12 @@ def python_combine(op, a, b, fp8):
     """``flow.combine`` as the simulator runs it, element by element."""
     with np.errstate(all="ignore"):  # NaN and infinity operands are the point here
         return np.array([flow.combine(op, x, y, fp8) for x, y in zip(a, b)], a.dtype)
+
+
+def python_premul(op, a, b, fp8):
+    """``flow.premul`` as the simulator runs it (``b`` each element's scale)."""
+    with np.errstate(all="ignore"):
+        return np.array([flow.premul(flow.Reduction(op, 2, fp8, y), x) for x, y in zip(a, b)], a.dtype)
 
 
 def python_finish(op, values, nranks, fp8):
@@ -178,16 +192,20 @@ def test_combine_and_finish_match_the_simulator(op, name):
     a, b = operands(name)
     kernel = element_kernel(op, fp8)
     dev_a, dev_b = cupy.asarray(a), cupy.asarray(b)
-    combined, finished = cupy.empty_like(dev_a), cupy.empty_like(dev_a)
+    combined, finished, premultiplied = cupy.empty_like(dev_a), cupy.empty_like(dev_a), cupy.empty_like(dev_a)
     failures = []
     for k, nranks in enumerate(NRANKS):
-        kernel[(a.size + 255) // 256, 256](dev_a, dev_b, np.int64(nranks), combined, finished)
+        kernel[(a.size + 255) // 256, 256](dev_a, dev_b, np.int64(nranks), combined, finished, premultiplied)
         cupy.cuda.Device().synchronize()
         if k == 0:
             got, want = combined.get(), python_combine(op, a, b, fp8)
             bad = mismatches(got, want, name)
             if bad.size:
                 failures.append(report(f"combine {op.name}", name, bad, got, want, a, b))
+            got, want = premultiplied.get(), python_premul(op, a, b, fp8)
+            bad = mismatches(got, want, name)
+            if bad.size:
+                failures.append(report(f"premul {op.name}", name, bad, got, want, a, b))
         got, want = finished.get(), python_finish(op, a, nranks, fp8)
         bad = mismatches(got, want, name)
         if bad.size:

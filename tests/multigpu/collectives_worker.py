@@ -52,8 +52,8 @@ def suite_cases(name: str, nranks: int, lsa_size: int | None = None) -> list:
                                start=len(out))
         return out
     if name == "torch":  # torch tensors of the element type itself: no dtype= in the call
-        return check.cases(nranks, lsa_size=lsa_size, counts=(1, 4099, BIG), dtypes=("float8_e4m3fn", "bfloat16"),
-                           like="torch")
+        return check.cases(nranks, lsa_size=lsa_size, counts=(1, 4099, BIG),
+                           dtypes=("float8_e4m3fn", "bfloat16", "int8", "uint32", "uint64"), like="torch")
     if name == "small":  # for compute-sanitizer: one count, every program, the three protocols
         return check.cases(nranks, lsa_size=lsa_size, counts=(4099,), dtypes=("float32", "float8_e4m3fn"),
                            ops=("sum", "avg"), protocols=forced)

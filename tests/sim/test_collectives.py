@@ -9,6 +9,8 @@ staging is tiny (two 128-byte slots), so every call crosses many slots.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -49,6 +51,195 @@ def test_every_collective_dtype_op_placement(nranks, nodes):
 def test_two_nodes_reordered_seeds(seed):
     """2 nodes x 4 ranks, GIN across, reordered delivery, more scheduler seeds (float32, all ops)."""
     _run(8, 2, seed, counts=(53,), dtypes=("float32",))
+
+
+INTEGERS = ("int8", "uint8", "int32", "uint32", "int64", "uint64")
+
+
+@pytest.mark.parametrize("dtype", INTEGERS)
+def test_integers_wrap_and_avg_divides_the_wrapped_sum(dtype):
+    """Inputs over the whole range of the type: sum and prod wrap in the element type, min and max
+    compare signed or unsigned as the type is, and avg is NCCL's SumPostDiv: the wrapping sum, then
+    divided truncating toward zero. The expected values come from NumPy's own wrapping arithmetic."""
+    nranks, count = 3, 37
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(11)
+    ins = [rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True) for _ in range(nranks)]
+    ins[0][:4] = (info.max, info.min, info.max, 0)  # sums that wrap for certain
+    ins[1][:4] = (info.max, info.min, 1, info.min)
+    stack = np.stack(ins)
+    wrapped = np.add.reduce(stack, axis=0, dtype=dtype)
+    expected = {
+        "sum": wrapped,
+        "prod": np.multiply.reduce(stack, axis=0, dtype=dtype),
+        "min": stack.min(0), "max": stack.max(0),
+        "avg": np.array([abs(int(x)) // nranks * (-1 if x < 0 else 1) for x in wrapped]).astype(dtype),
+    }
+    calls = [(algorithm, collective, op) for algorithm, collective in
+             [("ring", "all_reduce"), ("tree", "all_reduce"), ("one_shot", "all_reduce"), ("ring", "reduce"),
+              ("ring", "reduce_scatter")] for op in expected]
+
+    def main(comm):
+        out = []
+        for i, (algorithm, collective, op) in enumerate(calls):
+            config = dataclasses.replace(TINY, protocol=PROTOCOLS[i % 3])
+            if collective == "reduce_scatter":  # rank r's piece of every rank's concatenated inputs
+                src = comm.alloc(nranks * count, dtype)
+                src[:] = np.concatenate([np.roll(ins[comm.rank], k) for k in range(nranks)])
+                dst = comm.alloc(count, dtype)
+            else:
+                src, dst = comm.alloc(count, dtype), comm.alloc(count, dtype)
+                src[:] = ins[comm.rank]
+            dst[:] = check.poison(dtype)
+            kwargs = {"root": 1} if collective == "reduce" else {}
+            getattr(coll, collective)(comm, src, dst, op=op, algorithm=algorithm, config=config, **kwargs)
+            comm.synchronize()
+            out.append(np.array(dst))
+        return out
+
+    for rank, results in enumerate(spawn(main, nranks=nranks, seed=4)):
+        for (algorithm, collective, op), got in zip(calls, results):
+            if collective == "reduce" and rank != 1:
+                continue
+            # reduce_scatter: piece r of rank q is ins[q] rolled by r, so rank r's result is the rolled result
+            want = np.roll(expected[op], rank) if collective == "reduce_scatter" else expected[op]
+            np.testing.assert_array_equal(got, want, err_msg=f"{algorithm} {collective} {op} rank {rank}")
+
+
+def test_premulsum_rounds_each_product_then_the_sum():
+    """The exact definition, bit for bit, on 2 ranks (a sum of two is the same in either order): each
+    rank's product in the element type (float16, bfloat16 and fp8 multiplied in float32 and rounded
+    once; float32 and float64 in their own type), then the sum, rounded once more. The expected bits
+    are NumPy's (fp8 by flowdsl/_fp8.py's table)."""
+    from flowdsl import _fp8
+
+    rng = np.random.default_rng(5)
+    count = 61
+    cases = {}
+    for dtype in ("float16", "float32", "float64", "bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        x = rng.uniform(-2, 2, (2, count))
+        s = rng.uniform(0.5, 1.0, 2) * np.array([1.0, -1.0])
+        if dtype.startswith("float8"):
+            fmt = _fp8.E4M3 if dtype == "float8_e4m3fn" else _fp8.E5M2
+            x, s = _fp8.to_fp8(x, fmt), _fp8.to_fp8(s, fmt)
+            xv, sv = _fp8.from_fp8(x, fmt), _fp8.from_fp8(s, fmt)
+            products = [_fp8.from_fp8(_fp8.to_fp8(xv[r] * sv[r], fmt), fmt).astype(np.float32) for r in range(2)]
+            want = _fp8.to_fp8(products[0] + products[1], fmt)
+        elif dtype == "bfloat16":
+            x, s = check.bf16_bits(x), check.bf16_bits(s)
+            xv, sv = check.bf16_values(x), check.bf16_values(s)
+            products = [check.bf16_values(check.bf16_bits(xv[r] * sv[r])) for r in range(2)]
+            want = check.bf16_bits(products[0] + products[1])
+        else:
+            x, s = x.astype(dtype), s.astype(dtype)
+            if dtype == "float16":
+                products = [np.float16(x[r].astype(np.float32) * np.float32(s[r])) for r in range(2)]
+                want = (products[0].astype(np.float32) + products[1].astype(np.float32)).astype(np.float16)
+            else:
+                products = [x[r] * s[r] for r in range(2)]
+                want = products[0] + products[1]
+        cases[dtype] = (x, s, np.asarray(want))
+
+    def main(comm):
+        out = {}
+        for i, (dtype, (x, s, _)) in enumerate(cases.items()):
+            src, dst = comm.alloc(count, x.dtype), comm.alloc(count, x.dtype)
+            src[:] = x[comm.rank]
+            kwargs = {"dtype": dtype} if dtype.startswith("float8") else {}
+            config = dataclasses.replace(TINY, protocol=PROTOCOLS[i % 3])
+            coll.all_reduce(comm, src, dst, op=coll.premul_sum(check._values(s[comm.rank:comm.rank + 1], dtype)[0]),
+                            algorithm="ring", config=config, **kwargs)
+            comm.synchronize()
+            out[dtype] = np.array(dst)
+        return out
+
+    for got in spawn(main, nranks=2, seed=2):
+        for dtype, (_, _, want) in cases.items():
+            bits = f"u{want.dtype.itemsize}"
+            np.testing.assert_array_equal(got[dtype].view(bits), want.view(bits), err_msg=dtype)
+
+
+def test_premulsum_reads_a_device_scalar_when_the_kernel_runs():
+    """A device scalar is read by each launch (a repeated, planned call sees the new value); a host
+    immediate is the value it was made with; one rank multiplies too."""
+    for nranks in (1, 3):
+        def main(comm):
+            x = comm.alloc(40, np.float32)
+            x[:] = np.arange(40, dtype=np.float32)
+            y = comm.alloc(40, np.float32)
+            scalar = comm.alloc(1, np.float32)
+            op = coll.premul_sum(scalar)
+            seen = []
+            for value in (2.0, -0.5):  # the same arrays and op: the second call runs the planned launch
+                scalar[:] = value * (comm.rank + 1)
+                coll.all_reduce(comm, x, y, op=op, algorithm="ring", config=TINY)
+                comm.synchronize()
+                seen.append(np.array(y))
+            host = coll.premul_sum(np.float32(4.0))
+            coll.all_reduce(comm, x, y, op=host, algorithm="ring", config=TINY)
+            comm.synchronize()
+            seen.append(np.array(y))
+            return seen
+
+        ranks = sum(range(1, nranks + 1))
+        for seen in spawn(main, nranks=nranks):
+            base = np.arange(40, dtype=np.float32)
+            np.testing.assert_array_equal(seen[0], base * 2.0 * ranks)
+            np.testing.assert_array_equal(seen[1], base * -0.5 * ranks)
+            np.testing.assert_array_equal(seen[2], base * 4.0 * nranks)
+
+
+def test_premulsum_bad_input_is_refused_before_launch():
+    def main(comm):
+        x = comm.alloc(8, np.float32)
+        h = comm.alloc(8, np.float16)
+        i8 = comm.alloc(8, np.int8)
+        i32 = comm.alloc(8, np.int32)
+        f32_scalar = comm.alloc(1, np.float32)
+        calls = [
+            lambda: coll.all_reduce(comm, x, op="premulsum"),
+            lambda: coll.reduce(comm, x, op=flowdsl.RedOp.PREMULSUM),
+            lambda: coll.all_reduce(comm, i32, op=coll.premul_sum(0.5)),
+            lambda: coll.reduce_scatter(comm, comm.alloc(8, np.int8), comm.alloc(4, np.int8),
+                                        op=coll.premul_sum(300)),
+            lambda: coll.all_reduce(comm, h, op=coll.premul_sum(1e6)),
+            lambda: coll.all_reduce(comm, h, op=coll.premul_sum(f32_scalar)),
+            lambda: coll.all_reduce(comm, x, op=coll.premul_sum(comm.alloc(2, np.float32))),
+            lambda: coll.all_reduce(comm, x, op=coll.premul_sum("2")),
+            lambda: coll.all_reduce(comm, i8, op=coll.premul_sum(np.zeros(3))),
+            lambda: coll.all_reduce(comm, comm.alloc(8, np.uint8), dtype="float8_e4m3fn",
+                                    op=coll.premul_sum(1000.0)),
+        ]
+        errors = []
+        for call in calls:
+            try:
+                call()
+            except flowdsl.UsageError as exc:
+                errors.append(str(exc))
+            else:
+                errors.append("no error")
+        return errors
+    expected = [
+        "Cannot all_reduce with op='premulsum': premulsum multiplies each rank's input by that rank's scalar, and "
+        "none was given. Pass op=flowdsl.collectives.premul_sum(scalar)",
+        "Cannot reduce with op=<RedOp.PREMULSUM: 5>: premulsum multiplies",
+        "Cannot all_reduce int32 with premul_sum(0.5): 0.5 is not an integer, and NCCL takes the scalar in the "
+        "data's type. Pass an integer scalar",
+        "Cannot reduce_scatter int8 with premul_sum(300): 300 is outside int8's range (-128..127). Pass a scalar "
+        "that int8 holds",
+        "Cannot all_reduce float16 with premul_sum(1000000.0): 1000000.0 is outside float16's range (±65504)",
+        "Cannot all_reduce float16 with premul_sum(<one-element float32 device array>): its scalar is float32, and "
+        "NCCL takes the scalar in the data's type. Pass a one-element array of float16",
+        "Cannot make premul_sum over a device array of 2 elements: the scalar is one element",
+        "Cannot make premul_sum('2'): the scalar must be a real number (a host immediate) or a one-element device "
+        "array, got str. Pass an int or a float",
+        "Cannot make premul_sum over a NumPy array of 3 elements",
+        "Cannot all_reduce float8_e4m3fn with premul_sum(1000.0): 1000.0 is outside float8_e4m3fn's range (±448)",
+    ]
+    for errors in spawn(main, nranks=2):
+        assert len(errors) == len(expected)
+        for got, want in zip(errors, expected):
+            assert want in got, (want, got)
 
 
 def test_larger_slots_and_channels():
@@ -108,7 +299,7 @@ def test_bad_input_is_refused_before_launch():
         "src has 9 elements, not a multiple of nranks=2",
         "dst has 10 elements but 20 are needed (nranks * count",
         "root 7 is not a rank of this communicator (0..1)",
-        "unknown op 'median'. Use one of sum, prod, min, max, avg",
+        "unknown op 'median'. Use one of sum, prod, min, max, avg or flowdsl.collectives.premul_sum(scalar)",
         "unknown algorithm 'fastest'",
         "only all_reduce has a tree program",
         "is a NumPy array in host memory",

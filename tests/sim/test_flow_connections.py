@@ -30,7 +30,7 @@ from numba import cuda
 import flowdsl
 from flowdsl import Protocol, flow
 from flowdsl.collectives import FlowConfig, check
-from flowdsl.collectives._config import OPS
+from flowdsl.collectives._config import OPS as _OPS
 from flowdsl.collectives.programs import gin_context, no_gin_context
 from flowdsl.sim import spawn
 
@@ -45,7 +45,10 @@ MIDDLE = ("recv_reduce_send", "recv_copy_send", "recv_reduce_copy_send")
 LAST = ("recv", "recv_reduce_copy")
 # Every (first, middle, last) combination once: each step kind runs in at least four launches.
 COMBOS = [(f, m, la) for f in range(len(FIRST)) for m in range(len(MIDDLE)) for la in range(len(LAST))]
-DTYPES = ("float32", "int32", "float16", "float64", "bfloat16", "int64", "uint8")
+DTYPES = ("float32", "int32", "float16", "float64", "bfloat16", "int64", "uint8", "int8", "uint32", "uint64")
+# The kernels here take the operator at run time and no scalar: premulsum's pre-multiply is the
+# collectives' programs' (tests/sim/test_collectives.py).
+OPS = {name: op for name, op in _OPS.items() if name != "premulsum"}
 
 
 # ---- kernels -------------------------------------------------------------------------------------

@@ -87,6 +87,11 @@ def _different_op_and_root(comm):
     coll.reduce(comm, _x(comm), op="min" if comm.rank == 1 else "sum", root=comm.rank, config=CFG)
 
 
+def _premulsum_and_sum(comm):
+    op = coll.premul_sum(2.0) if comm.rank == 1 else "sum"
+    coll.all_reduce(comm, _x(comm), op=op, config=CFG)
+
+
 def _different_collectives(comm):
     if comm.rank == 1:
         coll.all_gather(comm, _x(comm), comm.alloc(64 * comm.nranks, np.float32), config=CFG)
@@ -102,13 +107,31 @@ def _different_collectives(comm):
     (_different_config, "config is FlowConfig(channels=2, nslots=2, slot_bytes=1024, threads=64, protocol=None) "
                         "on rank 0 and FlowConfig(channels=1,", "config"),
     (_different_op_and_root, "op is sum on rank 0 and min on rank 1; root is 0 on rank 0 and 1 on rank 1", "op"),
+    (_premulsum_and_sum, "op is sum on rank 0 and premulsum on rank 1", "op"),
     (_different_collectives, "the ranks called different collectives: all_reduce on rank 0 and all_gather on "
                              "rank 1", "collective"),
-], ids=["op", "dtype", "root", "algorithm", "config", "op-and-root", "collective"])
+], ids=["op", "dtype", "root", "algorithm", "config", "op-and-root", "premulsum", "collective"])
 def test_each_argument_that_differs_is_named(main, expected, argument):
     err, launched = _mismatch(main)
     assert expected in str(err)
     assert argument in err.differences and launched == 0
+
+
+def test_premulsum_agrees_in_its_kind_not_in_its_scalar():
+    """NCCL lets every rank bring its own scalar, host or device: only the operator is compared."""
+    def main(comm):
+        x = _x(comm)
+        if comm.rank == 0:
+            op = coll.premul_sum(0.5)
+        else:
+            scalar = comm.alloc(1, np.float32)
+            scalar.set(np.array([3.0], np.float32))
+            op = coll.premul_sum(scalar)
+        coll.all_reduce(comm, x, op=op, config=CFG)
+        comm.synchronize()
+        return x.get()
+    for got in run_ranks(main, nranks=2):
+        np.testing.assert_array_equal(got, np.arange(64, dtype=np.float32) * 3.5)
 
 
 def test_a_later_call_that_differs_is_caught_after_matching_ones():
