@@ -28,7 +28,8 @@ from .enums import Protocol
 from .errors import UsageError
 
 __all__ = ["MAX_CONNECTIONS", "SMALL_SLOT_BYTES", "STATE_WORDS", "Staging", "staging", "staging_words",
-           "state_words", "protocol_slot_words", "region_words", "require_staging", "refusal", "lsa_team_size"]
+           "state_words", "protocol_slot_words", "region_words", "require_staging", "refusal", "lsa_team_size",
+           "describe_word"]
 
 #: Tells the simulator that this module's functions are device code.
 __flowdsl_device_module__ = True
@@ -95,6 +96,32 @@ class Staging:
     slot_words: int
     with_outbox: bool
     buffer: object = field(repr=False, compare=False)
+
+
+_STATE_NAMES = ("ready", "credit", "sent", "received")
+
+
+def describe_word(layout: Staging, word: int) -> str:
+    """What uint64 word ``word`` of a staging window laid out as ``layout`` is, for reports:
+    a state word or a line of a slot, with its channel and connection."""
+    state = state_words(layout.channels)
+    if word < state:
+        conn, which = divmod(word, STATE_WORDS)
+        channel, number = divmod(conn, MAX_CONNECTIONS)
+        return f"the {_STATE_NAMES[which]} counter of channel {channel}, connection {number}"
+    at = word - state
+    for box in ("inbox", "outbox"):
+        for protocol in Protocol:
+            size = region_words(layout.channels, layout.nslots, layout.slot_words, protocol)
+            if at < size:
+                per = protocol_slot_words(layout.slot_words, protocol)
+                slot, line = divmod(at, per)
+                conn, slot = divmod(slot, layout.nslots)
+                channel, number = divmod(conn, MAX_CONNECTIONS)
+                return (f"line {line} of {protocol.name} {box} slot {slot} of channel {channel}, connection "
+                        f"{number}")
+            at -= size
+    return f"word {word} past the layout"
 
 
 def refusal(got: str) -> str:

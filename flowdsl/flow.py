@@ -25,6 +25,15 @@ and a 4-byte flag with one store each, so the receiver needs no separate flag;
 stored with release semantics. LL and LL128 carry small messages: their slots are
 at most :data:`SMALL_SLOT_BYTES`.
 
+Freshness (why a receiver never takes data another step left): every slot is named by its
+connection's step counter, which both ends keep in the staging window (on the device: CUDA
+graph replays and every grid, count, dtype and channel count advance it alike), never by a
+launch's grid or a block. SIMPLE's data is read after the 64-bit ready counter passed the
+step; LL128's 64-bit line flag is ``step + 1`` (it does not wrap); LL's 32-bit line flags
+cycle (:func:`ll_flag`) and the slots are rewritten whole before a flag can come round again
+(:func:`ll_cleans`). The simulator checks it: a line taken with a flag that another call
+left raises :class:`flowdsl.sim.StaleDataError`.
+
 Steps (the ``op`` steps take a :func:`reduction`): :func:`send`, :func:`recv`,
 :func:`copy_send`, :func:`recv_reduce_send`, :func:`recv_reduce_copy`,
 :func:`recv_reduce_copy_send`, :func:`recv_copy_send`, and :func:`copy` (local).
@@ -78,7 +87,8 @@ __all__ = [
     "MAX_CONNECTIONS", "SMALL_SLOT_BYTES", "Processor", "Connection", "Reduction", "Staging", "staging",
     "staging_words", "processor",
     "connect", "reduction", "combine", "finish", "combine_packs", "finish_pack", "strong_signal_inc",
-    "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "E4M3", "E5M2",
+    "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "ll_flag", "ll_cleans", "LL_FLAG_CYCLE",
+    "E4M3", "E5M2",
     "send", "recv", "copy_send", "recv_reduce_send", "recv_reduce_copy", "recv_reduce_copy_send",
     "recv_copy_send", "copy", "direct_send", "direct_recv", "direct_copy_send", "direct_recv_copy_send",
 ]
@@ -104,12 +114,13 @@ _WARP = 32
 
 Processor = namedtuple("Processor", ["comm", "stage", "ctx", "channel", "nchannels", "channels", "nslots",
                                      "slot_words", "protocol", "inbox_at", "outbox_at", "workers",
-                                     "sync_thread", "ll128"])
+                                     "sync_thread", "ll128", "ll_at", "ll_slot_words"])
 Processor.__doc__ = """One CTA's side of Flow: its channel, staging window and protocol (see :func:`processor`).
 
 ``slot_words`` and ``inbox_at`` / ``outbox_at`` are those of the processor's protocol;
 threads below ``workers`` move data, thread ``sync_thread`` waits and publishes; ``ll128``
-0: the kernel holds no LL128 code."""
+0: the kernel holds no LL128 code; ``ll_at`` and ``ll_slot_words``: where the LL inboxes start
+and their slots' size, whatever the protocol (every step may clean an LL slot: :func:`ll_cleans`)."""
 Connection = namedtuple("Connection", ["peer", "number", "remote_number", "gin"])
 Connection.__doc__ = """A connection to ``peer`` (see :func:`connect`).
 
@@ -158,7 +169,9 @@ def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=
     sync_thread = nt - _WARP if nt >= 2 * _WARP else 0
     return Processor(comm, stage, ctx, mine, cuda.gridDim.x, channels, nslots,
                      protocol_slot_words(slot_words, protocol), protocol, state + before,
-                     state + boxes + before, workers, sync_thread, ll128)
+                     state + boxes + before, workers, sync_thread, ll128,
+                     state + region_words(channels, nslots, slot_words, Protocol.SIMPLE),
+                     protocol_slot_words(slot_words, Protocol.LL))
 
 
 @device
@@ -350,7 +363,25 @@ def _publish_slot(proc, inp, out, rstep, sstep, m, itemsize, recv, send):
     if recv:
         _give_credit(proc, proc.ctx, inp, rstep)
     if send:
+        if proc.protocol == Protocol.LL:
+            _clean_ll_slot(proc, out, sstep, m * ll_lines_per_element(itemsize))
+        else:
+            _clean_ll_slot(proc, out, sstep, 0)
         _post(proc, proc.ctx, out, sstep, _slot_words_used(proc, m, itemsize))
+
+
+@device
+def _clean_ll_slot(proc, out, sstep, keep):
+    """At the steps :func:`ll_cleans` names, of any protocol (they share the step count), write the
+    flag of ``sstep`` into every line of its LL slot past the ``keep`` that carry data (see
+    :func:`ll_flag`). Over LSA only: over GIN the receiver reads a slot after the signal that covers
+    its put, so no old line is read there. Two steps in four billion: the sync thread alone does it."""
+    if out.gin or not ll_cleans(sstep, proc.nslots):
+        return
+    slot = ((proc.channel * MAX_CONNECTIONS + out.remote_number) * proc.nslots + sstep % proc.nslots)
+    lines = lsa.peer_view(proc.stage, out.peer, proc.ll_at + slot * proc.ll_slot_words, proc.ll_slot_words)
+    for line in range(keep, proc.ll_slot_words):
+        mem.store_relaxed(lines, line, ll_line(uint64(0), ll_flag(sstep)), _SYS)
 
 
 @device
@@ -448,6 +479,37 @@ def _simple_move(proc, inbox, outbox, src, dst, base, m, red, vectors, recv, sen
         i += workers
 
 
+#: LL flags run through ``1 .. LL_FLAG_CYCLE`` (:func:`ll_flag`): never 0, the flag of zeroed memory, and
+#: below 2**32, the flag's half of a line. Even, so that each half of the cycle has a clean window.
+LL_FLAG_CYCLE = 2**32 - 2
+_LL_HALF_CYCLE = LL_FLAG_CYCLE // 2
+
+
+@device
+def ll_flag(step):
+    """The flag of LL lines written at ``step`` (0, 1, ...: a connection's slot count, or a one-shot
+    window's call count), counted on the device at both ends: ``1 + step % LL_FLAG_CYCLE``.
+
+    Why a line from another step is never taken for this one: a reader accepts a line of slot
+    ``step % nslots`` only when it carries ``ll_flag(step)``. The writer of an earlier step ``j``
+    of the same slot left ``ll_flag(j)``, equal only if ``step - j`` is a multiple of the cycle;
+    but the last ``nslots`` steps of every half cycle (:func:`ll_cleans`) rewrite their whole
+    slot, so every slot is rewritten at least once between ``j`` and ``step``, and what it holds
+    is newer than ``j``. Zeroed memory carries flag 0, which no step uses.
+    """
+    return uint64(1 + step % LL_FLAG_CYCLE)
+
+
+@device
+def ll_cleans(step, nslots):
+    """Whether step ``step`` writes all the lines of its LL slot, not only those carrying data:
+    the last ``nslots`` steps of each half of the flag cycle do (one for every slot), see
+    :func:`ll_flag`, whatever protocol the step runs (a connection's protocols share its step
+    count, so a half cycle of SIMPLE steps must clean the LL slots too). Two steps in four
+    billion: no cost to speak of."""
+    return step % _LL_HALF_CYCLE >= _LL_HALF_CYCLE - nslots
+
+
 @device
 def ll_line(bits, flag):
     """An LL line: 4 data bytes (the low half of ``bits``) and a 4-byte ``flag``, one uint64
@@ -468,8 +530,9 @@ def ll_read(comm, view, line, flag, peer):
     while (w >> uint64(32)) != flag:
         state = wait.poll(comm, state, wait.LL_LINE, peer, line, flag, w >> uint64(32))
         if state == wait.GAVE_UP:
-            break
+            return w & uint64(0xFFFFFFFF)
         w = mem.load_relaxed(view, line, _SYS)
+    wait.accepted(view, line, 1, peer)
     return w & uint64(0xFFFFFFFF)
 
 
@@ -484,8 +547,8 @@ def _ll_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, r
     """LL: each element travels in 8-byte lines of 4 data bytes and the step's flag."""
     lines = ll_lines_per_element(dst.itemsize)
     words = proc.slot_words
-    rflag = uint64((rstep + 1) & 0xFFFFFFFF)
-    sflag = uint64((sstep + 1) & 0xFFFFFFFF)
+    rflag = ll_flag(rstep)
+    sflag = ll_flag(sstep)
     inbox = lsa.local_view(proc.stage, _inbox_at(proc, inp, rstep), words)
     if out.gin:
         outbox = lsa.local_view(proc.stage, _outbox_at(proc, out, sstep), words)
@@ -570,6 +633,7 @@ def _ll128_wait(proc, inp, inbox, at, flag):
         if state == wait.GAVE_UP:
             return
         seen = mem.load_acquire(inbox, at, _SYS)
+    wait.accepted(inbox, at + 1 - _LL128_LINE, _LL128_LINE, inp.peer)  # the data words with their flag
 
 
 @device
@@ -732,6 +796,7 @@ def _direct_step(proc, inp, out, src, src_offset, win, offset, n, flags):
             _give_credit(proc, proc.ctx, inp, rstep)
             state[_state_at(proc, _RECEIVED, inp.number)] = uint64(rstep + 1)
         if has_send:
+            _clean_ll_slot(proc, out, sstep, 0)
             _post_direct(proc, proc.ctx, out, win, offset * mine.itemsize, n * mine.itemsize, sstep)
             state[_state_at(proc, _SENT, out.number)] = uint64(sstep + 1)
 

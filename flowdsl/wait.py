@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._spec import COMM, INT
+from ._spec import COMM, INT, MEM_ARRAY
 from ._stubs import primitive
 
-__all__ = ["poll", "GAVE_UP", "CHECK_EVERY", "PRIMITIVE_NAMES", "USER", "FLOW_CREDIT", "FLOW_READY", "LL_LINE",
+__all__ = ["poll", "accepted", "GAVE_UP", "CHECK_EVERY", "PRIMITIVE_NAMES", "USER", "FLOW_CREDIT", "FLOW_READY", "LL_LINE",
            "LL128_LINE", "LSA_BARRIER", "GIN_SIGNAL", "GIN_COUNTER", "GIN_BARRIER", "HYBRID_BARRIER", "CFT_COUNTER",
            "CFT_BARRIER"]
 
@@ -93,4 +93,19 @@ def poll(comm, state, what, peer, index, expected, seen):
     the record when this wait is the first to time out. Costs a counter per iteration;
     every :data:`CHECK_EVERY` iterations one ``%globaltimer`` read and two loads of
     host-mapped memory.
+    """
+
+
+@primitive(view=MEM_ARRAY, index=INT, count=INT, peer=INT)
+def accepted(view, index, count, peer):
+    """Says that the ``count`` words ``view[index:index+count]`` that a wait just took as fresh (an LL
+    line whose flag matched, an LL128 line, a one-shot line) were written by world rank ``peer``
+    for this very call. A wait that takes data by a flag ends with it.
+
+    Costs nothing on the GPU (no code), where a stale line cannot be told from a fresh one. The
+    simulator knows who wrote each word in which launch: a word written by another rank, or in
+    another call (the writer's launch number is not the reader's: every rank makes the same
+    calls), raises :class:`flowdsl.sim.StaleDataError` naming the line, the writer's and the
+    reader's calls. That is how a flag the two ends count differently (per block, per grid, or
+    one that wraps onto an old line) is caught where the bits happen to match.
     """

@@ -10,7 +10,9 @@
 # Stage coldstart times the library's warm load (benchmarks/cache_load.py --gpu) and the first collectives of
 # fresh processes, cold and warm (benchmarks/cold_compile.py --gpu); BEFORE_TREE=path adds the same for another
 # checkout (an earlier commit), side by side.
-#   STAGES="tests multigpu sanitize bench launch coldstart sweep notebooks" picks stages (default: all); BENCH_ARGS go to
+# Stage channel runs benchmarks/flow_channel_bench.py: Flow's loopback per channel beside ../shared/bench/protocols_ref.cu,
+# which must travel in an ignored folder (FLOW_REF=path, default .bench/protocols_ref.cu).
+#   STAGES="tests multigpu sanitize bench channel launch coldstart sweep notebooks" picks stages (default: all); BENCH_ARGS go to
 #   benchmarks/collectives_bench.py, MULTIGPU_BENCH_ARGS (e.g. --quick) to benchmarks/multigpu_bench.py.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +27,7 @@ export FLOWDSL_CACHE_DIR=${FLOWDSL_CACHE_DIR:-/tmp/flowdsl-cache}
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/flowdsl-out}
-STAGES=${STAGES:-tests multigpu sanitize bench launch coldstart sweep notebooks}
+STAGES=${STAGES:-tests multigpu sanitize bench channel launch coldstart sweep notebooks}
 mkdir -p "$OUT"
 NGPUS=$(nvidia-smi -L | wc -l)
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -88,6 +90,10 @@ if has bench; then
   fi
   python3 benchmarks/collectives_bench.py ${BENCH_ARGS:-} --json "$OUT/bench.json" 2>&1 \
     | tee "$OUT/collectives_bench.log" | tail -45
+fi
+if has channel; then  # Flow per channel beside the CUDA C++ reference of NCCL's protocol designs (same GPU, same call)
+  python3 benchmarks/flow_channel_bench.py --ref "${FLOW_REF:-.bench/protocols_ref.cu}" --json "$OUT/channel.json" \
+    2>&1 | tee "$OUT/channel.log" | tail -30
 fi
 if has launch; then  # host cost of launches and of a repeated small collective, against CuPy's RawKernel
   python3 benchmarks/launch_bench.py --json "$OUT/launch.json" 2>&1 | tee "$OUT/launch_bench.log" | tail -12

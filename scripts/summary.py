@@ -47,6 +47,14 @@ def main(out: str) -> None:
             shown = "-" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value))
             verdict = f"{goal['status']}  {shown} ({goal.get('target', '')}) {goal.get('detail', '')}"
             rows.append((goal["name"], verdict))
+    channel = out_dir / "channel.json"
+    if channel.exists():  # benchmarks/flow_channel_bench.py: flowdsl / reference per protocol and channel count
+        by_proto: dict[str, list] = {}
+        for cell in json.loads(channel.read_text())["cells"]:
+            ratio = "-" if cell["ratio"] is None else f"{cell['ratio']:.2f}"
+            by_proto.setdefault(cell["proto"], []).append(f"{cell['channels']} ch {cell['flowdsl_gbps']:.1f} GB/s ({ratio})")
+        for proto, cells in by_proto.items():
+            rows.append((f"Flow {proto} per channel (÷ CUDA reference)", ", ".join(cells)))
     for line in (out_dir / "coldstart.log").read_text().splitlines() if (out_dir / "coldstart.log").exists() else []:
         if line.startswith("warm load of the library"):  # benchmarks/cache_load.py --gpu
             rows.append(("warm load of the library (goal 0.2 s)", line.partition(": ")[2]))

@@ -211,6 +211,7 @@ def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", r
                          "from flowdsl.init() (or the simulator's)")
     if _closed(comm):
         raise UsageError(_CLOSED)
+    _refuse_after_a_timeout(comm)
     sim = bool(getattr(comm, "__flowdsl_sim__", False))
     s = _Buffer(src, "src", operation, sim)
     d = s if dst is None or dst is src else _Buffer(dst, "dst", operation, sim)
@@ -509,11 +510,24 @@ def _call_nccl(nccl_comm, collective, src, dst, op, root, kw):
         nccl_comm.reduce(src, dst, op, int(root), **kw)
 
 
+def _refuse_after_a_timeout(comm) -> None:
+    """Raise the timeout a kernel of ``comm`` recorded, if one did: the kernels whose waits gave up ran
+    on with garbage, so this rank's step counters and one-shot call count no longer match its peers',
+    and a further call could take stale data for fresh."""
+    error = comm.device_error()
+    if error is not None:
+        error.add_note("flowdsl's collectives refuse every call after a timeout: the communicator's connections are "
+                       "out of step with its peers', and a further call could return stale data. Call comm.abort() "
+                       "on every rank and create a new communicator.")
+        raise error
+
+
 def _ran_planned(comm, key, src, dst) -> bool:
     """Run the call planned for ``key`` (a repeated call: the hot path); False if there is none."""
     plan = _planned(comm, key, src, dst)
     if plan is None:
         return False
+    _refuse_after_a_timeout(comm)
     if plan.agree is not None:
         plan.agree()
     plan.run(src, dst)

@@ -72,7 +72,7 @@ def channels_for(nbytes: int, nranks: int, config, protocol: Protocol | None = N
 
 def one_shot_blocks(count: int, nranks: int) -> int:
     """Blocks of a one-shot all-reduce: one per 1024 elements, two per thread of 512, since each
-    thread waits for its lines one after another (at most ``ONE_SHOT_BLOCKS``, its epoch counters)."""
+    thread waits for its lines one after another (at most ``ONE_SHOT_BLOCKS``)."""
     from .programs import ONE_SHOT_BLOCKS  # noqa: PLC0415
 
     return min(max(1, -(-count // 1024)), ONE_SHOT_BLOCKS)

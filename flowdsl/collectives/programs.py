@@ -36,7 +36,7 @@ from numba import cuda, int64, uint64
 
 import flowdsl
 from flowdsl import flow, gin, lsa, mem
-from flowdsl.enums import RedOp, ThreadScope
+from flowdsl.enums import MemoryOrder, RedOp, ThreadScope
 
 __all__ = ["PROGRAMS", "flow_program", "ring_chunks", "ring_connections", "ring_reduce_to_own_piece",
            "ring_gather_after_own_piece", "piece", "ring_all_gather", "ring_reduce_scatter", "ring_broadcast",
@@ -325,16 +325,21 @@ def tree_all_reduce(proc, red, partial, src, dst, count, root, lo, hi):
 
 # ---- one LSA team: one-shot all-reduce ------------------------------------------------------------
 
-#: Epoch counters (one per block) at the start of a one-shot window; at most this many blocks.
+#: Blocks of a one-shot all-reduce at most.
 ONE_SHOT_BLOCKS = 128
 #: LL lines per rank and buffer in the window the host gives one-shot calls (2 MiB).
 ONE_SHOT_LINES = 256 * 1024
+# The window's header (one 128-byte line): the calls finished on it, and the blocks of the running
+# call that are done. One count for the whole window, on the device: the flag and the buffer of a
+# call never depend on its grid, count or dtype, and CUDA graph replays advance it too.
+_CALLS, _BLOCKS_DONE = 0, 1
+_HEADER_WORDS = 16
 
 
 @flowdsl.device
 def one_shot_words(nranks):
-    """Size of a one-shot window in uint64 words: epochs, then 2 buffers x ``nranks`` x lines."""
-    return ONE_SHOT_BLOCKS + 2 * nranks * ONE_SHOT_LINES
+    """Size of a one-shot window in uint64 words: its header, then 2 buffers x ``nranks`` x lines."""
+    return _HEADER_WORDS + 2 * nranks * ONE_SHOT_LINES
 
 
 def one_shot_fits(count, itemsize):
@@ -353,17 +358,32 @@ def _one_shot_read(comm, words, at, lines, flag, like, lsa_peer):
     return mem.from_bits(bits, like.dtype)
 
 
+@flowdsl.device
+def _one_shot_done(words, call):
+    """This block is done with call ``call``; the last block of the grid counts the call finished
+    (the next launch, stream-ordered after this one, reads the new count)."""
+    cuda.syncthreads()  # every thread of the block read the count and finished its lines
+    if cuda.threadIdx.x == 0:
+        done = mem.atomic_add(words, _BLOCKS_DONE, uint64(1), MemoryOrder.ACQ_REL, ThreadScope.DEVICE)
+        if done == uint64(cuda.gridDim.x - 1):  # the others read the count before they arrived
+            words[_BLOCKS_DONE] = uint64(0)
+            words[_CALLS] = uint64(call + 1)
+
+
 @functools.cache
 def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     """One-shot AllReduce over one LSA team, for small messages (NCCL's symmetric ``AGxLL_R``).
 
     Each rank stores its input as LL lines (data and flag in one word) into its region of
     every peer's one-shot window, then reduces the ``n`` contributions it holds, in rank
-    order (so every rank gets the same bits). No barrier: a line's flag is the launch's
-    epoch, counted per block in the window. Two buffers by epoch parity: a rank can be at
-    most one launch ahead of a peer still reading, so it never overwrites unread lines.
-    ``stage`` is the one-shot window (:func:`one_shot_words`), not Flow's staging (so no Flow
-    protocol: ``ll128`` is unused).
+    order (so every rank gets the same bits). No barrier: a line's flag is
+    :func:`flowdsl.flow.ll_flag` of the call's number, counted once for the whole window in
+    its header (every rank makes the same calls, so the writer and the reader agree whatever
+    grid, count or dtype this or an earlier call had). Two buffers by the call's parity: a rank
+    can be at most one call ahead of a peer still reading, so it never overwrites unread lines;
+    the calls of :func:`flowdsl.flow.ll_cleans` write every line of their buffer, so a flag that
+    comes round again never finds an old line carrying it. ``stage`` is the one-shot window
+    (:func:`one_shot_words`), not Flow's staging (so no Flow protocol: ``ll128`` is unused).
     """
     @flowdsl.kernel(max_registers=_MAX_REGISTERS)
     def one_shot_all_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol,
@@ -375,11 +395,12 @@ def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
         red = flow.reduction(op, n, fp8)
         lines = flow.ll_lines_per_element(dst.itemsize)
         words = lsa.local_view(stage)
-        epoch = int64(words[cuda.blockIdx.x]) + 1
-        flag = uint64(epoch & 0xFFFFFFFF)
-        buffer = ONE_SHOT_BLOCKS + (epoch % 2) * n * ONE_SHOT_LINES
+        call = int64(words[_CALLS])
+        flag = flow.ll_flag(call)
+        buffer = _HEADER_WORDS + (call % 2) * n * ONE_SHOT_LINES
         first = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
         stride = cuda.gridDim.x * cuda.blockDim.x
+        written = ONE_SHOT_LINES if flow.ll_cleans(call, 2) else count * lines  # cleaning: every line
         # Push: this rank's input into its region of every peer's window.
         for step in range(1, n):
             peer = (me + step) % n
@@ -389,6 +410,8 @@ def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
                 mem.store_relaxed(theirs, i * lines, flow.ll_line(bits, flag), _SYS)
                 if lines == 2:
                     mem.store_relaxed(theirs, i * lines + 1, flow.ll_line(bits >> uint64(32), flag), _SYS)
+            for line in range(count * lines + first, written, stride):
+                mem.store_relaxed(theirs, line, flow.ll_line(uint64(0), flag), _SYS)
         # Reduce the n contributions, rank 0's first.
         for i in range(first, count, stride):
             acc = src[i]
@@ -401,9 +424,7 @@ def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
                     acc = flow.combine(red.op, acc, _one_shot_read(comm, words, buffer + q * ONE_SHOT_LINES
                                                                    + i * lines, lines, flag, dst, q), red.fp8)
             dst[i] = flow.finish(red.op, acc, red.nranks, red.fp8)
-        cuda.syncthreads()
-        if cuda.threadIdx.x == 0:
-            words[cuda.blockIdx.x] = uint64(epoch)
+        _one_shot_done(words, call)
 
     return one_shot_all_reduce
 

@@ -38,3 +38,12 @@ def wait_poll(comm, state, what, peer, index, expected, seen):
                      uint64(seen))
         return now
     return impl
+
+
+@overload(wait.accepted)
+def wait_accepted(view, index, count, peer):
+    check(wait.accepted, view, index, count, peer)
+
+    def impl(view, index, count, peer):  # the simulator's check only: no code on the GPU
+        return None
+    return impl

@@ -14,7 +14,8 @@ table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
 :class:`GinBackendError`, :class:`CftCoverageError`, :class:`DataRaceError` (see
 ``flowdsl.sim.races``: data races found by happens-before), :class:`WaitTimeoutError` (threads
 stuck in bounded waits: the GPU's :class:`flowdsl.DeviceTimeoutError` diagnosis, see
-``flowdsl.sim.timeouts``), and :func:`last_stats`. Each module
+``flowdsl.sim.timeouts``), :class:`StaleDataError` (a wait took a line another call wrote: see
+``flowdsl.wait.accepted``), and :func:`last_stats`. Each module
 of the device surface has its module here (``coop``, ``team``, ``lsa``, ``mem``, ``gin``, ``cft``,
 ``wait``); GIN and CFT operations cross one simulated network
 (``flowdsl.sim.network``).
@@ -28,7 +29,7 @@ from . import host as _host
 from . import cft, coop, flow, gin, lsa, mem, team, wait  # noqa: F401 - each registers its primitives' semantics
 from .errors import (BarrierIndexError, CftCoverageError, CollectiveMismatchError, DataRaceError, DeadlockError,
                      GinBackendError, GinCoverageError, GinResourceError, LivelockError, SimulationError,
-                     UnsupportedFeatureError, UsageError, WaitTimeoutError, WindowAccessError)
+                     StaleDataError, UnsupportedFeatureError, UsageError, WaitTimeoutError, WindowAccessError)
 from .host import launch, spawn
 from .semantics import SEMANTICS, dispatch, implements
 
@@ -37,7 +38,7 @@ __all__ = [
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
     "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "DataRaceError",
-    "WaitTimeoutError",
+    "WaitTimeoutError", "StaleDataError",
 ]
 
 

@@ -14,7 +14,7 @@ __all__ = [
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
     "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "DataRaceError",
-    "WaitTimeoutError",
+    "WaitTimeoutError", "StaleDataError",
 ]
 
 
@@ -97,3 +97,17 @@ class DataRaceError(SimulationError):
     """
 
     accesses: tuple = ()
+
+
+class StaleDataError(SimulationError):
+    """A wait took data by its flag (an LL or LL128 line, a one-shot line: ``flowdsl.wait.accepted``)
+    that was not written for the reader's call: by an earlier (or later) call of the writer, by
+    another rank, or never. On a GPU the bits matched and the result was silently wrong.
+
+    Attributes:
+        writer: Who wrote the word (rank, block, thread, kernel and launch number), or None.
+        reader: The thread that took it.
+    """
+
+    writer: str | None = None
+    reader: str | None = None

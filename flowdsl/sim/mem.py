@@ -32,14 +32,9 @@ def _spin_point(arr, index, value):
 
 
 def _note_write(arr, index, value):
-    t = current()
+    """Who stored what at element ``index`` of ``arr`` last (the livelock report, ``flowdsl.wait.accepted``)."""
     sched = _state.sched
-    addr = address_key(arr, index)
-    try:
-        v = value.item()
-    except AttributeError:
-        v = value
-    sched.last_writer[addr] = (t.name(), v)
+    sched.last_writer[address_key(arr, index)] = (current(), value)
     sched.stale = 0
 
 

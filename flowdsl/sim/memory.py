@@ -131,6 +131,8 @@ class WindowGroup:
         self.cft_counted = False
         #: rank -> (shadow cells, byte offset) of the race detector (see flowdsl.sim.races).
         self.race_cells = None
+        #: The :class:`flowdsl.flow.Staging` of a Flow staging window, or None.
+        self.staging = None
 
     def name(self) -> str:
         return f"window #{self.wid}"
@@ -163,6 +165,7 @@ class Window(Closable):
     def _made_staging(self, staging) -> None:
         """Mark the window as made by :func:`flowdsl.flow.staging` (as the GPU runtime's window)."""
         self.flow_staging = staging
+        self.group.staging = staging  # reports name a staging word by its place (describe_word)
 
     @property
     def dtype(self):
@@ -330,6 +333,7 @@ class WindowView:
     def __setitem__(self, i, v):
         if type(i) is int and 0 <= i < self._n:
             self._a[i] = v
+            _state.sched.last_writer[(self.group.wid, self.wrank, (self.start + i) * self._isz)] = (_state.cur, v)
             if self.group.gin_tags is not None:
                 self._untag(i, i + 1)
             if self._rc is not None:
@@ -338,6 +342,8 @@ class WindowView:
         if isinstance(i, slice):
             self._a[i] = v
             s, e, st = i.indices(self._n)
+            for k in range(s, e, st):
+                self._note(k)
             if self.group.gin_tags is not None:
                 self._untag(s, e)
             if self._rc is not None:
@@ -346,10 +352,15 @@ class WindowView:
             return
         i = self._index(i, "write")
         self._a[i] = v
+        self._note(int(i))
         if self.group.gin_tags is not None:
             self._untag(i, i + 1)
         if self._rc is not None:
             self._rc.write(self._cells, self._off0 + int(i) * self._isz, self, i)
+
+    def _note(self, i):
+        """The running task stored element ``i`` last (``flowdsl.wait.accepted`` asks who wrote a line)."""
+        _state.sched.last_writer[(self.group.wid, self.wrank, (self.start + i) * self._isz)] = (_state.cur, self._a[i])
 
     def _untag(self, lo, hi):
         """A store by a thread replaces whatever a GIN put wrote there."""

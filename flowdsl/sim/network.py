@@ -51,7 +51,7 @@ class Op:
 
     __slots__ = ("id", "kind", "src", "dst", "ctx", "chan", "idx", "data", "group", "off", "n", "remote",
                  "counter", "read", "landed", "issuer", "state", "bar", "lgroup", "loff", "who", "landed_step",
-                 "applied", "hooks", "race_vc", "race_done", "race_site")
+                 "applied", "hooks", "race_vc", "race_done", "race_site", "writer")
 
     def __init__(self, kind, src, dst, ctx, state):
         self.kind, self.src, self.dst, self.ctx, self.state = kind, src, dst, ctx, state
@@ -147,6 +147,7 @@ class Network:
         ch.pending.append(op)
         ch.ops[op.idx] = op
         op.issuer, op.who = issuer, who
+        op.writer = _state.cur  # the landed words' writer (flowdsl.wait.accepted asks who wrote a line)
         self.ops[op.id] = op
         self.inflight.append(op)
         self.outstanding[issuer] = self.outstanding.get(issuer, 0) + 1
@@ -232,6 +233,9 @@ class Network:
             self._flush_done(op)
         elif op.kind in ("put", "value") and op.n:
             op.group.bytes[op.dst][op.off:op.off + op.n] = op.data
+            writers, wid = _state.sched.last_writer, op.group.wid
+            for b in range(-(-op.off // 4) * 4, op.off + op.n, 4):  # every element of 4 bytes or more
+                writers[(wid, op.dst, b)] = (op.writer, None)
             if rc is not None:
                 rc.net_window(op, agent, op.group, op.dst, op.off, op.n, True, "landing")
         elif op.kind == "get":

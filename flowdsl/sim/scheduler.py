@@ -206,6 +206,8 @@ class Scheduler:
         self.world = None
         self.net = None
         self.race = None
+        #: address_key -> (the task that stored there last, the value): mem stores and atomics, plain
+        #: stores into windows and GIN landings (the put's issuer) record it.
         self.last_writer = {}
         self.bounded_waits = {}  # task -> what it waits for (flowdsl/sim/timeouts.py)
 
@@ -417,7 +419,7 @@ class Scheduler:
                 continue
             seen.add(k)
             lw = self.last_writer.get(addr)
-            wr = (f"last written by {lw[0]} (value {lw[1]!r})" if lw else
+            wr = (f"last written by {lw[0].name()} (value {_plain(lw[1])!r})" if lw else
                   "never written by a flowdsl.mem store/atomic in this run")
             lines.append(f"  - {t.name()} spins at {where(t)} reading {addr_desc} == {value!r}; {wr}")
         waiting = self._waiting_report()
@@ -430,6 +432,14 @@ class Scheduler:
         e.seed = self.seed
         e.rank = task.rank
         return as_timeout(self, e)
+
+
+def _plain(value):
+    """A NumPy scalar as the Python number it holds (for reports)."""
+    try:
+        return value.item()
+    except AttributeError:
+        return value
 
 
 class Wait:

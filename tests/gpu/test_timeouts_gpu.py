@@ -57,6 +57,30 @@ def test_a_wait_nobody_releases_raises_with_its_record():
     assert comm.closed
 
 
+def test_collectives_refuse_every_call_after_a_timeout():
+    """A kernel that gave up ran on with garbage: the connections are out of step, so no further call
+    (planned or new) may run and return stale data."""
+    import flowdsl
+    from flowdsl import collectives as coll
+
+    comm = flowdsl.init(wait_timeout=LIMIT)
+    try:
+        x, y = comm.alloc(64, np.float32), comm.alloc(64, np.float32)
+        x[...] = 1.0
+        coll.all_reduce(comm, x, algorithm="ring")  # planned: the next same call takes the hot path
+        comm.synchronize()
+        _spinning_kernel(comm)
+        with pytest.raises(flowdsl.DeviceTimeoutError):
+            comm.synchronize()
+        for call in (lambda: coll.all_reduce(comm, x, algorithm="ring"), lambda: coll.all_gather(comm, x, y),
+                     lambda: coll.all_reduce(comm, x, algorithm="one_shot")):
+            with pytest.raises(flowdsl.DeviceTimeoutError) as info:
+                call()
+            assert "flowdsl's collectives refuse every call after a timeout" in "\n".join(info.value.__notes__)
+    finally:
+        comm.close()
+
+
 def test_abort_from_another_thread_ends_a_kernel_without_a_limit():
     import flowdsl
 
