@@ -4,8 +4,8 @@ A long run of calls on one communicator (nccl-tests' ``-c``, a training loop) fi
 call at a time cannot: state a call leaves in the staging or one-shot windows that a later
 call with another grid, count or protocol misreads. :func:`generate` makes, from a seed,
 the same list of :class:`Call` s on every rank (they are collective calls): a random
-program or ``"auto"``, protocol, ``FlowConfig`` (from a small pool per sequence, so calls
-share staging windows), count (0, 1, primes, counts around channel, chunk, round and
+program or ``"auto"``, protocol, ``FlowConfig`` (one small shape per sequence, its protocol
+drawn per call, so the calls share staging and one-shot windows), count (0, 1, primes, counts around channel, chunk, round and
 one-shot block boundaries, a few larger ones), element type, operator, root, in place or
 not, and arrays that are views at a random offset inside a larger allocation. Some calls
 repeat the previous one on the same arrays (the planned fast path).
@@ -322,7 +322,7 @@ class _Arrays:
         size_in = count * (n if call.collective == "reduce_scatter" else 1)
         size_out = count * (n if call.collective == "all_gather" else 1)
         mine = slice(r * count, (r + 1) * count)
-        self.allocs, self.regions = [], []  # regions: (allocation, view slice) of src and dst
+        self.allocs = []
 
         def alloc(size, guards):
             buf = comm.alloc(guards[0] + size + guards[1], store)
