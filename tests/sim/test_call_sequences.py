@@ -132,6 +132,35 @@ def test_reference_tells_orders_apart():
     assert first[:16].tolist() == [1] * 16 and first[16:32].tolist() == [2] * 16 and first[48:64].tolist() == [0] * 16
 
 
+def test_the_orders_docs_collectives_md_writes_down():
+    """The formulas of "Reduction order: what the bits are", written out for 4 ranks."""
+    rng = np.random.default_rng(1)
+    x = [sequences._random_elements(rng, "float32", "sum", 64) for _ in range(4)]
+    cfg = coll.FlowConfig(channels=2, nslots=2, slot_bytes=128, threads=32)
+
+    def ref(algorithm, collective="all_reduce", root=0):
+        return exact.reference(collective, algorithm, x, "float32", "sum", root, protocol=Protocol.SIMPLE, grid=2,
+                               config=cfg)
+
+    def same(got, want):
+        return exact.mismatches(got, np.asarray(want, np.float32), "float32", nan_ok=True).size == 0
+
+    with np.errstate(all="ignore"):
+        tree0 = x[2] + ((x[3] + x[1]) + x[0])  # channel 0: [0, 32)
+        tree1 = x[1] + ((x[0] + x[2]) + x[3])  # channel 1: [32, 64)
+        one_shot = ((x[0] + x[1]) + x[2]) + x[3]
+        reduce_root2 = ((x[3] + x[0]) + x[1]) + x[2]  # from root + 1 round to the root
+    assert same(ref("tree")[0][:32], tree0[:32]) and same(ref("tree")[0][32:], tree1[32:])
+    assert same(ref("one_shot")[0], one_shot)
+    assert same(ref("ring", "reduce", root=2)[2], reduce_root2)
+    # Ring all-reduce, SIMPLE 128-byte slots (32 float32), nslots 2: chunks of 32, rounds of 128; a
+    # channel's 32 elements are one round of 4 pieces of 16 (8 rounded up): pieces 0 and 1.
+    piece0 = ((x[1] + x[2]) + x[3]) + x[0]
+    piece1 = ((x[2] + x[3]) + x[0]) + x[1]
+    ring = ref("ring")[0]
+    assert same(ring[:16], piece0[:16]) and same(ring[16:32], piece1[16:32]) and same(ring[32:48], piece0[32:48])
+
+
 # ---- planted faults: found, described and shrunk --------------------------------------------------
 
 def _planted(monkeypatch, fault):
