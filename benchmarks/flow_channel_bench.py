@@ -112,7 +112,7 @@ def _kernel():
     import flowdsl
     from flowdsl import flow
 
-    @flowdsl.kernel
+    @flowdsl.kernel(max_registers=128)  # as the collectives' kernels: 512 threads a block must fit an SM
     def channel_loopback(comm, stage, src, dst, per_channel, channels, nslots, slot_words, protocol):
         c = cuda.blockIdx.x // 2
         proc = flow.processor(comm, stage, None, channels, nslots, slot_words, protocol, c)
@@ -186,10 +186,14 @@ def main(argv=None):
     ap.add_argument("--json", type=Path)
     ap.add_argument("--quick", action="store_true", help="1 and 16 channels only, no fixed-cost fit")
     ap.add_argument("--no-ref", action="store_true", help="flowdsl's side only")
+    ap.add_argument("--tree", type=Path, help="run the flowdsl of this checkout (an earlier commit) instead")
+    ap.add_argument("--ref-rows", type=Path, help="the reference's rows from an earlier --json of this run")
     args = ap.parse_args(argv)
+    if args.tree is not None:
+        sys.path.insert(0, str(args.tree.resolve()))
     ref = args.ref or next((p for p in (ROOT.parent / "shared/bench/protocols_ref.cu", ROOT / ".bench/protocols_ref.cu")
                             if p.exists()), None)
-    if not args.no_ref and (ref is None or not ref.exists()):
+    if not args.no_ref and args.ref_rows is None and (ref is None or not ref.exists()):
         sys.exit("Cannot run the reference: protocols_ref.cu not found. Pass --ref PATH (copy ../shared/bench/"
                  "protocols_ref.cu into an ignored folder of the checkout on the GPU machine), or --no-ref")
 
@@ -199,7 +203,10 @@ def main(argv=None):
     from flowdsl.runtime.nccl import loaded_version
 
     channels = (1, 16) if args.quick else CHANNELS
-    rows = [] if args.no_ref else reference_rows(ref)
+    if args.ref_rows is not None:
+        rows = json.loads(args.ref_rows.read_text())["reference_rows"]
+    else:
+        rows = [] if args.no_ref else reference_rows(ref)
     comm = flowdsl.init()
     loop = Loopback(comm)
     table = []
@@ -227,7 +234,8 @@ def main(argv=None):
     comm.close()
 
     props = cupy.cuda.runtime.getDeviceProperties(0)
-    head = (f"{props['name'].decode()} · {datetime.date.today()} · flowdsl {flowdsl.__version__} · NCCL "
+    tree = f" ({args.tree})" if args.tree else ""
+    head = (f"{props['name'].decode()} · {datetime.date.today()} · flowdsl {flowdsl.__version__}{tree} · NCCL "
             f"{'.'.join(map(str, loaded_version()))} · {THREADS} threads, {NSLOTS} slots")
     print(f"\n== Flow per channel vs the CUDA C++ reference (payload GB/s per channel) · {head}")
     print("| protocol, slot | channels | reference (variant) | flowdsl (its slot) | flowdsl ÷ ref |")

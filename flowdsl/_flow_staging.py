@@ -10,10 +10,12 @@ that :func:`staging` made. On the GPU such a window has its own kernel type
 typed, before it is compiled; the simulator refuses it when the processor is built, before
 any data moves. Both say the same.
 
-Layout (uint64 words): per (channel, connection) :data:`STATE_WORDS` state words, then the
-inbox slots of each protocol, then (when GIN is possible) the outbox slots GIN puts are made
-from. The layout functions are device functions: :mod:`flowdsl.flow` computes its offsets
-with them in the kernel, and :func:`staging` sizes the window with them on the host.
+Layout (uint64 words): per (channel, connection) :data:`CONNECTION_STATE_WORDS` state words (the
+step counters, then a ready and a credit flag per part of a slot, each in a 128-byte line of
+its own: :func:`counter_word`, :func:`flag_word`), then the inbox slots of each protocol, then
+(when GIN is possible) the outbox slots GIN puts are made from. The layout functions are
+device functions: :mod:`flowdsl.flow` computes its offsets with them in the kernel, and
+:func:`staging` sizes the window with them on the host.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from ._devices import device
 from .enums import Protocol
 from .errors import UsageError
 
-__all__ = ["MAX_CONNECTIONS", "SMALL_SLOT_BYTES", "STATE_WORDS", "Staging", "staging", "staging_words",
-           "state_words", "protocol_slot_words", "region_words", "require_staging", "refusal", "lsa_team_size",
+__all__ = ["MAX_CONNECTIONS", "MAX_PARTS", "LL_SLOT_BYTES", "LL128_SLOT_BYTES", "CONNECTION_STATE_WORDS", "SENT",
+           "RECEIVED", "READY", "CREDIT", "Staging", "staging", "staging_words", "state_words", "counter_word",
+           "flag_word", "protocol_slot_words", "region_words", "require_staging", "refusal", "lsa_team_size",
            "describe_word"]
 
 #: Tells the simulator that this module's functions are device code.
@@ -36,26 +39,47 @@ __flowdsl_device_module__ = True
 
 #: Connection numbers per channel: the ring programs use 0, the tree programs 1-3 (parent, children).
 MAX_CONNECTIONS = 4
-#: Largest LL / LL128 slot: those protocols carry small messages, SIMPLE's slots may be larger.
-SMALL_SLOT_BYTES = 4 * 1024
-#: State words per (channel, connection): ready, credit, sent, received.
-STATE_WORDS = 4
-
-_SMALL_SLOT_WORDS = SMALL_SLOT_BYTES // 8
+#: Parts of a slot at most: one per warp of a block of up to 1024 threads (see flowdsl/_flow_wire.py).
+MAX_PARTS = 32
+#: Largest LL slot (LL carries 8 data bytes in each 16-byte line) and LL128 slot; SIMPLE's may be larger.
+LL_SLOT_BYTES = 64 * 1024
+LL128_SLOT_BYTES = 128 * 1024
+#: The counters of a connection end: slots sent, slots received (each end uses its own).
+SENT, RECEIVED = 0, 1
+#: The flags of a part: ready (the sender posted it), credit (the receiver freed it).
+READY, CREDIT = 0, 1
+_LL128_PASS_WORDS = 256  # LL128 moves 16 lines of 128 bytes a warp pass (flowdsl/_flow_wire.py)
+_LINE = 16  # words of a 128-byte line: every flag has one to itself, away from its neighbours' writers
+#: State words per (channel, connection): a line of counters, then a line per ready and credit flag.
+CONNECTION_STATE_WORDS = _LINE * (1 + 2 * MAX_PARTS)
 
 
 @device
 def state_words(nchannels):
-    """Words of the state of every (channel, connection), rounded up to 16 (128 bytes)."""
-    return (nchannels * MAX_CONNECTIONS * STATE_WORDS + 15) // 16 * 16
+    """Words of the state of every (channel, connection)."""
+    return nchannels * MAX_CONNECTIONS * CONNECTION_STATE_WORDS
+
+
+@device
+def counter_word(channel, number, which):
+    """Word of counter ``which`` (:data:`SENT`, :data:`RECEIVED`) of connection ``number`` of ``channel``."""
+    return (channel * MAX_CONNECTIONS + number) * CONNECTION_STATE_WORDS + which
+
+
+@device
+def flag_word(channel, number, which, part):
+    """Word of flag ``which`` (:data:`READY`, :data:`CREDIT`) of part ``part`` of connection ``number``."""
+    return (channel * MAX_CONNECTIONS + number) * CONNECTION_STATE_WORDS + _LINE * (1 + which * MAX_PARTS + part)
 
 
 @device
 def protocol_slot_words(slot_words, protocol):
     """Words of one slot of ``protocol`` when SIMPLE's slots are ``slot_words`` long."""
-    if protocol == Protocol.SIMPLE:
-        return slot_words
-    return min(slot_words, _SMALL_SLOT_WORDS)
+    if protocol == Protocol.LL:
+        return min(slot_words, LL_SLOT_BYTES // 8)
+    if protocol == Protocol.LL128:  # whole warp passes of 16 lines (2 KiB): at least one
+        return max(_LL128_PASS_WORDS, min(slot_words, LL128_SLOT_BYTES // 8) // _LL128_PASS_WORDS * _LL128_PASS_WORDS)
+    return slot_words
 
 
 @device
@@ -98,17 +122,24 @@ class Staging:
     buffer: object = field(repr=False, compare=False)
 
 
-_STATE_NAMES = ("ready", "credit", "sent", "received")
+_COUNTER_NAMES = ("sent", "received")
+_FLAG_NAMES = ("ready", "credit")
 
 
 def describe_word(layout: Staging, word: int) -> str:
     """What uint64 word ``word`` of a staging window laid out as ``layout`` is, for reports:
-    a state word or a line of a slot, with its channel and connection."""
+    a counter, a flag or a line of a slot, with its channel and connection."""
     state = state_words(layout.channels)
     if word < state:
-        conn, which = divmod(word, STATE_WORDS)
+        conn, at = divmod(word, CONNECTION_STATE_WORDS)
         channel, number = divmod(conn, MAX_CONNECTIONS)
-        return f"the {_STATE_NAMES[which]} counter of channel {channel}, connection {number}"
+        where = f"channel {channel}, connection {number}"
+        line, k = divmod(at, _LINE)
+        if line == 0:
+            return f"the {_COUNTER_NAMES[k]} counter of {where}" if k < 2 else f"an unused word of {where}'s state"
+        which, part = divmod(line - 1, MAX_PARTS)
+        return f"the {_FLAG_NAMES[which]} flag of part {part} of {where}" if k == 0 else \
+            f"an unused word of {where}'s state"
     at = word - state
     for box in ("inbox", "outbox"):
         for protocol in Protocol:

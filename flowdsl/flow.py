@@ -10,26 +10,34 @@ starting at element ``offset`` of the user's arrays, slot by slot.
 Transport, chosen per connection at run time: a peer in this rank's LSA team is
 reached by stores into its window (NVLink or PCIe P2P), any other peer by GIN
 puts with *strong* signals (a strong signal also covers the earlier puts on the
-connection). Both kinds go through one code path per step: only posting a slot
-and waiting for it differ (``_post``, ``_wait_ready``).
+connection).
 
 Staging: every connection has ``nslots`` slots in the receiver's window; the
-sender may run ``nslots`` slots ahead of the receiver (credits). Counters live
-in the window, so connections continue where the previous launch stopped. The
+sender may run ``nslots`` slots ahead of the receiver (credits). Counters and flags
+live in the window, so connections continue where the previous launch stopped. The
 window comes from :func:`staging` (allocated, zeroed, registered); a processor
 over any other window is refused (it would start from garbage counters).
-Protocols (:class:`flowdsl.Protocol`): ``SIMPLE`` writes a slot, then one
-release flag (GIN: the put's signal); ``LL`` writes 8-byte lines of 4 data bytes
-and a 4-byte flag with one store each, so the receiver needs no separate flag;
-``LL128`` writes 128-byte lines of 120 data bytes whose last 8 bytes are a flag
-stored with release semantics. LL and LL128 carry small messages: their slots are
-at most :data:`SMALL_SLOT_BYTES`.
+Protocols (:class:`flowdsl.Protocol`; their wire formats in ``flowdsl/_flow_wire.py``):
+``SIMPLE`` writes a slot's elements, then a release flag; ``LL`` writes 16-byte lines
+of 8 data bytes beside two copies of the step's flag, one store each, so the receiver
+needs no flag of its own; ``LL128`` writes 128-byte lines of 120 data bytes whose last
+8 bytes are the flag, a warp filling each line in one store. LL slots are at most
+:data:`LL_SLOT_BYTES`, LL128 slots :data:`LL128_SLOT_BYTES`.
+
+Each warp owns a fixed part of every slot (``_flow_wire.part_words``) and has its own
+ready and credit flag for it over LSA: lane 0 waits for the part's credit (sending) and
+ready flag (receiving SIMPLE), the warp moves its part, and lane 0 posts the part's
+credit back and its ready flag on, with no barrier of the block per slot. Both ends of a
+connection must run blocks of the same number of warps (at most :data:`MAX_PARTS`; the
+collectives do). Over GIN the network moves whole slots: thread 0 waits for the slot's
+signal, the block moves it, and thread 0 puts it (or signals its credit) after a block
+barrier.
 
 Freshness (why a receiver never takes data another step left): every slot is named by its
 connection's step counter, which both ends keep in the staging window (on the device: CUDA
 graph replays and every grid, count, dtype and channel count advance it alike), never by a
-launch's grid or a block. SIMPLE's data is read after the 64-bit ready counter passed the
-step; LL128's 64-bit line flag is ``step + 1`` (it does not wrap); LL's 32-bit line flags
+launch's grid or a block. SIMPLE's data is read after the part's 64-bit ready flag passed
+the step; LL128's 64-bit line flag is ``step + 1`` (it does not wrap); LL's 32-bit line flags
 cycle (:func:`ll_flag`) and the slots are rewritten whole before a flag can come round again
 (:func:`ll_cleans`). The simulator checks it: a line taken with a flag that another call
 left raises :class:`flowdsl.sim.StaleDataError`.
@@ -44,48 +52,39 @@ and the receiver only waits for it. Element arithmetic: :func:`combine`,
 :func:`finish` (uint16 elements are bfloat16 bits: NCCL has no uint16; uint8
 elements are fp8 when the :class:`Reduction` says so).
 
-How a step is fast (the data-movement core, ``_step_kind`` and ``_simple_move``):
-
-- What a step does (receive? send? reduce? store? finish?) is fixed when it is
-  compiled: each step is its own specialised function, so the inner loop has no
-  run-time flags. A :func:`reduction` carries its operator and fp8 format in its
-  type on the GPU, so each operator gets its own loop too.
-- SIMPLE moves 16-byte packs (``mem.load_vec``/``store_vec``), four per thread in
-  flight before their stores, when the arrays allow it (16-byte aligned at the
-  step's offset); elements one by one otherwise and for the tail.
-- Roles: the last warp of a block of 64 threads or more is the *sync warp*: its
-  first thread publishes a slot (fence, flag, credit) while the other warps move the
-  next one, so the system fence is off the data path. Thread 0 waits for each slot
-  (credit, ready flag) and the workers sync on their own named barrier; one block
-  barrier per slot joins them with the sync warp. With fewer threads, thread 0 does
-  both jobs in turn (same order, same result).
+What a step does (receive? send? reduce? store? finish?) is fixed when it is compiled:
+each step is its own specialised function, so the inner loops have no run-time flags. A
+:func:`reduction` carries its operator and fp8 format in its type on the GPU, so each
+operator gets its own loop too.
 
 Every wait (credit, ready flag or signal, LL and LL128 line flags) is bounded
 (:mod:`flowdsl.wait`): after the communicator's limit it gives up, and the host
 raises :class:`flowdsl.DeviceTimeoutError` naming the connection and the peer.
 
-Layout of the staging window (uint64 words): per (channel, connection) four
-state words, then the inbox slots of each protocol, then (when GIN is possible)
-the outbox slots GIN puts are made from. :func:`staging_words` gives its size.
+Layout of the staging window (uint64 words): per (channel, connection) its counters and
+flags, then the inbox slots of each protocol, then (when GIN is possible) the outbox slots
+GIN puts are made from. :func:`staging_words` gives its size.
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
 
-from numba import cuda, int64, uint64
+from numba import cuda, int64, uint32, uint64
 
+from . import _flow_wire as wire
 from . import coop, gin, lsa, mem, team, wait
 from ._devices import device
 from ._flow_elements import E4M3, E5M2, Reduction, combine, combine_packs, finish, finish_pack, reduction
-from ._flow_staging import (MAX_CONNECTIONS, SMALL_SLOT_BYTES, STATE_WORDS, Staging, protocol_slot_words,
-                            region_words, staging, staging_words, state_words)
+from ._flow_staging import (CREDIT, LL128_SLOT_BYTES, LL_SLOT_BYTES, MAX_CONNECTIONS, MAX_PARTS, READY, RECEIVED, SENT,
+                            Staging, counter_word, flag_word, protocol_slot_words, region_words, staging, staging_words,
+                            state_words)
 from ._flow_staging import require_staging as _require_staging
 from .enums import MemoryOrder, Protocol, RedOp, ThreadScope
 
 __all__ = [
-    "MAX_CONNECTIONS", "SMALL_SLOT_BYTES", "Processor", "Connection", "Reduction", "Staging", "staging",
-    "staging_words", "processor",
+    "MAX_CONNECTIONS", "MAX_PARTS", "LL_SLOT_BYTES", "LL128_SLOT_BYTES", "Processor", "Connection", "Reduction",
+    "Staging", "staging", "staging_words", "processor",
     "connect", "reduction", "combine", "finish", "combine_packs", "finish_pack", "strong_signal_inc",
     "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "ll_flag", "ll_cleans", "LL_FLAG_CYCLE",
     "E4M3", "E5M2",
@@ -107,20 +106,18 @@ def __getattr__(name):
 #: Tells the simulator that this module's functions are device code.
 __flowdsl_device_module__ = True
 
-_READY, _CREDIT, _SENT, _RECEIVED = 0, 1, 2, 3
-_LL128_LINE = 16  # words: 15 of data, then the flag
 _SYS = ThreadScope.SYSTEM
 _WARP = 32
 
 Processor = namedtuple("Processor", ["comm", "stage", "ctx", "channel", "nchannels", "channels", "nslots",
-                                     "slot_words", "protocol", "inbox_at", "outbox_at", "workers",
-                                     "sync_thread", "ll128", "ll_at", "ll_slot_words"])
+                                     "slot_words", "protocol", "inbox_at", "outbox_at", "parts", "ll128", "ll_at",
+                                     "ll_slot_words"])
 Processor.__doc__ = """One CTA's side of Flow: its channel, staging window and protocol (see :func:`processor`).
 
 ``slot_words`` and ``inbox_at`` / ``outbox_at`` are those of the processor's protocol;
-threads below ``workers`` move data, thread ``sync_thread`` waits and publishes; ``ll128``
-0: the kernel holds no LL128 code; ``ll_at`` and ``ll_slot_words``: where the LL inboxes start
-and their slots' size, whatever the protocol (every step may clean an LL slot: :func:`ll_cleans`)."""
+``parts``: the warps of the block, one part of every slot each; ``ll128`` 0: the kernel
+holds no LL128 code; ``ll_at`` and ``ll_slot_words``: where the LL inboxes start and their
+slots' size, whatever the protocol (every step may clean an LL slot: :func:`ll_cleans`)."""
 Connection = namedtuple("Connection", ["peer", "number", "remote_number", "gin"])
 Connection.__doc__ = """A connection to ``peer`` (see :func:`connect`).
 
@@ -143,8 +140,8 @@ def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=
         channels: Channels the staging window was laid out for (``gridDim.x`` may be fewer:
             the layout must not move between launches, or a slot's old flags would be read).
         nslots: Slots per connection (how far a sender may run ahead; at least 2).
-        slot_words: Size of one SIMPLE slot in uint64 words (a multiple of 16); LL and LL128
-            slots are at most :data:`SMALL_SLOT_BYTES`.
+        slot_words: Size of one SIMPLE slot in uint64 words (a multiple of 16); LL slots are
+            at most :data:`LL_SLOT_BYTES`, LL128 slots :data:`LL128_SLOT_BYTES`.
         protocol: A :class:`flowdsl.Protocol`.
         channel: The channel to use instead of ``blockIdx.x`` (two blocks may then hold the
             two ends of one connection, e.g. a rank sending to itself).
@@ -152,25 +149,26 @@ def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=
             collectives do for calls that do not ask for LL128); the link carries it into
             every step, and LL128 is a third to a half of a kernel's link time. Such a
             processor runs a ``Protocol.LL128`` request as LL.
+
+    The block's threads are a whole number of warps, at most :data:`MAX_PARTS` of them do
+    Flow's work (more sit out the steps), and both ends of a connection run as many.
     """
     _require_staging(stage)
     if not ll128 and protocol == Protocol.LL128:
         protocol = Protocol.LL
     state = state_words(channels)
+    simple = region_words(channels, nslots, slot_words, Protocol.SIMPLE)
     before = 0  # words of the protocols laid out before this one
     if protocol >= Protocol.LL:
-        before += region_words(channels, nslots, slot_words, Protocol.SIMPLE)
+        before += simple
     if protocol >= Protocol.LL128:
         before += region_words(channels, nslots, slot_words, Protocol.LL)
     boxes = staging_words(channels, nslots, slot_words, False) - state
     mine = cuda.blockIdx.x if channel < 0 else channel
-    nt = cuda.blockDim.x
-    workers = nt - _WARP if nt >= 2 * _WARP else nt
-    sync_thread = nt - _WARP if nt >= 2 * _WARP else 0
+    parts = min(max(1, cuda.blockDim.x // _WARP), MAX_PARTS)
     return Processor(comm, stage, ctx, mine, cuda.gridDim.x, channels, nslots,
                      protocol_slot_words(slot_words, protocol), protocol, state + before,
-                     state + boxes + before, workers, sync_thread, ll128,
-                     state + region_words(channels, nslots, slot_words, Protocol.SIMPLE),
+                     state + boxes + before, parts, ll128, state + simple,
                      protocol_slot_words(slot_words, Protocol.LL))
 
 
@@ -204,11 +202,6 @@ def strong_signal_inc(signal):
 # ---- where things are ----------------------------------------------------------------------------
 
 @device
-def _state_at(proc, which, number):
-    return (proc.channel * MAX_CONNECTIONS + number) * STATE_WORDS + which
-
-
-@device
 def _box_at(proc, base, number, slot):
     """Word offset of slot ``slot`` of connection ``number`` in the region starting at ``base``."""
     return base + ((proc.channel * MAX_CONNECTIONS + number) * proc.nslots + slot) * proc.slot_words
@@ -227,22 +220,15 @@ def _credit_signal(proc, number):
 @device
 def slot_elements(proc, itemsize):
     """Elements of ``itemsize`` bytes one slot carries under the processor's protocol."""
-    if proc.protocol == Protocol.LL:
-        return proc.slot_words // ll_lines_per_element(itemsize)
-    if proc.protocol == Protocol.LL128:
-        return proc.slot_words // _LL128_LINE * (_LL128_LINE - 1) * (8 // itemsize)
-    return proc.slot_words * 8 // itemsize
+    return wire.part_elements(proc.slot_words, itemsize, proc.protocol)
 
 
 @device
 def _slot_words_used(proc, m, itemsize):
     """Words of a slot that carry ``m`` elements (what a GIN put must move)."""
-    if proc.protocol == Protocol.LL:
-        return m * ll_lines_per_element(itemsize)
-    if proc.protocol == Protocol.LL128:
-        per_line = (_LL128_LINE - 1) * (8 // itemsize)
-        return (m + per_line - 1) // per_line * _LL128_LINE
-    return (m * itemsize + 7) // 8
+    if proc.protocol == Protocol.SIMPLE:
+        return (m * itemsize + 7) // 8
+    return proc.slot_words  # LL and LL128 lines are spread over the slot's parts
 
 
 @device
@@ -260,22 +246,31 @@ def _outbox_at(proc, out, sstep):
     return _box_at(proc, proc.inbox_at, out.remote_number, sstep % proc.nslots)
 
 
-# ---- the transport: waiting and publishing (the sync thread) -------------------------------------
+# ---- the transport: waiting and posting ----------------------------------------------------------
 
 # ``ctx`` is None in kernels built for one LSA team: numba then drops the GIN branches before
 # typing them, which keeps GIN code (and its compile time) out of those kernels.
 
-def _wait_kind(name, which, what, signal, ahead):
-    """The wait ``name(proc, ctx, conn, step)``: until counter ``which`` of connection ``conn`` has
-    reached ``step + 1``, less ``nslots`` slots with ``ahead`` (a sender runs ``nslots`` ahead).
+@device
+def _over_gin(ctx, conn):
+    """Whether ``conn`` runs over GIN (never in a kernel without a GIN context)."""
+    if ctx is not None and conn.gin:
+        return True
+    return False
 
-    From a peer outside the LSA team the counter is GIN signal ``signal``; otherwise the peer
-    releases it into this rank's state word, read here with acquire and bounded
-    (:mod:`flowdsl.wait`, as ``what``): a wait that gives up returns, and the step goes on with
-    stale data. The two waits are one body, made twice: the simulator's livelock hint names
-    the function a thread spins in (``flowdsl/sim/hints.py``).
+
+def _wait_kind(name, which, what, signal, ahead):
+    """The wait ``name(proc, ctx, conn, step, part)``: until flag ``which`` of part ``part`` of
+    connection ``conn`` has reached ``step + 1``, less ``nslots`` slots with ``ahead`` (a sender
+    runs ``nslots`` ahead).
+
+    From a peer outside the LSA team the whole slot's flag is GIN signal ``signal``; otherwise
+    the peer releases the part's flag into this rank's state, read here with acquire and
+    bounded (:mod:`flowdsl.wait`, as ``what``): a wait that gives up returns, and the step goes
+    on with stale data. The two waits are one body, made twice: the simulator's livelock hint
+    names the function a thread spins in (``flowdsl/sim/hints.py``).
     """
-    def wait_for(proc, ctx, conn, step):
+    def wait_for(proc, ctx, conn, step, part):
         need = step + 1 - proc.nslots if ahead else step + 1
         if ahead and need <= 0:
             return
@@ -283,7 +278,7 @@ def _wait_kind(name, which, what, signal, ahead):
             gin.wait_signal(ctx, coop.thread(), signal(proc, conn.number), uint64(need))
         else:
             words = lsa.local_view(proc.stage)
-            at = _state_at(proc, which, conn.number)
+            at = flag_word(proc.channel, conn.number, which, part)
             seen = int64(mem.load_acquire(words, at, _SYS))
             state = uint64(0)
             while seen < need:
@@ -294,189 +289,238 @@ def _wait_kind(name, which, what, signal, ahead):
 
     wait_for.__name__ = wait_for.__qualname__ = name
     wait_for.__code__ = wait_for.__code__.replace(co_name=name)  # what the simulator reports
-    return device(inline=False)(wait_for)
+    return device(wait_for)  # inline: an out-of-line call per slot cost more than its loop
 
 
-#: Until the receiver has freed the slot of send step ``step`` (consumed ``step + 1 - nslots`` slots).
-_wait_credit = _wait_kind("_wait_credit", _CREDIT, wait.FLOW_CREDIT, _credit_signal, ahead=1)
-#: Until the sender has posted the slot of receive step ``step``.
-_wait_ready = _wait_kind("_wait_ready", _READY, wait.FLOW_READY, _ready_signal, ahead=0)
+#: Until the receiver has freed the slot (part) of send step ``step`` (consumed ``step + 1 - nslots``).
+_wait_credit = _wait_kind("_wait_credit", CREDIT, wait.FLOW_CREDIT, _credit_signal, ahead=1)
+#: Until the sender has posted the slot (part) of receive step ``step``.
+_wait_ready = _wait_kind("_wait_ready", READY, wait.FLOW_READY, _ready_signal, ahead=0)
 
 
 @device(inline=False)
-def _give_credit(proc, ctx, inp, step):
-    """Tell the sender the slot of ``step`` is read (release: the reads come first)."""
+def _give_credit(proc, ctx, inp, step, part):
+    """Tell the sender part ``part`` of the slot of ``step`` is read (release: the reads come first);
+    over GIN the whole slot, by signal."""
     if ctx is not None and inp.gin:
         gin.signal(ctx, team.world(proc.comm), inp.peer,
                    strong_signal_inc(_credit_signal(proc, inp.remote_number)), coop.thread())
     else:
         words = lsa.peer_view(proc.stage, inp.peer)
-        mem.store_release(words, _state_at(proc, _CREDIT, inp.remote_number), uint64(step + 1), _SYS)
+        mem.store_release(words, flag_word(proc.channel, inp.remote_number, CREDIT, part), uint64(step + 1), _SYS)
 
 
 @device(inline=False)
-def _post(proc, ctx, out, step, words):
-    """Publish the slot of ``step``: GIN puts the outbox slot (``words`` long) with a strong signal;
-    LSA releases a flag for SIMPLE (LL and LL128 lines carry their own flags)."""
-    slot = step % proc.nslots
+def _post_slot(proc, ctx, out, step, words):
+    """GIN: put the outbox slot of ``step`` (``words`` long) with a strong signal that covers it."""
     if ctx is not None and out.gin:
+        slot = step % proc.nslots
         mem.fence(MemoryOrder.ACQ_REL, _SYS)  # the CTA's outbox stores before the NIC reads them
         gin.put(ctx, team.world(proc.comm), out.peer, proc.stage,
                 _box_at(proc, proc.inbox_at, out.remote_number, slot) * 8, proc.stage,
                 _box_at(proc, proc.outbox_at, out.number, slot) * 8, words * 8,
                 remote=strong_signal_inc(_ready_signal(proc, out.remote_number)), coop=coop.thread())
-    elif proc.protocol == Protocol.SIMPLE:
-        _release_ready(proc, out, step)
+
+
+@device
+def _release_ready(proc, out, step, part):
+    """LSA: release part ``part`` of the slot of ``step`` to the receiver (its data stores first)."""
+    flags = lsa.peer_view(proc.stage, out.peer)
+    mem.store_release(flags, flag_word(proc.channel, out.remote_number, READY, part), uint64(step + 1), _SYS)
 
 
 @device(inline=False)
 def _post_direct(proc, ctx, out, win, byte_offset, nbytes, step):
     """Publish a direct write: GIN puts ``win``'s bytes to the same place of the peer's ``win``
-    with a strong signal; over LSA the stores are done and a flag releases them."""
+    with a strong signal; over LSA the stores are done and every part's flag releases them."""
     if ctx is not None and out.gin:
         mem.fence(MemoryOrder.ACQ_REL, _SYS)
         gin.put(ctx, team.world(proc.comm), out.peer, win, byte_offset, win, byte_offset, nbytes,
                 remote=strong_signal_inc(_ready_signal(proc, out.remote_number)), coop=coop.thread())
     else:
-        _release_ready(proc, out, step)
+        for part in range(proc.parts):
+            _release_ready(proc, out, step, part)
+
+
+# ---- a warp's part of every slot, and one slot ------------------------------------------------------
+
+Part = namedtuple("Part", ["part", "lane", "w0", "words", "inboxes", "outboxes", "flags", "credit_to", "ready_to",
+                           "ready_at", "credit_at", "credit_post_at", "ready_post_at"])
+Part.__doc__ = """What a warp needs of a step's connections, worked out once a step (``_part``).
+
+``part``: the warp's part of every slot (its words ``[w0, w0 + words)``);
+``inboxes`` / ``outboxes``: views of all the slots of the receive and send connection (the peer's
+inbox over LSA, this rank's outbox over GIN) in the protocol's word type; ``flags``: this rank's
+state; ``credit_to`` / ``ready_to``: the state of the peers the part's credit and ready flag go to;
+the ``*_at``: those flags' words."""
 
 
 @device
-def _release_ready(proc, out, step):
-    flags = lsa.peer_view(proc.stage, out.peer)
-    mem.store_release(flags, _state_at(proc, _READY, out.remote_number), uint64(step + 1), _SYS)
-
-
-@device
-def _wait_slot(proc, inp, out, rstep, sstep, recv, send):
-    """Before a slot: the receiver has room for what this rank sends (credit), and what this
-    rank receives has arrived (SIMPLE's flag, or GIN's signal; LL lines carry their flags)."""
-    if send:
-        _wait_credit(proc, proc.ctx, out, sstep)
-    if recv and (proc.protocol == Protocol.SIMPLE or inp.gin):
-        _wait_ready(proc, proc.ctx, inp, rstep)
-
-
-@device
-def _publish_slot(proc, inp, out, rstep, sstep, m, itemsize, recv, send):
-    """After a slot: free the inbox slot for the sender, and post what was sent."""
-    if recv:
-        _give_credit(proc, proc.ctx, inp, rstep)
-    if send:
-        if proc.protocol == Protocol.LL:
-            _clean_ll_slot(proc, out, sstep, m * ll_lines_per_element(itemsize))
-        else:
-            _clean_ll_slot(proc, out, sstep, 0)
-        _post(proc, proc.ctx, out, sstep, _slot_words_used(proc, m, itemsize))
-
-
-@device
-def _clean_ll_slot(proc, out, sstep, keep):
-    """At the steps :func:`ll_cleans` names, of any protocol (they share the step count), write the
-    flag of ``sstep`` into every line of its LL slot past the ``keep`` that carry data (see
-    :func:`ll_flag`). Over LSA only: over GIN the receiver reads a slot after the signal that covers
-    its put, so no old line is read there. Two steps in four billion: the sync thread alone does it."""
-    if out.gin or not ll_cleans(sstep, proc.nslots):
-        return
-    slot = ((proc.channel * MAX_CONNECTIONS + out.remote_number) * proc.nslots + sstep % proc.nslots)
-    lines = lsa.peer_view(proc.stage, out.peer, proc.ll_at + slot * proc.ll_slot_words, proc.ll_slot_words)
-    for line in range(keep, proc.ll_slot_words):
-        mem.store_relaxed(lines, line, ll_line(uint64(0), ll_flag(sstep)), _SYS)
-
-
-@device
-def _workers_sync(proc):
-    """Barrier of the worker threads alone (named barrier 1), or of the CTA when all work."""
-    if proc.workers == cuda.blockDim.x:
-        cuda.syncthreads()
+def _part(proc, inp, out, dtype, per):
+    """This warp's :class:`Part` for a step on ``inp`` and ``out`` (``dtype``: the word type of the
+    protocol's slots, ``per`` of them a uint64 word)."""
+    part = cuda.threadIdx.x // _WARP
+    qw = wire.part_words(proc.slot_words, proc.parts, proc.protocol)
+    w0 = min(part * qw, proc.slot_words)
+    span = proc.nslots * proc.slot_words * per
+    inboxes = lsa.local_view(proc.stage, _box_at(proc, proc.inbox_at, inp.number, 0) * per, span, dtype)
+    if out.gin:
+        outboxes = lsa.local_view(proc.stage, _box_at(proc, proc.outbox_at, out.number, 0) * per, span, dtype)
     else:
-        coop.sync(coop.warp_span(0, proc.workers // _WARP, 1))
+        outboxes = lsa.peer_view(proc.stage, out.peer, _box_at(proc, proc.inbox_at, out.remote_number, 0) * per, span,
+                                 dtype)
+    ch = proc.channel
+    flags = lsa.local_view(proc.stage)
+    credit_to = flags if inp.gin else lsa.peer_view(proc.stage, inp.peer)  # over GIN: signals, no views
+    ready_to = flags if out.gin else lsa.peer_view(proc.stage, out.peer)
+    return Part(part, cuda.threadIdx.x % _WARP, w0, min(qw, proc.slot_words - w0), inboxes, outboxes, flags,
+                credit_to, ready_to,
+                flag_word(ch, inp.number, READY, part), flag_word(ch, out.number, CREDIT, part),
+                flag_word(ch, inp.remote_number, CREDIT, part), flag_word(ch, out.remote_number, READY, part))
 
 
-# ---- the data-movement core: one slot ------------------------------------------------------------
+def _protocol_slots(name, make_part, move):
+    """The slot loop of one protocol: ``make_part(proc, inp, out, dst)`` gives the warp's
+    :class:`Part` (its views in the protocol's word type), ``move`` moves the part of a slot
+    (``flowdsl/_flow_wire.py``). One loop is made per protocol so that each is typed with its
+    own views."""
+    def slot(proc, ctx, pt, inp, out, src, dst, base, m, red, rstep, sstep, rslot, sslot, vectors, recv, send,
+             reduce, store, last):
+        """One slot of ``m`` elements (``src`` and ``dst`` at element ``base``): receive step ``rstep``
+        from inbox slot ``rslot``, send step ``sstep`` into slot ``sslot``.
+
+        Over LSA each warp waits for its part's credit (sending) and ready flag (receiving SIMPLE;
+        LL and LL128 lines carry their flags), moves its part, and posts the part's credit back
+        and ready flag on: no block barrier. The flags are read inline; only a wait that must spin
+        calls the bounded loop. A side over GIN moves the whole slot: thread 0 waits for its signal
+        first, and after a block barrier puts the slot or signals its credit.
+        """
+        tid = cuda.threadIdx.x
+        gin_in = recv and _over_gin(ctx, inp)
+        gin_out = send and _over_gin(ctx, out)
+        if gin_in or gin_out:
+            if tid == 0:
+                if gin_out:
+                    _wait_credit(proc, ctx, out, sstep, 0)
+                if gin_in:
+                    _wait_ready(proc, ctx, inp, rstep, 0)
+            cuda.syncthreads()
+        if pt.part < proc.parts:
+            if pt.lane == 0:
+                if send and not gin_out and \
+                        sstep + 1 - proc.nslots > int64(mem.load_acquire(pt.flags, pt.credit_at, _SYS)):
+                    _wait_credit(proc, ctx, out, sstep, pt.part)
+                if recv and not gin_in and proc.protocol == Protocol.SIMPLE and \
+                        rstep + 1 > int64(mem.load_acquire(pt.flags, pt.ready_at, _SYS)):
+                    _wait_ready(proc, ctx, inp, rstep, pt.part)
+            cuda.syncwarp()
+            move(proc, pt, inp, out, src, dst, base, m, red, rstep, sstep, rslot, sslot, vectors, recv, send, reduce,
+                 store, last)
+            if send and not gin_out and ll_cleans(sstep, proc.nslots) and proc.protocol != Protocol.LL:
+                _clean_ll_part(proc, out, sstep, pt.part, pt.lane)
+            cuda.syncwarp()
+            if pt.lane == 0:
+                if recv and not gin_in:
+                    mem.store_release(pt.credit_to, pt.credit_post_at, uint64(rstep + 1), _SYS)
+                if send and not gin_out and proc.protocol == Protocol.SIMPLE:
+                    mem.store_release(pt.ready_to, pt.ready_post_at, uint64(sstep + 1), _SYS)
+        if gin_in or gin_out:
+            cuda.syncthreads()
+            if tid == 0:
+                if gin_in:
+                    _give_credit(proc, ctx, inp, rstep, 0)
+                if gin_out:
+                    _post_slot(proc, ctx, out, sstep, _slot_words_used(proc, m, dst.itemsize))
+
+    slot.__name__ = slot.__qualname__ = f"_slot_{name}"
+    slot = device(slot)
+
+    def slots(proc, inp, out, src, dst, offset, n, red, rstep, sstep, recv, send, reduce, store, last):
+        """The step's ``n`` elements, slot after slot; returns how many slots."""
+        pt = make_part(proc, inp, out, dst)
+        per_slot = slot_elements(proc, dst.itemsize)
+        vectors = _aligned(src, dst, offset)
+        rslot = rstep % proc.nslots
+        sslot = sstep % proc.nslots
+        k = 0
+        done = 0
+        while done < n:
+            m = min(per_slot, n - done)
+            slot(proc, proc.ctx, pt, inp, out, src, dst, offset + done, m, red, rstep + k * recv, sstep + k * send,
+                 rslot, sslot, vectors, recv, send, reduce, store, last)
+            rslot = rslot + 1 if rslot + 1 < proc.nslots else 0
+            sslot = sslot + 1 if sslot + 1 < proc.nslots else 0
+            k += 1
+            done += m
+        return k
+
+    slots.__name__ = slots.__qualname__ = f"_slots_{name}"
+    return device(slots)
+
 
 @device
-def _aligned(src, dst, offset):
-    """Whether ``src[offset:]`` and ``dst[offset:]`` start on 16 bytes (16-byte packs possible)."""
-    return ((mem.address(src, offset) | mem.address(dst, offset)) & uint64(15)) == uint64(0)
+def _simple_views(proc, inp, out, dst):
+    return _part(proc, inp, out, dst.dtype, 8 // dst.itemsize)
 
 
 @device
-def _pack_in(inbox, src, base, i, red, recv, reduce):
-    """The 16-byte pack at element ``i`` of the slot: received, from ``src``, or their combination."""
-    if recv and reduce:
-        return combine_packs(red, mem.load_vec(inbox, i), mem.load_vec(src, base + i))
-    if recv:
-        return mem.load_vec(inbox, i)
-    return mem.load_vec(src, base + i)
+def _ll_views(proc, inp, out, dst):
+    return _part(proc, inp, out, uint32, 2)
 
 
 @device
-def _pack_out(outbox, dst, base, i, x, red, send, store, last):
-    """Store pack ``x`` (finished if ``last``) to ``dst`` and/or the outgoing slot."""
-    if store:
-        if last:
-            x = finish_pack(red, x)
-        mem.store_vec(dst, base + i, x)
-    if send:
-        mem.store_vec(outbox, i, x)
+def _ll128_views(proc, inp, out, dst):
+    return _part(proc, inp, out, uint64, 1)
 
 
 @device
-def _element_in(inbox, src, base, i, red, recv, reduce):
-    if recv and reduce:
-        return combine(red.op, inbox[i], src[base + i], red.fp8)
-    if recv:
-        return inbox[i]
-    return src[base + i]
+def _move_simple(proc, pt, inp, out, src, dst, base, m, red, rstep, sstep, rslot, sslot, vectors, recv, send, reduce,
+                 store, last):
+    words = proc.slot_words * (8 // dst.itemsize)
+    lo = min(wire.part_elements(pt.w0, dst.itemsize, Protocol.SIMPLE), m)
+    hi = min(lo + wire.part_elements(pt.words, dst.itemsize, Protocol.SIMPLE), m)
+    wire.simple_part(pt.inboxes, rslot * words, pt.outboxes, sslot * words, src, dst, base, lo, hi, pt.lane, red,
+                     vectors, recv, send, reduce, store, last)
 
 
 @device
-def _element_out(outbox, dst, base, i, v, red, send, store, last):
-    if store:
-        if last:
-            v = finish(red.op, v, red.nranks, red.fp8)
-        dst[base + i] = v
-    if send:
-        outbox[i] = v
+def _move_ll(proc, pt, inp, out, src, dst, base, m, red, rstep, sstep, rslot, sslot, vectors, recv, send, reduce,
+             store, last):
+    wire.ll_part(proc.comm, inp.peer, pt.inboxes, (rslot * proc.slot_words + pt.w0) * 2, pt.outboxes,
+                 (sslot * proc.slot_words + pt.w0) * 2, src, dst, base,
+                 wire.part_elements(pt.w0, dst.itemsize, Protocol.LL), pt.words // 4, m, pt.lane, red,
+                 uint32(ll_flag(rstep)), uint32(ll_flag(sstep)), vectors, recv, send, reduce, store, last,
+                 send and ll_cleans(sstep, proc.nslots))
 
 
 @device
-def _simple_move(proc, inbox, outbox, src, dst, base, m, red, vectors, recv, send, reduce, store, last):
-    """SIMPLE: move ``m`` elements of one slot by the worker threads.
+def _move_ll128(proc, pt, inp, out, src, dst, base, m, red, rstep, sstep, rslot, sslot, vectors, recv, send, reduce,
+                store, last):
+    wire.ll128_part(proc.comm, inp.peer, pt.inboxes, rslot * proc.slot_words + pt.w0, pt.outboxes,
+                    sslot * proc.slot_words + pt.w0, src, dst, base,
+                    wire.part_elements(pt.w0, dst.itemsize, Protocol.LL128), pt.words // wire.LL128_PASS_WORDS, m,
+                    pt.lane, red, uint64(rstep + 1), uint64(sstep + 1), vectors, recv, send, reduce, store, last)
 
-    16-byte packs, four per thread loaded before any is stored (loads in flight are what
-    HBM and NVLink need); then single packs; then element by element. ``vectors``: the
-    arrays are 16-byte aligned at ``base`` (slots always are).
-    """
-    tid = cuda.threadIdx.x
-    workers = proc.workers
-    lanes = 16 // dst.itemsize
-    done = 0
-    if vectors:
-        npacks = m // lanes
-        stride = workers * lanes
-        i = tid * lanes
-        while i + 3 * stride < npacks * lanes:
-            x0 = _pack_in(inbox, src, base, i, red, recv, reduce)
-            x1 = _pack_in(inbox, src, base, i + stride, red, recv, reduce)
-            x2 = _pack_in(inbox, src, base, i + 2 * stride, red, recv, reduce)
-            x3 = _pack_in(inbox, src, base, i + 3 * stride, red, recv, reduce)
-            _pack_out(outbox, dst, base, i, x0, red, send, store, last)
-            _pack_out(outbox, dst, base, i + stride, x1, red, send, store, last)
-            _pack_out(outbox, dst, base, i + 2 * stride, x2, red, send, store, last)
-            _pack_out(outbox, dst, base, i + 3 * stride, x3, red, send, store, last)
-            i += 4 * stride
-        while i < npacks * lanes:
-            _pack_out(outbox, dst, base, i, _pack_in(inbox, src, base, i, red, recv, reduce), red, send, store,
-                      last)
-            i += stride
-        done = npacks * lanes
-    i = done + tid
-    while i < m:
-        _element_out(outbox, dst, base, i, _element_in(inbox, src, base, i, red, recv, reduce), red, send, store,
-                     last)
-        i += workers
+
+_slots_simple = _protocol_slots("simple", _simple_views, _move_simple)
+_slots_ll = _protocol_slots("ll", _ll_views, _move_ll)
+_slots_ll128 = _protocol_slots("ll128", _ll128_views, _move_ll128)
+
+
+@device
+def _clean_ll_part(proc, out, sstep, part, lane):
+    """At the steps :func:`ll_cleans` names that run SIMPLE or LL128 (a connection's protocols share
+    its step count), write the step's flag into every line of this warp's part of its LL slot, as an
+    LL step there does (see :func:`ll_flag`). Over LSA only: over GIN a receiver reads a slot after
+    the signal that covers its put, so no old line is read there."""
+    qw = wire.part_words(proc.ll_slot_words, proc.parts, Protocol.LL)
+    w0 = min(part * qw, proc.ll_slot_words)
+    words = min(qw, proc.ll_slot_words - w0)
+    slot = (proc.channel * MAX_CONNECTIONS + out.remote_number) * proc.nslots + sstep % proc.nslots
+    lines = lsa.peer_view(proc.stage, out.peer, (proc.ll_at + slot * proc.ll_slot_words + w0) * 2, words * 2, uint32)
+    flag = uint32(ll_flag(sstep))
+    for j in range(lane, words // 2, _WARP):
+        mem.store_vec_relaxed(lines, j * 4, (uint32(0), flag, uint32(0), flag), _SYS)
 
 
 #: LL flags run through ``1 .. LL_FLAG_CYCLE`` (:func:`ll_flag`): never 0, the flag of zeroed memory, and
@@ -542,132 +586,19 @@ def ll_lines_per_element(itemsize):
     return 2 if itemsize == 8 else 1
 
 
-@device
-def _ll_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, reduce, store, last):
-    """LL: each element travels in 8-byte lines of 4 data bytes and the step's flag."""
-    lines = ll_lines_per_element(dst.itemsize)
-    words = proc.slot_words
-    rflag = ll_flag(rstep)
-    sflag = ll_flag(sstep)
-    inbox = lsa.local_view(proc.stage, _inbox_at(proc, inp, rstep), words)
-    if out.gin:
-        outbox = lsa.local_view(proc.stage, _outbox_at(proc, out, sstep), words)
-    else:
-        outbox = lsa.peer_view(proc.stage, out.peer, _outbox_at(proc, out, sstep), words)
-    i = cuda.threadIdx.x
-    while i < m:
-        if recv:
-            bits = ll_read(proc.comm, inbox, i * lines, rflag, inp.peer)
-            if lines == 2:
-                bits |= ll_read(proc.comm, inbox, i * lines + 1, rflag, inp.peer) << uint64(32)
-            v = mem.from_bits(bits, dst.dtype)
-            if reduce:
-                v = combine(red.op, v, src[base + i], red.fp8)
-        else:
-            v = src[base + i]
-        if store:
-            if last:
-                v = finish(red.op, v, red.nranks, red.fp8)
-            dst[base + i] = v
-        if send:
-            bits = mem.to_bits(v)
-            mem.store_relaxed(outbox, i * lines, ll_line(bits, sflag), _SYS)
-            if lines == 2:
-                mem.store_relaxed(outbox, i * lines + 1, ll_line(bits >> uint64(32), sflag), _SYS)
-        i += proc.workers
-
-
-@device
-def _ll128_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, reduce, store, last):
-    """LL128: 128-byte lines of 15 data words and a flag word stored last, with release."""
-    itemsize = dst.itemsize
-    per_word = 8 // itemsize
-    per_line = (_LL128_LINE - 1) * per_word
-    width = uint64(8 * itemsize)
-    mask = (uint64(1) << width) - uint64(1) if itemsize < 8 else ~uint64(0)
-    words = proc.slot_words
-    rflag = uint64(rstep + 1)
-    sflag = uint64(sstep + 1)
-    inbox = lsa.local_view(proc.stage, _inbox_at(proc, inp, rstep), words)
-    if out.gin:
-        outbox = lsa.local_view(proc.stage, _outbox_at(proc, out, sstep), words)
-    else:
-        outbox = lsa.peer_view(proc.stage, out.peer, _outbox_at(proc, out, sstep), words)
-    nlines = (m + per_line - 1) // per_line
-    line = cuda.threadIdx.x
-    while line < nlines:
-        at = line * _LL128_LINE
-        if recv:
-            _ll128_wait(proc, inp, inbox, at + _LL128_LINE - 1, rflag)
-        for w in range(_LL128_LINE - 1):
-            packed = uint64(0)
-            word_in = inbox[at + w] if recv else uint64(0)
-            for j in range(per_word):
-                i = line * per_line + w * per_word + j
-                if i < m:
-                    if recv:
-                        v = mem.from_bits(word_in >> (width * uint64(j)), dst.dtype)
-                        if reduce:
-                            v = combine(red.op, v, src[base + i], red.fp8)
-                    else:
-                        v = src[base + i]
-                    if store:
-                        if last:
-                            v = finish(red.op, v, red.nranks, red.fp8)
-                        dst[base + i] = v
-                    packed |= (mem.to_bits(v) & mask) << (width * uint64(j))
-            if send:
-                outbox[at + w] = packed
-        if send:
-            mem.store_release(outbox, at + _LL128_LINE - 1, sflag, _SYS)
-        line += proc.workers
-
-
-@device
-def _ll128_wait(proc, inp, inbox, at, flag):
-    """Spin until the LL128 line whose flag word is ``inbox[at]`` carries ``flag`` (acquire); bounded."""
-    seen = mem.load_acquire(inbox, at, _SYS)
-    state = uint64(0)
-    while seen != flag:
-        state = wait.poll(proc.comm, state, wait.LL128_LINE, inp.peer, at, flag, seen)
-        if state == wait.GAVE_UP:
-            return
-        seen = mem.load_acquire(inbox, at, _SYS)
-    wait.accepted(inbox, at + 1 - _LL128_LINE, _LL128_LINE, inp.peer)  # the data words with their flag
-
-
-@device
-def _move(proc, inp, out, src, dst, base, m, red, rstep, sstep, vectors, recv, send, reduce, store, last):
-    """Move one slot under the processor's protocol (worker threads only)."""
-    if proc.protocol == Protocol.LL:
-        _ll_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, reduce, store, last)
-    elif proc.ll128 and proc.protocol == Protocol.LL128:  # a constant 0 drops this branch when linked
-        _ll128_move(proc, inp, out, src, dst, base, m, red, rstep, sstep, recv, send, reduce, store, last)
-    else:
-        per_word = 8 // dst.itemsize
-        inbox = lsa.local_view(proc.stage, _inbox_at(proc, inp, rstep) * per_word, m, dst.dtype)
-        if out.gin:
-            outbox = lsa.local_view(proc.stage, _outbox_at(proc, out, sstep) * per_word, m, dst.dtype)
-        else:
-            outbox = lsa.peer_view(proc.stage, out.peer, _outbox_at(proc, out, sstep) * per_word, m, dst.dtype)
-        _simple_move(proc, inbox, outbox, src, dst, base, m, red, vectors, recv, send, reduce, store, last)
-
-
 # ---- the steps: one specialised function per kind --------------------------------------------------
 
 def _step_kind(name, recv, send, reduce, store, last):
     """The step ``name``: receive from ``inp`` (``recv``), combine with ``src`` (``reduce``),
     store to ``dst`` (``store``, finished if ``last``) and send on ``out`` (``send``).
 
-    The flags are constants of the function made here, so every branch on them folds
-    at compile time. Slots are pipelined as in NCCL's SIMPLE primitives: thread 0 (a
-    worker) waits until slot k is ready and the workers sync on their own barrier; they
-    move it; a block barrier joins them with the sync warp, whose first thread publishes
-    slot k (fence, flag, credit) while the workers go on with slot k+1. Waiting for k+1
-    needs only what was published up to k-1, so the two never wait on each other. The
-    step counters are read once (after the barrier that makes the previous step's update
-    visible), and only those of the directions this step uses are read and written back:
-    each counter belongs to the one block that uses its direction.
+    The flags are constants of the function made here, so every branch on them folds at
+    compile time. The step counters are read once, after the block barrier that makes the
+    previous step's update visible, and only those of the directions this step uses are
+    read and written back (after a barrier, once every warp has read them): each counter
+    belongs to the one block that uses its direction. Between the two barriers the warps
+    run through the slots on their own (:func:`_slot`), with what their part needs worked
+    out once (:func:`_part`).
     """
     def step(proc, inp, out, src, dst, offset, n, red):
         tid = cuda.threadIdx.x
@@ -675,35 +606,33 @@ def _step_kind(name, recv, send, reduce, store, last):
         state = lsa.local_view(proc.stage)
         # Only the counters of this step's directions: another block may own the others (a rank
         # sending to itself), and reading them would race with its writes.
-        rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)]) if recv else int64(0)
-        sstep = int64(state[_state_at(proc, _SENT, out.number)]) if send else int64(0)
-        per_slot = slot_elements(proc, dst.itemsize)
-        vectors = _aligned(src, dst, offset)
-        if tid == 0 and n > 0:
-            _wait_slot(proc, inp, out, rstep, sstep, recv, send)
-        done = 0
-        while done < n:
-            m = min(per_slot, n - done)
-            if tid < proc.workers:
-                _workers_sync(proc)
-                _move(proc, inp, out, src, dst, offset + done, m, red, rstep, sstep, vectors, recv, send, reduce,
-                      store, last)
-            cuda.syncthreads()
-            if tid == proc.sync_thread:
-                _publish_slot(proc, inp, out, rstep, sstep, m, dst.itemsize, recv, send)
-            if tid == 0 and done + m < n:
-                _wait_slot(proc, inp, out, rstep + recv, sstep + send, recv, send)
-            rstep += recv
-            sstep += send
-            done += m
-        if tid == proc.sync_thread and n > 0:  # n == 0: nothing moved, and no barrier since the reads above
+        rstep = int64(state[counter_word(proc.channel, inp.number, RECEIVED)]) if recv else int64(0)
+        sstep = int64(state[counter_word(proc.channel, out.number, SENT)]) if send else int64(0)
+        if n <= 0:  # nothing moves, and no barrier since the reads above
+            return
+        if proc.protocol == Protocol.LL:
+            moved = _slots_ll(proc, inp, out, src, dst, offset, n, red, rstep, sstep, recv, send, reduce, store, last)
+        elif proc.ll128 and proc.protocol == Protocol.LL128:  # a constant 0 drops this branch when linked
+            moved = _slots_ll128(proc, inp, out, src, dst, offset, n, red, rstep, sstep, recv, send, reduce, store,
+                                 last)
+        else:
+            moved = _slots_simple(proc, inp, out, src, dst, offset, n, red, rstep, sstep, recv, send, reduce, store,
+                                  last)
+        cuda.syncthreads()  # every warp read the counters (and its warps ran apart until here)
+        if tid == 0:
             if recv:
-                state[_state_at(proc, _RECEIVED, inp.number)] = uint64(rstep)
+                state[counter_word(proc.channel, inp.number, RECEIVED)] = uint64(rstep + moved)
             if send:
-                state[_state_at(proc, _SENT, out.number)] = uint64(sstep)
+                state[counter_word(proc.channel, out.number, SENT)] = uint64(sstep + moved)
 
     step.__name__ = step.__qualname__ = f"_step_{name}"
     return device(inline=False)(step)
+
+
+@device
+def _aligned(src, dst, offset):
+    """Whether ``src[offset:]`` and ``dst[offset:]`` start on 16 bytes (16-byte packs possible)."""
+    return ((mem.address(src, offset) | mem.address(dst, offset)) & uint64(15)) == uint64(0)
 
 
 _send_step = _step_kind("send", recv=0, send=1, reduce=0, store=0, last=0)
@@ -766,21 +695,23 @@ def _direct_step(proc, inp, out, src, src_offset, win, offset, n, flags):
     ``flags`` = (recv, send, copy-from-src). Receiving waits until the sender's elements
     are in this rank's ``win``; copying stores ``src[src_offset:]`` there first; sending
     writes this rank's elements into the receiver's ``win`` (LSA stores, or one GIN put
-    from this rank's ``win``) and publishes them with one flag or strong signal. One
-    slot's credit per call, so a sender runs at most ``nslots`` calls ahead.
+    from this rank's ``win``) and publishes them with every part's flag or a strong signal.
+    One slot's credit per call (every part's, as slot steps take them), so a sender runs at
+    most ``nslots`` calls ahead.
     """
     has_recv, has_send, has_copy = flags[0], flags[1], flags[2]
     tid = cuda.threadIdx.x
     nt = cuda.blockDim.x
     cuda.syncthreads()
     state = lsa.local_view(proc.stage)
-    rstep = int64(state[_state_at(proc, _RECEIVED, inp.number)]) if has_recv else int64(0)
-    sstep = int64(state[_state_at(proc, _SENT, out.number)]) if has_send else int64(0)
+    rstep = int64(state[counter_word(proc.channel, inp.number, RECEIVED)]) if has_recv else int64(0)
+    sstep = int64(state[counter_word(proc.channel, out.number, SENT)]) if has_send else int64(0)
     if tid == 0:
         if has_recv:
-            _wait_ready(proc, proc.ctx, inp, rstep)
+            _wait_ready(proc, proc.ctx, inp, rstep, 0)
         if has_send:
-            _wait_credit(proc, proc.ctx, out, sstep)
+            for part in range(proc.parts):
+                _wait_credit(proc, proc.ctx, out, sstep, part)
     cuda.syncthreads()
     mine = lsa.local_view(win, offset, n)
     if has_copy:
@@ -790,15 +721,20 @@ def _direct_step(proc, inp, out, src, src_offset, win, offset, n, flags):
         theirs = lsa.peer_view(win, out.peer, offset, n)
         for i in range(tid, n, nt):
             theirs[i] = mine[i]
+    if has_send and not _over_gin(proc.ctx, out) and ll_cleans(sstep, proc.nslots) and tid < proc.parts * _WARP:
+        _clean_ll_part(proc, out, sstep, tid // _WARP, tid % _WARP)
     cuda.syncthreads()
     if tid == 0:
         if has_recv:
-            _give_credit(proc, proc.ctx, inp, rstep)
-            state[_state_at(proc, _RECEIVED, inp.number)] = uint64(rstep + 1)
+            if _over_gin(proc.ctx, inp):
+                _give_credit(proc, proc.ctx, inp, rstep, 0)
+            else:
+                for part in range(proc.parts):
+                    _give_credit(proc, proc.ctx, inp, rstep, part)
+            state[counter_word(proc.channel, inp.number, RECEIVED)] = uint64(rstep + 1)
         if has_send:
-            _clean_ll_slot(proc, out, sstep, 0)
             _post_direct(proc, proc.ctx, out, win, offset * mine.itemsize, n * mine.itemsize, sstep)
-            state[_state_at(proc, _SENT, out.number)] = uint64(sstep + 1)
+            state[counter_word(proc.channel, out.number, SENT)] = uint64(sstep + 1)
 
 
 @device

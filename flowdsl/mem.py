@@ -18,8 +18,8 @@ _VECTORS = MEM_ARRAY.but(dtypes=VECTOR_ELEMENTS)
 
 __all__ = [
     "load_acquire", "load_relaxed", "store_release", "store_relaxed", "fence",
-    "atomic_add", "atomic_cas", "atomic_exch", "red_add", "load_vec", "store_vec", "to_bits", "from_bits", "address",
-    "globaltimer",
+    "atomic_add", "atomic_cas", "atomic_exch", "red_add", "load_vec", "store_vec", "load_vec_relaxed",
+    "store_vec_relaxed", "warp_store_vec", "vec_to_bits", "vec_from_bits", "to_bits", "from_bits", "address", "globaltimer",
 ]
 
 
@@ -80,6 +80,37 @@ def load_vec(array, index):
 @primitive(array=_VECTORS, index=INT)
 def store_vec(array, index, values):
     """Store a tuple of ``16 // itemsize`` elements at ``array[index:]`` in one 16-byte store."""
+
+
+@primitive(array=_VECTORS, index=INT, scope=SCOPE)
+def load_vec_relaxed(array, index, scope):
+    """:func:`load_vec` as one ``ld.relaxed.<scope>.v*`` (a word another thread or GPU may be writing:
+    a spin loop's load, never served stale from the L1; LL lines are read so)."""
+
+
+@primitive(array=_VECTORS, index=INT, scope=SCOPE)
+def store_vec_relaxed(array, index, values, scope):
+    """:func:`store_vec` as one ``st.relaxed.<scope>.v*``: 16 bytes that a reader polls (an LL line
+    of data beside its flags is written so, in one store)."""
+
+
+@primitive(array=_VECTORS, index=INT, scope=SCOPE)
+def warp_store_vec(array, index, values, scope):
+    """:func:`store_vec_relaxed` by every lane of a converged warp at once, one instruction: each
+    128-byte line that eight lanes fill lands whole (NVLink and HBM write it as one transaction; what
+    LL128 relies on). All 32 lanes must call it together. The simulator lands the warp's 32 stores
+    at one instant; the same stores made by lanes one by one may be seen half done there."""
+
+
+@primitive
+def vec_to_bits(values):
+    """The bits of a 16-byte tuple (from :func:`load_vec`) as two uint64, ``(low 8 bytes, high 8 bytes)``."""
+
+
+@primitive
+def vec_from_bits(low, high, dtype):
+    """The 16-byte tuple of ``dtype`` elements whose bits are ``low`` then ``high`` (inverse of
+    :func:`vec_to_bits`)."""
 
 
 @primitive

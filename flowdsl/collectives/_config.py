@@ -26,24 +26,26 @@ OPS = {"sum": RedOp.SUM, "prod": RedOp.PROD, "min": RedOp.MIN, "max": RedOp.MAX,
 class FlowConfig:
     """Staging and launch shape of the collectives.
 
-    The defaults are the fastest shape measured on 2 H200s over NVLink (benchmarks/flow_config_sweep.py,
-    docs/performance.md): up to 128 channels of 512 threads (one warp of them waits and posts) and
-    128 KiB SIMPLE slots, 4 per connection; a call uses one channel per 16 KiB of its message. The
-    staging window then takes about 272 MiB per rank (4 connections per channel, and small slots for
-    LL and LL128); fewer channels take less (64: 136 MiB, at 0.94-0.98 of the bandwidth). For the
-    simulator, a small shape such as ``FlowConfig(channels=2, nslots=2, slot_bytes=1024, threads=64)``
-    runs much faster.
+    The defaults fit NCCL's budget: up to 24 channels (NCCL's own count on 2 H200s over NVLink)
+    of 512 threads, 128 KiB SIMPLE slots (LL 64 KiB, LL128 128 KiB), 4 per connection; a call
+    uses one channel per ``cost.CONSTANTS["channel_bytes"]`` of its message. The staging window
+    then takes about 121 MiB per rank on one node (4 connections per channel). One channel of
+    today's data path moves 36 GB/s (SIMPLE) over HBM on one H200 (docs/performance.md), so 24
+    reach NVLink's bus bandwidth if a channel over NVLink moves what it does over HBM: that
+    waits for two GPUs. For the simulator, a small shape such as
+    ``FlowConfig(channels=2, nslots=2, slot_bytes=1024, threads=64)`` runs much faster.
 
     Attributes:
         channels: Blocks (channels) at most; each has its own slots and counters.
         nslots: Slots per connection (how far a sender runs ahead).
-        slot_bytes: Bytes of one SIMPLE slot (a multiple of 128); LL and LL128 slots are at most
-            ``flowdsl.flow.SMALL_SLOT_BYTES``.
-        threads: Threads per block.
+        slot_bytes: Bytes of one SIMPLE slot (a multiple of 128); LL slots are at most
+            ``flowdsl.flow.LL_SLOT_BYTES``, LL128 slots whole 2 KiB passes up to
+            ``flowdsl.flow.LL128_SLOT_BYTES``.
+        threads: Threads per block (each warp owns a part of every slot).
         protocol: ``None`` lets the cost model choose per call, or a :class:`flowdsl.Protocol`.
     """
 
-    channels: int = 128
+    channels: int = 24
     nslots: int = 4
     slot_bytes: int = 128 * 1024
     threads: int = 512

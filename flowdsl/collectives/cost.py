@@ -91,7 +91,7 @@ def estimate(collective: str, algorithm: str, nranks: int, lsa_size: int, nbytes
         return c["launch_us"]["flowdsl"] + c["one_shot"]["us"] + (nranks - 1) * nbytes / (c["one_shot"]["gbps"] * 1e3)
     transport = "gin" if lsa_size < nranks else "lsa"
     proto = protocol_for(nbytes, nranks)
-    max_channels = config.channels if config is not None else 128
+    max_channels = config.channels if config is not None else 24
     channels = min(max(1, -(-nbytes // c["channel_bytes"][proto])), max_channels)
     bw = min(c["link_gbps"][transport], channels * c["channel_gbps"][proto]) * 1e3  # bytes per microsecond
     hop = c["hop_us"][transport][proto]

@@ -206,61 +206,145 @@ def _registers(elem, lanes):
     return (4, ir.IntType(32)) if elem in _NARROW else (lanes, None)
 
 
-@intrinsic
-def _load_vec(typingctx, array, index):
+def _emit_load_vec(context, builder, array, ptr, head):
+    """``{head}.v*`` of 16 bytes at ``ptr``, as the UniTuple of ``array``'s elements."""
     elem, lanes, ptx, reg = _vector_shape(array)
     nreg, reg_type = _registers(elem, lanes)
     outs = ", ".join(f"${i}" for i in range(nreg))
-    text = f"ld.v{nreg}.{ptx} {{{outs}}}, [${nreg}];"
+    text = f"{head}.v{nreg}.{ptx} {{{outs}}}, [${nreg}];"
+    result = types.UniTuple(elem, lanes)
+    lane_type = context.get_value_type(elem)
+    rtype = reg_type or lane_type
+    fnty = ir.FunctionType(ir.LiteralStructType([rtype] * nreg), [ptr.type])
+    # A plain ld (ptxas schedules it like any other), but LLVM must not hoist or merge it:
+    # without a side effect an asm reads no memory as far as LLVM knows, and a load of a
+    # staging slot could then be moved above the barrier that made the slot's data visible.
+    packed = builder.asm(fnty, text, ",".join([f"={reg}"] * nreg) + ",l", [ptr], side_effect=True)
+    regs = [builder.extract_value(packed, i) for i in range(nreg)]
+    if reg_type is None:
+        return context.make_tuple(builder, result, regs)
+    vec = ir.Constant(ir.VectorType(rtype, nreg), None)
+    for i, r in enumerate(regs):
+        vec = builder.insert_element(vec, r, ir.Constant(ir.IntType(32), i))
+    narrow = builder.bitcast(vec, ir.VectorType(lane_type, lanes))
+    return context.make_tuple(builder, result, [builder.extract_element(narrow, ir.Constant(ir.IntType(32), i))
+                                                for i in range(lanes)])
+
+
+def _emit_store_vec(context, builder, array, ptr, values, value_type, head):
+    """``{head}.v*`` of the 16-byte tuple ``values`` at ``ptr``."""
+    elem, lanes, ptx, reg = _vector_shape(array)
+    nreg, reg_type = _registers(elem, lanes)
+    ins = ", ".join(f"${i + 1}" for i in range(nreg))
+    text = f"{head}.v{nreg}.{ptx} [$0], {{{ins}}};"
+    lanes_in = [context.cast(builder, builder.extract_value(values, i), value_type[i], elem) for i in range(lanes)]
+    if reg_type is not None:
+        lane_type = context.get_value_type(elem)
+        vec = ir.Constant(ir.VectorType(lane_type, lanes), None)
+        for i, v in enumerate(lanes_in):
+            vec = builder.insert_element(vec, v, ir.Constant(ir.IntType(32), i))
+        wide = builder.bitcast(vec, ir.VectorType(reg_type, nreg))
+        lanes_in = [builder.extract_element(wide, ir.Constant(ir.IntType(32), i)) for i in range(nreg)]
+    _asm(builder, ir.VoidType(), [ptr] + lanes_in, text, "l," + ",".join([reg] * nreg) + ",~{memory}")
+
+
+def _check_vector_values(op, array, values):
+    elem, lanes, _, _ = _vector_shape(array)
+    if not isinstance(values, types.BaseTuple) or len(values) != lanes:
+        raise NumbaTypeError(f"flowdsl.mem.{op} requires a tuple of {lanes} {elem} values (16 bytes), got {values}")
+
+
+@intrinsic
+def _load_vec(typingctx, array, index):
+    elem, lanes, _, _ = _vector_shape(array)
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_pointer(context, builder, array, args[0], index, args[1])
+        return _emit_load_vec(context, builder, array, ptr, "ld")
+
+    return types.UniTuple(elem, lanes)(array, index), codegen
+
+
+@intrinsic
+def _load_vec_relaxed(typingctx, array, index, scope):
+    elem, lanes, _, _ = _vector_shape(array)
     result = types.UniTuple(elem, lanes)
 
     def codegen(context, builder, sig, args):
         ptr = _item_pointer(context, builder, array, args[0], index, args[1])
-        lane_type = context.get_value_type(elem)
-        rtype = reg_type or lane_type
-        fnty = ir.FunctionType(ir.LiteralStructType([rtype] * nreg), [ptr.type])
-        # A plain ld (ptxas schedules it like any other), but LLVM must not hoist or merge it:
-        # without a side effect an asm reads no memory as far as LLVM knows, and a load of a
-        # staging slot could then be moved above the barrier that made the slot's data visible.
-        packed = builder.asm(fnty, text, ",".join([f"={reg}"] * nreg) + ",l", [ptr], side_effect=True)
-        regs = [builder.extract_value(packed, i) for i in range(nreg)]
-        if reg_type is None:
-            return context.make_tuple(builder, result, regs)
-        vec = ir.Constant(ir.VectorType(rtype, nreg), None)
-        for i, r in enumerate(regs):
-            vec = builder.insert_element(vec, r, ir.Constant(ir.IntType(32), i))
-        narrow = builder.bitcast(vec, ir.VectorType(lane_type, lanes))
-        return context.make_tuple(builder, result, [builder.extract_element(narrow, ir.Constant(ir.IntType(32), i))
-                                                    for i in range(lanes)])
+        table = {(int(s),): (lambda b, s=s: _emit_load_vec(context, b, array, ptr, f"ld.relaxed.{_SCOPES[s]}"))
+                 for s in _SCOPES}
+        return _select(context, builder, [(args[2], scope)], table, context.get_value_type(result))
 
-    return result(array, index), codegen
+    return result(array, index, scope), codegen
 
 
 @intrinsic
 def _store_vec(typingctx, array, index, values):
-    elem, lanes, ptx, reg = _vector_shape(array)
-    if not isinstance(values, types.BaseTuple) or len(values) != lanes:
-        raise NumbaTypeError(f"flowdsl.mem.store_vec requires a tuple of {lanes} {elem} values "
-                             f"(16 bytes), got {values}")
-    nreg, reg_type = _registers(elem, lanes)
-    ins = ", ".join(f"${i + 1}" for i in range(nreg))
-    text = f"st.v{nreg}.{ptx} [$0], {{{ins}}};"
+    _check_vector_values("store_vec", array, values)
 
     def codegen(context, builder, sig, args):
         ptr = _item_pointer(context, builder, array, args[0], index, args[1])
-        lanes_in = [context.cast(builder, builder.extract_value(args[2], i), values[i], elem)
-                    for i in range(lanes)]
-        if reg_type is not None:
-            lane_type = context.get_value_type(elem)
-            vec = ir.Constant(ir.VectorType(lane_type, lanes), None)
-            for i, v in enumerate(lanes_in):
-                vec = builder.insert_element(vec, v, ir.Constant(ir.IntType(32), i))
-            wide = builder.bitcast(vec, ir.VectorType(reg_type, nreg))
-            lanes_in = [builder.extract_element(wide, ir.Constant(ir.IntType(32), i)) for i in range(nreg)]
-        _asm(builder, ir.VoidType(), [ptr] + lanes_in, text, "l," + ",".join([reg] * nreg) + ",~{memory}")
+        _emit_store_vec(context, builder, array, ptr, args[2], values, "st")
         return context.get_dummy_value()
 
     return types.void(array, index, values), codegen
+
+
+@intrinsic
+def _store_vec_relaxed(typingctx, array, index, values, scope):
+    _check_vector_values("store_vec_relaxed", array, values)
+
+    def codegen(context, builder, sig, args):
+        ptr = _item_pointer(context, builder, array, args[0], index, args[1])
+        table = {(int(s),): (lambda b, s=s: _emit_store_vec(context, b, array, ptr, args[2], values,
+                                                            f"st.relaxed.{_SCOPES[s]}")) for s in _SCOPES}
+        _select(context, builder, [(args[3], scope)], table)
+        return context.get_dummy_value()
+
+    return types.void(array, index, values, scope), codegen
+
+
+def _sixteen_bytes(op, values):
+    if not isinstance(values, types.UniTuple) or not isinstance(values.dtype, (types.Integer, types.Float)) or \
+            values.count * (values.dtype.bitwidth // 8) != 16:
+        raise NumbaTypeError(f"flowdsl.mem.{op} requires a tuple of 16 bytes of one number type (from "
+                             f"flowdsl.mem.load_vec), got {values}")
+    return values.dtype, values.count
+
+
+@intrinsic
+def _vec_to_bits(typingctx, values):
+    elem, lanes = _sixteen_bytes("vec_to_bits", values)
+
+    def codegen(context, builder, sig, args):
+        lane_type = context.get_value_type(elem)
+        vec = ir.Constant(ir.VectorType(lane_type, lanes), None)
+        for i in range(lanes):
+            vec = builder.insert_element(vec, builder.extract_value(args[0], i), ir.Constant(ir.IntType(32), i))
+        wide = builder.bitcast(vec, ir.VectorType(ir.IntType(64), 2))
+        return context.make_tuple(builder, sig.return_type,
+                                  [builder.extract_element(wide, ir.Constant(ir.IntType(32), i)) for i in range(2)])
+
+    return types.UniTuple(types.uint64, 2)(values), codegen
+
+
+@intrinsic
+def _vec_from_bits(typingctx, low, high, dtype):
+    target = _scalar_class("vec_from_bits", dtype)
+    lanes = 16 // (target.bitwidth // 8)
+    result = types.UniTuple(target, lanes)
+
+    def codegen(context, builder, sig, args):
+        wide = ir.Constant(ir.VectorType(ir.IntType(64), 2), None)
+        for i, (value, ty) in enumerate(((args[0], low), (args[1], high))):
+            wide = builder.insert_element(wide, context.cast(builder, value, ty, types.uint64),
+                                          ir.Constant(ir.IntType(32), i))
+        narrow = builder.bitcast(wide, ir.VectorType(context.get_value_type(target), lanes))
+        return context.make_tuple(builder, result, [builder.extract_element(narrow, ir.Constant(ir.IntType(32), i))
+                                                    for i in range(lanes)])
+
+    return result(low, high, dtype), codegen
 
 
 def _scalar_class(op, dtype):
@@ -400,6 +484,35 @@ def mem_load_vec(array, index):
 def mem_store_vec(array, index, values):
     check(mem.store_vec, array, index, values)
     return lambda array, index, values: _store_vec(array, index, values)
+
+
+@overload(mem.load_vec_relaxed)
+def mem_load_vec_relaxed(array, index, scope):
+    check(mem.load_vec_relaxed, array, index, scope)
+    return lambda array, index, scope: _load_vec_relaxed(array, index, scope)
+
+
+@overload(mem.store_vec_relaxed)
+def mem_store_vec_relaxed(array, index, values, scope):
+    check(mem.store_vec_relaxed, array, index, values, scope)
+    return lambda array, index, values, scope: _store_vec_relaxed(array, index, values, scope)
+
+
+@overload(mem.warp_store_vec)
+def mem_warp_store_vec(array, index, values, scope):
+    check(mem.warp_store_vec, array, index, values, scope)
+    # One st.relaxed.v* a lane: a converged warp issues them as one instruction (the primitive's meaning).
+    return lambda array, index, values, scope: _store_vec_relaxed(array, index, values, scope)
+
+
+@overload(mem.vec_to_bits)
+def mem_vec_to_bits(values):
+    return lambda values: _vec_to_bits(values)
+
+
+@overload(mem.vec_from_bits)
+def mem_vec_from_bits(low, high, dtype):
+    return lambda low, high, dtype: _vec_from_bits(low, high, dtype)
 
 
 @overload(mem.to_bits)

@@ -51,7 +51,8 @@ _WAITS = (
 )
 #: Functions of flowdsl.flow that spin, and their hint.
 _FLOW_SPINS = {"_wait_ready": _FLOW_READY, "_wait_credit": _FLOW_CREDIT, "ll_read": _LL_LINE,
-               "_ll_move": _LL_LINE, "_ll128_move": _LL_LINE, "_ll128_wait": _LL_LINE}
+               "_ll_take": _LL_LINE, "ll_part": _LL_LINE, "_ll128_arrived": _LL_LINE, "ll128_part": _LL_LINE}
+_FLOW_FILES = ("flow.py:", "_flow_wire.py:")
 
 
 def _wait_hint(label: str) -> str | None:
@@ -79,7 +80,7 @@ def livelock_hints(spins) -> list[str]:
     names GIN signals, counters and CFT counters)."""
     hints = []
     for where, key in spins:
-        function = where.rsplit("(", 1)[-1].rstrip(")") if where.startswith("flow.py:") else ""
+        function = where.rsplit("(", 1)[-1].rstrip(")") if where.startswith(_FLOW_FILES) else ""
         kind = key[0] if isinstance(key, tuple) and key and isinstance(key[0], str) else ""
         hint = (_FLOW_SPINS.get(function) or {"gin-signal": _SIGNAL, "gin-counter": _COUNTER,
                                                "cft-counter": _CFT_COUNTED}.get(kind) or _SPIN)

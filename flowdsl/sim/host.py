@@ -651,7 +651,7 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
 
 #: A finished world holding this much simulated memory is collected at once: its objects form
 #: cycles (communicators, windows, tasks), and the garbage collector's own passes count objects,
-#: not bytes, so repeated spawns of large worlds (the default FlowConfig stages 272 MiB a rank)
+#: not bytes, so repeated spawns of large worlds (the default FlowConfig stages 121 MiB a rank)
 #: would pile up before one ran. Smaller worlds are left to those passes (a full pass costs ~0.1 s).
 _COLLECT_BYTES = 64 << 20
 

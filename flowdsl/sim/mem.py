@@ -10,7 +10,7 @@ from . import _state
 from .errors import UsageError, WindowAccessError
 from .memory import WindowView, address_key, as_dtype, raw
 from .network import note_load
-from .scheduler import sim_error
+from .scheduler import block_sync, sim_error
 from .semantics import current, implements
 
 __all__: list[str] = []
@@ -165,6 +165,74 @@ def _mem_load_vec(array, index):
     a, i, n = _vec(array, index, "load_vec")
     _vec_access(array, i, n, False)
     return tuple(a[i:i + n])
+
+
+@implements("flowdsl.mem.load_vec_relaxed")
+def _mem_load_vec_relaxed(array, index, scope):
+    a, i, n = _vec(array, index, "load_vec_relaxed")
+    _spin_point(array, i, a[i])  # polled as LL lines are: let the writer run
+    if isinstance(array, WindowView):
+        note_load(array, i)
+    rc = _state.race
+    if rc is not None:
+        for k in range(i, i + n):  # atomic per element, as the ld.relaxed.v* each element is
+            rc.atomic(array, k, True, False, MemoryOrder.RELAXED)
+    return tuple(a[i:i + n])
+
+
+@implements("flowdsl.mem.store_vec_relaxed")
+def _mem_store_vec_relaxed(array, index, values, scope):
+    a, i, n = _vec(array, index, "store_vec_relaxed")
+    if len(values) != n:
+        raise sim_error(UsageError, f"Cannot store_vec_relaxed {len(values)} values: a 16-byte vector of "
+                        f"{a.dtype.name} has {n}. Pass a tuple of {n} values")
+    a[i:i + n] = values
+    rc = _state.race
+    for k in range(i, i + n):
+        _note_write(array, k, a[k])
+        if rc is not None:
+            rc.atomic(array, k, False, True, MemoryOrder.RELAXED)
+
+
+@implements("flowdsl.mem.warp_store_vec")
+def _mem_warp_store_vec(array, index, values, scope):
+    t = current()
+    a, i, n = _vec(array, index, "warp_store_vec")
+    if len(values) != n:
+        raise sim_error(UsageError, f"Cannot warp_store_vec {len(values)} values: a 16-byte vector of "
+                        f"{a.dtype.name} has {n}. Pass a tuple of {n} values")
+    mine = {"store": (array, a, i, n, tuple(values))}
+    lanes = block_sync(t, ("warp", t.warp, 0xFFFFFFFF), 32, "flowdsl.mem.warp_store_vec", mine,
+                       shape=("warp", 0xFFFFFFFF), members=[t.warp * 32 + k for k in range(32)])
+    # The lane that arrives last runs on before any other thread: it lands the whole warp's stores
+    # at once, as one store instruction of a converged warp writes each line it fills whole.
+    rc = _state.race
+    for lane in lanes:
+        store = lane.pop("store", None)
+        if store is None:
+            continue
+        view, raw_a, k0, count, vals = store
+        raw_a[k0:k0 + count] = vals
+        for k in range(k0, k0 + count):
+            _note_write(view, k, raw_a[k])
+            if rc is not None:
+                rc.atomic(view, k, False, True, MemoryOrder.RELAXED)
+
+
+@implements("flowdsl.mem.vec_to_bits")
+def _mem_vec_to_bits(values):
+    dtype = _scalar_dtype(values[0])
+    packed = np.array(values, dtype=dtype)
+    if packed.nbytes != 16:
+        raise sim_error(UsageError, f"Cannot take the bits of {len(values)} {dtype.name} values: vec_to_bits takes "
+                        "a 16-byte tuple (from mem.load_vec)")
+    lo, hi = packed.view(np.uint64)
+    return np.uint64(lo), np.uint64(hi)
+
+
+@implements("flowdsl.mem.vec_from_bits")
+def _mem_vec_from_bits(low, high, dtype):
+    return tuple(np.array([int(low), int(high)], np.uint64).view(as_dtype(dtype)))
 
 
 @implements("flowdsl.mem.address")

@@ -20,6 +20,7 @@ from numba import cuda, uint64
 
 import flowdsl
 from flowdsl import Protocol, flow
+from flowdsl import _flow_staging as staging
 from flowdsl import collectives as coll
 from flowdsl.collectives import check, programs
 from flowdsl.sim import StaleDataError, spawn
@@ -112,21 +113,30 @@ def _loopback(comm, stage, src, dst, n, channels, nslots, slot_words, protocol):
         flow.recv(proc, conn, dst, 0, n)
 
 
+def _set_counters(words, channel, number, start):
+    """Both ends of connection ``number`` of ``channel`` at ``start`` slots: its counters and every
+    part's ready and credit flag."""
+    for which in (staging.SENT, staging.RECEIVED):
+        words[staging.counter_word(channel, number, which)] = start
+    for part in range(flow.MAX_PARTS):
+        for which in (staging.READY, staging.CREDIT):
+            words[staging.flag_word(channel, number, which, part)] = start
+
+
 def _loopback_calls(calls, nslots=3, slot_bytes=256, threads=32):
     """Flow through one connection (channel 0, connection 1, a rank sending to itself), a launch per
-    call ``(start, protocol, n)``: ``start`` (or None) sets its four counters, at both ends, to that
-    many slots first; then ``n`` random int32 go through. One LL line carries one element, 32 lines
-    a slot; a SIMPLE slot carries 64."""
+    call ``(start, protocol, n)``: ``start`` (or None) sets its counters and flags, at both ends, to
+    that many slots first; then ``n`` random int32 go through. An LL slot of 256 bytes carries 32
+    elements (16 lines), a SIMPLE slot 64, an LL128 slot (at least 2 KiB) 480."""
     def main(comm):
         config = coll.FlowConfig(channels=1, nslots=nslots, slot_bytes=slot_bytes, threads=threads)
         rng = np.random.default_rng(len(calls))
         with flow.staging(comm, config, gin=False) as stage, comm.device_communicator() as dcomm:
             words = stage.flow_staging.buffer
-            at = (0 * flow.MAX_CONNECTIONS + 1) * flow.STATE_WORDS  # channel 0, connection 1
             results = []
             for start, protocol, n in calls:
                 if start is not None:
-                    words[at:at + flow.STATE_WORDS] = start  # ready, credit, sent, received
+                    _set_counters(words, 0, 1, start)
                 x = rng.integers(-2**31, 2**31 - 1, n).astype(np.int32)
                 src, dst = comm.alloc(n, np.int32), comm.alloc(n, np.int32)
                 src[:] = x

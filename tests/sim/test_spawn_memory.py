@@ -52,13 +52,13 @@ def _rss_mib() -> float:
 
 
 def test_repeated_spawns_with_the_default_config_keep_memory_flat():
-    """4 ranks, default FlowConfig (272 MiB of staging a rank): RSS flat, worlds gone, no gc.collect here."""
+    """4 ranks, default FlowConfig (121 MiB of staging a rank): RSS flat, worlds gone, no gc.collect here."""
     nranks, rss, alive = 4, [], []
     for _ in range(4):
         _check(spawn(_all_reduce_main(None, alive), nranks=nranks), nranks)
         rss.append(_rss_mib())
         assert not [ref for ref in alive if ref() is not None], "a finished spawn's world is still alive"
-    # One world is over 1 GiB; what a spawn leaves behind (caches, allocator slack) is far less.
+    # One world is about half a GiB; what a spawn leaves behind (caches, allocator slack) is far less.
     assert max(rss[1:]) - rss[0] < 150, f"resident set grew over spawns: {[round(r) for r in rss]} MiB"
 
 
