@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._flow_staging import SMALL_SLOT_BYTES
+from .._flow_staging import protocol_slot_words
+from .._flow_wire import part_elements
 from ..enums import Protocol
 from ..errors import UsageError
 
@@ -244,17 +245,11 @@ def channel_ranges(count: int, grid: int):
 
 
 def chunk_elements(protocol: Protocol, itemsize: int, slot_bytes: int, nslots: int) -> int:
-    """Elements of a pipeline chunk (``programs.chunk_elements``): half the slots of the protocol's size."""
-    words = slot_bytes // 8
-    if protocol != Protocol.SIMPLE:  # LL and LL128 slots are at most SMALL_SLOT_BYTES
-        words = min(words, SMALL_SLOT_BYTES // 8)
-    if protocol == Protocol.LL:
-        per_slot = words // (2 if itemsize == 8 else 1)
-    elif protocol == Protocol.LL128:
-        per_slot = words // 16 * 15 * (8 // itemsize)
-    else:
-        per_slot = words * 8 // itemsize
-    return per_slot * max(1, nslots // 2)
+    """Elements of a pipeline chunk (``programs.chunk_elements``): half the slots, each what Flow's
+    wire format carries in a slot of the protocol (Flow's own sizing functions, run on the host:
+    a launch parameter, like the grid, not part of the order this module models)."""
+    words = protocol_slot_words(slot_bytes // 8, protocol)
+    return part_elements(words, itemsize, protocol) * max(1, nslots // 2)
 
 
 def ring_all_reduce_first_ranks(count: int, nranks: int, grid: int, chunk: int) -> np.ndarray:
