@@ -2,9 +2,10 @@
 # Everything GPU-side in one call: install carried wheels (.whl/, listed in scripts/gpu-wheels.txt: the
 # GPU machine has no network), build the collectives library, run the GPU tests (compile and simulator
 # tests run in CI), the demo, compute-sanitizer and the benchmarks, and print a summary table last. With
-# two or more GPUs it also runs the multi-GPU tests (tests/multigpu, under torchrun), compute-sanitizer
-# over them, and the multi-GPU sweep against NCCL and PyTorch SymmetricMemory. Stage notebooks executes
-# notebooks/ (their GPU cells included) and leaves them, outputs and figures saved, in $OUT/notebooks.
+# two or more GPUs it also runs the multi-GPU tests (tests/multigpu, under torchrun), seeded call sequences
+# (SEQ_SEEDS=s1,s2: more seeds than the tests' one), compute-sanitizer over them, and the multi-GPU sweep
+# against NCCL and PyTorch SymmetricMemory. Stage notebooks executes notebooks/ (their GPU cells included)
+# and leaves them, outputs and figures saved, in $OUT/notebooks.
 #   usage: bash scripts/gpu_all.sh [pytest -k expression]
 # Stage coldstart times the library's warm load (benchmarks/cache_load.py --gpu) and the first collectives of
 # fresh processes, cold and warm (benchmarks/cold_compile.py --gpu); BEFORE_TREE=path adds the same for another
@@ -49,6 +50,11 @@ if has multigpu && [ "$NGPUS" -ge 2 ]; then
   timeout "${MULTIGPU_TIMEOUT:-1200}" python3 -m pytest tests/multigpu -m multigpu -q -p no:cacheprovider \
     --junitxml="$OUT/junit-multigpu.xml" \
     2>&1 | tee "$OUT/pytest-multigpu.log" | tail -30
+  # Seeded call sequences on every GPU beyond the CI seed the tests ran: SEQ_SEEDS (default three random
+  # ones), one summary line (tests/multigpu/sequences_worker.py; a failure reruns on the simulator).
+  timeout 900 python3 -m torch.distributed.run --standalone --nproc_per_node="$NGPUS" \
+    tests/multigpu/sequences_worker.py --seeds "${SEQ_SEEDS:-$RANDOM,$RANDOM,$RANDOM}" --summary "$OUT/sequences.txt" \
+    2>&1 | quiet | tee "$OUT/sequences.log" | tail -8
 fi
 if has sanitize; then
   # Memory and shared-memory race checks (warm kernel cache: no compile under the tool). API errors

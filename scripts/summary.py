@@ -33,6 +33,13 @@ def main(out: str) -> None:
     for line in (out_dir / "sanitizer.txt").read_text().splitlines() if (out_dir / "sanitizer.txt").exists() else []:
         tool, _, verdict = line.partition(": ")
         rows.append((tool, verdict))
+    sequences = out_dir / "sequences.txt"
+    if sequences.exists():  # tests/multigpu/sequences_worker.py --summary: seeds, calls, ranks, wrong results
+        rows.append(("call sequences (tests/multigpu/sequences_worker.py)", sequences.read_text().strip()))
+    elif (out_dir / "sequences.log").exists():  # it ran but wrote no summary: a rank raised
+        rows.append(("call sequences (tests/multigpu/sequences_worker.py)",
+                     "no summary: see sequences.log (" + ((out_dir / "sequences.log").read_text().strip()
+                                                         .splitlines() or ["empty"])[-1][:120] + ")"))
     multigpu = out_dir / "multigpu.json"
     if multigpu.exists():  # benchmarks/multigpu_bench.py: its goals, one row each
         for goal in json.loads(multigpu.read_text()).get("goals", []):

@@ -23,6 +23,12 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--seq-seed", type=int, default=None,
+                     help="seed of the call sequences (tests/sim/test_call_sequences.py; default: the CI seed, "
+                          "flowdsl.collectives.sequences.CI_SEED; also FLOWDSL_SEQ_SEED)")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
     """``-n auto`` by default when pytest-xdist is installed (not in its workers, not under --pdb,

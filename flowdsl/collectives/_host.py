@@ -433,32 +433,68 @@ class _Planned(NamedTuple):
     algorithm: str
 
 
-def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config, scalar=None) -> _Planned:
-    config = config or DEFAULT_CONFIG
-    from ._library import kernel_for, storage  # noqa: PLC0415
+class LaunchShape(NamedTuple):
+    """How a call runs: ``algorithm`` is its program (what ``"auto"`` chose) or ``"nccl"``;
+    ``protocol`` and ``grid`` (blocks, one per channel) are the launch's (None for ``"nccl"``)."""
 
-    kernel_dtype, fp8 = storage(s.dtype)
+    algorithm: str
+    protocol: Protocol | None
+    grid: int | None
+
+
+def launch_shape(collective: str, comm, count: int, dtype: str, algorithm: str = "auto",
+                 config: FlowConfig | None = None, *, torch_arrays: bool = False) -> LaunchShape:
+    """The program, protocol and grid a call of ``count`` ``dtype`` elements per rank gets: what
+    the launch uses, for references that must know the order a program combines in
+    (:mod:`flowdsl.collectives.exact`). ``torch_arrays``: the call passes torch tensors (NCCL's
+    host collective then knows bfloat16 and fp8). Raises the call's own ``UsageError`` where the
+    call would be refused for its algorithm."""
+    from ._library import storage  # noqa: PLC0415
+
+    kernel_dtype = storage(dtype)[0]
+    nccl_knows = hasattr(comm, "_nccl") and (kernel_dtype == dtype or torch_arrays)
+    return _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, config or DEFAULT_CONFIG,
+                         nccl_knows)
+
+
+def _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, config, nccl_knows) -> LaunchShape:
     nbytes = count * np.dtype(kernel_dtype).itemsize
-    # NCCL's host collective reads the element type from the array: a uint8 or uint16 array
-    # standing for fp8 or bfloat16 would be summed as integers there.
-    nccl_knows = hasattr(comm, "_nccl") and (kernel_dtype == s.dtype or "torch" in type(s.array).__module__)
     if algorithm == "auto":
         algorithm = cost.choose(collective, comm.nranks, lsa_team_size(comm), nbytes, nccl_available=nccl_knows,
                                 one_shot_available=_one_shot_fits(comm, count, kernel_dtype), config=config)
     if algorithm == "nccl" and hasattr(comm, "_nccl") and not nccl_knows:
-        raise UsageError(f"Cannot {collective} {s.dtype} held in {kernel_dtype} arrays with algorithm='nccl': "
+        raise UsageError(f"Cannot {collective} {dtype} held in {kernel_dtype} arrays with algorithm='nccl': "
                          "NCCL would take them for integers. Pass torch tensors of that dtype, or use "
                          "'ring', 'tree' or 'auto'")
-    if algorithm == "nccl" and scalar is not None and scalar.buffer is not None and kernel_dtype != s.dtype \
-            and "torch" not in type(scalar.buffer.array).__module__:
-        raise UsageError(f"Cannot {collective} with algorithm='nccl' and {scalar.op!r}: its scalar is {s.dtype} "
-                         f"held in a {kernel_dtype} array, which NCCL would take for an integer. Pass a torch "
-                         f"tensor of {s.dtype}, or use 'ring', 'tree' or 'auto'")
     if algorithm != "nccl" and (algorithm, collective) not in PROGRAMS:
         has = [a for (a, c) in PROGRAMS if a == algorithm]
         raise UsageError(f"Cannot {collective} with algorithm={algorithm!r}: only "
                          f"{', '.join(c for (a, c) in PROGRAMS if a == algorithm) if has else 'no collective'} has "
                          f"a {algorithm} program. Use 'ring' or 'auto'")
+    if algorithm == "nccl":
+        return LaunchShape("nccl", None, None)
+    protocol = config.protocol if config.protocol is not None else cost.protocol_for(nbytes, comm.nranks)
+    grid = cost.channels_for(nbytes, comm.nranks, config, protocol)
+    if algorithm == "one_shot":
+        grid = cost.one_shot_blocks(count, comm.nranks)
+    return LaunchShape(algorithm, protocol, grid)
+
+
+def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config, scalar=None) -> _Planned:
+    config = config or DEFAULT_CONFIG
+    from ._library import kernel_for, storage  # noqa: PLC0415
+
+    kernel_dtype, fp8 = storage(s.dtype)
+    # NCCL's host collective reads the element type from the array: a uint8 or uint16 array
+    # standing for fp8 or bfloat16 would be summed as integers there.
+    nccl_knows = hasattr(comm, "_nccl") and (kernel_dtype == s.dtype or "torch" in type(s.array).__module__)
+    algorithm, protocol, grid = _launch_shape(collective, comm, count, s.dtype, kernel_dtype, algorithm, config,
+                                              nccl_knows)
+    if algorithm == "nccl" and scalar is not None and scalar.buffer is not None and kernel_dtype != s.dtype \
+            and "torch" not in type(scalar.buffer.array).__module__:
+        raise UsageError(f"Cannot {collective} with algorithm='nccl' and {scalar.op!r}: its scalar is {s.dtype} "
+                         f"held in a {kernel_dtype} array, which NCCL would take for an integer. Pass a torch "
+                         f"tensor of {s.dtype}, or use 'ring', 'tree' or 'auto'")
     if algorithm == "nccl":
         if getattr(comm, "_nccl", None) is None:
             raise UsageError(f"Cannot {collective} with algorithm='nccl': this communicator has no NCCL host "
@@ -466,11 +502,10 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
         return _Planned(lambda src, dst: _run_nccl(collective, comm, src, src if dst is None else dst, redop, root,
                                                    stream, scalar, s.dtype), "nccl")
     st = _state(comm, config, collective, stream)
-    protocol = config.protocol if config.protocol is not None else cost.protocol_for(nbytes, comm.nranks)
-    window, grid = st.window, cost.channels_for(nbytes, comm.nranks, config, protocol)
+    window = st.window
     if algorithm == "one_shot":
         _check_one_shot(comm, st, count, kernel_dtype)
-        window, grid = st.one_shot_window(collective, stream), cost.one_shot_blocks(count, comm.nranks)
+        window = st.one_shot_window(collective, stream)
     kernel = kernel_for(algorithm, collective, redop if redop is not None else RedOp.SUM, st.gin, fp8,
                         ll128=protocol == Protocol.LL128)
     src, dst = s.kernel_array(), d.kernel_array()

@@ -189,7 +189,7 @@ class TrackedArray(np.ndarray):
             if off is not None:
                 rc.read(self._cells, off, self, i)
             elif isinstance(v, TrackedArray) and np.may_share_memory(v, self):  # a view: tracked in turn
-                rc.track_part(v, self)
+                return rc.track_part(self, i)
             else:  # a copy (fancy indexing): its elements were read now
                 for o in self._offsets(i):
                     rc.read(self._cells, o, self, None)
@@ -436,14 +436,23 @@ class RaceDetector:
         t._rc = self
         return t
 
-    def track_part(self, part, whole):
+    def track_part(self, whole, index):
+        """``whole[index]``, a view, tracked as ``whole`` is.
+
+        Made from ``whole``'s plain array, so its ``.base`` chain reaches the buffer only: NumPy's
+        garbage collection does not follow ``.base``, and a view whose base was ``whole`` (or the
+        view itself, for its plain array) kept ``whole`` and through ``_rc`` the whole simulated
+        world alive whenever the view sat in a cycle (a kernel's frame a bounded wait noted)."""
+        plain = _nd_get(whole._plain, index)
+        part = plain.view(TrackedArray)
         self.note_grain(whole._cells, part.itemsize)
         part._cells = whole._cells
         part._off0 = whole._off0 + _ptr(part) - _ptr(whole)
-        part._plain = part.view(np.ndarray)
+        part._plain = plain
         part._name = whole._name
         part._s0, part._n0 = (part.strides[0], part.shape[0]) if part.ndim == 1 else (None, 0)
         part._rc = self
+        return part
 
     def locate(self, arr, index):
         """``(cells, byte offset)`` of element ``index`` of a view or tracked array, or None."""

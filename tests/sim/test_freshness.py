@@ -173,11 +173,21 @@ def test_flow_ll_after_a_half_cycle_of_simple_steps():
             np.testing.assert_array_equal(got, want)
 
 
+def _caught(main, nranks, seeds=range(16)):
+    """The first StaleDataError of ``main`` over ``seeds``: the stale read happens in the interleavings
+    where the reader looks before the writer's store of this call (whether it does is the scheduler's)."""
+    for seed in seeds:
+        try:
+            spawn(main, nranks=nranks, seed=seed)
+        except StaleDataError as err:
+            return str(err)
+    raise AssertionError(f"no StaleDataError in seeds {list(seeds)}")
+
+
 def test_flow_ll_without_cleaning_across_protocols_is_caught(monkeypatch):
     monkeypatch.setattr(flow, "ll_cleans", lambda step, nslots: False)
-    with pytest.raises(StaleDataError) as err:
-        spawn(_loopback_calls(ACROSS_PROTOCOLS, nslots=2), nranks=1, seed=3)
-    assert "(launch #0 of rank 0)" in str(err.value) and "launch #2 of rank 0" in str(err.value), str(err.value)
+    msg = _caught(_loopback_calls(ACROSS_PROTOCOLS, nslots=2), 1)
+    assert "(launch #0 of rank 0)" in msg and "launch #2 of rank 0" in msg, msg
 
 
 def test_flow_ll_with_a_flag_that_wraps_to_zero_is_caught(monkeypatch):
@@ -185,8 +195,6 @@ def test_flow_ll_with_a_flag_that_wraps_to_zero_is_caught(monkeypatch):
     connection's first) it is 0, the flag of zeroed memory, and the receiver takes lines nobody wrote."""
     monkeypatch.setattr(flow, "ll_flag", lambda step: uint64((step + 1) & 0xFFFFFFFF))
     monkeypatch.setattr(flow, "ll_cleans", lambda step, nslots: False)
-    with pytest.raises(StaleDataError) as err:
-        spawn(_ll_loopback(2**32 - 1), nranks=1, seed=2)
-    msg = str(err.value)
+    msg = _caught(_ll_loopback(2**32 - 1), 1)
     assert "as fresh data from rank 0: no kernel of this run wrote it" in msg, msg
     assert "of rank 0) waited for what rank 0's launch #0 writes" in msg, msg

@@ -71,6 +71,28 @@ def test_small_world_is_freed_by_the_garbage_collector():
     assert alive and not [ref for ref in alive if ref() is not None], "the world survived a full collection"
 
 
+@pytest.mark.parametrize("races", [True, False], ids=["races", "no-races"])
+def test_world_is_freed_after_a_kernel_sliced_a_buffer(races):
+    """all_gather slices its output in the kernel (``dst[j*count:...]``); under race detection the
+    slice was tracked with a plain view whose base was the slice itself, a cycle through ``.base``
+    the collector cannot see, which held the whole world (about 250 MB a 200-call sequence)."""
+    alive = []
+    config = coll.FlowConfig(channels=1, nslots=2, slot_bytes=256, threads=32)
+
+    def main(comm):
+        src = comm.alloc(13, np.float32)
+        src.set(np.full(13, comm.rank, np.float32))
+        dst = comm.alloc(13 * comm.nranks, np.float32)
+        coll.all_gather(comm, src, dst, algorithm="ring", config=config)
+        alive.extend((weakref.ref(comm), weakref.ref(comm.world)))
+        return dst.get()
+
+    for got in spawn(main, nranks=2, races=races):
+        np.testing.assert_array_equal(got, np.repeat(np.arange(2, dtype=np.float32), 13))
+    gc.collect()
+    assert alive and not [ref for ref in alive if ref() is not None], "the world survived a full collection"
+
+
 def test_buffers_returned_from_a_spawn_stay_usable():
     """Buffers hold their communicator weakly: one returned from ``main`` still reads back after spawn."""
     config = coll.FlowConfig(channels=2, nslots=2, slot_bytes=128, threads=64)
