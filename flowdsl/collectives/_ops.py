@@ -32,7 +32,7 @@ class PreMulSum:
 
     Attributes:
         scalar: The host immediate (a Python or NumPy number), or the one-element device array.
-        residence: :data:`HOST` or :data:`DEVICE`.
+        residence: ``"host"`` or ``"device"``.
     """
 
     __slots__ = ("scalar", "residence", "key")

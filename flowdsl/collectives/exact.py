@@ -3,7 +3,7 @@
 :func:`reference` gives what every rank's output must hold, in the storage dtype
 (uint16 for bfloat16, uint8 for fp8), for a call of a program of
 :data:`flowdsl.collectives.programs.PROGRAMS` launched with a given protocol and grid
-(:func:`flowdsl.collectives._host.launch_shape` says which: the ring all-reduce's order
+(``flowdsl.collectives._host.launch_shape`` says which: the ring all-reduce's order
 depends on its rounds, the tree's on its channels). :func:`mismatches` compares bit for
 bit. The orders are written down in docs/collectives.md ("Reduction order: what the bits
 are"); in short, ``c(a, b)`` being one combine of the received partial ``a`` with this
@@ -344,7 +344,8 @@ def reference(collective: str, algorithm: str, inputs, dtype: str, op: str | Non
         dtype: A collectives element type (bfloat16 as uint16 bits, fp8 as uint8 codes).
         op: An operator name, for the reducing collectives.
         root: The root of broadcast and reduce.
-        protocol, grid: The launch's (``launch_shape``): the ring all-reduce's rounds and the tree's
+        protocol: The launch's protocol (``launch_shape``): the ring all-reduce's rounds depend on it.
+        grid: The launch's blocks (``launch_shape``): the ring all-reduce's rounds and the tree's
             channels depend on them.
         config: The call's :class:`~flowdsl.collectives.FlowConfig` (slot size and count: the
             ring all-reduce's chunk).

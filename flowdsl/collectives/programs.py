@@ -112,7 +112,7 @@ def local_copy_of(src, dst, count, inplace, vectors, red):
 
 
 def one_rank(op):
-    """What one rank does for ``op``: :func:`local_premul` for ``PREMULSUM``, else the local copy."""
+    """What one rank does for ``op``: ``local_premul`` for ``PREMULSUM``, else the local copy."""
     return local_premul if op == RedOp.PREMULSUM else local_copy_of
 
 

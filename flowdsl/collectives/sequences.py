@@ -11,7 +11,7 @@ not, and arrays that are views at a random offset inside a larger allocation. So
 repeat the previous one on the same arrays (the planned fast path).
 
 :func:`run_sequence` makes the calls on one rank: every allocation is guard bytes around
-the views, the outputs are poisoned (:func:`flowdsl.collectives.check.poison`), and after
+the views, the outputs are poisoned (``flowdsl.collectives.check.poison``), and after
 each call the whole allocation is compared bit for bit with what it must hold, the output
 from :func:`flowdsl.collectives.exact.reference` (each program's own order of combines).
 The simulator, one GPU and several GPUs all run this function.
@@ -75,7 +75,7 @@ class Call:
         count: Elements per rank (NCCL's ``count``).
         root: The root of broadcast and reduce (0 for the others).
         placement: ``"out-of-place"``, ``"in-place"`` (NCCL's layouts, as in
-            :func:`flowdsl.collectives.check.run_case`) or ``"mixed"`` (each rank picks).
+            ``flowdsl.collectives.check.run_case``) or ``"mixed"`` (each rank picks).
         config: The call's ``FlowConfig`` (its protocol: ``None`` for the cost model's).
         seed: Seeds the inputs (the same on every rank).
         layout_seed: Seeds each rank's offsets and guard bytes (with its rank) and, for
