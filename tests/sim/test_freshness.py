@@ -104,8 +104,9 @@ def test_one_shot_without_cleaning_is_caught(monkeypatch):
 
 @flowdsl.kernel
 def _loopback(comm, stage, src, dst, n, channels, nslots, slot_words, protocol):
-    """Block 0 sends ``src`` to this rank on connection 1 of channel 0; block 1 receives it into ``dst``."""
-    proc = flow.processor(comm, stage, None, channels, nslots, slot_words, protocol, 0, 0)
+    """Block 0 sends ``src`` to this rank on connection 1 of channel 0; block 1 receives it into ``dst``
+    (LL128 compiled in)."""
+    proc = flow.processor(comm, stage, None, channels, nslots, slot_words, protocol, 0, 1)
     conn = flow.connect(proc, comm.rank, 1, 1)
     if cuda.blockIdx.x == 0:
         flow.send(proc, conn, src, 0, n)
@@ -198,3 +199,32 @@ def test_flow_ll_with_a_flag_that_wraps_to_zero_is_caught(monkeypatch):
     msg = _caught(_ll_loopback(2**32 - 1), 1)
     assert "as fresh data from rank 0: no kernel of this run wrote it" in msg, msg
     assert "of rank 0) waited for what rank 0's launch #0 writes" in msg, msg
+
+
+def test_an_ll128_flag_stored_before_its_line_is_caught(monkeypatch):
+    """LL128 relies on a warp filling each 128-byte line, flag and data, in one store
+    (``mem.warp_store_vec``). Planted: the flag lanes store first, then the others, with a warp barrier
+    between (where the simulator lets the reader run): the reader sees every flag of the pass while
+    data words still hold what an earlier call (or nobody) left, and the simulator catches the torn
+    line."""
+    from flowdsl import mem
+    from flowdsl.sim.cudashim import cuda as sim_cuda
+
+    calls = [(None, Protocol.LL128, 480), (None, Protocol.LL128, 480), (None, Protocol.LL128, 480)]
+    for results in spawn(_loopback_calls(calls), nranks=1, seed=4):  # one store a line: right
+        for got, want in results:
+            np.testing.assert_array_equal(got, want)
+
+    def flag_first(array, index, values, scope):
+        flagger = sim_cuda.laneid % 8 == 7
+        if flagger:
+            mem.store_vec_relaxed(array, index, values, scope)
+        sim_cuda.syncwarp()
+        if not flagger:  # the data lands late: the reader gets to run (each load lets it)
+            for _ in range(64):
+                mem.load_relaxed(array, index, scope)
+            mem.store_vec_relaxed(array, index, values, scope)
+
+    monkeypatch.setattr(mem, "warp_store_vec", flag_first)
+    msg = _caught(_loopback_calls(calls), 1)
+    assert "as fresh data from rank 0" in msg and "line" in msg, msg
