@@ -21,9 +21,9 @@ barrier per slot. What a part carries:
   16 bytes map to lanes as NCCL's LL128 does, so ``src`` and ``dst`` are read and written in
   aligned 16-byte packs. Each pass is one warp-wide store (:func:`flowdsl.mem.warp_store_vec`):
   NVLink and HBM write a 128-byte line that one instruction of a converged warp fills whole (the
-  simulator models exactly that). The receiver's flag lanes poll the flags until every one of
-  the 16 lines carries the step's, then the warp reads the lines again (a line can be read torn
-  while it lands; once its flag is there it is whole).
+  simulator models exactly that). The receiver's flag lanes wait until every one of the 16 lines
+  carries the step's flag, then the warp reads the lines again (a line can be read torn while it
+  lands; once its flag is there it is whole).
 
 Elements of every type travel as their bits: a 16-byte pack is two uint64 (:func:`flowdsl.mem.vec_to_bits`)
 and is combined as a tuple of elements (:func:`flowdsl.flow.combine_packs`). What a step reads of
@@ -252,22 +252,29 @@ def _ll_lines(j, npacks):
 
 
 @device
-def _ll_take(comm, peer, inbox, a, b, flag):
-    """Spin (bounded) until the lines at uint32 words ``a`` and ``b`` both carry ``flag`` twice; their
-    8 + 8 data bytes as (low, high)."""
-    x = mem.load_vec_relaxed(inbox, a, _SYS)
-    y = mem.load_vec_relaxed(inbox, b, _SYS)
+def _ll_line(comm, peer, inbox, at, flag):
+    """Spin (bounded) until the line at uint32 word ``at`` carries ``flag`` twice; its 8 data bytes,
+    and False if the wait gave up. One line at a time: a spin rereads one word, as the simulator's
+    livelock check expects of a loop that makes no progress."""
+    x = mem.load_vec_relaxed(inbox, at, _SYS)
     state = uint64(0)
-    while x[1] != flag or x[3] != flag or y[1] != flag or y[3] != flag:
-        seen = x[1] if x[1] != flag else (x[3] if x[3] != flag else (y[1] if y[1] != flag else y[3]))
-        state = wait.poll(comm, state, wait.LL_LINE, peer, a // 4, flag, seen)
+    while x[1] != flag or x[3] != flag:
+        state = wait.poll(comm, state, wait.LL_LINE, peer, at // 4, flag, x[1] if x[1] != flag else x[3])
         if state == wait.GAVE_UP:
-            return uint64(x[0]) | (uint64(x[2]) << uint64(32)), uint64(y[0]) | (uint64(y[2]) << uint64(32))
-        x = mem.load_vec_relaxed(inbox, a, _SYS)
-        y = mem.load_vec_relaxed(inbox, b, _SYS)
-    wait.accepted(inbox, a, 4, peer)
-    wait.accepted(inbox, b, 4, peer)
-    return uint64(x[0]) | (uint64(x[2]) << uint64(32)), uint64(y[0]) | (uint64(y[2]) << uint64(32))
+            return uint64(x[0]) | (uint64(x[2]) << uint64(32)), False
+        x = mem.load_vec_relaxed(inbox, at, _SYS)
+    return uint64(x[0]) | (uint64(x[2]) << uint64(32)), True
+
+
+@device
+def _ll_take(comm, peer, inbox, a, b, flag):
+    """The pack of the lines at uint32 words ``a`` and ``b``, once both carry ``flag`` (bounded)."""
+    low, took_low = _ll_line(comm, peer, inbox, a, flag)
+    high, took_high = _ll_line(comm, peer, inbox, b, flag)
+    if took_low and took_high:
+        wait.accepted(inbox, a, 4, peer)
+        wait.accepted(inbox, b, 4, peer)
+    return low, high
 
 
 @device
@@ -317,24 +324,22 @@ def _ll128_chunks(lane):
 
 @device
 def _ll128_arrived(comm, peer, inbox, at, lane, flag):
-    """Spin (bounded) until the flags of the pass's 16 lines (from ``inbox[at:]``) carry ``flag`` (flag
-    lanes look; the warp decides together); False if the wait gave up."""
-    flagger = lane % 8 == 7
-    state = uint64(0)
-    while True:
-        missing = False
-        seen = flag
-        if flagger:
-            for g in range(4):
-                w = mem.load_relaxed(inbox, at + (g * _WARP + lane) * 2 + 1, _SYS)
-                if w != flag:
-                    missing = True
-                    seen = w
-        if not cuda.any_sync(0xFFFFFFFF, missing):
-            return True
-        state = wait.poll(comm, state, wait.LL128_LINE, peer, lane // 8, flag, seen)
-        if state == wait.GAVE_UP:
-            return False
+    """Wait (bounded) until the flags of the pass's 16 lines (from ``inbox[at:]``) carry ``flag``: each
+    flag lane waits for its four, one after another (a spin rereads one word), and the warp meets;
+    False if a wait gave up."""
+    gave_up = False
+    if lane % 8 == 7:
+        for g in range(4):
+            where = at + (g * _WARP + lane) * 2 + 1
+            seen = mem.load_relaxed(inbox, where, _SYS)
+            state = uint64(0)
+            while seen != flag and not gave_up:
+                state = wait.poll(comm, state, wait.LL128_LINE, peer, where, flag, seen)
+                if state == wait.GAVE_UP:
+                    gave_up = True
+                else:
+                    seen = mem.load_relaxed(inbox, where, _SYS)
+    return not cuda.any_sync(0xFFFFFFFF, gave_up)
 
 
 @device

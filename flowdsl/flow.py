@@ -365,23 +365,29 @@ the ``*_at``: those flags' words."""
 
 
 @device
-def _part(proc, inp, out, dtype, per):
-    """This warp's :class:`Part` for a step on ``inp`` and ``out`` (``dtype``: the word type of the
-    protocol's slots, ``per`` of them a uint64 word)."""
+def _part(proc, inp, out, dtype, per, recv, send):
+    """This warp's :class:`Part` for a step on ``inp`` (``recv``) and ``out`` (``send``) (``dtype``: the
+    word type of the protocol's slots, ``per`` of them a uint64 word). Only the directions the step
+    uses get views of their own; the others hold the state view, never read."""
     part = cuda.threadIdx.x // _WARP
     qw = wire.part_words(proc.slot_words, proc.parts, proc.protocol)
     w0 = min(part * qw, proc.slot_words)
     span = proc.nslots * proc.slot_words * per
-    inboxes = lsa.local_view(proc.stage, _box_at(proc, proc.inbox_at, inp.number, 0) * per, span, dtype)
-    if out.gin:
+    flags = lsa.local_view(proc.stage)
+    unused = lsa.local_view(proc.stage, 0, span, dtype)
+    inboxes = unused
+    if recv:
+        inboxes = lsa.local_view(proc.stage, _box_at(proc, proc.inbox_at, inp.number, 0) * per, span, dtype)
+    outboxes = unused
+    if send and out.gin:
         outboxes = lsa.local_view(proc.stage, _box_at(proc, proc.outbox_at, out.number, 0) * per, span, dtype)
-    else:
+    elif send:
         outboxes = lsa.peer_view(proc.stage, out.peer, _box_at(proc, proc.inbox_at, out.remote_number, 0) * per, span,
                                  dtype)
     ch = proc.channel
-    flags = lsa.local_view(proc.stage)
-    credit_to = flags if inp.gin else lsa.peer_view(proc.stage, inp.peer)  # over GIN: signals, no views
-    ready_to = flags if out.gin else lsa.peer_view(proc.stage, out.peer)
+    credit_to = flags if not recv or inp.gin else lsa.peer_view(proc.stage, inp.peer)  # GIN: signals, no views
+    ready_to = flags if not send or out.gin or proc.protocol != Protocol.SIMPLE else lsa.peer_view(proc.stage,
+                                                                                                   out.peer)
     return Part(part, cuda.threadIdx.x % _WARP, w0, min(qw, proc.slot_words - w0), inboxes, outboxes, flags,
                 credit_to, ready_to,
                 flag_word(ch, inp.number, READY, part), flag_word(ch, out.number, CREDIT, part),
@@ -389,7 +395,7 @@ def _part(proc, inp, out, dtype, per):
 
 
 def _protocol_slots(name, make_part, move):
-    """The slot loop of one protocol: ``make_part(proc, inp, out, dst)`` gives the warp's
+    """The slot loop of one protocol: ``make_part(proc, inp, out, dst, recv, send)`` gives the warp's
     :class:`Part` (its views in the protocol's word type), ``move`` moves the part of a slot
     (``flowdsl/_flow_wire.py``). One loop is made per protocol so that each is typed with its
     own views."""
@@ -446,7 +452,7 @@ def _protocol_slots(name, make_part, move):
 
     def slots(proc, inp, out, src, dst, offset, n, red, rstep, sstep, recv, send, reduce, store, last):
         """The step's ``n`` elements, slot after slot; returns how many slots."""
-        pt = make_part(proc, inp, out, dst)
+        pt = make_part(proc, inp, out, dst, recv, send)
         per_slot = slot_elements(proc, dst.itemsize)
         vectors = _aligned(src, dst, offset)
         rslot = rstep % proc.nslots
@@ -468,18 +474,18 @@ def _protocol_slots(name, make_part, move):
 
 
 @device
-def _simple_views(proc, inp, out, dst):
-    return _part(proc, inp, out, dst.dtype, 8 // dst.itemsize)
+def _simple_views(proc, inp, out, dst, recv, send):
+    return _part(proc, inp, out, dst.dtype, 8 // dst.itemsize, recv, send)
 
 
 @device
-def _ll_views(proc, inp, out, dst):
-    return _part(proc, inp, out, uint32, 2)
+def _ll_views(proc, inp, out, dst, recv, send):
+    return _part(proc, inp, out, uint32, 2, recv, send)
 
 
 @device
-def _ll128_views(proc, inp, out, dst):
-    return _part(proc, inp, out, uint64, 1)
+def _ll128_views(proc, inp, out, dst, recv, send):
+    return _part(proc, inp, out, uint64, 1, recv, send)
 
 
 @device

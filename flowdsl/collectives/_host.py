@@ -618,7 +618,8 @@ def _refuse_after_a_timeout(comm) -> None:
     """Raise the timeout a kernel of ``comm`` recorded, if one did: the kernels whose waits gave up ran
     on with garbage, so this rank's step counters and one-shot call count no longer match its peers',
     and a further call could take stale data for fresh."""
-    error = comm.device_error()
+    device_error = getattr(comm, "device_error", None)  # every flowdsl communicator has it; stand-ins may not
+    error = device_error() if device_error is not None else None
     if error is not None:
         error.add_note("flowdsl's collectives refuse every call after a timeout: the communicator's connections are "
                        "out of step with its peers', and a further call could return stale data. Call comm.abort() "

@@ -395,7 +395,8 @@ def mismatches(got, want, dtype: str, *, nan_ok=None, poison=None) -> np.ndarray
     """
     got, want = np.ascontiguousarray(got), np.ascontiguousarray(want)
     if got.shape != want.shape:
-        raise AssertionError(f"shape {got.shape}, expected {want.shape}")
+        raise UsageError(f"Cannot compare an output of shape {got.shape} with a reference of shape {want.shape}. "
+                         "Pass the output the reference was computed for")
     uint = np.dtype(f"u{got.dtype.itemsize}")
     g, w = got.view(uint), want.view(uint)
     bad = g != w

@@ -84,6 +84,10 @@ def every_primitive(comm, win, flags, out):
     mem.red_add(out, 9, float32(1.0), MemoryOrder.RELAXED, ThreadScope.DEVICE)
     vec = mem.load_vec(v, 16)
     mem.store_vec(v, 20, vec)
+    polled = mem.load_vec_relaxed(v, 24, ThreadScope.SYSTEM)  # LL lines: one 16-byte poll, one store
+    lo, hi = mem.vec_to_bits(polled)
+    mem.store_vec_relaxed(v, 28, mem.vec_from_bits(hi, lo, float32), ThreadScope.SYSTEM)
+    mem.warp_store_vec(v, 32 + 4 * (cuda.threadIdx.x % 32), vec, ThreadScope.SYSTEM)  # a converged warp
     halves = lsa.local_view(win, 0, 32, dtype=float16)  # narrow lanes travel in 32-bit registers
     mem.store_vec(halves, 8, mem.load_vec(halves, 0))
     out[10] = mem.from_bits(mem.to_bits(out[11]) ^ uint64(1 << 31), float32)
