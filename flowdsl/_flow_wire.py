@@ -252,29 +252,22 @@ def _ll_lines(j, npacks):
 
 
 @device
-def _ll_line(comm, peer, inbox, at, flag):
-    """Spin (bounded) until the line at uint32 word ``at`` carries ``flag`` twice; its 8 data bytes,
-    and False if the wait gave up. One line at a time: a spin rereads one word, as the simulator's
-    livelock check expects of a loop that makes no progress."""
-    x = mem.load_vec_relaxed(inbox, at, _SYS)
-    state = uint64(0)
-    while x[1] != flag or x[3] != flag:
-        state = wait.poll(comm, state, wait.LL_LINE, peer, at // 4, flag, x[1] if x[1] != flag else x[3])
-        if state == wait.GAVE_UP:
-            return uint64(x[0]) | (uint64(x[2]) << uint64(32)), False
-        x = mem.load_vec_relaxed(inbox, at, _SYS)
-    return uint64(x[0]) | (uint64(x[2]) << uint64(32)), True
-
-
-@device
 def _ll_take(comm, peer, inbox, a, b, flag):
-    """The pack of the lines at uint32 words ``a`` and ``b``, once both carry ``flag`` (bounded)."""
-    low, took_low = _ll_line(comm, peer, inbox, a, flag)
-    high, took_high = _ll_line(comm, peer, inbox, b, flag)
-    if took_low and took_high:
-        wait.accepted(inbox, a, 4, peer)
-        wait.accepted(inbox, b, 4, peer)
-    return low, high
+    """Spin (bounded) until the lines at uint32 words ``a`` and ``b`` both carry ``flag`` twice; their
+    8 + 8 data bytes as (low, high)."""
+    x = mem.load_vec_relaxed(inbox, a, _SYS)
+    y = mem.load_vec_relaxed(inbox, b, _SYS)
+    state = uint64(0)
+    while x[1] != flag or x[3] != flag or y[1] != flag or y[3] != flag:
+        seen = x[1] if x[1] != flag else (x[3] if x[3] != flag else (y[1] if y[1] != flag else y[3]))
+        state = wait.poll(comm, state, wait.LL_LINE, peer, a // 4, flag, seen)
+        if state == wait.GAVE_UP:
+            return uint64(x[0]) | (uint64(x[2]) << uint64(32)), uint64(y[0]) | (uint64(y[2]) << uint64(32))
+        x = mem.load_vec_relaxed(inbox, a, _SYS)
+        y = mem.load_vec_relaxed(inbox, b, _SYS)
+    wait.accepted(inbox, a, 4, peer)
+    wait.accepted(inbox, b, 4, peer)
+    return uint64(x[0]) | (uint64(x[2]) << uint64(32)), uint64(y[0]) | (uint64(y[2]) << uint64(32))
 
 
 @device
@@ -325,8 +318,9 @@ def _ll128_chunks(lane):
 @device
 def _ll128_arrived(comm, peer, inbox, at, lane, flag):
     """Wait (bounded) until the flags of the pass's 16 lines (from ``inbox[at:]``) carry ``flag``: each
-    flag lane waits for its four, one after another (a spin rereads one word), and the warp meets;
-    False if a wait gave up."""
+    flag lane waits for its four in turn (they land in that order), then the warp meets once;
+    False if a wait gave up. No warp vote inside the spin: the simulator takes a barrier for
+    progress, and a spin that meets one every turn would never be seen to hang."""
     gave_up = False
     if lane % 8 == 7:
         for g in range(4):

@@ -66,11 +66,13 @@ class Task:
     """A schedulable greenlet. ``waiting`` is the wait record while blocked."""
 
     # slot, vc, clk, relf, acqp: the task's vector clock (see flowdsl.sim.races).
-    __slots__ = ("gl", "waiting", "done", "last_spin", "rank", "box", "run", "slot", "vc", "clk", "relf", "acqp")
+    __slots__ = ("gl", "waiting", "done", "last_spin", "recent_spins", "rank", "box", "run", "slot", "vc", "clk",
+                 "relf", "acqp")
 
     def __init__(self, rank):
         self.slot, self.vc, self.clk, self.relf, self.acqp = -1, None, 0, None, None
         self.gl = self.run = self.box = self.waiting = self.last_spin = None
+        self.recent_spins = ()
         self.done = False
         self.rank = rank
 
@@ -266,13 +268,19 @@ class Scheduler:
         gl.switch()
 
     def yield_spin(self, task, key):
-        """A spin point: stay runnable, let others run; ``key`` identifies what was read."""
-        if key == task.last_spin:
+        """A spin point: stay runnable, let others run; ``key`` identifies what was read.
+
+        A thread that reads again one of the last few (address, value) it read is spinning, not
+        progressing: a loop may poll several words in turn (both lines of an LL pack, the flags
+        of an LL128 pass)."""
+        seen = (key[0], key[3]) if len(key) == 4 else key  # the array itself is not compared
+        if seen in task.recent_spins:
             self.stale += 1
             if self.stale > self.livelock_rounds * (len(self.runnable) + 1):
                 raise self._livelock_error(task)
         else:
             self.stale = 0
+            task.recent_spins = (seen, *task.recent_spins[:_RECENT_SPINS - 1])
         task.last_spin = key
         self.runnable.append(task)
         self.switch_away(task)
@@ -440,6 +448,10 @@ def _plain(value):
         return value.item()
     except AttributeError:
         return value
+
+
+#: Words a spinning thread may poll in turn and still be seen to spin.
+_RECENT_SPINS = 8
 
 
 class Wait:
