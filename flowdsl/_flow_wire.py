@@ -14,16 +14,19 @@ barrier per slot. What a part carries:
   written by one 16-byte store and read by one 16-byte load, so a line is whole or absent. Pack
   ``j`` of a part (lane ``j % 32`` of pass ``j // 32``) uses lines ``64g + r`` and ``64g + n + r``
   (``g, r = divmod(j, 32)``, ``n`` the packs of pass ``g``): a warp's stores cover 512
-  consecutive bytes. The receiver polls both lines until all four flags are the step's.
+  consecutive bytes. The receiver polls both lines until all four flags are the step's. A lane
+  takes its whole packs four at a time, every load of the four (lines, ``src``) in flight before
+  it waits for the first: one pack per memory round trip would cap a warp at a few GB/s.
 - **LL128**: a warp owns 16 lines of 128 bytes (2 KiB of wire, 1920 payload bytes) at a time. In
   pass ``g`` (0-3) lane ``l`` stores 16 bytes at 16-byte chunk ``l % 8`` of line ``4g + l // 8``;
   a lane with ``l % 8 == 7`` puts the line's 64-bit flag in its last 8 bytes. Payload chunks of
   16 bytes map to lanes as NCCL's LL128 does, so ``src`` and ``dst`` are read and written in
   aligned 16-byte packs. Each pass is one warp-wide store (:func:`flowdsl.mem.warp_store_vec`):
   NVLink and HBM write a 128-byte line that one instruction of a converged warp fills whole (the
-  simulator models exactly that). The receiver's flag lanes wait until every one of the 16 lines
-  carries the step's flag, then the warp reads the lines again (a line can be read torn while it
-  lands; once its flag is there it is whole).
+  simulator models exactly that). The warp takes two passes at a time: the receiver's flag lanes
+  load the flags of both passes' 32 lines at once and wait for any still missing, then the warp
+  reads the lines (a line can be read torn while it lands; once its flag is there it is whole);
+  every load of both passes (lines, ``src``) is in flight before the first store.
 
 Elements of every type travel as their bits: a 16-byte pack is two uint64 (:func:`flowdsl.mem.vec_to_bits`)
 and is combined as a tuple of elements (:func:`flowdsl.flow.combine_packs`). What a step reads of
@@ -83,7 +86,7 @@ def _bits_in(arr, at, valid, whole):
     ``whole``: all 16 are valid and 16-byte aligned (one vector load)."""
     if whole:
         return mem.vec_to_bits(mem.load_vec(arr, at))
-    size = arr.itemsize
+    size = mem.itemsize(arr)
     per = 8 // size
     width = uint64(8 * size)
     mask = (uint64(1) << width) - uint64(1) if size < 8 else ~uint64(0)
@@ -104,7 +107,7 @@ def _bits_out(arr, at, valid, whole, low, high):
     if whole:
         mem.store_vec(arr, at, mem.vec_from_bits(low, high, arr.dtype))
         return
-    size = arr.itemsize
+    size = mem.itemsize(arr)
     per = 8 // size
     width = uint64(8 * size)
     for k in range(valid):
@@ -117,7 +120,7 @@ def _src_bits(red, src, at, valid, whole):
     """:func:`_bits_in` of this rank's own input, as ``red`` takes it (:func:`flowdsl.flow.premul`)."""
     if whole:
         return mem.vec_to_bits(premul_pack(red, mem.load_vec(src, at)))
-    size = src.itemsize
+    size = mem.itemsize(src)
     per = 8 // size
     width = uint64(8 * size)
     mask = (uint64(1) << width) - uint64(1) if size < 8 else ~uint64(0)
@@ -144,20 +147,37 @@ def _finished(red, low, high, like):
 
 
 @device
-def _pack(src, dst, base, e, valid, whole, red, recv, reduce, store, last, low, high):
-    """One 16-byte pack at element ``e``: what was received (``low``, ``high``) combined with
-    ``src``, or ``src`` itself; stored (finished if ``last``) to ``dst``; returned to send on."""
+def _pack_load(red, src, at, valid, whole, recv, reduce):
+    """What a pack at ``src[at:]`` takes of this rank's input (:func:`_src_bits`), or zeros where the step
+    takes none. Loaded apart from :func:`_pack_store` so that a lane has several packs' loads in
+    flight before its first store (a store waits for the value it stores)."""
+    if recv and not reduce:
+        return uint64(0), uint64(0)
+    return _src_bits(red, src, at, valid, whole)
+
+
+@device
+def _pack_store(red, dst, at, valid, whole, recv, reduce, store, last, low, high, src_low, src_high):
+    """One 16-byte pack at ``dst[at:]``: what was received (``low``, ``high``) combined with the
+    pack of ``src`` (``src_low``, ``src_high``, from :func:`_pack_load`), or that pack itself;
+    stored (finished if ``last``) to ``dst``; returned to send on."""
     if recv:
         if reduce:
-            src_low, src_high = _src_bits(red, src, base + e, valid, whole)
             low, high = _combined(red, low, high, src_low, src_high, dst)
     else:
-        low, high = _src_bits(red, src, base + e, valid, whole)
+        low, high = src_low, src_high
     if store:
         if last:
             low, high = _finished(red, low, high, dst)
-        _bits_out(dst, base + e, valid, whole, low, high)
+        _bits_out(dst, at, valid, whole, low, high)
     return low, high
+
+
+@device
+def _pack(src, dst, base, e, valid, whole, red, recv, reduce, store, last, low, high):
+    """:func:`_pack_store` of :func:`_pack_load`: one pack at element ``e``, on its own."""
+    src_low, src_high = _pack_load(red, src, base + e, valid, whole, recv, reduce)
+    return _pack_store(red, dst, base + e, valid, whole, recv, reduce, store, last, low, high, src_low, src_high)
 
 
 # ---- SIMPLE ----------------------------------------------------------------------------------------
@@ -205,7 +225,7 @@ def simple_part(inbox, at, outbox, to, src, dst, base, lo, hi, lane, red, vector
     """SIMPLE: the warp moves elements ``[lo, hi)`` of the slot (at ``inbox[at:]``, ``outbox[to:]``). 16-byte packs, eight per lane loaded before any is stored (loads in flight are what
     HBM and NVLink need), then single packs, then elements; ``vectors``: the arrays are 16-byte
     aligned at ``base`` (slots and part starts always are)."""
-    lanes = 16 // dst.itemsize
+    lanes = 16 // mem.itemsize(dst)
     tail = lo
     if vectors:
         end = lo + (hi - lo) // lanes * lanes
@@ -252,19 +272,40 @@ def _ll_lines(j, npacks):
 
 
 @device
-def _ll_take(comm, peer, inbox, a, b, flag):
-    """Spin (bounded) until the lines at uint32 words ``a`` and ``b`` both carry ``flag`` twice; their
-    8 + 8 data bytes as (low, high)."""
+def _ll_fetch(inbox, a, b):
+    """The two lines at uint32 words ``a`` and ``b``, loaded once (:func:`_ll_take` checks them)."""
+    return mem.load_vec_relaxed(inbox, a, _SYS), mem.load_vec_relaxed(inbox, b, _SYS)
+
+
+@device
+def _ll_fresh(x, y, flag):
+    return x[1] == flag and x[3] == flag and y[1] == flag and y[3] == flag
+
+
+@device(slow_path=True)
+def _ll_spin(comm, peer, inbox, a, b, flag):
+    """Reload the lines at uint32 words ``a`` and ``b`` until both carry ``flag`` twice (bounded); the
+    lines as last loaded. Out of line: only a line not there at its first load comes here, and one
+    copy of the loop serves every pack of the step."""
     x = mem.load_vec_relaxed(inbox, a, _SYS)
     y = mem.load_vec_relaxed(inbox, b, _SYS)
     state = uint64(0)
-    while x[1] != flag or x[3] != flag or y[1] != flag or y[3] != flag:
+    while not _ll_fresh(x, y, flag):
         seen = x[1] if x[1] != flag else (x[3] if x[3] != flag else (y[1] if y[1] != flag else y[3]))
         state = wait.poll(comm, state, wait.LL_LINE, peer, a // 4, flag, seen)
         if state == wait.GAVE_UP:
-            return uint64(x[0]) | (uint64(x[2]) << uint64(32)), uint64(y[0]) | (uint64(y[2]) << uint64(32))
+            break
         x = mem.load_vec_relaxed(inbox, a, _SYS)
         y = mem.load_vec_relaxed(inbox, b, _SYS)
+    return x, y
+
+
+@device
+def _ll_take(comm, peer, inbox, a, b, flag, x, y):
+    """The 8 + 8 data bytes, as (low, high), of the lines at uint32 words ``a`` and ``b`` (``x`` and
+    ``y`` as :func:`_ll_fetch` first loaded them) once both carry ``flag`` twice."""
+    if not _ll_fresh(x, y, flag):
+        x, y = _ll_spin(comm, peer, inbox, a, b, flag)
     wait.accepted(inbox, a, 4, peer)
     wait.accepted(inbox, b, 4, peer)
     return uint64(x[0]) | (uint64(x[2]) << uint64(32)), uint64(y[0]) | (uint64(y[2]) << uint64(32))
@@ -279,16 +320,66 @@ def _ll_put(outbox, a, b, low, high, flag):
                           _SYS)
 
 
+_NO_LINE = (uint32(0), uint32(0), uint32(0), uint32(0))
+
+
+@device
+def _ll_start(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce):
+    """The loads of whole pack ``j`` (16 aligned bytes): its two lines (receiving) and its ``src`` pack."""
+    x = _NO_LINE
+    y = _NO_LINE
+    if recv:
+        a, b = _ll_lines(j, npacks)
+        x, y = _ll_fetch(inbox, at + a, at + b)
+    return x, y, _pack_load(red, src, base + e0 + j * lanes, lanes, True, recv, reduce)
+
+
+@device
+def _ll_finish(comm, peer, inbox, at, outbox, to, dst, base, e0, j, npacks, lanes, red, rflag, sflag, recv, send,
+               reduce, store, last, loaded):
+    """Whole pack ``j`` from what :func:`_ll_start` loaded: wait for its lines, combine, store, send on."""
+    x, y, s = loaded
+    a, b = _ll_lines(j, npacks)
+    low = uint64(0)
+    high = uint64(0)
+    if recv:
+        low, high = _ll_take(comm, peer, inbox, at + a, at + b, rflag, x, y)
+    low, high = _pack_store(red, dst, base + e0 + j * lanes, lanes, True, recv, reduce, store, last, low, high,
+                            s[0], s[1])
+    if send:
+        _ll_put(outbox, to + a, to + b, low, high, sflag)
+
+
 @device
 def ll_part(comm, peer, inbox, at, outbox, to, src, dst, base, e0, npacks, m, lane, red, rflag, sflag, vectors, recv,
             send, reduce, store, last, clean):
     """LL: the warp moves the ``npacks`` packs of its part (its lines from ``inbox[at:]`` and
     ``outbox[to:]``, uint32 views; ``e0``: the part's first element of the slot, of ``m``). ``clean``: write every
-    line of the part, those without data too (:func:`flowdsl.flow.ll_cleans`)."""
-    lanes = 16 // dst.itemsize
+    line of the part, those without data too (:func:`flowdsl.flow.ll_cleans`).
+
+    A lane takes whole packs four at a time: the loads of all four (lines and ``src``) are in
+    flight before it waits for the first, since a lane that waited for one pack at a time would
+    move one pack per memory round trip. The rest go one by one."""
+    lanes = 16 // mem.itemsize(dst)
     ndata = min(npacks, max(0, (m - e0 + lanes - 1) // lanes))
     todo = npacks if clean and send else ndata
     j = lane
+    if vectors:
+        whole = min(npacks, max(0, (m - e0) // lanes))
+        while j + 3 * _WARP < whole:
+            p0 = _ll_start(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce)
+            p1 = _ll_start(inbox, at, src, base, e0, j + _WARP, npacks, lanes, red, recv, reduce)
+            p2 = _ll_start(inbox, at, src, base, e0, j + 2 * _WARP, npacks, lanes, red, recv, reduce)
+            p3 = _ll_start(inbox, at, src, base, e0, j + 3 * _WARP, npacks, lanes, red, recv, reduce)
+            _ll_finish(comm, peer, inbox, at, outbox, to, dst, base, e0, j, npacks, lanes, red, rflag, sflag, recv,
+                       send, reduce, store, last, p0)
+            _ll_finish(comm, peer, inbox, at, outbox, to, dst, base, e0, j + _WARP, npacks, lanes, red, rflag, sflag,
+                       recv, send, reduce, store, last, p1)
+            _ll_finish(comm, peer, inbox, at, outbox, to, dst, base, e0, j + 2 * _WARP, npacks, lanes, red, rflag,
+                       sflag, recv, send, reduce, store, last, p2)
+            _ll_finish(comm, peer, inbox, at, outbox, to, dst, base, e0, j + 3 * _WARP, npacks, lanes, red, rflag,
+                       sflag, recv, send, reduce, store, last, p3)
+            j += 4 * _WARP
     while j < todo:
         a, b = _ll_lines(j, npacks)
         low = uint64(0)
@@ -297,7 +388,8 @@ def ll_part(comm, peer, inbox, at, outbox, to, src, dst, base, e0, npacks, m, la
             e = e0 + j * lanes
             valid = min(lanes, m - e)
             if recv:
-                low, high = _ll_take(comm, peer, inbox, at + a, at + b, rflag)
+                x, y = _ll_fetch(inbox, at + a, at + b)
+                low, high = _ll_take(comm, peer, inbox, at + a, at + b, rflag, x, y)
             low, high = _pack(src, dst, base, e, valid, vectors and valid == lanes, red, recv, reduce, store, last,
                               low, high)
         if send:
@@ -315,25 +407,173 @@ def _ll128_chunks(lane):
     return lane, 32 + lane - lost, 60 + lane, 92 + lane - lost
 
 
+@device(slow_path=True)
+def _ll128_flag_spin(comm, peer, inbox, where, flag):
+    """Reload ``inbox[where]`` until it carries ``flag`` (bounded); False if the wait gave up. Out of
+    line: one copy serves every flag of the step, and only a flag not there at its first load
+    comes here."""
+    seen = mem.load_relaxed(inbox, where, _SYS)
+    state = uint64(0)
+    while seen != flag:
+        state = wait.poll(comm, state, wait.LL128_LINE, peer, where, flag, seen)
+        if state == wait.GAVE_UP:
+            return False
+        seen = mem.load_relaxed(inbox, where, _SYS)
+    return True
+
+
 @device
-def _ll128_arrived(comm, peer, inbox, at, lane, flag):
-    """Wait (bounded) until the flags of the pass's 16 lines (from ``inbox[at:]``) carry ``flag``: each
-    flag lane waits for its four in turn (they land in that order), then the warp meets once;
-    False if a wait gave up. No warp vote inside the spin: the simulator takes a barrier for
-    progress, and a spin that meets one every turn would never be seen to hang."""
-    gave_up = False
+def _ll128_flag_seen(comm, peer, inbox, where, flag, seen):
+    """Whether ``inbox[where]`` carries ``flag`` (``seen``: its first load), waiting (bounded) for it."""
+    return seen == flag or _ll128_flag_spin(comm, peer, inbox, where, flag)
+
+
+@device
+def _ll128_arrived(comm, peer, inbox, at, lane, flag, passes):
+    """Wait (bounded) until the flags of the 16 lines of each of ``passes`` (1 or 2) passes from
+    ``inbox[at:]`` carry ``flag``: each flag lane loads its four (eight) flags at once, waits for any
+    still missing in turn, then the warp meets once; False if a wait gave up. No warp vote inside
+    the spin: the simulator takes a barrier for progress, and a spin that meets one every turn would
+    never be seen to hang."""
+    ok = True
     if lane % 8 == 7:
-        for g in range(4):
-            where = at + (g * _WARP + lane) * 2 + 1
-            seen = mem.load_relaxed(inbox, where, _SYS)
-            state = uint64(0)
-            while seen != flag and not gave_up:
-                state = wait.poll(comm, state, wait.LL128_LINE, peer, where, flag, seen)
-                if state == wait.GAVE_UP:
-                    gave_up = True
-                else:
-                    seen = mem.load_relaxed(inbox, where, _SYS)
-    return not cuda.any_sync(0xFFFFFFFF, gave_up)
+        w = at + lane * 2 + 1  # line 4g + lane // 8's flag: the last word of lane's chunk in pass g
+        f0 = mem.load_relaxed(inbox, w, _SYS)
+        f1 = mem.load_relaxed(inbox, w + 2 * _WARP, _SYS)
+        f2 = mem.load_relaxed(inbox, w + 4 * _WARP, _SYS)
+        f3 = mem.load_relaxed(inbox, w + 6 * _WARP, _SYS)
+        f4 = flag
+        f5 = flag
+        f6 = flag
+        f7 = flag
+        if passes > 1:
+            f4 = mem.load_relaxed(inbox, w + LL128_PASS_WORDS, _SYS)
+            f5 = mem.load_relaxed(inbox, w + LL128_PASS_WORDS + 2 * _WARP, _SYS)
+            f6 = mem.load_relaxed(inbox, w + LL128_PASS_WORDS + 4 * _WARP, _SYS)
+            f7 = mem.load_relaxed(inbox, w + LL128_PASS_WORDS + 6 * _WARP, _SYS)
+        ok = (_ll128_flag_seen(comm, peer, inbox, w, flag, f0)
+              and _ll128_flag_seen(comm, peer, inbox, w + 2 * _WARP, flag, f1)
+              and _ll128_flag_seen(comm, peer, inbox, w + 4 * _WARP, flag, f2)
+              and _ll128_flag_seen(comm, peer, inbox, w + 6 * _WARP, flag, f3)
+              and _ll128_flag_seen(comm, peer, inbox, w + LL128_PASS_WORDS, flag, f4)
+              and _ll128_flag_seen(comm, peer, inbox, w + LL128_PASS_WORDS + 2 * _WARP, flag, f5)
+              and _ll128_flag_seen(comm, peer, inbox, w + LL128_PASS_WORDS + 4 * _WARP, flag, f6)
+              and _ll128_flag_seen(comm, peer, inbox, w + LL128_PASS_WORDS + 6 * _WARP, flag, f7))
+    return not cuda.any_sync(0xFFFFFFFF, not ok)
+
+
+_NO_CHUNK = (uint64(0), uint64(0))
+_NO_CHUNKS = (_NO_CHUNK, _NO_CHUNK, _NO_CHUNK, _NO_CHUNK)
+
+
+@device
+def _ll128_lines_in(inbox, here, lane, peer):
+    """The four 16-byte chunks lane ``lane`` holds of the pass at ``inbox[here:]`` (its flags seen)."""
+    r = (mem.vec_to_bits(mem.load_vec_relaxed(inbox, here + lane * 2, _SYS)),
+         mem.vec_to_bits(mem.load_vec_relaxed(inbox, here + (_WARP + lane) * 2, _SYS)),
+         mem.vec_to_bits(mem.load_vec_relaxed(inbox, here + (2 * _WARP + lane) * 2, _SYS)),
+         mem.vec_to_bits(mem.load_vec_relaxed(inbox, here + (3 * _WARP + lane) * 2, _SYS)))
+    for g in range(4):
+        wait.accepted(inbox, here + (g * _WARP + lane) * 2, 2, peer)
+    return r
+
+
+@device
+def _ll128_chunk_load(red, src, base, first, chunk, lanes, m, vectors, recv, reduce, whole):
+    """:func:`_pack_load` of payload chunk ``chunk`` of the pass that starts at element ``first``
+    (``whole``: the pass is full and 16-byte aligned, no chunk checked)."""
+    e = first + chunk * lanes
+    if whole:
+        return _pack_load(red, src, base + e, lanes, True, recv, reduce)
+    if e >= m:
+        return _NO_CHUNK
+    valid = min(lanes, m - e)
+    return _pack_load(red, src, base + e, valid, vectors and valid == lanes, recv, reduce)
+
+
+@device
+def _ll128_chunk_store(red, dst, base, first, chunk, lanes, m, vectors, recv, reduce, store, last, received, mine,
+                       whole):
+    """:func:`_pack_store` of payload chunk ``chunk`` of the pass that starts at element ``first``."""
+    e = first + chunk * lanes
+    if whole:
+        return _pack_store(red, dst, base + e, lanes, True, recv, reduce, store, last, received[0], received[1],
+                           mine[0], mine[1])
+    if e >= m:
+        return _NO_CHUNK
+    valid = min(lanes, m - e)
+    return _pack_store(red, dst, base + e, valid, vectors and valid == lanes, recv, reduce, store, last, received[0],
+                       received[1], mine[0], mine[1])
+
+
+@device
+def _ll128_src(red, src, base, first, lane, lanes, m, vectors, recv, reduce, whole):
+    """The ``src`` chunks lane ``lane`` takes in a pass from element ``first`` (flag lanes take two)."""
+    c0, c1, c2, c3 = _ll128_chunks(lane)
+    s0 = _ll128_chunk_load(red, src, base, first, c0, lanes, m, vectors, recv, reduce, whole)
+    s2 = _ll128_chunk_load(red, src, base, first, c2, lanes, m, vectors, recv, reduce, whole)
+    s1 = _NO_CHUNK
+    s3 = _NO_CHUNK
+    if lane % 8 != 7:
+        s1 = _ll128_chunk_load(red, src, base, first, c1, lanes, m, vectors, recv, reduce, whole)
+        s3 = _ll128_chunk_load(red, src, base, first, c3, lanes, m, vectors, recv, reduce, whole)
+    return s0, s1, s2, s3
+
+
+@device
+def _ll128_pass_out(outbox, there, red, dst, base, first, lane, lanes, m, vectors, recv, send, reduce, store, last,
+                    received, mine, sflag, whole):
+    """A pass from what was received and loaded: combined, stored to ``dst``, sent as 16 lines of 128
+    bytes at ``outbox[there:]`` (four warp-wide stores, a flag lane's last 8 bytes the flag)."""
+    flagger = lane % 8 == 7
+    c0, c1, c2, c3 = _ll128_chunks(lane)
+    r0, r1, r2, r3 = received
+    if recv and flagger:  # the second halves of chunks c0 and c2 came in passes 1 and 3
+        r0 = (r0[0], r1[0])
+        r2 = (r2[0], r3[0])
+    a = _ll128_chunk_store(red, dst, base, first, c0, lanes, m, vectors, recv, reduce, store, last, r0, mine[0], whole)
+    c = _ll128_chunk_store(red, dst, base, first, c2, lanes, m, vectors, recv, reduce, store, last, r2, mine[2], whole)
+    b = _NO_CHUNK
+    d = _NO_CHUNK
+    if not flagger:
+        b = _ll128_chunk_store(red, dst, base, first, c1, lanes, m, vectors, recv, reduce, store, last, r1, mine[1],
+                               whole)
+        d = _ll128_chunk_store(red, dst, base, first, c3, lanes, m, vectors, recv, reduce, store, last, r3, mine[3],
+                               whole)
+    if send:
+        if flagger:  # each 8 payload bytes beside the line's flag
+            b = (a[1], sflag)
+            a = (a[0], sflag)
+            d = (c[1], sflag)
+            c = (c[0], sflag)
+        mem.warp_store_vec(outbox, there + lane * 2, a, _SYS)
+        mem.warp_store_vec(outbox, there + (_WARP + lane) * 2, b, _SYS)
+        mem.warp_store_vec(outbox, there + (2 * _WARP + lane) * 2, c, _SYS)
+        mem.warp_store_vec(outbox, there + (3 * _WARP + lane) * 2, d, _SYS)
+
+
+@device
+def _ll128_passes(comm, peer, inbox, here, outbox, there, src, dst, base, first, lane, lanes, per_pass, m, red, rflag,
+                  sflag, vectors, recv, send, reduce, store, last, passes, whole):
+    """``passes`` (1 or 2, a constant where called) consecutive passes from element ``first``: their
+    flags waited for together, then every load of them (the lines, ``src``) in flight before the
+    first store. ``whole``: both passes are full and 16-byte aligned."""
+    r = _NO_CHUNKS
+    q = _NO_CHUNKS
+    if recv and _ll128_arrived(comm, peer, inbox, here, lane, rflag, passes):
+        cuda.syncwarp()
+        r = _ll128_lines_in(inbox, here, lane, peer)
+        if passes > 1:
+            q = _ll128_lines_in(inbox, here + LL128_PASS_WORDS, lane, peer)
+    s = _ll128_src(red, src, base, first, lane, lanes, m, vectors, recv, reduce, whole)
+    t = _NO_CHUNKS
+    if passes > 1:
+        t = _ll128_src(red, src, base, first + per_pass, lane, lanes, m, vectors, recv, reduce, whole)
+    _ll128_pass_out(outbox, there, red, dst, base, first, lane, lanes, m, vectors, recv, send, reduce, store, last,
+                    r, s, sflag, whole)
+    if passes > 1:
+        _ll128_pass_out(outbox, there + LL128_PASS_WORDS, red, dst, base, first + per_pass, lane, lanes, m, vectors,
+                        recv, send, reduce, store, last, q, t, sflag, whole)
 
 
 @device
@@ -341,59 +581,22 @@ def ll128_part(comm, peer, inbox, at, outbox, to, src, dst, base, e0, npasses, m
                recv, send, reduce, store, last):
     """LL128: the warp moves the ``npasses`` passes of its part (from ``inbox[at:]`` and ``outbox[to:]``,
     uint64 views; ``e0``: the part's first element of the slot, of ``m``). Passes past the data are
-    neither sent nor waited for."""
-    lanes = 16 // dst.itemsize
-    per_pass = _LL128_PASS_BYTES // dst.itemsize
-    flagger = lane % 8 == 7
-    c0, c1, c2, c3 = _ll128_chunks(lane)
+    neither sent nor waited for.
+
+    Full passes go two at a time (:func:`_ll128_passes`), so that a pass costs no memory round
+    trip of its own; a pass the data end in goes alone, element by element where it must."""
+    lanes = 16 // mem.itemsize(dst)
+    per_pass = _LL128_PASS_BYTES // mem.itemsize(dst)
     p = 0
     while p < npasses and e0 + p * per_pass < m:
+        first = e0 + p * per_pass
         here = at + p * LL128_PASS_WORDS
         there = to + p * LL128_PASS_WORDS
-        first = e0 + p * per_pass
-        r0 = (uint64(0), uint64(0))
-        r1 = (uint64(0), uint64(0))
-        r2 = (uint64(0), uint64(0))
-        r3 = (uint64(0), uint64(0))
-        if recv:
-            if _ll128_arrived(comm, peer, inbox, here, lane, rflag):
-                cuda.syncwarp()
-                r0 = mem.vec_to_bits(mem.load_vec_relaxed(inbox, here + lane * 2, _SYS))
-                r1 = mem.vec_to_bits(mem.load_vec_relaxed(inbox, here + (_WARP + lane) * 2, _SYS))
-                r2 = mem.vec_to_bits(mem.load_vec_relaxed(inbox, here + (2 * _WARP + lane) * 2, _SYS))
-                r3 = mem.vec_to_bits(mem.load_vec_relaxed(inbox, here + (3 * _WARP + lane) * 2, _SYS))
-                for g in range(4):
-                    wait.accepted(inbox, here + (g * _WARP + lane) * 2, 2, peer)
-            if flagger:  # the second halves of chunks c0 and c2 came in passes 1 and 3
-                r0 = (r0[0], r1[0])
-                r2 = (r2[0], r3[0])
-        a = _ll128_pack(src, dst, base, first, c0, lanes, m, vectors, red, recv, reduce, store, last, r0)
-        c = _ll128_pack(src, dst, base, first, c2, lanes, m, vectors, red, recv, reduce, store, last, r2)
-        b = (uint64(0), uint64(0))
-        d = (uint64(0), uint64(0))
-        if not flagger:
-            b = _ll128_pack(src, dst, base, first, c1, lanes, m, vectors, red, recv, reduce, store, last, r1)
-            d = _ll128_pack(src, dst, base, first, c3, lanes, m, vectors, red, recv, reduce, store, last, r3)
-        if send:
-            if flagger:  # each 8 payload bytes beside the line's flag
-                b = (a[1], sflag)
-                a = (a[0], sflag)
-                d = (c[1], sflag)
-                c = (c[0], sflag)
-            mem.warp_store_vec(outbox, there + lane * 2, a, _SYS)
-            mem.warp_store_vec(outbox, there + (_WARP + lane) * 2, b, _SYS)
-            mem.warp_store_vec(outbox, there + (2 * _WARP + lane) * 2, c, _SYS)
-            mem.warp_store_vec(outbox, there + (3 * _WARP + lane) * 2, d, _SYS)
-        p += 1
-
-
-@device
-def _ll128_pack(src, dst, base, first, chunk, lanes, m, vectors, red, recv, reduce, store, last, received):
-    """The payload chunk ``chunk`` of the pass that starts at element ``first`` (see :func:`_pack`)."""
-    e = first + chunk * lanes
-    if e >= m:
-        return (uint64(0), uint64(0))
-    valid = min(lanes, m - e)
-    low, high = _pack(src, dst, base, e, valid, vectors and valid == lanes, red, recv, reduce, store, last,
-                      received[0], received[1])
-    return (low, high)
+        if vectors and p + 1 < npasses and first + 2 * per_pass <= m:
+            _ll128_passes(comm, peer, inbox, here, outbox, there, src, dst, base, first, lane, lanes, per_pass, m, red,
+                          rflag, sflag, vectors, recv, send, reduce, store, last, 2, True)
+            p += 2
+        else:
+            _ll128_passes(comm, peer, inbox, here, outbox, there, src, dst, base, first, lane, lanes, per_pass, m, red,
+                          rflag, sflag, vectors, recv, send, reduce, store, last, 1, False)
+            p += 1

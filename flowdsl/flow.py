@@ -445,7 +445,7 @@ def _protocol_slots(name, make_part, move):
                 if gin_in:
                     _give_credit(proc, ctx, inp, rstep, 0)
                 if gin_out:
-                    _post_slot(proc, ctx, out, sstep, _slot_words_used(proc, m, dst.itemsize))
+                    _post_slot(proc, ctx, out, sstep, _slot_words_used(proc, m, mem.itemsize(dst)))
 
     slot.__name__ = slot.__qualname__ = f"_slot_{name}"
     slot = device(slot)
@@ -453,7 +453,7 @@ def _protocol_slots(name, make_part, move):
     def slots(proc, inp, out, src, dst, offset, n, red, rstep, sstep, recv, send, reduce, store, last):
         """The step's ``n`` elements, slot after slot; returns how many slots."""
         pt = make_part(proc, inp, out, dst, recv, send)
-        per_slot = slot_elements(proc, dst.itemsize)
+        per_slot = slot_elements(proc, mem.itemsize(dst))
         vectors = _aligned(src, dst, offset)
         rslot = rstep % proc.nslots
         sslot = sstep % proc.nslots
@@ -475,7 +475,7 @@ def _protocol_slots(name, make_part, move):
 
 @device
 def _simple_views(proc, inp, out, dst, recv, send):
-    return _part(proc, inp, out, dst.dtype, 8 // dst.itemsize, recv, send)
+    return _part(proc, inp, out, dst.dtype, 8 // mem.itemsize(dst), recv, send)
 
 
 @device
@@ -491,9 +491,9 @@ def _ll128_views(proc, inp, out, dst, recv, send):
 @device
 def _move_simple(proc, pt, inp, out, src, dst, base, m, red, rstep, sstep, rslot, sslot, vectors, recv, send, reduce,
                  store, last):
-    words = proc.slot_words * (8 // dst.itemsize)
-    lo = min(wire.part_elements(pt.w0, dst.itemsize, Protocol.SIMPLE), m)
-    hi = min(lo + wire.part_elements(pt.words, dst.itemsize, Protocol.SIMPLE), m)
+    words = proc.slot_words * (8 // mem.itemsize(dst))
+    lo = min(wire.part_elements(pt.w0, mem.itemsize(dst), Protocol.SIMPLE), m)
+    hi = min(lo + wire.part_elements(pt.words, mem.itemsize(dst), Protocol.SIMPLE), m)
     wire.simple_part(pt.inboxes, rslot * words, pt.outboxes, sslot * words, src, dst, base, lo, hi, pt.lane, red,
                      vectors, recv, send, reduce, store, last)
 
@@ -503,7 +503,7 @@ def _move_ll(proc, pt, inp, out, src, dst, base, m, red, rstep, sstep, rslot, ss
              store, last):
     wire.ll_part(proc.comm, inp.peer, pt.inboxes, (rslot * proc.slot_words + pt.w0) * 2, pt.outboxes,
                  (sslot * proc.slot_words + pt.w0) * 2, src, dst, base,
-                 wire.part_elements(pt.w0, dst.itemsize, Protocol.LL), pt.words // 4, m, pt.lane, red,
+                 wire.part_elements(pt.w0, mem.itemsize(dst), Protocol.LL), pt.words // 4, m, pt.lane, red,
                  uint32(ll_flag(rstep)), uint32(ll_flag(sstep)), vectors, recv, send, reduce, store, last,
                  send and ll_cleans(sstep, proc.nslots))
 
@@ -513,7 +513,7 @@ def _move_ll128(proc, pt, inp, out, src, dst, base, m, red, rstep, sstep, rslot,
                 store, last):
     wire.ll128_part(proc.comm, inp.peer, pt.inboxes, rslot * proc.slot_words + pt.w0, pt.outboxes,
                     sslot * proc.slot_words + pt.w0, src, dst, base,
-                    wire.part_elements(pt.w0, dst.itemsize, Protocol.LL128), pt.words // wire.LL128_PASS_WORDS, m,
+                    wire.part_elements(pt.w0, mem.itemsize(dst), Protocol.LL128), pt.words // wire.LL128_PASS_WORDS, m,
                     pt.lane, red, uint64(rstep + 1), uint64(sstep + 1), vectors, recv, send, reduce, store, last)
 
 
@@ -751,7 +751,7 @@ def _direct_step(proc, inp, out, src, src_offset, win, offset, n, flags):
                     _give_credit(proc, proc.ctx, inp, rstep, part)
             state[counter_word(proc.channel, inp.number, RECEIVED)] = uint64(rstep + 1)
         if has_send:
-            _post_direct(proc, proc.ctx, out, win, offset * mine.itemsize, n * mine.itemsize, sstep)
+            _post_direct(proc, proc.ctx, out, win, offset * mem.itemsize(mine), n * mem.itemsize(mine), sstep)
             state[counter_word(proc.channel, out.number, SENT)] = uint64(sstep + 1)
 
 
@@ -790,7 +790,7 @@ def copy(src, src_offset, dst, dst_offset, n, first, stride, vectors):
     With ``vectors`` (both arrays start 16-byte aligned, which the host checks), elements
     move in 16-byte vectors where the offsets allow; the rest element by element.
     """
-    lanes = 16 // src.itemsize
+    lanes = 16 // mem.itemsize(src)
     done = 0
     if vectors and (src_offset % lanes) == 0 and (dst_offset % lanes) == 0:
         nvec = n // lanes

@@ -19,7 +19,8 @@ _VECTORS = MEM_ARRAY.but(dtypes=VECTOR_ELEMENTS)
 __all__ = [
     "load_acquire", "load_relaxed", "store_release", "store_relaxed", "fence",
     "atomic_add", "atomic_cas", "atomic_exch", "red_add", "load_vec", "store_vec", "load_vec_relaxed",
-    "store_vec_relaxed", "warp_store_vec", "vec_to_bits", "vec_from_bits", "to_bits", "from_bits", "address", "globaltimer",
+    "store_vec_relaxed", "warp_store_vec", "vec_to_bits", "vec_from_bits", "to_bits", "from_bits", "address", "itemsize",
+    "globaltimer",
 ]
 
 
@@ -133,6 +134,13 @@ def from_bits(bits, dtype):
 def address(array, index):
     """Byte address of ``array[index]`` as a uint64 (``address(a, i) % 16 == 0``: a 16-byte
     vector may start there). Nothing is read; ``index`` may be one past the end."""
+
+
+@primitive(array=MEM_ARRAY)
+def itemsize(array):
+    """Bytes of one element of ``array``, a constant of the compiled code: an array's
+    ``.itemsize`` attribute is a field read at run time on the GPU, so every division by it (what a
+    slot or a 16-byte pack holds) would be a division instruction in the loop."""
 
 
 @primitive

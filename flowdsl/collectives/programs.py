@@ -186,7 +186,7 @@ def ring_chunks(chunk_program):
 
     def program(proc, red, partial, src, dst, count, root, lo, hi):
         nxt, prv = ring_connections(proc)
-        chunk = chunk_elements(proc, dst.itemsize)
+        chunk = chunk_elements(proc, mem.itemsize(dst))
         for base in range(lo, hi, chunk):
             chunk_program(proc, nxt, prv, red, src, dst, count, root, base, min(chunk, hi - base))
 
@@ -281,7 +281,7 @@ def ring_all_reduce(proc, red, partial, src, dst, count, root, lo, hi):
     """Ring AllReduce: a reduce-scatter then an all-gather around the ring, round by round."""
     n, r = proc.comm.nranks, proc.comm.rank
     nxt, prv = ring_connections(proc)
-    chunk = chunk_elements(proc, dst.itemsize)
+    chunk = chunk_elements(proc, mem.itemsize(dst))
     base = lo
     while base < hi:
         size = min(n * chunk, hi - base)
@@ -360,7 +360,7 @@ def tree_all_reduce(proc, red, partial, src, dst, count, root, lo, hi):
     kid1_in = flow.connect(proc, kid1, 3, 1)
     kid0_out = flow.connect(proc, kid0, 2, 1)
     kid1_out = flow.connect(proc, kid1, 3, 1)
-    chunk = chunk_elements(proc, dst.itemsize)
+    chunk = chunk_elements(proc, mem.itemsize(dst))
     # Up runs one chunk ahead of down: while the root sends chunk c down, chunk c+1 is already
     # on its way up (the two directions use different connections, so both stay busy).
     if lo < hi:
@@ -445,7 +445,7 @@ def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
             alone(src, dst, count, inplace, vectors, flow.reduction(op, 1, fp8, scale))
             return
         red = flow.reduction(op, n, fp8, scale)
-        lines = flow.ll_lines_per_element(dst.itemsize)
+        lines = flow.ll_lines_per_element(mem.itemsize(dst))
         words = lsa.local_view(stage)
         call = int64(words[_CALLS])
         flag = flow.ll_flag(call)

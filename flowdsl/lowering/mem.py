@@ -399,6 +399,16 @@ def _address(typingctx, array, index):
 
 
 @intrinsic
+def _itemsize(typingctx, array):
+    size = _element(array).bitwidth // 8
+
+    def codegen(context, builder, sig, args):
+        return context.get_constant(types.intp, size)
+
+    return types.intp(array), codegen
+
+
+@intrinsic
 def _globaltimer(typingctx):
     def codegen(context, builder, sig, args):
         # volatile: every read is a new sample (LLVM must not merge or hoist two reads).
@@ -529,6 +539,12 @@ def mem_from_bits(bits, dtype):
 def mem_address(array, index):
     check(mem.address, array, index)
     return lambda array, index: _address(array, index)
+
+
+@overload(mem.itemsize)
+def mem_itemsize(array):
+    check(mem.itemsize, array)
+    return lambda array: _itemsize(array)
 
 
 @overload(mem.globaltimer)

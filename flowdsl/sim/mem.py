@@ -244,6 +244,11 @@ def _mem_address(array, index):
     return np.uint64(a.__array_interface__["data"][0] + int(index) * a.itemsize)
 
 
+@implements("flowdsl.mem.itemsize")
+def _mem_itemsize(array):
+    return raw(array).itemsize
+
+
 @implements("flowdsl.mem.store_vec")
 def _mem_store_vec(array, index, values):
     a, i, n = _vec(array, index, "store_vec")

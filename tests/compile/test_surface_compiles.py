@@ -93,6 +93,7 @@ def every_primitive(comm, win, flags, out):
     out[10] = mem.from_bits(mem.to_bits(out[11]) ^ uint64(1 << 31), float32)
     flags[8] = uint32(mem.address(out, 3) & uint64(15))  # 16-byte alignment of an element
     flags[9] = uint32(mem.globaltimer() & uint64(1))
+    flags[10] = uint32(16 // mem.itemsize(out))  # a constant of the code, no division
 
 
 ARGS = ("devcomm", ("window", np.float32), np.zeros(8, np.uint32), np.zeros(16, np.float32))

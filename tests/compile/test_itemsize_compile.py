@@ -1,0 +1,68 @@
+"""``flowdsl.mem.itemsize`` is a constant of the compiled code: no division by an element size survives.
+
+An array's ``.itemsize`` attribute is a field of the array's struct, a kernel parameter read at run
+time, so ``16 // a.itemsize`` is a division instruction (Flow's steps had a hundred of them in the
+slot loop before they took ``mem.itemsize``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import flowdsl
+from flowdsl import mem
+
+pytestmark = pytest.mark.compile
+
+
+@flowdsl.kernel
+def lanes_and_bytes(a, out, n):
+    out[0] = 16 // mem.itemsize(a)          # elements of a 16-byte pack
+    out[1] = n * 8 // mem.itemsize(a)       # elements in n uint64 words
+
+
+@flowdsl.kernel
+def lanes_by_attribute(a, out, n):
+    out[0] = 16 // a.itemsize
+    out[1] = n * 8 // a.itemsize
+
+
+def _divisions(ptx: str) -> list[str]:
+    return re.findall(r"^\s*(?:div|rem)\.\w+", ptx, re.M)
+
+
+@pytest.mark.parametrize("dtype, lanes", [(np.float16, 8), (np.float32, 4), (np.float64, 2), (np.uint8, 16)])
+def test_itemsize_folds_to_a_constant(linked_ptx, dtype, lanes):
+    argtypes = flowdsl.FlowKernel.argtypes_for(np.zeros(4, dtype), np.zeros(2, np.int64), 1, nccl="2.28.9")
+    ptx = linked_ptx(lanes_and_bytes, argtypes)
+    assert _divisions(ptx) == []
+    assert re.search(rf"(?:mov|st\.global)\.[bu]64\s+[^;]*,\s*{lanes};", ptx), ptx
+
+
+def test_the_attribute_is_read_at_run_time(linked_ptx):
+    """Why the primitive exists: the same code with ``a.itemsize`` divides at run time."""
+    argtypes = flowdsl.FlowKernel.argtypes_for(np.zeros(4, np.float32), np.zeros(2, np.int64), 1, nccl="2.28.9")
+    assert _divisions(linked_ptx(lanes_by_attribute, argtypes)) != []
+
+
+def test_flow_steps_call_their_spin_loops_out_of_line_and_inline_the_rest(linked_ptx):
+    """The LL and LL128 spins are slow paths (``flowdsl.device(slow_path=True)``): one body each, while
+    the functions that call them (``_ll_take``, ``_ll128_flag_seen``) are still inlined into every
+    pack of the steps, which divide by no element size in their slot loops."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import flow_channel_bench
+
+    kernel = flow_channel_bench._kernel()
+    argtypes = kernel.argtypes_for("devcomm", ("staging", np.uint64), np.zeros(4, np.float32),
+                                   np.zeros(4, np.float32), 1, 1, 1, 1, 1, nccl="2.28.9")
+    ptx = linked_ptx(kernel, argtypes)
+    defined = re.findall(r"^\.(?:visible \.entry|func)\s+(?:\([^)]*\)\s*)?(\S+)\(", ptx, re.M)
+    names = " ".join(defined)
+    assert "8_ll_spin" in names and "16_ll128_flag_spin" in names, defined
+    assert "8_ll_take" not in names and "16_ll128_flag_seen" not in names, defined
