@@ -283,10 +283,10 @@ def _ll_fresh(x, y, flag):
 
 
 @device(slow_path=True)
-def _ll_spin(comm, peer, inbox, a, b, flag):
-    """Reload the lines at uint32 words ``a`` and ``b`` until both carry ``flag`` twice (bounded); the
-    lines as last loaded. Out of line: only a line not there at its first load comes here, and one
-    copy of the loop serves every pack of the step."""
+def _ll_wait(comm, peer, inbox, a, b, flag):
+    """Wait (bounded) until the lines at uint32 words ``a`` and ``b`` both carry ``flag`` twice. Out of
+    line, and returning nothing (a result would go through local memory at every call site): only
+    a line not there at its first load comes here, and one copy of the loop serves every pack."""
     x = mem.load_vec_relaxed(inbox, a, _SYS)
     y = mem.load_vec_relaxed(inbox, b, _SYS)
     state = uint64(0)
@@ -294,10 +294,9 @@ def _ll_spin(comm, peer, inbox, a, b, flag):
         seen = x[1] if x[1] != flag else (x[3] if x[3] != flag else (y[1] if y[1] != flag else y[3]))
         state = wait.poll(comm, state, wait.LL_LINE, peer, a // 4, flag, seen)
         if state == wait.GAVE_UP:
-            break
+            return
         x = mem.load_vec_relaxed(inbox, a, _SYS)
         y = mem.load_vec_relaxed(inbox, b, _SYS)
-    return x, y
 
 
 @device
@@ -305,7 +304,8 @@ def _ll_take(comm, peer, inbox, a, b, flag, x, y):
     """The 8 + 8 data bytes, as (low, high), of the lines at uint32 words ``a`` and ``b`` (``x`` and
     ``y`` as :func:`_ll_fetch` first loaded them) once both carry ``flag`` twice."""
     if not _ll_fresh(x, y, flag):
-        x, y = _ll_spin(comm, peer, inbox, a, b, flag)
+        _ll_wait(comm, peer, inbox, a, b, flag)
+        x, y = _ll_fetch(inbox, a, b)
     wait.accepted(inbox, a, 4, peer)
     wait.accepted(inbox, b, 4, peer)
     return uint64(x[0]) | (uint64(x[2]) << uint64(32)), uint64(y[0]) | (uint64(y[2]) << uint64(32))
@@ -408,24 +408,26 @@ def _ll128_chunks(lane):
 
 
 @device(slow_path=True)
-def _ll128_flag_spin(comm, peer, inbox, where, flag):
-    """Reload ``inbox[where]`` until it carries ``flag`` (bounded); False if the wait gave up. Out of
-    line: one copy serves every flag of the step, and only a flag not there at its first load
-    comes here."""
+def _ll128_flag_wait(comm, peer, inbox, where, flag):
+    """Wait (bounded) until ``inbox[where]`` carries ``flag``. Out of line and returning nothing, as
+    :func:`_ll_wait`."""
     seen = mem.load_relaxed(inbox, where, _SYS)
     state = uint64(0)
     while seen != flag:
         state = wait.poll(comm, state, wait.LL128_LINE, peer, where, flag, seen)
         if state == wait.GAVE_UP:
-            return False
+            return
         seen = mem.load_relaxed(inbox, where, _SYS)
-    return True
 
 
 @device
 def _ll128_flag_seen(comm, peer, inbox, where, flag, seen):
-    """Whether ``inbox[where]`` carries ``flag`` (``seen``: its first load), waiting (bounded) for it."""
-    return seen == flag or _ll128_flag_spin(comm, peer, inbox, where, flag)
+    """Whether ``inbox[where]`` carries ``flag`` (``seen``: its first load), waiting (bounded) for it;
+    False if the wait gave up."""
+    if seen != flag:
+        _ll128_flag_wait(comm, peer, inbox, where, flag)
+        seen = mem.load_relaxed(inbox, where, _SYS)
+    return seen == flag
 
 
 @device

@@ -51,8 +51,8 @@ _WAITS = (
 )
 #: Functions of flowdsl.flow that spin, and their hint.
 _FLOW_SPINS = {"_wait_ready": _FLOW_READY, "_wait_credit": _FLOW_CREDIT, "ll_read": _LL_LINE,
-               "_ll_take": _LL_LINE, "ll_part": _LL_LINE, "_ll128_arrived": _LL_LINE, "_ll128_flag_spin": _LL_LINE,
-               "_ll_spin": _LL_LINE,
+               "_ll_take": _LL_LINE, "ll_part": _LL_LINE, "_ll128_arrived": _LL_LINE, "_ll128_flag_wait": _LL_LINE,
+               "_ll_wait": _LL_LINE,
                "ll128_part": _LL_LINE}
 _FLOW_FILES = ("flow.py:", "_flow_wire.py:")
 

@@ -64,5 +64,5 @@ def test_flow_steps_call_their_spin_loops_out_of_line_and_inline_the_rest(linked
     ptx = linked_ptx(kernel, argtypes)
     defined = re.findall(r"^\.(?:visible \.entry|func)\s+(?:\([^)]*\)\s*)?(\S+)\(", ptx, re.M)
     names = " ".join(defined)
-    assert "8_ll_spin" in names and "16_ll128_flag_spin" in names, defined
+    assert "8_ll_wait" in names and "16_ll128_flag_wait" in names, defined
     assert "8_ll_take" not in names and "16_ll128_flag_seen" not in names, defined
