@@ -11,19 +11,17 @@ from __future__ import annotations
 import functools
 import threading
 
-__all__ = ["device", "bind_devices", "OUT_OF_LINE", "SLOW_PATHS"]
+__all__ = ["device", "bind_devices", "OUT_OF_LINE"]
 
 #: ``module.qualname`` of every device function made with ``inline=False`` (the compiler keeps them out of line).
 OUT_OF_LINE: set[str] = set()
-#: Those of them made with ``slow_path=True``: calls to them may be copied (see :func:`device`).
-SLOW_PATHS: set[str] = set()
 #: Device functions made before numba-cuda was bound (:func:`bind_devices` registers them).
 _PENDING_DEVICES: list = []
 _devices_bound = False
 _devices_lock = threading.Lock()
 
 
-def device(fn=None, *, inline: bool = True, slow_path: bool = False):
+def device(fn=None, *, inline: bool = True):
     """A helper device function callable from flowdsl kernels (compiled per target).
 
     Device functions may not return arrays (numba-cuda restriction without NRT):
@@ -32,22 +30,12 @@ def device(fn=None, *, inline: bool = True, slow_path: bool = False):
     which multiplies code size and link time). numba-cuda learns of the function when the
     first flowdsl kernel compiles; a plain ``numba.cuda.jit`` kernel that calls it before
     then needs ``import flowdsl.lowering.bindings`` first.
-
-    The optimiser keeps each call to an out-of-line function where the source has it (it
-    must not copy a call: the Flow steps would be unswitched into many call sites).
-    ``slow_path=True`` (out of line) is for a rarely taken branch, such as a spin loop,
-    called from code that is itself inlined in several places: there its calls are copied
-    with their callers, and only its body stays one copy.
     """
     if fn is None:
-        return functools.partial(device, inline=inline, slow_path=slow_path)
-    name = f"{fn.__module__}.{fn.__qualname__}"
-    if not inline or slow_path:
-        OUT_OF_LINE.add(name)
-    if slow_path:
-        SLOW_PATHS.add(name)
-    # part of the cache key of every kernel that calls it
-    fn.__flowdsl_inline__ = "slow_path" if slow_path else inline
+        return functools.partial(device, inline=inline)
+    if not inline:
+        OUT_OF_LINE.add(f"{fn.__module__}.{fn.__qualname__}")
+    fn.__flowdsl_inline__ = inline  # part of the cache key of every kernel that calls it
     fn.py_func = fn
     with _devices_lock:
         if not _devices_bound:  # registered with numba-cuda when something first compiles

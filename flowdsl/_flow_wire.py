@@ -282,11 +282,11 @@ def _ll_fresh(x, y, flag):
     return x[1] == flag and x[3] == flag and y[1] == flag and y[3] == flag
 
 
-@device(slow_path=True)
+@device
 def _ll_wait(comm, peer, inbox, a, b, flag):
-    """Wait (bounded) until the lines at uint32 words ``a`` and ``b`` both carry ``flag`` twice. Out of
-    line, and returning nothing (a result would go through local memory at every call site): only
-    a line not there at its first load comes here, and one copy of the loop serves every pack."""
+    """Wait (bounded) until the lines at uint32 words ``a`` and ``b`` both carry ``flag`` twice (only a
+    line not there at its first load is waited for). Inline: the same loop out of line, one copy for
+    all the step's packs, made the step slower (LL128 by 8-17 % on an H100) for 5 % less link time."""
     x = mem.load_vec_relaxed(inbox, a, _SYS)
     y = mem.load_vec_relaxed(inbox, b, _SYS)
     state = uint64(0)
@@ -407,10 +407,9 @@ def _ll128_chunks(lane):
     return lane, 32 + lane - lost, 60 + lane, 92 + lane - lost
 
 
-@device(slow_path=True)
+@device
 def _ll128_flag_wait(comm, peer, inbox, where, flag):
-    """Wait (bounded) until ``inbox[where]`` carries ``flag``. Out of line and returning nothing, as
-    :func:`_ll_wait`."""
+    """Wait (bounded) until ``inbox[where]`` carries ``flag`` (inline, as :func:`_ll_wait`)."""
     seen = mem.load_relaxed(inbox, where, _SYS)
     state = uint64(0)
     while seen != flag:

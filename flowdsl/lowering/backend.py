@@ -103,11 +103,10 @@ class Lowered:
 
 
 def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, lineinfo: bool,
-                 out_of_line=(), slow_paths=()) -> Lowered:
+                 out_of_line=()) -> Lowered:
     """Type and lower ``pyfunc`` as a kernel over ``argtypes`` for ``cc``, for link-time optimisation.
 
-    ``out_of_line``: ``module.qualname`` of device functions NVVM must not inline; ``slow_paths``
-    those of them whose calls it may copy (``flowdsl.device(slow_path=True)``).
+    ``out_of_line``: ``module.qualname`` of device functions NVVM must not inline.
     The public ``numba.cuda.compile(output="ltoir")`` returns bytes only; flowdsl also needs the IR
     (features, CFT gate) and the entry symbol, so this calls the function that ``compile`` wraps.
     """
@@ -119,7 +118,7 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
             pyfunc, types.void(*argtypes), device=False, cc=cc, lto=True, abi="numba",
             fastmath=fastmath, lineinfo=lineinfo)
     modules = _unique_modules(library)
-    _mark_never_inline(modules, out_of_line, slow_paths)
+    _mark_never_inline(modules, out_of_line)
     from .declarations import inline_bodies_called_once  # noqa: PLC0415
 
     inline_bodies_called_once(modules)
@@ -148,34 +147,26 @@ def _mangled_prefix(qualified_name: str) -> str:
     return "_ZN" + "".join(f"{len(p)}{p}" for p in qualified_name.split("."))
 
 
-def _mark_never_inline(modules, qualified_names, slow_paths=()) -> None:
+def _mark_never_inline(modules, qualified_names) -> None:
     """Add ``noinline`` and ``noduplicate`` to the definitions of the named device functions (numba
-    mangles them as ``_ZN<len><part>...`` followed by ``B`` (ABI tags) or ``E``); only
-    ``noinline`` to those also in ``slow_paths``.
+    mangles them as ``_ZN<len><part>...`` followed by ``B`` (ABI tags) or ``E``).
 
     ``noduplicate``: the link's optimiser must not copy a call to one. It unswitched and
     unrolled the ring programs' loops around their step calls (15 call sites of 5 steps in a
     ring all-reduce, each passing some fifty words), which ran nothing faster and made the
     entry the largest function of the link; one call site per call in the source is what an
-    out-of-line function is for. The functions themselves compile as before. A slow path (a spin
-    loop) is called from functions NVVM inlines in several places: a ``noduplicate`` call in
-    them would keep those out of line too (inlining copies the call)."""
-    prefixes = [(_mangled_prefix(name), name in slow_paths) for name in sorted(qualified_names)]
+    out-of-line function is for. The functions themselves compile as before."""
+    prefixes = [_mangled_prefix(name) for name in sorted(qualified_names)]
     if not prefixes:
         return
     for mod in modules:
         for fn in mod.functions:
             name = fn.name
-            if fn.is_declaration or not name.startswith("_ZN"):
-                continue
-            for prefix, slow in prefixes:
-                if len(name) > len(prefix) and name.startswith(prefix) and name[len(prefix)] in "BE":
-                    fn.attributes.add("noinline")
-                    if slow:  # both ways: numba shares a function's module between the kernels it compiles
-                        fn.attributes.discard("noduplicate")
-                    else:
-                        fn.attributes.add("noduplicate")
-                    break
+            if not fn.is_declaration and name.startswith("_ZN") and any(
+                    name.startswith(prefix) and name[len(prefix)] in "BE" for prefix in prefixes
+                    if len(name) > len(prefix)):
+                fn.attributes.add("noinline")
+                fn.attributes.add("noduplicate")
 
 
 # -- a linked cubin as a launchable kernel ---------------------------------------------------------

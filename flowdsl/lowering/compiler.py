@@ -76,7 +76,7 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
     clock = _PhaseClock()
     with compiling_for(target):
         lowered = backend.lower_kernel(pyfunc, argtypes, target.cc, fastmath=fastmath, lineinfo=lineinfo,
-                                       out_of_line=_devices.OUT_OF_LINE, slow_paths=_devices.SLOW_PATHS)
+                                       out_of_line=_devices.OUT_OF_LINE)
         features = noted_features() | features_in_code(lowered.ir_text)
         features = _check_cft(lowered.ir_text, target, features)
         features = _gin_backend_of(target, features)

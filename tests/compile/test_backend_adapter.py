@@ -85,10 +85,6 @@ def test_out_of_line_device_function_is_marked_noinline():
     assert "noinline" not in helper_definition(plain.ir_text)
     assert "noinline" in helper_definition(kept.ir_text)
     assert "noduplicate" in helper_definition(kept.ir_text)  # its calls are not copied either
-    slow = backend.lower_kernel(_kernel, _ARGTYPES, (9, 0), fastmath=False, lineinfo=False, out_of_line={name},
-                                slow_paths={name})
-    assert "noinline" in helper_definition(slow.ir_text)
-    assert "noduplicate" not in helper_definition(slow.ir_text)  # a slow path's callers may still be inlined
 
 
 def test_overloads_compile_for_the_current_device_of_the_dispatcher_module():

@@ -47,22 +47,3 @@ def test_the_attribute_is_read_at_run_time(linked_ptx):
     argtypes = flowdsl.FlowKernel.argtypes_for(np.zeros(4, np.float32), np.zeros(2, np.int64), 1, nccl="2.28.9")
     assert _divisions(linked_ptx(lanes_by_attribute, argtypes)) != []
 
-
-def test_flow_steps_call_their_spin_loops_out_of_line_and_inline_the_rest(linked_ptx):
-    """The LL and LL128 spins are slow paths (``flowdsl.device(slow_path=True)``): one body each, while
-    the functions that call them (``_ll_take``, ``_ll128_flag_seen``) are still inlined into every
-    pack of the steps, which divide by no element size in their slot loops."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    import flow_channel_bench
-
-    kernel = flow_channel_bench._kernel()
-    argtypes = kernel.argtypes_for("devcomm", ("staging", np.uint64), np.zeros(4, np.float32),
-                                   np.zeros(4, np.float32), 1, 1, 1, 1, 1, nccl="2.28.9")
-    ptx = linked_ptx(kernel, argtypes)
-    defined = re.findall(r"^\.(?:visible \.entry|func)\s+(?:\([^)]*\)\s*)?(\S+)\(", ptx, re.M)
-    names = " ".join(defined)
-    assert "8_ll_wait" in names and "16_ll128_flag_wait" in names, defined
-    assert "8_ll_take" not in names and "16_ll128_flag_seen" not in names, defined
