@@ -300,15 +300,24 @@ def _ll_wait(comm, peer, inbox, a, b, flag):
 
 
 @device
+def _ll_data(inbox, a, b, peer, flag, x, y):
+    """The 8 + 8 data bytes, as (low, high), of the lines ``x`` and ``y`` loaded from uint32 words ``a``
+    and ``b``, taken as this step's when they carry ``flag`` (after a wait that gave up they may not:
+    the kernel then runs on with garbage, and its rank reports the timeout)."""
+    if _ll_fresh(x, y, flag):
+        wait.accepted(inbox, a, 4, peer)
+        wait.accepted(inbox, b, 4, peer)
+    return uint64(x[0]) | (uint64(x[2]) << uint64(32)), uint64(y[0]) | (uint64(y[2]) << uint64(32))
+
+
+@device
 def _ll_take(comm, peer, inbox, a, b, flag, x, y):
-    """The 8 + 8 data bytes, as (low, high), of the lines at uint32 words ``a`` and ``b`` (``x`` and
-    ``y`` as :func:`_ll_fetch` first loaded them) once both carry ``flag`` twice."""
+    """:func:`_ll_data` of the lines at uint32 words ``a`` and ``b`` (``x`` and ``y`` as :func:`_ll_fetch`
+    first loaded them) once both carry ``flag`` twice."""
     if not _ll_fresh(x, y, flag):
         _ll_wait(comm, peer, inbox, a, b, flag)
         x, y = _ll_fetch(inbox, a, b)
-    wait.accepted(inbox, a, 4, peer)
-    wait.accepted(inbox, b, 4, peer)
-    return uint64(x[0]) | (uint64(x[2]) << uint64(32)), uint64(y[0]) | (uint64(y[2]) << uint64(32))
+    return _ll_data(inbox, a, b, peer, flag, x, y)
 
 
 @device
@@ -335,15 +344,15 @@ def _ll_start(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce):
 
 
 @device
-def _ll_finish(comm, peer, inbox, at, outbox, to, dst, base, e0, j, npacks, lanes, red, rflag, sflag, recv, send,
-               reduce, store, last, loaded):
-    """Whole pack ``j`` from what :func:`_ll_start` loaded: wait for its lines, combine, store, send on."""
+def _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j, npacks, lanes, red, rflag, sflag, recv, send, reduce,
+               store, last, loaded):
+    """Whole pack ``j`` from what :func:`_ll_start` loaded (its lines there): combine, store, send on."""
     x, y, s = loaded
     a, b = _ll_lines(j, npacks)
     low = uint64(0)
     high = uint64(0)
     if recv:
-        low, high = _ll_take(comm, peer, inbox, at + a, at + b, rflag, x, y)
+        low, high = _ll_data(inbox, at + a, at + b, peer, rflag, x, y)
     low, high = _pack_store(red, dst, base + e0 + j * lanes, lanes, True, recv, reduce, store, last, low, high,
                             s[0], s[1])
     if send:
@@ -371,14 +380,25 @@ def ll_part(comm, peer, inbox, at, outbox, to, src, dst, base, e0, npacks, m, la
             p1 = _ll_start(inbox, at, src, base, e0, j + _WARP, npacks, lanes, red, recv, reduce)
             p2 = _ll_start(inbox, at, src, base, e0, j + 2 * _WARP, npacks, lanes, red, recv, reduce)
             p3 = _ll_start(inbox, at, src, base, e0, j + 3 * _WARP, npacks, lanes, red, recv, reduce)
-            _ll_finish(comm, peer, inbox, at, outbox, to, dst, base, e0, j, npacks, lanes, red, rflag, sflag, recv,
-                       send, reduce, store, last, p0)
-            _ll_finish(comm, peer, inbox, at, outbox, to, dst, base, e0, j + _WARP, npacks, lanes, red, rflag, sflag,
-                       recv, send, reduce, store, last, p1)
-            _ll_finish(comm, peer, inbox, at, outbox, to, dst, base, e0, j + 2 * _WARP, npacks, lanes, red, rflag,
-                       sflag, recv, send, reduce, store, last, p2)
-            _ll_finish(comm, peer, inbox, at, outbox, to, dst, base, e0, j + 3 * _WARP, npacks, lanes, red, rflag,
-                       sflag, recv, send, reduce, store, last, p3)
+            if recv and not (_ll_fresh(p0[0], p0[1], rflag) and _ll_fresh(p1[0], p1[1], rflag)
+                             and _ll_fresh(p2[0], p2[1], rflag) and _ll_fresh(p3[0], p3[1], rflag)):
+                # A line was not there yet: one wait loop for the four packs (not four copies of it in
+                # the code: link time), then all four loaded again.
+                for k in range(4):
+                    a, b = _ll_lines(j + k * _WARP, npacks)
+                    _ll_wait(comm, peer, inbox, at + a, at + b, rflag)
+                p0 = _ll_start(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce)
+                p1 = _ll_start(inbox, at, src, base, e0, j + _WARP, npacks, lanes, red, recv, reduce)
+                p2 = _ll_start(inbox, at, src, base, e0, j + 2 * _WARP, npacks, lanes, red, recv, reduce)
+                p3 = _ll_start(inbox, at, src, base, e0, j + 3 * _WARP, npacks, lanes, red, recv, reduce)
+            _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j, npacks, lanes, red, rflag, sflag, recv, send,
+                       reduce, store, last, p0)
+            _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + _WARP, npacks, lanes, red, rflag, sflag, recv,
+                       send, reduce, store, last, p1)
+            _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + 2 * _WARP, npacks, lanes, red, rflag, sflag,
+                       recv, send, reduce, store, last, p2)
+            _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + 3 * _WARP, npacks, lanes, red, rflag, sflag,
+                       recv, send, reduce, store, last, p3)
             j += 4 * _WARP
     while j < todo:
         a, b = _ll_lines(j, npacks)
@@ -420,22 +440,12 @@ def _ll128_flag_wait(comm, peer, inbox, where, flag):
 
 
 @device
-def _ll128_flag_seen(comm, peer, inbox, where, flag, seen):
-    """Whether ``inbox[where]`` carries ``flag`` (``seen``: its first load), waiting (bounded) for it;
-    False if the wait gave up."""
-    if seen != flag:
-        _ll128_flag_wait(comm, peer, inbox, where, flag)
-        seen = mem.load_relaxed(inbox, where, _SYS)
-    return seen == flag
-
-
-@device
 def _ll128_arrived(comm, peer, inbox, at, lane, flag, passes):
     """Wait (bounded) until the flags of the 16 lines of each of ``passes`` (1 or 2) passes from
-    ``inbox[at:]`` carry ``flag``: each flag lane loads its four (eight) flags at once, waits for any
-    still missing in turn, then the warp meets once; False if a wait gave up. No warp vote inside
-    the spin: the simulator takes a barrier for progress, and a spin that meets one every turn would
-    never be seen to hang."""
+    ``inbox[at:]`` carry ``flag``: each flag lane loads its four (eight) flags at once and, if one is
+    missing, waits for each in turn (one wait loop in the code, not eight: link time); then the warp
+    meets once. False if a wait gave up. No warp vote inside the spin: the simulator takes a barrier
+    for progress, and a spin that meets one every turn would never be seen to hang."""
     ok = True
     if lane % 8 == 7:
         w = at + lane * 2 + 1  # line 4g + lane // 8's flag: the last word of lane's chunk in pass g
@@ -452,14 +462,12 @@ def _ll128_arrived(comm, peer, inbox, at, lane, flag, passes):
             f5 = mem.load_relaxed(inbox, w + LL128_PASS_WORDS + 2 * _WARP, _SYS)
             f6 = mem.load_relaxed(inbox, w + LL128_PASS_WORDS + 4 * _WARP, _SYS)
             f7 = mem.load_relaxed(inbox, w + LL128_PASS_WORDS + 6 * _WARP, _SYS)
-        ok = (_ll128_flag_seen(comm, peer, inbox, w, flag, f0)
-              and _ll128_flag_seen(comm, peer, inbox, w + 2 * _WARP, flag, f1)
-              and _ll128_flag_seen(comm, peer, inbox, w + 4 * _WARP, flag, f2)
-              and _ll128_flag_seen(comm, peer, inbox, w + 6 * _WARP, flag, f3)
-              and _ll128_flag_seen(comm, peer, inbox, w + LL128_PASS_WORDS, flag, f4)
-              and _ll128_flag_seen(comm, peer, inbox, w + LL128_PASS_WORDS + 2 * _WARP, flag, f5)
-              and _ll128_flag_seen(comm, peer, inbox, w + LL128_PASS_WORDS + 4 * _WARP, flag, f6)
-              and _ll128_flag_seen(comm, peer, inbox, w + LL128_PASS_WORDS + 6 * _WARP, flag, f7))
+        if not (f0 == flag and f1 == flag and f2 == flag and f3 == flag and f4 == flag and f5 == flag
+                and f6 == flag and f7 == flag):
+            for g in range(4 * passes):
+                where = w + g // 4 * LL128_PASS_WORDS + g % 4 * 2 * _WARP
+                _ll128_flag_wait(comm, peer, inbox, where, flag)
+                ok = ok and mem.load_relaxed(inbox, where, _SYS) == flag
     return not cuda.any_sync(0xFFFFFFFF, not ok)
 
 
