@@ -284,9 +284,9 @@ def _ll_fresh(x, y, flag):
 
 @device
 def _ll_wait(comm, peer, inbox, a, b, flag):
-    """Wait (bounded) until the lines at uint32 words ``a`` and ``b`` both carry ``flag`` twice (only a
-    line not there at its first load is waited for). Inline: the same loop out of line, one copy for
-    all the step's packs, made the step slower (LL128 by 8-17 % on an H100) for 5 % less link time."""
+    """Wait (bounded) until the lines at uint32 words ``a`` and ``b`` both carry ``flag`` twice. Called
+    only once a line was found late. Inline: out of line (a call whose result numba passes through
+    local memory) the waits made the steps slower (LL128 by 8-17 % on an H100)."""
     x = mem.load_vec_relaxed(inbox, a, _SYS)
     y = mem.load_vec_relaxed(inbox, b, _SYS)
     state = uint64(0)
@@ -344,6 +344,15 @@ def _ll_start(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce):
 
 
 @device
+def _ll_start4(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce):
+    """:func:`_ll_start` of packs ``j``, ``j + 32``, ``j + 64`` and ``j + 96``."""
+    return (_ll_start(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce),
+            _ll_start(inbox, at, src, base, e0, j + _WARP, npacks, lanes, red, recv, reduce),
+            _ll_start(inbox, at, src, base, e0, j + 2 * _WARP, npacks, lanes, red, recv, reduce),
+            _ll_start(inbox, at, src, base, e0, j + 3 * _WARP, npacks, lanes, red, recv, reduce))
+
+
+@device
 def _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j, npacks, lanes, red, rflag, sflag, recv, send, reduce,
                store, last, loaded):
     """Whole pack ``j`` from what :func:`_ll_start` loaded (its lines there): combine, store, send on."""
@@ -376,10 +385,7 @@ def ll_part(comm, peer, inbox, at, outbox, to, src, dst, base, e0, npacks, m, la
     if vectors:
         whole = min(npacks, max(0, (m - e0) // lanes))
         while j + 3 * _WARP < whole:
-            p0 = _ll_start(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce)
-            p1 = _ll_start(inbox, at, src, base, e0, j + _WARP, npacks, lanes, red, recv, reduce)
-            p2 = _ll_start(inbox, at, src, base, e0, j + 2 * _WARP, npacks, lanes, red, recv, reduce)
-            p3 = _ll_start(inbox, at, src, base, e0, j + 3 * _WARP, npacks, lanes, red, recv, reduce)
+            p0, p1, p2, p3 = _ll_start4(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce)
             if recv and not (_ll_fresh(p0[0], p0[1], rflag) and _ll_fresh(p1[0], p1[1], rflag)
                              and _ll_fresh(p2[0], p2[1], rflag) and _ll_fresh(p3[0], p3[1], rflag)):
                 # A line was not there yet: one wait loop for the four packs (not four copies of it in
@@ -387,10 +393,7 @@ def ll_part(comm, peer, inbox, at, outbox, to, src, dst, base, e0, npacks, m, la
                 for k in range(4):
                     a, b = _ll_lines(j + k * _WARP, npacks)
                     _ll_wait(comm, peer, inbox, at + a, at + b, rflag)
-                p0 = _ll_start(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce)
-                p1 = _ll_start(inbox, at, src, base, e0, j + _WARP, npacks, lanes, red, recv, reduce)
-                p2 = _ll_start(inbox, at, src, base, e0, j + 2 * _WARP, npacks, lanes, red, recv, reduce)
-                p3 = _ll_start(inbox, at, src, base, e0, j + 3 * _WARP, npacks, lanes, red, recv, reduce)
+                p0, p1, p2, p3 = _ll_start4(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce)
             _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j, npacks, lanes, red, rflag, sflag, recv, send,
                        reduce, store, last, p0)
             _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + _WARP, npacks, lanes, red, rflag, sflag, recv,
@@ -490,14 +493,12 @@ def _ll128_lines_in(inbox, here, lane, peer):
 @device
 def _ll128_chunk_load(red, src, base, first, chunk, lanes, m, vectors, recv, reduce, whole):
     """:func:`_pack_load` of payload chunk ``chunk`` of the pass that starts at element ``first``
-    (``whole``: the pass is full and 16-byte aligned, no chunk checked)."""
+    (``whole``, a constant where called: the pass is full and 16-byte aligned, nothing to check)."""
     e = first + chunk * lanes
-    if whole:
-        return _pack_load(red, src, base + e, lanes, True, recv, reduce)
-    if e >= m:
+    if not whole and e >= m:
         return _NO_CHUNK
-    valid = min(lanes, m - e)
-    return _pack_load(red, src, base + e, valid, vectors and valid == lanes, recv, reduce)
+    valid = lanes if whole else min(lanes, m - e)
+    return _pack_load(red, src, base + e, valid, whole or (vectors and valid == lanes), recv, reduce)
 
 
 @device
@@ -505,14 +506,11 @@ def _ll128_chunk_store(red, dst, base, first, chunk, lanes, m, vectors, recv, re
                        whole):
     """:func:`_pack_store` of payload chunk ``chunk`` of the pass that starts at element ``first``."""
     e = first + chunk * lanes
-    if whole:
-        return _pack_store(red, dst, base + e, lanes, True, recv, reduce, store, last, received[0], received[1],
-                           mine[0], mine[1])
-    if e >= m:
+    if not whole and e >= m:
         return _NO_CHUNK
-    valid = min(lanes, m - e)
-    return _pack_store(red, dst, base + e, valid, vectors and valid == lanes, recv, reduce, store, last, received[0],
-                       received[1], mine[0], mine[1])
+    valid = lanes if whole else min(lanes, m - e)
+    return _pack_store(red, dst, base + e, valid, whole or (vectors and valid == lanes), recv, reduce, store, last,
+                       received[0], received[1], mine[0], mine[1])
 
 
 @device
