@@ -7,14 +7,17 @@ that channel, so the whole credit and flag protocol runs with HBM in place of NV
 The reference: ``protocols_ref.cu`` (``--ref PATH``; it lives in ``../shared/bench`` beside a checkout,
 which does not travel to the GPU machine: copy it into an ignored folder that does). It is built with
 nvcc and run for its ``simple``, ``ll``, ``ll128`` and ``slotcost`` suites; each cell takes the best
-*safe* variant of its ``RES`` lines at that shape (correct, not aborted, never an ``UNSAFE`` one).
+*safe* variant of its ``RES`` lines at that shape (correct, not aborted, never an ``UNSAFE`` one). A
+second column takes the best of the variants whose flags would also hold between two GPUs
+(:func:`between_gpus`: system-scope fences, as NCCL's and flowdsl's); on one GPU the GPU-scope
+SIMPLE variants are safe too, and faster.
 
 Every cell has one shape on both sides: 512 threads, 4 slots, slots of 128 KiB (SIMPLE, LL128) or 64 KiB
 (LL), the reference's table; flowdsl runs the slot its layout gives for that request (LL and LL128
-slots are capped at ``flowdsl.flow.SMALL_SLOT_BYTES`` where they are) and the table says which. The
+slots are capped at ``flowdsl.flow.LL_SLOT_BYTES`` and ``LL128_SLOT_BYTES``) and the table says which. The
 payload per channel is the reference's (SIMPLE 256 MiB, LL and LL128 64 MiB over all channels). The fixed
 cost per slot of each side comes from a least-squares fit of time per slot against slot size (1 and 16
-channels). The loopback runs over HBM, not NVLink: it judges the data path, not the link.
+channels) over the slot sizes the reference runs (:data:`FIT_SLOTS`). The loopback runs over HBM, not NVLink: it judges the data path, not the link.
 
     python benchmarks/flow_channel_bench.py --ref .bench/protocols_ref.cu [--json out.json] [--quick]
 
@@ -45,9 +48,9 @@ CHANNELS = (1, 4, 16, 32)
 THREADS, NSLOTS = 512, 4
 SLOT = {"SIMPLE": 128 * 1024, "LL": 64 * 1024, "LL128": 128 * 1024}
 PAYLOAD = {"SIMPLE": 256 << 20, "LL": 64 << 20, "LL128": 64 << 20}
-#: Slot sizes of the fixed-cost fit, per protocol (flowdsl's LL and LL128 slots stop at its cap).
-FIT_SLOTS = {"SIMPLE": (2048, 8192, 32768, 131072, 524288), "LL": (1024, 2048, 4096, 16384, 65536),
-             "LL128": (2048, 4096, 32768, 131072)}
+#: Slot sizes of the fixed-cost fit, per protocol: those the reference runs, so that both fits cover one range
+#: (in smaller slots some of a block's 16 warps have no part and the fit would measure that).
+FIT_SLOTS = {"SIMPLE": (32768, 131072, 524288), "LL": (16384, 32768, 65536), "LL128": (32768, 65536, 131072)}
 
 _RES = re.compile(r"RES (?P<proto>\S+)\s+(?P<name>\S+)\s+(?P<shape>\S+) thr=(?P<thr>\d+)\s+C=(?P<c>\d+)\s+"
                   r"nslots=(?P<ns>\d+) slot=(?P<slot>\d+)\s+bpc=\d+\s+steps=(?P<steps>\d+)\s+ms=\s*(?P<ms>[\d.]+)\s+"
@@ -75,11 +78,20 @@ def reference_rows(source: Path, suites=("simple", "ll", "ll128", "slotcost")) -
     return rows
 
 
-def best_reference(rows, proto, channels, slot, nslots=NSLOTS, threads=THREADS):
-    """The fastest safe, correct variant at this shape (two CTAs per channel), or None."""
+def between_gpus(row):
+    """Whether the variant's flags and credits would also hold between two GPUs: its fences and polls at
+    system scope. SIMPLE variants name their fence (``.sys``: ``fence.acq_rel.sys``, what NCCL and
+    flowdsl use; ``tf``, ``agpu``, ``rel``: GPU scope, enough for the loopback only); LL and LL128 lines
+    are ``volatile`` accesses (system scope) with no fence."""
+    return row["proto"] != "SIMPLE" or ".sys" in row["name"]
+
+
+def best_reference(rows, proto, channels, slot, nslots=NSLOTS, threads=THREADS, scope=None):
+    """The fastest safe, correct variant at this shape (two CTAs per channel), or None; ``scope``:
+    a further condition on the row (:func:`between_gpus`)."""
     cells = [r for r in rows if r["proto"] == proto and r["channels"] == channels and r["slot"] == slot
              and r["nslots"] == nslots and r["threads"] == threads and r["shape"] == "2cta" and r["ok"]
-             and not r["unsafe"]]
+             and not r["unsafe"] and (scope is None or scope(r))]
     return max(cells, key=lambda r: r["gbps"], default=None)
 
 
@@ -214,9 +226,12 @@ def main(argv=None):
         for c in channels:
             gbps, us, slot = loop.run(proto, c, SLOT[proto], PAYLOAD[proto])
             best = best_reference(rows, proto, c, SLOT[proto])
+            sys_best = best_reference(rows, proto, c, SLOT[proto], scope=between_gpus)
             table.append({"proto": proto, "channels": c, "flowdsl_gbps": gbps, "flowdsl_us_slot": us,
                           "flowdsl_slot": slot, "ref_gbps": best and best["gbps"], "ref_variant": best and best["name"],
-                          "ratio": (gbps / best["gbps"]) if best else None})
+                          "ratio": (gbps / best["gbps"]) if best else None,
+                          "sys_ref_gbps": sys_best and sys_best["gbps"], "sys_ref_variant": sys_best and sys_best["name"],
+                          "sys_ratio": (gbps / sys_best["gbps"]) if sys_best else None})
     fits = []
     if not args.quick:
         for proto in PROTOCOLS:
@@ -238,13 +253,17 @@ def main(argv=None):
     head = (f"{props['name'].decode()} · {datetime.date.today()} · flowdsl {flowdsl.__version__}{tree} · NCCL "
             f"{'.'.join(map(str, loaded_version()))} · {THREADS} threads, {NSLOTS} slots")
     print(f"\n== Flow per channel vs the CUDA C++ reference (payload GB/s per channel) · {head}")
-    print("| protocol, slot | channels | reference (variant) | flowdsl (its slot) | flowdsl ÷ ref |")
-    print("| --- | ---: | --- | --- | ---: |")
+    print("| protocol, slot | channels | reference (variant) | flowdsl (its slot) | flowdsl ÷ ref "
+          "| reference between GPUs | flowdsl ÷ it |")
+    print("| --- | ---: | --- | --- | ---: | --- | ---: |")
     for r in table:
         ref_s = f"{r['ref_gbps']:.2f} ({r['ref_variant']})" if r["ref_gbps"] else "—"
         ratio = f"{r['ratio']:.3f}" if r["ratio"] else "—"
+        sys_s = ("same" if r.get("sys_ref_variant") == r["ref_variant"] else
+                 f"{r['sys_ref_gbps']:.2f} ({r['sys_ref_variant']})" if r.get("sys_ref_gbps") else "—")
+        sys_ratio = f"{r['sys_ratio']:.3f}" if r.get("sys_ratio") else "—"
         print(f"| {r['proto']} {SLOT[r['proto']] // 1024} KiB | {r['channels']} | {ref_s} | "
-              f"{r['flowdsl_gbps']:.2f} ({r['flowdsl_slot'] // 1024} KiB) | {ratio} |")
+              f"{r['flowdsl_gbps']:.2f} ({r['flowdsl_slot'] // 1024} KiB) | {ratio} | {sys_s} | {sys_ratio} |")
     if fits:
         print("\n== Fixed cost per slot (fit of µs per slot against slot bytes) and marginal rate")
         print("| protocol | channels | reference: fixed µs, GB/s (variant) | flowdsl: fixed µs, GB/s | fixed ÷ ref |")

@@ -400,15 +400,20 @@ def _protocol_slots(name, make_part, move):
     (``flowdsl/_flow_wire.py``). One loop is made per protocol so that each is typed with its
     own views."""
     def slot(proc, ctx, pt, inp, out, src, dst, base, m, red, rstep, sstep, rslot, sslot, vectors, recv, send,
-             reduce, store, last):
+             reduce, store, last, credit_seen, ready_seen):
         """One slot of ``m`` elements (``src`` and ``dst`` at element ``base``): receive step ``rstep``
-        from inbox slot ``rslot``, send step ``sstep`` into slot ``sslot``.
+        from inbox slot ``rslot``, send step ``sstep`` into slot ``sslot``. Returns the part's credit and
+        ready flag as lane 0 last saw them (``credit_seen``, ``ready_seen``: as it saw them before).
 
         Over LSA each warp waits for its part's credit (sending) and ready flag (receiving SIMPLE;
         LL and LL128 lines carry their flags), moves its part, and posts the part's credit back
-        and ready flag on: no block barrier. The flags are read inline; only a wait that must spin
-        calls the bounded loop. A side over GIN moves the whole slot: thread 0 waits for its signal
-        first, and after a block barrier puts the slot or signals its credit.
+        and ready flag on: no block barrier. A flag is loaded only when what lane 0 saw of it last
+        does not cover this slot: one acquire of credit ``c`` covers the slots up to ``c + nslots - 1``,
+        one of ready flag ``r`` the slots up to ``r - 1`` (the peer's warp posted them in order, after
+        their data), so most slots start without a round trip to memory. The flags are read inline;
+        only a wait that must spin calls the bounded loop. A side over GIN moves the whole slot:
+        thread 0 waits for its signal first, and after a block barrier puts the slot or signals its
+        credit.
         """
         tid = cuda.threadIdx.x
         gin_in = recv and _over_gin(ctx, inp)
@@ -422,12 +427,16 @@ def _protocol_slots(name, make_part, move):
             cuda.syncthreads()
         if pt.part < proc.parts:
             if pt.lane == 0:
-                if send and not gin_out and \
-                        sstep + 1 - proc.nslots > int64(mem.load_acquire(pt.flags, pt.credit_at, _SYS)):
-                    _wait_credit(proc, ctx, out, sstep, pt.part)
-                if recv and not gin_in and proc.protocol == Protocol.SIMPLE and \
-                        rstep + 1 > int64(mem.load_acquire(pt.flags, pt.ready_at, _SYS)):
-                    _wait_ready(proc, ctx, inp, rstep, pt.part)
+                if send and not gin_out and sstep + 1 - proc.nslots > credit_seen:
+                    credit_seen = int64(mem.load_acquire(pt.flags, pt.credit_at, _SYS))
+                    if sstep + 1 - proc.nslots > credit_seen:
+                        _wait_credit(proc, ctx, out, sstep, pt.part)
+                        credit_seen = sstep + 1 - proc.nslots
+                if recv and not gin_in and proc.protocol == Protocol.SIMPLE and rstep + 1 > ready_seen:
+                    ready_seen = int64(mem.load_acquire(pt.flags, pt.ready_at, _SYS))
+                    if rstep + 1 > ready_seen:
+                        _wait_ready(proc, ctx, inp, rstep, pt.part)
+                        ready_seen = rstep + 1
             cuda.syncwarp()
             move(proc, pt, inp, out, src, dst, base, m, red, rstep, sstep, rslot, sslot, vectors, recv, send, reduce,
                  store, last)
@@ -454,6 +463,7 @@ def _protocol_slots(name, make_part, move):
                     _give_credit(proc, ctx, inp, rstep, 0)
                 if gin_out:
                     _post_slot(proc, ctx, out, sstep, _slot_words_used(proc, m, mem.itemsize(dst)))
+        return credit_seen, ready_seen
 
     slot.__name__ = slot.__qualname__ = f"_slot_{name}"
     slot = device(slot)
@@ -467,10 +477,13 @@ def _protocol_slots(name, make_part, move):
         sslot = sstep % proc.nslots
         k = 0
         done = 0
+        credit_seen = int64(0)  # nothing seen yet: the first slot that needs a flag loads it
+        ready_seen = int64(0)
         while done < n:
             m = min(per_slot, n - done)
-            slot(proc, proc.ctx, pt, inp, out, src, dst, offset + done, m, red, rstep + k * recv, sstep + k * send,
-                 rslot, sslot, vectors, recv, send, reduce, store, last)
+            credit_seen, ready_seen = slot(proc, proc.ctx, pt, inp, out, src, dst, offset + done, m, red,
+                                           rstep + k * recv, sstep + k * send, rslot, sslot, vectors, recv, send,
+                                           reduce, store, last, credit_seen, ready_seen)
             rslot = rslot + 1 if rslot + 1 < proc.nslots else 0
             sslot = sslot + 1 if sslot + 1 < proc.nslots else 0
             k += 1
