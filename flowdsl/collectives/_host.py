@@ -499,8 +499,9 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
         if getattr(comm, "_nccl", None) is None:
             raise UsageError(f"Cannot {collective} with algorithm='nccl': this communicator has no NCCL host "
                              "communicator (the simulator). Use 'ring' or 'tree'")
+        dtype = s.dtype  # not s in the closure: a cached plan must not keep the call's arrays alive
         return _Planned(lambda src, dst: _run_nccl(collective, comm, src, src if dst is None else dst, redop, root,
-                                                   stream, scalar, s.dtype), "nccl")
+                                                   stream, scalar, dtype), "nccl")
     st = _state(comm, config, collective, stream)
     window = st.window
     if algorithm == "one_shot":

@@ -200,6 +200,18 @@ class _FakeNccl:
     def allreduce(self, src, dst, op, stream=None):
         self.calls.append(("allreduce", op))
 
+    def allgather(self, src, dst, stream=None):
+        self.calls.append(("allgather", None))
+
+    def reduce_scatter(self, src, dst, op, stream=None):
+        self.calls.append(("reduce_scatter", op))
+
+    def broadcast(self, src, dst, root, stream=None):
+        self.calls.append(("broadcast", root))
+
+    def reduce(self, src, dst, op, root, stream=None):
+        self.calls.append(("reduce", op))
+
 
 def _fake_comm(**attributes):
     nccl = _FakeNccl()
@@ -228,6 +240,62 @@ def test_premulsum_through_nccl_makes_one_pre_mul_sum_operator_per_scalar():
     scalar = _FakeArray(1, "<f4", 0x7F0000100000)
     coll.all_reduce(comm, x, op=coll.premul_sum(scalar), algorithm="nccl")
     assert nccl.created[-1] == (scalar, NcclDataType.FLOAT32) and nccl.calls[-1] == ("allreduce", "premulsum-op-3")
+
+
+@pytest.mark.parametrize("collective,op", [(c, None) for c in ("all_gather", "broadcast")] +
+                         [(c, op) for c in ("all_reduce", "reduce_scatter", "reduce") for op in ("sum", "premulsum")])
+def test_a_cached_nccl_plan_keeps_no_array_alive(collective, op):
+    """A plan of ``algorithm="nccl"`` holds the call's arrays weakly, as the kernels' plans do: a training
+    loop over fresh arrays frees them (a closure over the checked source kept 60 arrays of 64 KiB alive
+    on an H100: 3.9 MB more after 100 calls)."""
+    import gc
+    import weakref
+
+    from flowdsl import collectives as coll
+
+    comm, nccl = _fake_comm()
+    kwargs = {} if op is None else {"op": coll.premul_sum(0.5) if op == "premulsum" else op}
+    refs = []
+    for i in range(3):  # the first call plans, the others take the plan
+        x = _FakeArray(16, "<f4", 0x7F0000000000 + (i << 20))
+        y = _FakeArray(16, "<f4", 0x7F0000080000 + (i << 20))
+        getattr(coll, collective)(comm, x, y, algorithm="nccl", **kwargs)
+        refs += [weakref.ref(x), weakref.ref(y)]
+        del x, y
+        gc.collect()
+    assert [r() for r in refs] == [None] * 6
+    assert len(nccl.calls) == 3 and comm._flowdsl_plans  # planned, and the plans still cached
+
+
+class _TorchFloat8:
+    """What a PyTorch float8 CUDA tensor shows the host code: ``__cuda_array_interface__`` raises
+    ``KeyError`` (the interface has no typestr for fp8, bfloat16, uint16-64), not AttributeError."""
+
+    __module__ = "torch"
+    dtype = "torch.float8_e4m3fn"
+    is_cuda = True
+
+    def data_ptr(self):
+        return 0x7F0000200000
+
+    def numel(self):
+        return 1
+
+    @property
+    def __cuda_array_interface__(self):
+        raise KeyError(self.dtype)
+
+
+def test_a_torch_tensor_without_an_array_interface_is_a_device_scalar():
+    """premul_sum of a one-element torch float8 tensor (the GPU test's case raised KeyError there):
+    flowdsl reads tensors through data_ptr, and asks the interface only through one helper."""
+    from flowdsl import collectives as coll
+    from flowdsl._arrays import cuda_array_interface
+
+    scalar = _TorchFloat8()
+    assert cuda_array_interface(scalar) is None
+    op = coll.premul_sum(scalar)
+    assert op.residence == "device" and op.key[2] == 0x7F0000200000
 
 
 def test_premulsum_through_nccl_refuses_what_nccl_would_misread():
