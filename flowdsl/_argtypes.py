@@ -10,6 +10,7 @@ import functools
 
 from numba.core import types
 
+from ._arrays import cuda_array_interface
 from ._release import parse_version
 from .errors import UsageError
 
@@ -32,7 +33,7 @@ def argument_type(kernel_name: str, index: int, arg):
     ty = getattr(arg, "_numba_type_", None)
     if ty is not None:
         return ty
-    cai = getattr(arg, "__cuda_array_interface__", None)
+    cai = cuda_array_interface(arg)
     if cai is not None:
         return array_type(cai["typestr"], len(cai["shape"]), cai.get("strides") is None)
     from .lowering.backend import argument_type  # noqa: PLC0415

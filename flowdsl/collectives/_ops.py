@@ -16,6 +16,7 @@ import numbers
 import numpy as np
 
 from .. import _fp8
+from .._arrays import cuda_array_interface, is_torch
 from .._flow_elements import _float_to_bf16
 from ..errors import UsageError
 
@@ -56,8 +57,7 @@ def _is_device_array(x) -> bool:
     """A device array (CuPy, a PyTorch tensor, the simulator's buffers), not a NumPy host array."""
     if isinstance(x, np.ndarray):
         return getattr(x, "__flowdsl_sim__", False) is not False
-    return hasattr(x, "__cuda_array_interface__") or (type(x).__module__.startswith("torch")
-                                                       and hasattr(x, "data_ptr"))
+    return is_torch(x) or cuda_array_interface(x) is not None  # torch first: fp8 tensors have no interface
 
 
 def _size(x) -> int:
@@ -71,7 +71,7 @@ def _pointer(x) -> int:
         return int(data_ptr())
     if isinstance(x, np.ndarray):
         return int(x.__array_interface__["data"][0])
-    return int(x.__cuda_array_interface__["data"][0])
+    return int(cuda_array_interface(x)["data"][0])
 
 
 def premul_sum(scalar) -> PreMulSum:

@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from ..errors import DeviceTimeoutError, NoDeviceError, UsageError
+from .._arrays import cuda_array_interface, torch_bits
 from .._release import format_version
 from . import checks, nccl, streams
 from .memory import DevComm, SymmetricAllocation, Window, device_pointer, resources_changed
@@ -311,9 +312,11 @@ class Communicator:
         self._check_open("register a window")
         if isinstance(buf, np.ndarray) or (_is_torch(buf) and not buf.is_cuda):
             raise checks.host_array_error(buf)
-        if hasattr(buf, "__cuda_array_interface__"):
+        if cuda_array_interface(buf) is None and _is_torch(buf):  # bfloat16, fp8, uint16-64: as their bits
+            buf = torch_bits(buf)
+        if cuda_array_interface(buf) is not None:
             ptr, nbytes = device_pointer(buf, "register")
-            dtype = np.dtype(buf.__cuda_array_interface__["typestr"])
+            dtype = np.dtype(cuda_array_interface(buf)["typestr"])
         elif hasattr(buf, "__dlpack__"):
             import cupy  # noqa: PLC0415
 

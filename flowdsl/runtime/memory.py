@@ -15,6 +15,7 @@ import numpy as np
 
 from ..enums import GinBackend
 from ..errors import UsageError
+from .._arrays import cuda_array_interface, is_torch, torch_bits
 from .._release import format_version
 from . import checks, nccl
 
@@ -77,7 +78,9 @@ def device_pointer(array, operation: str = "free") -> tuple[int, int]:
     For ``operation="register"`` the array must also hold at least one element
     (:func:`flowdsl.runtime.checks.register_layout`, the simulator's rule too).
     """
-    cai = getattr(array, "__cuda_array_interface__", None)
+    cai = cuda_array_interface(array)
+    if cai is None and is_torch(array) and array.is_cuda:  # bfloat16, fp8, uint16-64: as their bits
+        cai = cuda_array_interface(torch_bits(array))
     if cai is None:
         raise UsageError(f"Cannot use {type(array).__name__} as a device buffer: it has no "
                          "__cuda_array_interface__. Allocate it with comm.alloc(shape, dtype).")
