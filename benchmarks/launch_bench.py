@@ -38,7 +38,7 @@ import flowdsl  # noqa: E402
 from flowdsl import _launch  # noqa: E402
 from flowdsl import collectives as coll  # noqa: E402
 from flowdsl.collectives import _host  # noqa: E402
-from flowdsl.runtime.streams import stream_handle  # noqa: E402
+from flowdsl.host.streams import stream_handle  # noqa: E402
 
 RAW = r"""
 extern "C" __global__ void empty4(const float* a, float* b, long long n, int m) {

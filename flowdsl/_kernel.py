@@ -22,7 +22,7 @@ from ._devices import device
 from ._launch import _config_key, _Launch, _Loaded, check_features
 from ._release import parse_version
 from .errors import UsageError
-from .runtime.streams import refuse_during_capture
+from .host.streams import refuse_during_capture
 
 if TYPE_CHECKING:  # the compiler (numba-cuda, nvJitLink) is imported at the first compile
     from .lowering.compiler import CompiledKernel

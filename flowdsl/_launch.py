@@ -18,8 +18,8 @@ from numba.core import types
 
 from . import _stubs
 from .errors import UsageError
-from .runtime.checks import launch_shape
-from .runtime.streams import stream_handle
+from .host.checks import launch_shape
+from .host.streams import stream_handle
 
 __all__ = ["check_features"]
 

@@ -241,7 +241,7 @@ class NcclAgreement:
         return [decode(self._host[r * WORDS:(r + 1) * WORDS]) for r in range(self.comm.nranks)]
 
     def __call__(self, sig: Signature, stream=None, planned=False) -> None:
-        from ..runtime.streams import is_capturing  # noqa: PLC0415
+        from ..host.streams import is_capturing  # noqa: PLC0415
 
         if is_capturing(stream or 0):
             if planned:
@@ -258,7 +258,7 @@ class NcclAgreement:
 
     def refused(self, collective: str, stream=None) -> None:
         """Tell the other ranks this rank refused its arguments, so that they raise instead of hanging."""
-        from ..runtime.streams import is_capturing  # noqa: PLC0415
+        from ..host.streams import is_capturing  # noqa: PLC0415
 
         if is_capturing(stream or 0):
             return

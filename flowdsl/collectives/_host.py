@@ -19,9 +19,9 @@ import numpy as np
 from .._flow_staging import lsa_team_size
 from ..enums import Protocol, RedOp
 from ..errors import UsageError
-from ..runtime import checks
+from ..host import checks
 from ..runtime.nccl import without_torch_probe
-from ..runtime.streams import refuse_during_capture, stream_handle
+from ..host.streams import refuse_during_capture, stream_handle
 from . import _agree, cost
 from ._config import ALGORITHMS, DEFAULT_CONFIG, DTYPES, FP8_REDUCTIONS_FROM_SM, OPS, FlowConfig
 from ._ops import DEVICE, PreMulSum, host_bits

@@ -10,7 +10,8 @@ import numpy as np
 from ..errors import DeviceTimeoutError, NoDeviceError, UsageError
 from .._arrays import cuda_array_interface, torch_bits
 from .._release import format_version
-from . import checks, nccl, streams
+from . import nccl
+from ..host import checks, streams
 from .memory import DevComm, SymmetricAllocation, Window, device_pointer, resources_changed
 from .support import abi_layout
 from .wait_record import GRACE, WaitRecord, aborted_error, resolve_timeout, wait_for_device
@@ -261,7 +262,7 @@ class Communicator:
         The memory lives until the communicator is closed or ``comm.free(buf)``.
 
         Raises:
-            UsageError: ``dtype`` is not one of :data:`flowdsl.runtime.checks.SUPPORTED_DTYPES`, the
+            UsageError: ``dtype`` is not one of :data:`flowdsl.host.checks.SUPPORTED_DTYPES`, the
                 shape is not non-negative ints, or ``like`` is not ``"cupy"`` / ``"torch"`` (or
                 PyTorch is not installed), all before anything is allocated.
         """

@@ -17,7 +17,8 @@ from ..enums import GinBackend
 from ..errors import UsageError
 from .._arrays import cuda_array_interface, is_torch, torch_bits
 from .._release import format_version
-from . import checks, nccl
+from . import nccl
+from ..host import checks
 
 __all__ = ["Resource", "SymmetricAllocation", "Window", "DevComm", "device_pointer", "GinBackend", "GIN_BACKENDS",
            "gin_backend_of", "gin_backends_in"]
@@ -76,7 +77,7 @@ def device_pointer(array, operation: str = "free") -> tuple[int, int]:
     """``(address, nbytes)`` of a C-contiguous device array (CUDA Array Interface).
 
     For ``operation="register"`` the array must also hold at least one element
-    (:func:`flowdsl.runtime.checks.register_layout`, the simulator's rule too).
+    (:func:`flowdsl.host.checks.register_layout`, the simulator's rule too).
     """
     cai = cuda_array_interface(array)
     if cai is None and is_torch(array) and array.is_cuda:  # bfloat16, fp8, uint16-64: as their bits

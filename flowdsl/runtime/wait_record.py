@@ -10,20 +10,15 @@ the constants below.
 from __future__ import annotations
 
 import ctypes
-import math
-import os
 import threading
 import time
 
-from ..errors import DeviceTimeoutError, DriverError, ResourceClosedError, UsageError
+from ..errors import DeviceTimeoutError, DriverError
+from ..host.timeouts import DEFAULT_TIMEOUT, TIMEOUT_ENV, aborted_error, resolve_timeout
 
 __all__ = ["WaitRecord", "resolve_timeout", "wait_for_device", "aborted_error", "DEFAULT_TIMEOUT", "TIMEOUT_ENV",
            "WORDS"]
 
-#: Seconds a device wait may last by default: generous, a hang still ends.
-DEFAULT_TIMEOUT = 300.0
-#: Environment variable with the limit in seconds (0: off), read by ``flowdsl.init``.
-TIMEOUT_ENV = "FLOWDSL_WAIT_TIMEOUT"
 #: Seconds kernels are given to leave once their waits gave up (they do within milliseconds).
 GRACE = 10.0
 
@@ -32,32 +27,6 @@ STOP, DONE, WHAT, _UNUSED, BLOCK, THREAD, EXPECTED, SEEN, PEER, INDEX, WAITED_NS
 WORDS = 16
 # Values of the stop word.
 RUNNING, ABORTED, TIMED_OUT = 0, 1, 2
-
-
-def resolve_timeout(seconds=None) -> float:
-    """The wait limit in seconds: ``seconds``, else ``$FLOWDSL_WAIT_TIMEOUT``, else :data:`DEFAULT_TIMEOUT`."""
-    source = "wait_timeout"
-    if seconds is None:
-        seconds = os.environ.get(TIMEOUT_ENV)
-        source = TIMEOUT_ENV
-        if seconds is None or seconds.strip() == "":
-            return DEFAULT_TIMEOUT
-    try:
-        value = float(seconds)
-    except (TypeError, ValueError):
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise UsageError(f"Cannot set the device wait limit: {source} must be a number of seconds >= 0 (0 turns "
-                         f"it off), got {seconds!r}. Pass e.g. wait_timeout=60.")
-    return value
-
-
-def aborted_error(device_busy: bool = False) -> ResourceClosedError:
-    """What ``synchronize`` raises on an aborted communicator (the GPU's and the simulator's)."""
-    return ResourceClosedError("Cannot synchronize: the communicator was aborted (comm.abort()); its kernels' "
-                               "waits gave up and their results are not valid"
-                               + (", and the device is still busy" if device_busy else "")
-                               + ". Create a new communicator with flowdsl.init().")
 
 
 def _check(result, operation: str):

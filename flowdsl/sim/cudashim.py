@@ -21,7 +21,7 @@ import types
 import numpy as np
 from numba import cuda as _nb_cuda
 from numba.core import types as _nb_types
-from ..lowering.backend import Stub as _Stub
+from numba.cuda.stubs import Stub as _Stub  # the simulator shims numba.cuda, whose stubs user code names
 
 from . import _state
 from .errors import UnsupportedFeatureError, UsageError

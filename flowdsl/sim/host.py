@@ -8,8 +8,8 @@ import gc
 import greenlet
 import numpy as np
 
-from ..runtime import checks
-from ..runtime.wait_record import aborted_error, resolve_timeout
+from ..host import checks
+from ..host.timeouts import aborted_error, resolve_timeout
 from . import _state, timeouts
 from .cudashim import simulate_function
 from ..enums import GinBackend
@@ -536,7 +536,7 @@ def launch(kernel_obj, griddim, blockdim, stream, sharedmem, args):
     Installed into ``flowdsl._stubs`` when :mod:`flowdsl.sim` is imported; the
     real ``@flowdsl.kernel`` object calls it when an argument is simulated, with
     ``stream`` already resolved to a handle by the checks the GPU launch makes
-    (:mod:`flowdsl.runtime.streams`). A rank has one stream: the handle is not used.
+    (:mod:`flowdsl.host.streams`). A rank has one stream: the handle is not used.
     """
     t = _state.cur
     name = getattr(kernel_obj, "__name__", None) or getattr(getattr(kernel_obj, "py_func", None),

@@ -7,7 +7,8 @@ import weakref
 
 import numpy as np
 
-from ..runtime.streams import stream_handle
+from ..host.checks import numba_dtype
+from ..host.streams import stream_handle
 from . import _state
 from .errors import UsageError, WindowAccessError
 from .races import TrackedArray
@@ -27,8 +28,10 @@ def as_dtype(dtype) -> np.dtype:
     try:
         return np.dtype(dtype)
     except TypeError:
-        from ..lowering.backend import type_to_numpy as nb_as_dtype
-        return nb_as_dtype(dtype)
+        converted = numba_dtype(dtype)
+        if converted is None:
+            raise
+        return converted
 
 
 def poison_value(dtype: np.dtype):

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import flowdsl
-from flowdsl.runtime import streams
-from flowdsl.runtime.streams import stream_handle
+from flowdsl.host import streams
+from flowdsl.host.streams import stream_handle
 
 pytestmark = pytest.mark.compile
 
@@ -139,7 +139,7 @@ def test_resolving_imports_no_framework():
     code = textwrap.dedent("""
         import sys
         import numpy as np
-        from flowdsl.runtime.streams import stream_handle
+        from flowdsl.host.streams import stream_handle
         class S:
             cuda_stream = 5
         assert stream_handle(None, (np.zeros(2),)) == 0

@@ -50,7 +50,7 @@ def _replay(graph, stream, inputs, outputs):
 def test_real_framework_streams_resolve_to_their_handles(comm):
     import cupy
 
-    from flowdsl.runtime.streams import stream_handle
+    from flowdsl.host.streams import stream_handle
 
     s = cupy.cuda.Stream(non_blocking=True)
     assert stream_handle(s) == s.ptr

@@ -7,7 +7,7 @@ import pytest
 
 import flowdsl
 from flowdsl import collectives as coll
-from flowdsl.runtime.streams import stream_handle
+from flowdsl.host.streams import stream_handle
 from flowdsl.sim import spawn
 
 pytestmark = pytest.mark.sim

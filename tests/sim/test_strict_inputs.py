@@ -2,7 +2,7 @@
 
 Each bad input runs against both host sides: the simulator (``flowdsl.sim.spawn``) and the
 GPU runtime (``flowdsl.init()``, one rank; skipped without a GPU). Both call the one set of
-checks in :mod:`flowdsl.runtime.checks` (and the collectives' own), so one expected message
+checks in :mod:`flowdsl.host.checks` (and the collectives' own), so one expected message
 serves both.
 """
 
@@ -255,7 +255,7 @@ def test_launch_shape_beyond_cuda_limits_is_refused(host, grid, block, error):
 
 
 def test_the_limits_themselves_are_accepted():
-    import flowdsl.runtime.checks as checks
+    import flowdsl.host.checks as checks
 
     assert checks.launch_shape((2**31 - 1, 65535, 65535), (32, 32), "k") == ((2**31 - 1, 65535, 65535),
                                                                             (32, 32, 1))

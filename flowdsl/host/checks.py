@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import ResourceClosedError, UsageError
 
-__all__ = ["SUPPORTED_DTYPES", "ALLOC_LIKE", "GRID_LIMITS", "BLOCK_LIMITS", "MAX_BLOCK_THREADS", "alloc_dtype",
+__all__ = ["SUPPORTED_DTYPES", "numba_dtype", "ALLOC_LIKE", "GRID_LIMITS", "BLOCK_LIMITS", "MAX_BLOCK_THREADS", "alloc_dtype",
            "alloc_shape", "alloc_like", "torch_module", "communicator_open", "resource_closed", "count_of",
            "contiguous", "register_layout", "host_array_error", "not_a_buffer_error", "NOT_FROM_ALLOC",
            "launch_shape"]
@@ -50,7 +50,7 @@ def alloc_dtype(dtype) -> np.dtype:
     try:
         resolved = np.dtype(dtype)
     except TypeError:
-        resolved = _numba_dtype(dtype)
+        resolved = numba_dtype(dtype)
         if resolved is None:
             raise UsageError(f"Cannot allocate symmetric memory of dtype {dtype!r}: it is not a dtype. Supported "
                              f"dtypes are {_supported_names()}.") from None
@@ -60,15 +60,14 @@ def alloc_dtype(dtype) -> np.dtype:
     return resolved
 
 
-def _numba_dtype(dtype):
-    """A numba scalar type's NumPy dtype (``numba.float32``), or None."""
+def numba_dtype(dtype):
+    """A numba scalar type's NumPy dtype (``numba.float32``: its name is NumPy's), or None for anything
+    else. Read from the name, so the host side needs no compiler."""
     if not type(dtype).__module__.startswith("numba"):
         return None
     try:
-        from ..lowering.backend import type_to_numpy  # noqa: PLC0415
-
-        return type_to_numpy(dtype)
-    except Exception:  # noqa: BLE001 - numba raises its own errors for non-scalar types
+        return np.dtype(str(dtype))
+    except (TypeError, ValueError):  # an array or record type's name is no dtype
         return None
 
 
