@@ -32,19 +32,20 @@ from .runtime.memory import DevComm, Window
 
 if TYPE_CHECKING:  # imported at first use (below); named here for readers and the API reference
     from ._kernel import FlowKernel, kernel
-    from .errors import FeatureUnavailableError
+    from .errors import FeatureUnavailableError, KernelTypingError
 
 #: Submodules imported at first attribute access (``flowdsl.sim.spawn(...)`` after ``import flowdsl``).
 _LAZY_SUBMODULES = frozenset({"flow", "collectives", "sim", "testing"})
 #: Names imported from a module at first attribute access: name -> module.
-_LAZY_NAMES = {"kernel": "._kernel", "FlowKernel": "._kernel", "FeatureUnavailableError": ".errors"}
+_LAZY_NAMES = {"kernel": "._kernel", "FlowKernel": "._kernel", "FeatureUnavailableError": ".errors",
+               "KernelTypingError": ".errors"}
 
 __all__ = [
     "__version__", "init", "Communicator", "Window", "DevComm", "kernel", "device", "FlowKernel",
     "coop", "team", "lsa", "gin", "cft", "mem", "flow", "wait", "collectives", "sim", "testing",
     "MemoryOrder", "ThreadScope", "CoopKind", "Protocol", "RedOp", "GinBackend",
     "FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
-    "DeviceTimeoutError", "FeatureUnavailableError", "DeviceOnlyError",
+    "DeviceTimeoutError", "FeatureUnavailableError", "KernelTypingError", "DeviceOnlyError",
     "CacheWarning",
 ]
 

@@ -91,5 +91,10 @@ def argtypes_for(*args, nccl: str | tuple | None = None) -> tuple:
         elif isinstance(arg, np.ndarray):  # stands for a device array of the same dtype and shape
             out.append(array_type(arg.__array_interface__["typestr"], arg.ndim, arg.flags.c_contiguous))
         else:
-            out.append(argument_type(arg))
+            try:
+                out.append(argument_type(arg))
+            except Exception as exc:  # noqa: BLE001 - numba's own error for a value it cannot type
+                raise UsageError(f"Cannot make the kernel argument type of {type(arg).__name__} {arg!r:.60}: {exc}. "
+                                 "Pass a NumPy array (for a device array of its dtype and shape), a scalar, a numba "
+                                 "type, \"devcomm\", (\"window\", dtype) or (\"staging\", dtype)") from exc
     return tuple(out)

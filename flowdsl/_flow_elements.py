@@ -133,10 +133,10 @@ def premul(red, value):
     if red.op != RedOp.PREMULSUM or red.scale is None:
         return value
     if type(red.scale) is not type(value):  # only the simulator runs this body: the GPU's typing refuses first
-        from .sim.errors import UsageError  # noqa: PLC0415
+        from .sim.errors import KernelTypingError  # noqa: PLC0415
         from .sim.scheduler import sim_error  # noqa: PLC0415
 
-        raise sim_error(UsageError, premul_type_refusal(np.asarray(red.scale).dtype, np.asarray(value).dtype))
+        raise sim_error(KernelTypingError, premul_type_refusal(np.asarray(red.scale).dtype, np.asarray(value).dtype))
     return combine(RedOp.PROD, value, red.scale, red.fp8)
 
 

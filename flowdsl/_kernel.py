@@ -69,6 +69,21 @@ def _attribute_pairs(code) -> set[tuple[str, str]]:
     return pairs
 
 
+def _refuse_another_abi(name: str, argtypes, version: tuple) -> None:
+    """Refuse argument types made for another NCCL release than the one compiled for: a device
+    communicator's layout is its release's, and the support build linked in is the target's."""
+    from ._release import format_version  # noqa: PLC0415
+
+    for i, ty in enumerate(argtypes):
+        abi = getattr(ty, "abi", None)
+        if abi is not None and tuple(abi) != tuple(version):
+            raise UsageError(f"Cannot compile {name}: argument {i} is a device communicator of NCCL "
+                             f"{format_version(abi)}, but the kernel is compiled for NCCL {format_version(version)} "
+                             "(the device communicator's layout and the support library are a release's own). "
+                             f"Make the argument types for that release: FlowKernel.argtypes_for(..., "
+                             f"nccl=\"{format_version(version)}\"), or compile with nccl=\"{format_version(abi)}\"")
+
+
 class FlowKernel:
     """A flowdsl kernel: compiled at first launch per argument types, cached on disk."""
 
@@ -159,6 +174,7 @@ class FlowKernel:
         from .runtime.support import support_build_for  # noqa: PLC0415
 
         version = parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version()
+        _refuse_another_abi(self.__name__, argtypes, version)
         support = support_build_for(version, arch)
         target = Target(version, arch, _targets.cuda_version(cuda), _targets.gin_backend_named(gin_backend, self.__name__))
         return compile_kernel(self.py_func, tuple(argtypes), target, support.ltoir,

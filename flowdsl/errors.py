@@ -10,8 +10,8 @@ import functools
 
 
 __all__ = ["FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
-           "DeviceTimeoutError", "FeatureUnavailableError", "DeviceOnlyError", "SupportLibraryError", "DriverError",
-           "CacheWarning"]
+           "DeviceTimeoutError", "FeatureUnavailableError", "KernelTypingError", "DeviceOnlyError",
+           "SupportLibraryError", "DriverError", "CacheWarning"]
 
 
 class FlowDSLError(Exception):
@@ -126,10 +126,33 @@ def _make_feature_unavailable_error() -> type:
     return FeatureUnavailableError
 
 
+KernelTypingError: type  # made at first use, by __getattr__ below
+
+
+@functools.cache
+def _make_kernel_typing_error() -> type:
+    from numba.core.errors import TypingError  # noqa: PLC0415 - numba only where a kernel is typed
+
+    class KernelTypingError(TypingError, UsageError):
+        """A kernel passes a primitive (or numba) what it cannot take. Compiling for a GPU, numba's
+        typing refused it: the message is numba's, then the kernel's name and where it is defined;
+        numba's own error is the ``__cause__``. The simulator raises this class too (its
+        :class:`flowdsl.sim.UsageError` subclass) for the same mistake, in the same words, before
+        the primitive runs. Also a numba ``TypingError`` and a :class:`UsageError`."""
+
+    KernelTypingError.__module__ = __name__
+    KernelTypingError.__qualname__ = "KernelTypingError"
+    return KernelTypingError
+
+
+_LAZY = {"FeatureUnavailableError": _make_feature_unavailable_error, "KernelTypingError": _make_kernel_typing_error}
+
+
 def __getattr__(name: str):
-    # A numba typing error (numba reports it from inside a kernel's typing), so its class is made
-    # when the name is first used: ``import flowdsl`` does not import numba.
-    if name == "FeatureUnavailableError":
-        cls = globals()[name] = _make_feature_unavailable_error()
+    # numba typing errors (numba reports them from inside a kernel's typing), so their classes are
+    # made when the name is first used: ``import flowdsl`` does not import numba.
+    make = _LAZY.get(name)
+    if make is not None:
+        cls = globals()[name] = make()
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

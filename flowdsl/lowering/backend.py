@@ -111,12 +111,22 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
     (features, CFT gate) and the entry symbol, so this calls the function that ``compile`` wraps.
     """
     from numba.core import types  # noqa: PLC0415
+    from numba.core.errors import TypingError  # noqa: PLC0415
     from numba.cuda import compiler  # noqa: PLC0415
 
-    with explicit_target(cc):
-        library, _ = compiler._compile_pyfunc_with_fixup(
-            pyfunc, types.void(*argtypes), device=False, cc=cc, lto=True, abi="numba",
-            fastmath=fastmath, lineinfo=lineinfo)
+    from ..errors import KernelTypingError  # noqa: PLC0415
+
+    try:
+        with explicit_target(cc):
+            library, _ = compiler._compile_pyfunc_with_fixup(
+                pyfunc, types.void(*argtypes), device=False, cc=cc, lto=True, abi="numba",
+                fastmath=fastmath, lineinfo=lineinfo)
+    except TypingError as exc:  # a flowdsl error, as the simulator's for the same mistake; numba's words
+        if isinstance(exc, KernelTypingError):
+            raise
+        code = getattr(pyfunc, "__code__", None)
+        where = f"\n  in kernel {pyfunc.__qualname__} ({code.co_filename}:{code.co_firstlineno})" if code else ""
+        raise KernelTypingError(f"{exc}{where}") from exc
     modules = _unique_modules(library)
     _mark_never_inline(modules, out_of_line)
     from .declarations import inline_bodies_called_once  # noqa: PLC0415

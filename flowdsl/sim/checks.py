@@ -19,7 +19,7 @@ import inspect
 import numpy as np
 
 from .._spec import spec_of
-from .errors import BarrierIndexError, UsageError
+from .errors import BarrierIndexError, KernelTypingError
 from .memory import Window, WindowView
 from .scheduler import sim_error
 
@@ -87,13 +87,14 @@ def check_call(name: str, args: tuple, kwargs: dict) -> None:
             continue
         if not is_kind(value):
             spec = spec_of(name)
-            raise sim_error(UsageError, f"{spec.refusal(param, _typeof(value))}. {spec.args[param].fix}")
+            raise sim_error(KernelTypingError, f"{spec.refusal(param, _typeof(value))}. {spec.args[param].fix}")
         if arg.dtypes and value.dtype.name not in arg.dtypes:
             spec = spec_of(name)
-            raise sim_error(UsageError, f"{spec.refusal_dtype(param, value.dtype.name)}. {spec.fix_dtype(param)}")
+            raise sim_error(KernelTypingError,
+                            f"{spec.refusal_dtype(param, value.dtype.name)}. {spec.fix_dtype(param)}")
         if arg.choices and value not in arg.choices:
             spec = spec_of(name)
-            raise sim_error(UsageError, f"{spec.refusal_choice(param, int(value))}. {spec.fix_choice(param)}")
+            raise sim_error(KernelTypingError, f"{spec.refusal_choice(param, int(value))}. {spec.fix_choice(param)}")
 
 
 def check_index(index, count: int, req: str, refusal, error=BarrierIndexError, unit: str = "index") -> int:

@@ -14,7 +14,7 @@ __all__ = [
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
     "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "DataRaceError",
-    "WaitTimeoutError", "StaleDataError",
+    "WaitTimeoutError", "StaleDataError", "KernelTypingError",
 ]
 
 
@@ -70,6 +70,22 @@ class CollectiveMismatchError(SimulationError, _CollectiveMismatchError):
 
 class UsageError(SimulationError, _UsageError, TypeError):
     """A simulated object was used in a way the real runtime rejects."""
+
+
+def _kernel_typing_error():
+    from ..errors import KernelTypingError  # noqa: PLC0415 - numba's TypingError, made at first use
+
+    class KernelTypingError(UsageError, KernelTypingError):
+        """A primitive was passed what the GPU's typing refuses (``tests/spec_refusals.py``): the
+        simulator refuses it before the primitive runs, in the same words, as a
+        :class:`flowdsl.KernelTypingError` (what compiling for a GPU raises)."""
+
+    KernelTypingError.__module__ = __name__
+    KernelTypingError.__qualname__ = "KernelTypingError"
+    return KernelTypingError
+
+
+KernelTypingError = _kernel_typing_error()  # the simulator runs numba.cuda kernels: numba is loaded
 
 
 class GinCoverageError(SimulationError):

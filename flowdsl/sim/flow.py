@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .._flow_elements import Reduction, scale_refusal
 from ..enums import RedOp
-from .errors import UsageError
+from .errors import KernelTypingError
 from .scheduler import sim_error
 from .semantics import implements
 
@@ -16,5 +16,5 @@ __all__: list[str] = []
 @implements("flowdsl.flow.reduction")
 def _flow_reduction(op, nranks, fp8=0, scale=None):
     if op == RedOp.PREMULSUM and scale is None:  # the GPU refuses a constant PREMULSUM without one when it types it
-        raise sim_error(UsageError, scale_refusal())
+        raise sim_error(KernelTypingError, scale_refusal())
     return Reduction(op, nranks, fp8, scale)

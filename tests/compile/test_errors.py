@@ -110,8 +110,38 @@ def test_feature_gates_name_feature_version_and_arch():
 
 
 def test_argtypes_for_rejects_unknown_values():
-    with pytest.raises(Exception, match="Cannot determine Numba type"):
+    with pytest.raises(flowdsl.UsageError, match=r"Cannot make the kernel argument type of object <object object "
+                                                 r"at .*Cannot determine Numba type.*Pass a NumPy array"):
         flowdsl.FlowKernel.argtypes_for(object())
+
+
+def test_argument_types_of_another_nccl_release_are_refused_naming_both():
+    """A device communicator's layout is its NCCL release's: argument types made for 2.28.9 do not
+    compile for 2.32.3 (they used to, silently, with another release's support build linked in)."""
+    def k(comm, out):
+        out[0] = 1
+
+    kernel = flowdsl.kernel(k)
+    old = flowdsl.FlowKernel.argtypes_for("devcomm", np.zeros(1, np.int32), nccl="2.28.9")
+    with pytest.raises(flowdsl.UsageError, match=r"Cannot compile k: argument 0 is a device communicator of NCCL "
+                                                 r"2\.28\.9, but the kernel is compiled for NCCL 2\.32\.3 .*"
+                                                 r"argtypes_for\(\.\.\., nccl=\"2\.32\.3\"\), or compile with "
+                                                 r"nccl=\"2\.28\.9\""):
+        kernel.compile(old, arch="sm_90", nccl="2.32.3")
+
+
+def test_a_typing_refusal_is_a_flowdsl_error_naming_the_kernel():
+    def k(win, n):
+        lsa.barrier(win, coop.cta(), 0).sync(MemoryOrder.ACQUIRE)
+
+    with pytest.raises(flowdsl.KernelTypingError) as caught:
+        compile_for(k, ("window", np.float32), 1)
+    assert isinstance(caught.value, flowdsl.FlowDSLError) and isinstance(caught.value, TypingError)
+    # numba's words (the primitive's refusal) and where the kernel is
+    assert "flowdsl.lsa.barrier requires a device communicator, got Window" in str(caught.value)
+    assert "in kernel test_a_typing_refusal_is_a_flowdsl_error_naming_the_kernel.<locals>.k (" in \
+        str(caught.value) and "test_errors.py:" in str(caught.value)
+    assert isinstance(caught.value.__cause__, TypingError) and type(caught.value.__cause__) is not type(caught.value)
 
 
 def test_without_a_gpu_init_says_so():

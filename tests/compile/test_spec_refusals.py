@@ -18,5 +18,8 @@ NCCL = "2.32.3"
 def test_typing_refuses(body, pattern):
     kernel = flowdsl.kernel(body)
     argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", ARRAY.dtype), ARRAY, 1, nccl=NCCL)
-    with pytest.raises(TypingError, match=pattern):
+    with pytest.raises(TypingError, match=pattern) as caught:
         kernel.compile(argtypes, arch="sm_100", nccl=NCCL, cuda="13.3")
+    # A flowdsl error (the class the simulator raises for the same mistake), numba's own as its cause.
+    assert type(caught.value) is flowdsl.KernelTypingError and isinstance(caught.value, flowdsl.UsageError)
+    assert isinstance(caught.value.__cause__, TypingError)

@@ -26,7 +26,8 @@ def test_simulator_refuses(body, pattern):
 
     with pytest.raises(sim.UsageError, match=pattern) as caught:
         sim.spawn(main, nranks=1)
-    assert isinstance(caught.value, TypeError)  # as numba's typing error on a GPU
+    assert isinstance(caught.value, TypeError)
+    assert isinstance(caught.value, flowdsl.KernelTypingError)  # what compiling for a GPU raises
 
 
 def test_refusals_end_with_the_fix():
