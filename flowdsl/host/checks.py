@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import ResourceClosedError, UsageError
 
-__all__ = ["SUPPORTED_DTYPES", "numba_dtype", "ALLOC_LIKE", "GRID_LIMITS", "BLOCK_LIMITS", "MAX_BLOCK_THREADS", "alloc_dtype",
+__all__ = ["SUPPORTED_DTYPES", "numba_dtype", "DEVICE_REQUIREMENTS", "device_requirements", "ALLOC_LIKE", "GRID_LIMITS", "BLOCK_LIMITS", "MAX_BLOCK_THREADS", "alloc_dtype",
            "alloc_shape", "alloc_like", "torch_module", "communicator_open", "resource_closed", "count_of",
            "contiguous", "register_layout", "host_array_error", "not_a_buffer_error", "NOT_FROM_ALLOC",
            "launch_shape"]
@@ -195,3 +195,27 @@ def _dims(value, what: str, kernel_name: str) -> tuple[int, int, int]:
         raise UsageError(f"Cannot launch {kernel_name}: {what} must be a positive int or a tuple of up to "
                          f"3 positive ints, got {value!r}")
     return dims + (1,) * (3 - len(dims))
+
+
+#: What ``comm.device_communicator(**requirements)`` takes: ``ncclDevCommRequirements``' fields in
+#: snake_case (the GPU runtime maps them to the C names, ``flowdsl.runtime.communicator.REQUIREMENT_FIELDS``).
+DEVICE_REQUIREMENTS = ("lsa_barrier_count", "barrier_count", "rail_gin_barrier_count", "gin_context_count",
+                       "gin_signal_count", "gin_counter_count", "gin_force_enable", "cft_caps", "cft_barrier_count")
+
+
+def device_requirements(requirements: dict, for_kernel=None, grid=None) -> dict:
+    """A device communicator's requirements, checked: known names, values >= 0, with what
+    ``for_kernel`` needs at ``grid`` added (the larger of the two for each)."""
+    unknown = sorted(set(requirements) - set(DEVICE_REQUIREMENTS))
+    if unknown:
+        raise UsageError(f"Cannot create a device communicator: unknown requirement(s) {', '.join(unknown)}. "
+                         f"Use the known ones: {', '.join(DEVICE_REQUIREMENTS)}")
+    out = dict(requirements)
+    if for_kernel is not None:
+        for key, value in for_kernel.requirements(grid).items():
+            out[key] = max(out.get(key, 0), value)
+    for key, value in out.items():
+        if int(value) < 0:
+            raise UsageError(f"Cannot create a device communicator: {key} must be >= 0, got {value}. Pass a count "
+                             "of 0 or more")
+    return out

@@ -344,16 +344,7 @@ class Communicator:
                 ``cft_caps`` (NCCL >= 2.31; ``cft_barrier_count`` > 0 also asks for CFT, ``cft_caps=1``).
         """
         self._check_open("create a device communicator")
-        unknown = set(requirements) - set(REQUIREMENT_FIELDS)
-        if unknown:
-            raise UsageError(f"Cannot create a device communicator: unknown requirement(s) "
-                             f"{', '.join(sorted(unknown))}; known: {', '.join(REQUIREMENT_FIELDS)}")
-        if for_kernel is not None:
-            for key, value in for_kernel.requirements(grid).items():
-                requirements[key] = max(requirements.get(key, 0), value)
-        for key, value in requirements.items():
-            if int(value) < 0:
-                raise UsageError(f"Cannot create a device communicator: {key} must be >= 0, got {value}")
+        requirements = checks.device_requirements(requirements, for_kernel, grid)
         if requirements.get("cft_barrier_count"):
             requirements["cft_caps"] = int(requirements.get("cft_caps", 0)) | 1  # NCCL_CFT
         layout = abi_layout(self.nccl_version)
@@ -383,6 +374,23 @@ class Communicator:
         raises this error, and so does every later ``synchronize``.
         """
         return self._wait_record.error("run kernels on this communicator")
+
+    def barrier(self) -> None:
+        """Host barrier: returns once every rank has called it, with this rank's launched work
+        finished. Collective (an all-reduce of one element through NCCL's host communicator, on
+        the current CuPy stream, between two :meth:`synchronize`)."""
+        self._check_open("enter the host barrier")
+        import cupy  # noqa: PLC0415
+        from nccl.core import NcclRedOp  # noqa: PLC0415
+
+        token = self.__dict__.get("_barrier_token")
+        if token is None:
+            with cupy.cuda.Device(self.device):
+                token = self._barrier_token = cupy.zeros(1, cupy.int32)
+        self.synchronize()
+        with nccl.without_torch_probe():
+            self._nccl.allreduce(token, token, NcclRedOp.SUM, stream=cupy.cuda.get_current_stream().ptr)
+        self.synchronize()
 
     def synchronize(self) -> None:
         """Wait for all work on this rank's device.
@@ -461,6 +469,7 @@ class Communicator:
             for res in [r for r in self._resources if isinstance(r, kind)]:
                 res.close()
         self._closed = True
+        self.__dict__.pop("_barrier_token", None)
         self._nccl.destroy()
         self._wait_record.close()
 

@@ -25,9 +25,6 @@ __all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch"]
 
 _OPTIONS = {"livelock_rounds": 100, "max_steps": None, "gin_delivery": "ordered", "gin_backend": "proxy",
             "races": None}
-#: Requirements device_communicator() accepts (as the GPU runtime).
-_REQUIREMENTS = ("lsa_barrier_count", "barrier_count", "rail_gin_barrier_count", "gin_context_count",
-                 "gin_signal_count", "gin_counter_count", "gin_force_enable", "cft_barrier_count", "cft_caps")
 
 
 class _Collective:
@@ -88,6 +85,7 @@ class DevComm(Closable):
     """
 
     __flowdsl_sim__ = True
+    kind = "device communicator"
 
     def __init__(self, group: DevCommGroup, comm):
         self.group = group
@@ -99,6 +97,11 @@ class DevComm(Closable):
         self.lsa_barrier_count = group.lsa_barrier_count
         self.gin_backend = GinBackend.from_option(comm.world.net.backend)
         self.closed = False
+
+    @property
+    def communicator(self):
+        """The communicator that created it."""
+        return self.comm
 
     def close(self):
         """Destroy (idempotent)."""
@@ -121,6 +124,9 @@ class SimComm(Closable):
     """
 
     __flowdsl_sim__ = True
+    #: The collectives compare every call's arguments across ranks on the simulator, always (a
+    #: mismatch is a CollectiveMismatchError naming both calls); on GPUs with ``init(check_collectives=True)``.
+    check_collectives = True
 
     def __init__(self, world, rank):
         self.world = world
@@ -211,13 +217,12 @@ class SimComm(Closable):
         self._resources.append(resource)
         return resource
 
-    def device_communicator(self, lsa_barrier_count=0, **reqs) -> DevComm:
-        """A device communicator with ``lsa_barrier_count`` LSA barriers (collective)."""
+    def device_communicator(self, *, for_kernel=None, grid=None, **requirements) -> DevComm:
+        """A device communicator (collective), as the GPU runtime's: ``requirements`` such as
+        ``lsa_barrier_count``, and what ``for_kernel`` (a ``@flowdsl.kernel``) needs at ``grid``."""
         self._open("create a device communicator")
-        unknown = sorted(set(reqs) - set(_REQUIREMENTS))
-        if unknown:
-            raise sim_error(UsageError, f"Cannot create a device communicator: unknown requirement(s) "
-                            f"{', '.join(unknown)}. Use the known ones: {', '.join(_REQUIREMENTS)}")
+        reqs = _checked(checks.device_requirements, requirements, for_kernel, grid)
+        lsa_barrier_count = reqs.pop("lsa_barrier_count", 0)
         c = self.world.collective(self.rank, "device_communicator", (int(lsa_barrier_count), reqs))
         if c.result is None:
             counts = [v[0] for v in c.values]
@@ -244,6 +249,27 @@ class SimComm(Closable):
             w.sched.block(t, Wait("comm.synchronize()", lambda s, r=self.rank: f"rank {r}: {s.rank_summary(r)}"))
         if w.sched.race is not None:
             w.sched.race.synchronize(t, self.rank)
+
+    def free(self, buf) -> None:
+        """Release a buffer from :meth:`alloc` now (windows over it must be closed first), as on GPUs:
+        a later register of it is refused."""
+        self._open("free a buffer")
+        view = buf.numpy() if _is_torch(buf) and not buf.is_cuda else buf
+        lo = _address(view) if isinstance(view, np.ndarray) else None
+        entry = next((a for a in self._allocations if lo is not None and a[0] <= lo < a[1]), None)
+        if entry is None:
+            raise sim_error(UsageError, "Cannot free this buffer: it was not allocated by comm.alloc on this "
+                            "communicator.")
+        if any(isinstance(r, Window) and not r.closed and entry[0] <= _address(r.group.bytes[self.rank]) < entry[1]
+               for r in self._resources):
+            raise sim_error(UsageError, "Cannot free this buffer: a window is still registered over it. Close it "
+                            "first.")
+        self._allocations.remove(entry)
+
+    @property
+    def open_resources(self) -> list:
+        """Resources not yet closed (windows, device communicators, symmetric buffers), as on GPUs."""
+        return [r for r in self._resources if not r.closed] + [a[2] for a in self._allocations]
 
     def barrier(self):
         """Host barrier among all ranks."""

@@ -157,6 +157,7 @@ class Window(Closable):
     """A rank's handle on a registered window (what kernels receive)."""
 
     __flowdsl_sim__ = True
+    kind = "window"
     #: The :class:`flowdsl.flow.Staging` that :func:`flowdsl.flow.staging` made this window for, or None.
     flow_staging = None
 
@@ -164,6 +165,11 @@ class Window(Closable):
         self.group, self.rank, self.comm = group, rank, comm
         self.closed = False
         self._views = {}
+
+    @property
+    def communicator(self):
+        """The communicator that registered it."""
+        return self.comm
 
     def _made_staging(self, staging) -> None:
         """Mark the window as made by :func:`flowdsl.flow.staging` (as the GPU runtime's window)."""

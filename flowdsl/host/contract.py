@@ -1,0 +1,83 @@
+"""What a communicator, a window and a device communicator offer host code, on GPUs and on the
+simulator alike: the one contract :class:`flowdsl.Communicator` and the simulator's communicator
+both keep (``tests/compile/test_host_contract.py`` compares both classes with it, member by
+member and parameter by parameter). Code written against it (the collectives, the examples, a
+user's ``main(comm)``) runs on either without asking which it holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Communicator", "Window", "DevComm"]
+
+
+@runtime_checkable
+class Communicator(Protocol):
+    """One rank's communicator: symmetric memory, windows, device communicators, teardown."""
+
+    rank: int
+    nranks: int
+    #: Whether the collectives compare each call's arguments across ranks before launching it.
+    check_collectives: bool
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def wait_timeout(self) -> float: ...
+
+    def alloc(self, shape, dtype=np.float32, *, like="cupy") -> Any: ...
+
+    def free(self, buf) -> None: ...
+
+    def register(self, buf, *, cft_counted=False) -> Window: ...
+
+    def device_communicator(self, *, for_kernel=None, grid=None, **requirements) -> DevComm: ...
+
+    @property
+    def open_resources(self) -> list: ...
+
+    def synchronize(self) -> None: ...
+
+    def barrier(self) -> None: ...
+
+    def device_error(self) -> Exception | None: ...
+
+    def abort(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Window(Protocol):
+    """A registered symmetric window (what kernels receive)."""
+
+    kind: str
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def communicator(self) -> Communicator: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class DevComm(Protocol):
+    """A device communicator (``ncclDevComm``, what kernels receive)."""
+
+    kind: str
+    rank: int
+    nranks: int
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def communicator(self) -> Communicator: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,122 @@
+"""The GPU runtime's communicator, window and device communicator and the simulator's keep one
+contract (:mod:`flowdsl.host.contract`): every member of it on both, methods with the same
+parameters (names, kinds, defaults). The GPU classes are read without a GPU; the simulator's are
+also checked as instances, inside a simulated rank."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import numpy as np
+import pytest
+
+from flowdsl.host import contract
+
+pytestmark = pytest.mark.compile
+
+
+def _members(protocol) -> dict:
+    """name -> "method", "property" or "attribute", of a Protocol class."""
+    out = {}
+    for name in protocol.__protocol_attrs__ if hasattr(protocol, "__protocol_attrs__") else dir(protocol):
+        if name.startswith("_"):
+            continue
+        value = inspect.getattr_static(protocol, name, None)
+        out[name] = ("property" if isinstance(value, property) else "method" if callable(value) else "attribute")
+    for name in getattr(protocol, "__annotations__", {}):
+        out.setdefault(name, "attribute")
+    return out
+
+
+def _parameters(fn):
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+def _declares(cls, name: str) -> bool:
+    """A class attribute, property or method, or an attribute its ``__init__`` assigns."""
+    if inspect.getattr_static(cls, name, None) is not None:
+        return True
+    init = inspect.getsource(cls.__init__)
+    return re.search(rf"self\.{name}\s*(:[^=]*)?=", init) is not None or f"self.{name}, " in init
+
+
+def _pairs():
+    from flowdsl.runtime.communicator import Communicator
+    from flowdsl.runtime.memory import DevComm, Window
+    from flowdsl.sim import host, memory
+
+    return [(contract.Communicator, Communicator, host.SimComm), (contract.Window, Window, memory.Window),
+            (contract.DevComm, DevComm, host.DevComm)]
+
+
+@pytest.mark.parametrize("index", range(3), ids=["Communicator", "Window", "DevComm"])
+def test_both_sides_keep_the_contract(index):
+    protocol, gpu, sim = _pairs()[index]
+    missing, differ = [], []
+    for name, what in _members(protocol).items():
+        for side in (gpu, sim):
+            if not _declares(side, name):
+                missing.append(f"{side.__module__}.{side.__qualname__}.{name}")
+        if what == "method":
+            want = _parameters(getattr(protocol, name))
+            for side in (gpu, sim):
+                got = getattr(side, name, None)
+                if got is not None and _parameters(got) != want:
+                    differ.append(f"{side.__module__}.{side.__qualname__}.{name}{inspect.signature(got)} against "
+                                  f"the contract's {inspect.signature(getattr(protocol, name))}")
+    assert missing == [] and differ == [], "\n".join(["missing:", *missing, "parameters differ:", *differ])
+
+
+def test_the_contract_lists_what_both_offer():
+    names = _members(contract.Communicator)
+    assert {"alloc", "free", "register", "device_communicator", "open_resources", "synchronize", "barrier", "abort",
+            "close", "closed", "check_collectives", "wait_timeout", "device_error", "rank", "nranks"} <= set(names)
+    assert names["device_communicator"] == "method" and names["closed"] == names["open_resources"] == "property"
+
+
+def test_simulated_objects_are_instances_of_the_contract():
+    import flowdsl.sim as sim
+
+    def main(comm):
+        buf = comm.alloc(64, np.float32)
+        with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=1) as dc:
+            kinds = (isinstance(comm, contract.Communicator), isinstance(win, contract.Window),
+                     isinstance(dc, contract.DevComm), win.communicator is comm, dc.communicator is comm,
+                     win.kind, dc.kind, len(comm.open_resources))
+        comm.free(buf)
+        return kinds, len(comm.open_resources)
+
+    (kinds, left), = sim.spawn(main, nranks=1)
+    assert kinds == (True, True, True, True, True, "window", "device communicator", 3) and left == 0
+
+
+def test_the_simulator_frees_and_refuses_as_the_gpu_runtime():
+    import flowdsl.sim as sim
+
+    def main(comm):
+        buf = comm.alloc(64, np.float32)
+        win = comm.register(buf)
+        with pytest.raises(sim.UsageError, match="Cannot free this buffer: a window is still registered over it. "
+                                                 "Close it first"):
+            comm.free(buf)
+        win.close()
+        comm.free(buf)
+        with pytest.raises(sim.UsageError, match="Cannot free this buffer: it was not allocated by comm.alloc"):
+            comm.free(buf)
+        with pytest.raises(sim.UsageError, match="Cannot create a device communicator: lsa_barrier_count must be "
+                                                 ">= 0, got -1"):
+            comm.device_communicator(lsa_barrier_count=-1)
+        with pytest.raises(sim.UsageError, match="unknown requirement.s. lsa_barriers. Use the known ones: "
+                                                 "lsa_barrier_count"):
+            comm.device_communicator(lsa_barriers=1)
+        return True
+
+    assert sim.spawn(main, nranks=2) == [True, True]
+
+
+def test_the_gpu_runtime_maps_every_requirement_the_contract_takes():
+    from flowdsl.host.checks import DEVICE_REQUIREMENTS
+    from flowdsl.runtime.communicator import REQUIREMENT_FIELDS
+
+    assert set(REQUIREMENT_FIELDS) == set(DEVICE_REQUIREMENTS)
