@@ -18,6 +18,11 @@ at each size:
    after a warm-up there), all_reduce 8 B to 16 MiB: the flowdsl programs, auto, NCCL
    through nccl4py and through ``torch.distributed`` on an NCCL process group (labelled
    apart; the latter also back to back), and SymmetricMemory.
+3. At equal CTA budgets (``--budgets``, default 8, 16, 32), 1 MiB to 1 GiB: flowdsl's
+   ``algorithm="auto"`` with ``FlowConfig(channels=N)`` beside NCCL's host collective on a
+   communicator split with ``ncclConfig`` minCTAs = maxCTAs = N (what ``NCCL_MIN_CTAS`` and
+   ``NCCL_MAX_CTAS`` set for a process): what each moves when a fused kernel or a GEMM keeps
+   the rest of the SMs.
 
 Timing: CUDA events around R calls launched back to back (host included: what a user
 sees at small sizes), R chosen per version and size from a probe so that a measurement
@@ -30,8 +35,8 @@ Bus bandwidth as nccl-tests defines it: all_reduce 2(n-1)/n of the buffer;
 all_gather and reduce_scatter (n-1)/n of the whole gathered / scattered buffer
 (n x the bytes per rank); broadcast and reduce 1.
 
-Output: a table per collective, the graph-replay table, then the GOALS block, printed
-last. ``--json`` writes every measurement and the machine's versions; ``--plot`` a PNG
+Output: a table per collective, the graph-replay table, the CTA-budget tables, then the
+GOALS block, printed last. ``--json`` writes every measurement and the machine's versions; ``--plot`` a PNG
 (needs matplotlib).
 """
 
@@ -47,7 +52,7 @@ from pathlib import Path
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 
-from multigpu.records import COLLECTIVES, GiB, write_json  # noqa: E402 - benchmarks/ is this script's path
+from multigpu.records import BUDGETS, COLLECTIVES, GiB, write_json  # noqa: E402 - benchmarks/ is this script's path
 from multigpu.plot import plot  # noqa: E402
 from multigpu.tables import report  # noqa: E402
 
@@ -70,6 +75,9 @@ def _parse(argv):
     p.add_argument("--collectives", default=",".join(COLLECTIVES), help="comma-separated subset")
     p.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph replay section")
     p.add_argument("--no-symm", action="store_true", help="skip PyTorch SymmetricMemory")
+    p.add_argument("--budgets", default=",".join(map(str, BUDGETS)),
+                   help="CTA budgets N compared with NCCL: flowdsl with FlowConfig(channels=N), NCCL with "
+                        "minCTAs = maxCTAs = N, 1 MiB to 1 GiB (default 8,16,32; '' skips the section)")
     p.add_argument("--precompile", action="store_true",
                    help="rank 0 compiles the float32 sum kernels in parallel first (else they load from the "
                         "disk cache, compiling what is missing)")
@@ -79,6 +87,12 @@ def _parse(argv):
     if args.target_ms is None:
         args.target_ms = 10.0 if args.quick else 30.0
     args.collectives = [c.strip() for c in args.collectives.split(",") if c.strip()]
+    try:
+        args.budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
+    except ValueError:
+        p.error(f"--budgets takes comma-separated CTA counts such as 8,16,32, got {args.budgets!r}")
+    if any(b < 1 for b in args.budgets):
+        p.error(f"--budgets: each CTA count must be at least 1, got {args.budgets}")
     unknown = set(args.collectives) - set(COLLECTIVES)
     if unknown:
         p.error(f"unknown collective(s) {', '.join(sorted(unknown))}; choose from {', '.join(COLLECTIVES)}")

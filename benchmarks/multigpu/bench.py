@@ -11,7 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from .records import (COLLECTIVES, EXPECTED_PROGRAMS, FULL_SIZES, GRAPH_CALLS, GRAPH_MAX, QUICK_GRAPH_SIZES,
+from .records import (BUDGET_SIZES, COLLECTIVES, EXPECTED_PROGRAMS, FULL_SIZES, GRAPH_CALLS, GRAPH_MAX,
+                      QUICK_BUDGET_SIZES, QUICK_GRAPH_SIZES,
                       QUICK_SIZES, REDUCING, ROOTED, SYMM_MAX, at_bytes, bus_bandwidth, expected_values, family,
                       fmt_bytes, label, probe_calls, reps_for, warm_calls, write_json)
 
@@ -236,9 +237,11 @@ class Bench:
             return None, f"{type(exc).__name__}: {text[0][:200] if text else ''}".rstrip(": ")
 
     # -- the callables ------------------------------------------------------------------------------
-    def call(self, collective, src, dst, algorithm, stream):
+    def call(self, collective, src, dst, algorithm, stream, config=None):
         f = getattr(self.coll, collective)
         kw = {"algorithm": algorithm, "stream": stream}
+        if config is not None:
+            kw["config"] = config
         if collective in REDUCING:
             kw["op"] = "sum"
         if collective in ROOTED:
@@ -414,6 +417,67 @@ class Bench:
             self.comm.synchronize()
             self._size_done("back to back", nbytes, src, dst)
 
+    def nccl_at_budget(self, ctas):
+        """(NCCL's host communicator held to ``ctas`` CTAs, None) or (None, the reason): split from this
+        communicator's (collective) with ``ncclConfig`` minCTAs = maxCTAs = ``ctas``, which is what
+        NCCL_MIN_CTAS and NCCL_MAX_CTAS set for a whole process."""
+        def split():
+            from nccl.core import NCCLConfig  # noqa: PLC0415
+
+            return self.comm._nccl.split(color=0, key=self.rank, config=NCCLConfig(min_ctas=ctas, max_ctas=ctas))
+        return self._attempt(split)
+
+    def nccl_call(self, nccl, collective, src, dst, stream):
+        """A callable making NCCL's host collective on ``nccl`` (float32 sum, root 0) on ``stream``."""
+        from nccl.core import NcclRedOp  # noqa: PLC0415
+
+        handle = stream.cuda_stream
+        if collective == "all_reduce":
+            return lambda: nccl.allreduce(src, dst, NcclRedOp.SUM, stream=handle)
+        if collective == "all_gather":
+            return lambda: nccl.allgather(src, dst, stream=handle)
+        if collective == "reduce_scatter":
+            return lambda: nccl.reduce_scatter(src, dst, NcclRedOp.SUM, stream=handle)
+        if collective == "broadcast":
+            return lambda: nccl.broadcast(src, dst, 0, stream=handle)
+        return lambda: nccl.reduce(src, dst, NcclRedOp.SUM, 0, stream=handle)
+
+    def budgets(self, sizes, collectives):
+        """flowdsl (auto, ``FlowConfig(channels=N)``) beside NCCL held to N CTAs, for each budget N."""
+        from flowdsl.collectives import FlowConfig  # noqa: PLC0415
+
+        np, stream = self.np, self.stream
+        for ctas in self.args.budgets:
+            nccl, reason = self.nccl_at_budget(ctas)
+            if not self.all_ok(reason is None):
+                for c in collectives:
+                    self.fail("budget", c, None, f"nccl@{ctas}", f"split: {reason or 'failed on another rank'}")
+                nccl = None
+            config = FlowConfig(channels=ctas)
+            for nbytes in sizes:
+                count = max(1, nbytes // 4)
+                self.watchdog.arm(f"CTA budget {ctas} at {fmt_bytes(nbytes)}")
+                src, dst = self.comm.alloc(self.n * count, np.float32), self.comm.alloc(self.n * count, np.float32)
+                src.fill(self.rank + 1)
+                self.comm.synchronize()
+                views = {"all_reduce": (src[:count], dst[:count]), "all_gather": (src[:count], dst),
+                         "reduce_scatter": (src, dst[:count]), "broadcast": (src[:count], dst[:count]),
+                         "reduce": (src[:count], dst[:count])}
+                for collective in collectives:
+                    s, d = views[collective]
+                    fns = {f"auto@{ctas}": self.call(collective, s, d, "auto", stream, config)}
+                    if nccl is not None:
+                        fns[f"nccl@{ctas}"] = self.nccl_call(nccl, collective, s, d, stream)
+                    entries = {v: {"setup": self.eager_entry(fn, nbytes, stream),
+                                   "check": self.checker(collective, count, fn, d, collective == "reduce"),
+                                   "probe": probe_calls(nbytes)} for v, fn in fns.items()}
+                    self.measure("budget", collective, nbytes, entries,
+                                 lambda fn, calls: self.time_calls(fn, calls, stream))
+                self.comm.synchronize()
+                self._size_done(f"CTA budget {ctas}", nbytes, src, dst)
+            if nccl is not None:
+                self._attempt(nccl.destroy)
+
     def _size_done(self, section, nbytes, src, dst):
         """After one size of ``section``: free its buffers, disarm the watchdog, say so, save what there is."""
         self.comm.free(src)
@@ -520,6 +584,9 @@ class Bench:
         if not args.no_graph and "all_reduce" in collectives:
             gsizes = [s for s in (QUICK_GRAPH_SIZES if args.quick else sizes) if s <= GRAPH_MAX]
             self.graphs(gsizes)
+        if args.budgets:
+            self.budgets([s for s in (QUICK_BUDGET_SIZES if args.quick else BUDGET_SIZES) if s <= args.max_bytes],
+                         collectives)
         self.meta["seconds"] = round(time.perf_counter() - self.t0, 1)
 
     def close(self):

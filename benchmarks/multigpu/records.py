@@ -1,8 +1,8 @@
 """Sizes, names and the arithmetic of one measurement record (no GPU, no torch).
 
-A record is a dict: ``section`` ("b2b" or "graph"), ``collective``, ``bytes`` per rank,
-``version`` (a flowdsl program, "auto", "nccl", "nccl_torch" or "symm_*"), ``us`` per call,
-``busbw`` and ``check``.
+A record is a dict: ``section`` ("b2b", "graph" or "budget"), ``collective``, ``bytes`` per rank,
+``version`` (a flowdsl program, "auto", "nccl", "nccl_torch" or "symm_*"; in "budget": "auto@N" and
+"nccl@N", N the CTAs each may use), ``us`` per call, ``busbw`` and ``check``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,11 @@ BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (
 FULL_SIZES = sorted({8 << (3 * k) for k in range(10)} | {64 * KiB, MiB, 64 * MiB})  # 8 B .. 1 GiB
 QUICK_SIZES = [8, 4 * KiB, 64 * KiB, MiB, 16 * MiB, 64 * MiB]
 QUICK_GRAPH_SIZES = [8, 64 * KiB, MiB]
+#: The CTA budgets compared with NCCL (``--budgets``): flowdsl with ``FlowConfig(channels=N)``, NCCL held to
+#: N CTAs (``ncclConfig`` minCTAs = maxCTAs = N, what NCCL_MIN_CTAS / NCCL_MAX_CTAS set), 1 MiB to 1 GiB.
+BUDGETS = (8, 16, 32)
+BUDGET_SIZES = [MiB, 8 * MiB, 64 * MiB, 512 * MiB, GiB]
+QUICK_BUDGET_SIZES = [MiB, 64 * MiB]
 SYMM_MAX = 16 * MiB      # SymmetricMemory rows up to here
 GRAPH_MAX = 16 * MiB     # CUDA-graph rows up to here
 GRAPH_CALLS = 32         # calls captured in one graph
@@ -65,6 +70,9 @@ def family(version: str) -> str:
 
 
 def label(version: str) -> str:
+    if "@" in version:  # the budget section's "auto@N" and "nccl@N"
+        who, ctas = version.split("@")
+        return f"{'NCCL' if who == 'nccl' else 'flowdsl auto'}, {ctas} CTAs"
     return {"auto": "flowdsl auto", "nccl": "NCCL (nccl4py)", "nccl_torch": "NCCL (torch.distributed)",
             "symm_one_shot": "SymmMem one-shot", "symm_two_shot": "SymmMem two-shot"}.get(version,
                                                                                       f"flowdsl {version}")

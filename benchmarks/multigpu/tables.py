@@ -1,4 +1,5 @@
-"""The report's tables: one per collective (back to back), the graph-replay table, what was not measured."""
+"""The report's tables: one per collective (back to back), the graph-replay table, the CTA-budget tables,
+what was not measured."""
 
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ def format_tables(data) -> list[str]:
                 lines.append(f"{fmt_bytes(nbytes) if first else '':>10}  {label(v):<26}"
                              f"{fmt_num(b.get('us') if b else None):>10}{fmt_num(g.get('us')):>10}  {note}".rstrip())
                 first = False
+    lines += _budget_tables(data, idx)
     errors = data.get("errors", [])
     if errors:
         lines.append("")
@@ -71,6 +73,34 @@ def format_tables(data) -> list[str]:
             at = [at_bytes(x["bytes"]) for x in errors
                   if (x["section"], x["collective"], x["version"], x["reason"]) == key]
             lines.append(f"  {e['section']} {e['collective']} {label(e['version'])} at {', '.join(at)}: {e['reason']}")
+    return lines
+
+
+def _budget_tables(data, idx) -> list[str]:
+    """Per collective: bus bandwidth of flowdsl (auto, ``FlowConfig(channels=N)``) and NCCL held to N CTAs."""
+    records = data.get("records", [])
+    n = data.get("meta", {}).get("nranks", "?")
+    lines = []
+    for collective in COLLECTIVES:
+        versions = versions_of(records, "budget", collective)
+        budgets = sorted({int(v.split("@")[1]) for v in versions})
+        if not budgets:
+            continue
+        lines.append("")
+        lines.append(f"{collective} on {n} GPUs at equal CTA budgets: busbw GB/s, flowdsl auto with "
+                     "FlowConfig(channels=N) / NCCL with minCTAs = maxCTAs = N (ratio flowdsl / NCCL)")
+        lines.append(f"{'bytes/rank':>10}" + "".join(f"  {f'N = {c}':>28}" for c in budgets))
+        for nbytes in sizes_of(records, "budget", collective):
+            cells = []
+            for c in budgets:
+                mine = idx.get(("budget", collective, nbytes, f"auto@{c}"))
+                theirs = idx.get(("budget", collective, nbytes, f"nccl@{c}"))
+                ratio = mine["busbw"] / theirs["busbw"] if measured(mine) and measured(theirs) else None
+                bad = any(r is not None and r.get("check") not in (None, "ok") for r in (mine, theirs))
+                cell = (f"{fmt_num(mine.get('busbw') if mine else None)} / {fmt_num(theirs.get('busbw') if theirs else None)}"
+                        f" ({fmt_num(ratio)}){' CHECK' if bad else ''}")
+                cells.append(f"  {cell:>28}")
+            lines.append(f"{fmt_bytes(nbytes):>10}" + "".join(cells))
     return lines
 
 
