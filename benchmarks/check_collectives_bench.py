@@ -35,7 +35,7 @@ def _slowest(comm, value: float) -> float:
     from nccl.core import NcclRedOp
 
     buf = cupy.asarray([value], cupy.float64)
-    comm._nccl.allreduce(buf, buf, NcclRedOp.MAX, stream=cupy.cuda.get_current_stream().ptr)
+    comm.nccl.allreduce(buf, buf, NcclRedOp.MAX, stream=cupy.cuda.get_current_stream().ptr)
     return float(buf.get()[0])
 
 

@@ -56,7 +56,7 @@ def main() -> int:
                 allgather_lsa.allgather_lsa[blocks, 512](dcomm, src, win, count)
 
             def nccl_call():
-                comm._nccl.allgather(src, nccl_out)
+                comm.nccl.allgather(src, nccl_out)
 
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()
             times = {}

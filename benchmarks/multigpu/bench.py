@@ -424,7 +424,7 @@ class Bench:
         def split():
             from nccl.core import NCCLConfig  # noqa: PLC0415
 
-            return self.comm._nccl.split(color=0, key=self.rank, config=NCCLConfig(min_ctas=ctas, max_ctas=ctas))
+            return self.comm.nccl.split(color=0, key=self.rank, config=NCCLConfig(min_ctas=ctas, max_ctas=ctas))
         return self._attempt(split)
 
     def nccl_call(self, nccl, collective, src, dst, stream):

@@ -175,7 +175,7 @@ def agreement(comm):
     if found is False:
         if getattr(comm, "__flowdsl_sim__", False):
             found = _SimAgreement(comm)
-        elif getattr(comm, "check_collectives", False) and getattr(comm, "_nccl", None) is not None:
+        elif getattr(comm, "check_collectives", False) and getattr(comm, "nccl", None) is not None:
             found = NcclAgreement(comm)
         else:
             found = None
@@ -235,7 +235,7 @@ class NcclAgreement:
         stream = self._stream(handle)
         self._send.set(words, stream=stream)
         with without_torch_probe():
-            self.comm._nccl.allgather(self._send, self._recv, stream=int(handle or 0))
+            self.comm.nccl.allgather(self._send, self._recv, stream=int(handle or 0))
         self._recv.get(stream=stream, out=self._host)
         stream.synchronize()
         return [decode(self._host[r * WORDS:(r + 1) * WORDS]) for r in range(self.comm.nranks)]

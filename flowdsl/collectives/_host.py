@@ -452,7 +452,7 @@ def launch_shape(collective: str, comm, count: int, dtype: str, algorithm: str =
     from ._library import storage  # noqa: PLC0415
 
     kernel_dtype = storage(dtype)[0]
-    nccl_knows = hasattr(comm, "_nccl") and (kernel_dtype == dtype or torch_arrays)
+    nccl_knows = getattr(comm, "nccl", None) is not None and (kernel_dtype == dtype or torch_arrays)
     return _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, config or DEFAULT_CONFIG,
                          nccl_knows)
 
@@ -462,7 +462,7 @@ def _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, confi
     if algorithm == "auto":
         algorithm = cost.choose(collective, comm.nranks, lsa_team_size(comm), nbytes, nccl_available=nccl_knows,
                                 one_shot_available=_one_shot_fits(comm, count, kernel_dtype), config=config)
-    if algorithm == "nccl" and hasattr(comm, "_nccl") and not nccl_knows:
+    if algorithm == "nccl" and getattr(comm, "nccl", None) is not None and not nccl_knows:
         raise UsageError(f"Cannot {collective} {dtype} held in {kernel_dtype} arrays with algorithm='nccl': "
                          "NCCL would take them for integers. Pass torch tensors of that dtype, or use "
                          "'ring', 'tree' or 'auto'")
@@ -487,7 +487,8 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
     kernel_dtype, fp8 = storage(s.dtype)
     # NCCL's host collective reads the element type from the array: a uint8 or uint16 array
     # standing for fp8 or bfloat16 would be summed as integers there.
-    nccl_knows = hasattr(comm, "_nccl") and (kernel_dtype == s.dtype or "torch" in type(s.array).__module__)
+    nccl_knows = getattr(comm, "nccl", None) is not None and (kernel_dtype == s.dtype
+                                                               or "torch" in type(s.array).__module__)
     algorithm, protocol, grid = _launch_shape(collective, comm, count, s.dtype, kernel_dtype, algorithm, config,
                                               nccl_knows)
     if algorithm == "nccl" and scalar is not None and scalar.buffer is not None and kernel_dtype != s.dtype \
@@ -496,7 +497,7 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
                          f"held in a {kernel_dtype} array, which NCCL would take for an integer. Pass a torch "
                          f"tensor of {s.dtype}, or use 'ring', 'tree' or 'auto'")
     if algorithm == "nccl":
-        if getattr(comm, "_nccl", None) is None:
+        if getattr(comm, "nccl", None) is None:
             raise UsageError(f"Cannot {collective} with algorithm='nccl': this communicator has no NCCL host "
                              "communicator (the simulator). Use 'ring' or 'tree'")
         dtype = s.dtype  # not s in the closure: a cached plan must not keep the call's arrays alive
@@ -550,7 +551,7 @@ def _nranks(comm):
 
 
 def _run_nccl(collective, comm, src, dst, redop, root, stream, scalar=None, dtype=None):
-    nccl_comm = getattr(comm, "_nccl", None)
+    nccl_comm = getattr(comm, "nccl", None)
     if nccl_comm is None:
         raise UsageError(f"Cannot {collective} with algorithm='nccl': this communicator has no NCCL host "
                          "communicator (the simulator). Use 'ring' or 'tree'")

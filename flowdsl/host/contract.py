@@ -24,6 +24,11 @@ class Communicator(Protocol):
     check_collectives: bool
 
     @property
+    def nccl(self) -> Any:
+        """NCCL's host communicator (nccl4py), or None where there is none (the simulator)."""
+        ...
+
+    @property
     def closed(self) -> bool: ...
 
     @property

@@ -375,6 +375,12 @@ class Communicator:
         """
         return self._wait_record.error("run kernels on this communicator")
 
+    @property
+    def nccl(self):
+        """NCCL's host communicator (an ``nccl.core.Communicator`` of nccl4py): what ``algorithm="nccl"``
+        and the cross-rank check of the collectives use. None on the simulator."""
+        return self._nccl
+
     def barrier(self) -> None:
         """Host barrier: returns once every rank has called it, with this rank's launched work
         finished. Collective (an all-reduce of one element through NCCL's host communicator, on

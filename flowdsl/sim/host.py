@@ -127,6 +127,8 @@ class SimComm(Closable):
     #: The collectives compare every call's arguments across ranks on the simulator, always (a
     #: mismatch is a CollectiveMismatchError naming both calls); on GPUs with ``init(check_collectives=True)``.
     check_collectives = True
+    #: NCCL's host communicator on GPUs; the simulator has none (``algorithm="nccl"`` is refused there).
+    nccl = None
 
     def __init__(self, world, rank):
         self.world = world

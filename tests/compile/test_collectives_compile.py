@@ -215,7 +215,7 @@ class _FakeNccl:
 
 def _fake_comm(**attributes):
     nccl = _FakeNccl()
-    comm = type("Comm", (), {"nranks": 1, "device": 0, "alloc": None, "closed": False, "_nccl": nccl})()
+    comm = type("Comm", (), {"nranks": 1, "device": 0, "alloc": None, "closed": False, "nccl": nccl})()
     comm.__dict__.update(attributes)
     return comm, nccl
 

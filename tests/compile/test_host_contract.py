@@ -35,7 +35,8 @@ def _parameters(fn):
 
 def _declares(cls, name: str) -> bool:
     """A class attribute, property or method, or an attribute its ``__init__`` assigns."""
-    if inspect.getattr_static(cls, name, None) is not None:
+    missing = object()
+    if inspect.getattr_static(cls, name, missing) is not missing:
         return True
     init = inspect.getsource(cls.__init__)
     return re.search(rf"self\.{name}\s*(:[^=]*)?=", init) is not None or f"self.{name}, " in init
