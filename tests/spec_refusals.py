@@ -38,6 +38,10 @@ def lsa_session_sync_with_a_window_order(comm, win, arr, n):
     lsa.barrier(comm, coop.cta(), 0).sync(win)
 
 
+def lsa_session_sync_without_an_order(comm, win, arr, n):
+    lsa.barrier(comm, coop.cta(), 0).sync()  # the simulator's session took SEQ_CST by default; numba refuses it
+
+
 def coop_sync_of_an_int(comm, win, arr, n):
     coop.sync(n)
 
@@ -144,6 +148,7 @@ CASES = [
                                        r"this rank's input is multiplied by"),
     (flow_premul_by_a_scale_of_another_type, r"flowdsl\.flow\.premul requires the reduction's scale in the element "
                                              r"type, got a float64 scale for float32 elements"),
+    (lsa_session_sync_without_an_order, r"missing a required argument: 'order'"),
     (wait_poll_on_an_array, r"flowdsl\.wait\.poll requires a device communicator, got array\(float32, 1d"),
 ]
 

@@ -19,6 +19,7 @@ import inspect
 import numpy as np
 
 from .._spec import spec_of
+from .._stubs import PRIMITIVES
 from .errors import BarrierIndexError, KernelTypingError
 from .memory import Window, WindowView
 from .scheduler import sim_error
@@ -63,8 +64,23 @@ def _typeof(value) -> str:
 _PLANS: dict[str, tuple] = {}
 
 
+#: name -> (required, total, signature) of its stub's parameters.
+_ARITY: dict[str, tuple] = {}
+
+
+def _without_annotations(signature) -> str:
+    return str(signature.replace(parameters=[p.replace(annotation=inspect.Parameter.empty)
+                                             for p in signature.parameters.values()],
+                                 return_annotation=inspect.Signature.empty))
+
+
 def _plan(name: str) -> tuple:
     spec = spec_of(name)
+    signature = inspect.signature(PRIMITIVES[name]) if name in PRIMITIVES else inspect.signature(lambda *a, **k: None)
+    params = signature.parameters.values()
+    unbounded = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
+    _ARITY[name] = (sum(p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                        for p in params), float("inf") if unbounded else len(signature.parameters), signature)
     plan = tuple((i, p.name, KIND_CHECKS[spec.args[p.name].kind], p.default is not inspect.Parameter.empty,
                   spec.args[p.name]) for i, p in enumerate(spec.params) if p.name in spec.args)
     _PLANS[name] = plan
@@ -72,10 +88,20 @@ def _plan(name: str) -> tuple:
 
 
 def check_call(name: str, args: tuple, kwargs: dict) -> None:
-    """Refuse a call of primitive ``name`` whose arguments are not of the kinds its spec names."""
+    """Refuse a call of primitive ``name`` whose arguments its stub does not take (one missing, one
+    too many: numba's typing finds no signature) or are not of the kinds its spec names."""
     plan = _PLANS.get(name)
     if plan is None:
         plan = _plan(name)
+    given = len(args) + len(kwargs)
+    required, total, signature = _ARITY[name]
+    if not required <= given <= total or (kwargs and total != float("inf")
+                                          and not set(kwargs) <= set(signature.parameters)):
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise sim_error(KernelTypingError, f"{name}: {exc}. Pass {name}{_without_annotations(signature)}, as "
+                                               "its stub says (every argument the GPU's typing needs)") from None
     for i, param, is_kind, optional, arg in plan:
         if i < len(args):
             value = args[i]

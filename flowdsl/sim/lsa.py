@@ -4,7 +4,6 @@ reduce and copy (the programs of ``flowdsl/lsa.py``)."""
 from __future__ import annotations
 
 from .. import lsa
-from ..enums import MemoryOrder
 from . import _state
 from .checks import KIND_CHECKS, barrier_index
 from .errors import BarrierIndexError, UsageError, WindowAccessError
@@ -126,14 +125,14 @@ class BarrierSession:
     def __init__(self, comm, coop, index, epoch):
         self.comm, self.coop, self.index, self.epoch = comm, coop, index, epoch
 
-    def arrive(self, order=MemoryOrder.SEQ_CST):
-        return run("flowdsl.lsa.arrive", self, order)
+    def arrive(self, *args, **kwargs):  # the stub's parameters, checked by run() as the GPU's typing checks them
+        return run("flowdsl.lsa.arrive", self, *args, **kwargs)
 
-    def wait(self, order=MemoryOrder.SEQ_CST):
-        return run("flowdsl.lsa.wait", self, order)
+    def wait(self, *args, **kwargs):  # the stub's parameters, checked by run() as the GPU's typing checks them
+        return run("flowdsl.lsa.wait", self, *args, **kwargs)
 
-    def sync(self, order=MemoryOrder.SEQ_CST):
-        return run("flowdsl.lsa.sync", self, order)
+    def sync(self, *args, **kwargs):  # the stub's parameters, checked by run() as the GPU's typing checks them
+        return run("flowdsl.lsa.sync", self, *args, **kwargs)
 
 
 KIND_CHECKS.update(lsa_session=lambda v: isinstance(v, BarrierSession))
@@ -178,7 +177,7 @@ def _bar_detail(session, t):
 
 
 @implements("flowdsl.lsa.arrive")
-def lsa_arrive(session, order=MemoryOrder.SEQ_CST):
+def lsa_arrive(session, order):
     coop = session.coop
     coop_sync(coop)
     if coop.trank == 0:
@@ -202,7 +201,7 @@ def lsa_arrive(session, order=MemoryOrder.SEQ_CST):
 
 
 @implements("flowdsl.lsa.wait")
-def lsa_wait(session, order=MemoryOrder.SEQ_CST):
+def lsa_wait(session, order):
     t = current()
     comm = session.comm
     g = comm.group
@@ -229,7 +228,7 @@ def lsa_wait(session, order=MemoryOrder.SEQ_CST):
 
 
 @implements("flowdsl.lsa.sync")
-def _lsa_sync(session, order=MemoryOrder.SEQ_CST):
+def _lsa_sync(session, order):
     lsa_arrive(session, order)
     lsa_wait(session, order)
 

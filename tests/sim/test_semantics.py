@@ -19,6 +19,19 @@ def test_every_primitive_has_semantics():
     assert missing == []
 
 
+def test_every_simulation_takes_its_stubs_parameters():
+    """Names, kinds and defaults: a default only the simulator had (lsa.sync's order was SEQ_CST there)
+    let a kernel run on the simulator that the GPU's typing refuses."""
+    import inspect
+
+    def params(fn):
+        return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    differ = [f"{name}{inspect.signature(sim.SEMANTICS[name])} against the stub's {inspect.signature(stub)}"
+              for name, stub in sorted(_stubs.PRIMITIVES.items()) if params(sim.SEMANTICS[name]) != params(stub)]
+    assert differ == []
+
+
 def test_unmodelled_primitive_raises_naming_it():
     def put(win, offset, peer):
         """A primitive nobody has modelled yet."""
