@@ -91,6 +91,42 @@ ENUM = Arg("enum", "an enum member", "Pass one of its members")
 RED_OP = ENUM.but("a flowdsl.RedOp", "Pass flowdsl.RedOp.SUM, PROD, MAX, MIN, AVG or PREMULSUM")
 #: Kinds whose refusals name the argument: "requires ``name`` to be ``what``".
 NAMED_KINDS = ("int", "order", "enum", "shared_array", "scope")
+#: Every argument kind a spec may name. Each layer that checks arguments (the GPU's typing,
+#: ``lowering/checks.py``; the simulator, ``sim/checks.py``) keeps a :class:`KindRegistry` of them.
+KINDS = ("comm", "coop", "window", "team", "int", "order", "enum", "scope", "array", "shared_array", "lsa_session",
+         "gin_context", "remote", "local", "cft_session")
+
+
+class KindRegistry:
+    """What one layer knows of each argument kind (the GPU's typing: a numba type class; the
+    simulator: a check of a value), registered explicitly, once per kind, by the module that
+    defines the kind's values (numba-cuda's typing and lowering ``Registry`` is the model)."""
+
+    def __init__(self, layer: str, initial: dict):
+        self.layer, self._table = layer, {}
+        for kind, entry in initial.items():
+            self.register(kind, entry)
+
+    def register(self, kind: str, entry) -> None:
+        if kind not in KINDS:
+            raise FlowDSLError(f"Cannot register argument kind {kind!r} for {self.layer}: it is not one of "
+                               f"flowdsl._spec.KINDS. Add it there first")
+        if kind in self._table:
+            raise FlowDSLError(f"Cannot register argument kind {kind!r} for {self.layer} twice")
+        self._table[kind] = entry
+
+    def __getitem__(self, kind: str):
+        entry = self._table.get(kind)
+        if entry is None:
+            raise FlowDSLError(f"{self.layer} knows no argument kind {kind!r}: the module that defines its values "
+                               "registers it (import it before checking)")
+        return entry
+
+    def __contains__(self, kind: str) -> bool:
+        return kind in self._table
+
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self._table)
 
 # flowdsl.mem's operations are single PTX instructions: each takes only the element types, orders and
 # scopes that instruction has, chosen when the kernel is compiled.

@@ -94,7 +94,7 @@ for _name in ("comm", "coop", "index"):
     make_attribute_wrapper(CftBarrierSessionType, _name, _name)
 
 
-KIND_TYPES.update(cft_session=CftSessionType)
+KIND_TYPES.register("cft_session", CftSessionType)
 
 _make_session = struct_maker(lambda comm, coop, storage: CftSessionType(comm, coop), ("comm", "coop", "storage"))
 _make_barrier = struct_maker(lambda comm, coop, index: CftBarrierSessionType(comm, coop), ("comm", "coop", "index"))

@@ -15,7 +15,7 @@ import inspect
 from numba.core import types
 from numba.core.errors import NumbaTypeError
 
-from .._spec import Gate, spec_of
+from .._spec import Gate, KindRegistry, spec_of
 from .target import require
 from .types import CoopType, DevCommType, LsaBarrierSessionType, TeamType, WindowType
 
@@ -25,11 +25,11 @@ _INTEGERS = (types.Integer, types.IntegerLiteral)
 _ENUMS = (types.Integer, types.IntegerLiteral, types.IntEnumMember)
 
 #: Argument kind -> numba type class it must have (the GIN and CFT bindings add theirs).
-KIND_TYPES: dict[str, type | tuple] = {
+KIND_TYPES = KindRegistry("the GPU's typing", {
     "comm": DevCommType, "coop": CoopType, "window": WindowType, "team": TeamType, "array": types.Array,
     "shared_array": types.Array, "lsa_session": LsaBarrierSessionType,
     "int": _INTEGERS, "order": _ENUMS, "enum": _ENUMS, "scope": _ENUMS,
-}
+})
 
 
 def expect(op: str, what: str, ty, cls) -> None:

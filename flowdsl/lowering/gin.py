@@ -129,7 +129,9 @@ for _name in ("ctx", "coop", "index"):
     make_attribute_wrapper(GinBarrierSessionType, _name, _name)
 
 
-KIND_TYPES.update(gin_context=GinContextType, remote=RemoteActionType, local=LocalActionType)
+KIND_TYPES.register("gin_context", GinContextType)
+KIND_TYPES.register("remote", RemoteActionType)
+KIND_TYPES.register("local", LocalActionType)
 
 _make_context = struct_maker(lambda comm, index: GinContextType(comm), ("comm", "index"))
 _make_local = struct_maker(local_action_type, ("counter",))

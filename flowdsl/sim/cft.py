@@ -100,7 +100,7 @@ class CftSession:
         return f"<sim CFT session #{self.state.sid} of rank {self.state.rank}>"
 
 
-KIND_CHECKS.update(cft_session=lambda v: isinstance(v, CftSession))
+KIND_CHECKS.register("cft_session", lambda v: isinstance(v, CftSession))
 
 
 def _net():

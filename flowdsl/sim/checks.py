@@ -18,7 +18,7 @@ import inspect
 
 import numpy as np
 
-from .._spec import spec_of
+from .._spec import KindRegistry, spec_of
 from .._stubs import PRIMITIVES
 from .errors import BarrierIndexError, KernelTypingError
 from .memory import Window, WindowView
@@ -38,12 +38,12 @@ def _is_array(v) -> bool:
 
 #: Argument kind -> whether a value is of that kind (``coop``, ``team``, ``lsa_session``, ``gin_context``,
 #: ``remote``, ``local`` and ``cft_session`` are added by the modules that define those values).
-KIND_CHECKS = {
+KIND_CHECKS = KindRegistry("the simulator", {
     "comm": lambda v: hasattr(getattr(v, "group", None), "inbox"),
     "window": lambda v: isinstance(v, Window),
     "int": _is_int, "order": _is_int, "enum": _is_int, "scope": _is_int,
     "array": _is_array, "shared_array": _is_array,
-}
+})
 
 def _typeof(value) -> str:
     """``value``'s type as numba names it where it can (a Python int is an int64), else its class's name."""

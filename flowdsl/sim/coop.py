@@ -44,7 +44,7 @@ class Coop:
         return f"<sim Coop {self.label}>"
 
 
-KIND_CHECKS.update(coop=lambda v: isinstance(v, Coop))
+KIND_CHECKS.register("coop", lambda v: isinstance(v, Coop))
 
 
 @implements("flowdsl.coop.thread")

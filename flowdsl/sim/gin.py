@@ -99,9 +99,9 @@ class GinState:
         self.bar_pending = [[] for _ in range(n)]
 
 
-KIND_CHECKS.update(gin_context=lambda v: isinstance(v, GinContext),
-                   remote=lambda v: isinstance(v, Action) and v.kind != "counter",
-                   local=lambda v: isinstance(v, Action) and v.kind == "counter")
+KIND_CHECKS.register("gin_context", lambda v: isinstance(v, GinContext))
+KIND_CHECKS.register("remote", lambda v: isinstance(v, Action) and v.kind != "counter")
+KIND_CHECKS.register("local", lambda v: isinstance(v, Action) and v.kind == "counter")
 
 
 def gin_state(comm) -> GinState:

@@ -135,7 +135,7 @@ class BarrierSession:
         return run("flowdsl.lsa.sync", self, *args, **kwargs)
 
 
-KIND_CHECKS.update(lsa_session=lambda v: isinstance(v, BarrierSession))
+KIND_CHECKS.register("lsa_session", lambda v: isinstance(v, BarrierSession))
 
 
 @implements("flowdsl.lsa.barrier")

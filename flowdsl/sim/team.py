@@ -26,7 +26,7 @@ class Team:
             (other.nranks, other.rank, other.stride)
 
 
-KIND_CHECKS.update(team=lambda v: isinstance(v, Team))
+KIND_CHECKS.register("team", lambda v: isinstance(v, Team))
 
 
 @implements("flowdsl.team.world")

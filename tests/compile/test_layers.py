@@ -65,3 +65,21 @@ def test_the_walk_sees_relative_imports():
     assert "flowdsl.host.checks" in found and "flowdsl.errors" in found
     found = {module for module, _ in _imports(PACKAGE / "runtime" / "communicator.py")}
     assert "flowdsl.runtime.nccl" in found and "flowdsl.host.streams" in found
+
+
+def test_every_argument_kind_is_registered_once_by_each_layer():
+    """Each kind a spec names is known to the GPU's typing and to the simulator, through their
+    registries (a module registering a kind twice, or an unknown one, raises at import)."""
+    import flowdsl._spec as spec
+    import flowdsl.sim  # noqa: F401 - registers the simulator's kinds
+    from flowdsl import cft, gin, lsa  # noqa: F401 - the stubs of every kind
+    from flowdsl._stubs import PRIMITIVES
+    from flowdsl.lowering import cft as _cft, gin as _gin  # noqa: F401 - register their kinds
+    from flowdsl.lowering.checks import KIND_TYPES
+    from flowdsl.sim.checks import KIND_CHECKS
+
+    named = {arg.kind for name in PRIMITIVES for arg in spec.spec_of(name).args.values()}
+    assert named <= set(spec.KINDS)
+    assert set(KIND_TYPES.kinds()) == set(spec.KINDS) and set(KIND_CHECKS.kinds()) == set(spec.KINDS)
+    with pytest.raises(flowdsl.FlowDSLError, match="Cannot register argument kind 'coop' for the simulator twice"):
+        KIND_CHECKS.register("coop", lambda v: True)
