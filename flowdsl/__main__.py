@@ -22,6 +22,8 @@ import time
 
 import numpy as np
 
+from .errors import FlowDSLError, UsageError
+
 _DESCRIPTION = "flowdsl: NCCL Device API kernels in Python, on GPUs or on a CPU simulator."
 _EPILOG = """verbs:
   demo        fused ReduceScatter + RMSNorm + AllGather, checked against NumPy: on the
@@ -266,31 +268,51 @@ def precompile(args) -> int:
               "--arch: the GPUs' compute capability (sm_80, sm_90, sm_100, ...); --nccl: the NCCL release "
               f"the kernels will run with (default: the loaded one, {loaded}).", file=sys.stderr)
         return 2
-    from .collectives import OPS  # noqa: PLC0415
+    from .collectives import DTYPES, OPS  # noqa: PLC0415
     from .collectives import precompile as build  # noqa: PLC0415
 
+    for option, given, known in (("--dtypes", args.dtypes, DTYPES), ("--ops", args.ops, tuple(OPS))):
+        unknown = [name for name in given or () if name not in known]
+        if unknown:
+            raise UsageError(f"unknown {option[2:-1]}(s) {', '.join(unknown)} for {option}: choose from "
+                             f"{', '.join(known)}")
     ops = [OPS[name] for name in args.ops] if args.ops else None
-    counts = build(arch=args.arch, nccl=args.nccl, dtypes=args.dtypes, ops=ops, gin_peers=args.gin,
-                   jobs=args.jobs)
+    try:
+        counts = build(arch=args.arch, nccl=args.nccl, dtypes=args.dtypes, ops=ops, gin_peers=args.gin,
+                       jobs=args.jobs)
+    except KeyboardInterrupt:
+        print("\nflowdsl precompile: interrupted; the kernels compiled so far stay in the cache", file=sys.stderr)
+        return 130
     print(f"{counts['kernels']} kernels: {counts['compiled']} compiled, {counts['cached']} already cached, "
           f"{counts['seconds']:.1f} s")
     return 0
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
+    from . import __version__  # noqa: PLC0415
+
     parser = argparse.ArgumentParser(prog="flowdsl", description=_DESCRIPTION, epilog=_EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"flowdsl {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="{demo,info,precompile}")
     p = sub.add_parser("demo", help="run the fused RMSNorm demo (GPU, or the simulator without one)",
                        description="Fused ReduceScatter + RMSNorm + AllGather over LSA, checked against NumPy. "
                                    "On GPUs: one rank per process (torchrun --nproc_per_node=N for N GPUs). "
                                    "Without a GPU (or with --sim): --ranks simulated ranks on the CPU.")
     p.add_argument("--sim", action="store_true", help="run on the CPU simulator even if a GPU is present")
-    p.add_argument("--ranks", type=int, default=4, help="simulated ranks (default 4; on GPUs: one per process)")
-    p.add_argument("--tokens", type=int, default=8,
+    p.add_argument("--ranks", type=_at_least_one, default=4,
+                   help="simulated ranks (default 4; on GPUs: one per process)")
+    p.add_argument("--tokens", type=_at_least_one, default=8,
                    help="tokens per rank (default 8): each rank holds ranks x tokens rows and normalizes its "
                         "tokens of them")
-    p.add_argument("--hidden", type=int, default=512, help="hidden size (default 512)")
+    p.add_argument("--hidden", type=_at_least_one, default=512, help="hidden size (default 512)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the random inputs and of the simulator's interleaving (default 0)")
     sub.add_parser("info", help="versions, GPU, support builds, CFT and GIN availability, kernel cache",
@@ -305,7 +327,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtypes", nargs="*", help="subset of element types (default: all)")
     p.add_argument("--ops", nargs="*", help="subset of operators: sum prod min max avg premulsum (default: all)")
     p.add_argument("--gin", action="store_true", help="the kernels for communicators spanning several nodes")
-    p.add_argument("--jobs", type=int, help="worker processes (default: one per CPU)")
+    p.add_argument("--jobs", type=_at_least_one, help="worker processes (default: one per CPU)")
     return parser
 
 
@@ -314,7 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.verb is None:
         args = parser.parse_args(["demo"])
-    return {"demo": demo, "info": info, "precompile": precompile}[args.verb](args)
+    try:
+        return {"demo": demo, "info": info, "precompile": precompile}[args.verb](args)
+    except FlowDSLError as exc:  # what flowdsl refuses, said in one line (with its fix), not a traceback
+        print(f"flowdsl {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

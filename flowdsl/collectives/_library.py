@@ -119,8 +119,13 @@ _progress_queue = None
 
 
 def _start_worker(queue) -> None:
+    import signal  # noqa: PLC0415
+
     global _progress_queue
     _progress_queue = queue
+    # Ctrl-C reaches the whole process group: the parent alone handles it and ends the workers, instead
+    # of each worker abandoning its current kernel and going on with the queue.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _build_run(run, target, gin_peers) -> None:
@@ -199,8 +204,8 @@ def _build_in_workers(runs, workers: int, target, gin_peers, report) -> None:
     context = multiprocessing.get_context("spawn")
     done_queue = context.Queue()
     total = sum(map(len, runs))
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                             initargs=(done_queue,)) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker, initargs=(done_queue,))
+    try:
         futures = [pool.submit(_build_run, run, target, gin_peers) for run in runs]
         done = 0
         while done < total:
@@ -213,6 +218,12 @@ def _build_in_workers(runs, workers: int, target, gin_peers, report) -> None:
                 continue
             done += 1
             report(done, entry, source)
+    except BaseException:  # Ctrl-C or a failed kernel: end the workers now, not after the queue
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def load(*, dtypes=None, ops=None, gin_peers: bool = False) -> dict:

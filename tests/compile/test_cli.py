@@ -122,3 +122,61 @@ def test_flow_kernel_is_flowdsl_kernel():
     from flowdsl import flow
 
     assert flow.kernel is flowdsl.kernel and flow.device is flowdsl.device
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"flowdsl {flowdsl.__version__}"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["precompile", "--arch", "sm_90", "--ops", "bogus"],
+     "flowdsl precompile: error: unknown op(s) bogus for --ops: choose from sum, prod, min, max, avg, premulsum"),
+    (["precompile", "--arch", "sm_90", "--dtypes", "float32", "bogus"],
+     "flowdsl precompile: error: unknown dtype(s) bogus for --dtypes: choose from int8, uint8, int32, uint32"),
+    (["precompile", "--arch", "sm_75", "--nccl", "2.28.9", "--dtypes", "float32", "--ops", "sum"],
+     "flowdsl precompile: error: Cannot compile for sm_75: the flowdsl support library is built for"),
+])
+def test_bad_arguments_are_one_line_with_the_choices(argv, message, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("argv", [["demo", "--ranks", "0"], ["precompile", "--jobs", "0"]])
+def test_counts_below_one_are_refused_by_the_parser(argv, capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(argv)
+    assert done.value.code == 2 and "must be 1 or more, got 0" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_precompile_and_its_workers_at_once(tmp_path):
+    """Ctrl-C reaches the whole process group, as a terminal sends it: the command ends within 5 s with
+    one line and no traceback, and no worker is left compiling (they had finished the whole queue)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = dict(os.environ, FLOWDSL_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.Popen([sys.executable, "-m", "flowdsl", "precompile", "--arch", "sm_90", "--nccl", "2.28.9",
+                             "--dtypes", "float32", "bfloat16", "--jobs", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not any((tmp_path / "cache").rglob("*")):  # the workers have started
+        time.sleep(0.2)
+    time.sleep(2)
+    sent = time.time()
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert time.time() - sent < 5 and proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert err.strip().splitlines()[-1] == ("flowdsl precompile: interrupted; the kernels compiled so far stay in "
+                                            "the cache") and "Traceback" not in err, err[-2000:]
+    for _ in range(50):  # the workers (and multiprocessing's resource tracker) are gone too
+        left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        if not left:
+            break
+        time.sleep(0.1)
+    assert left == [], f"processes of the group still running: {left}"
