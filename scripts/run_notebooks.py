@@ -1,7 +1,8 @@
 """Execute the notebooks headless, in a fresh kernel each, and save them with their outputs (figures included).
 
-    python scripts/run_notebooks.py                      # every notebook in notebooks/, in place
+    python scripts/run_notebooks.py                      # every notebook in notebooks/, into ./executed-notebooks
     python scripts/run_notebooks.py notebooks/x.ipynb --out /tmp/executed --timeout 900
+    python scripts/run_notebooks.py --in-place           # rewrite the committed notebooks (to commit them)
 
 On a machine without a GPU the notebooks run on the simulator and their GPU cells print that they skip;
 ``scripts/gpu_all.sh`` (stage ``notebooks``) runs this on the GPU machine to produce the committed outputs.
@@ -50,12 +51,24 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="*", type=Path, default=NOTEBOOKS,
                         help="notebooks to run (default: every notebook in notebooks/)")
-    parser.add_argument("--out", type=Path, help="write the executed notebooks here (default: in place)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", type=Path, default=Path("executed-notebooks"),
+                       help="write the executed notebooks here (default: ./executed-notebooks; the notebooks "
+                            "themselves are left alone)")
+    where.add_argument("--in-place", action="store_true",
+                       help="overwrite the notebooks themselves with their outputs (what gets committed)")
     parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT,
                         help=f"seconds one cell may run (default {DEFAULT_TIMEOUT})")
     args = parser.parse_args(argv)
     os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")  # before jupyter_core is imported
-    import nbformat  # noqa: PLC0415
+    try:
+        import nbformat  # noqa: PLC0415
+    except ModuleNotFoundError as exc:
+        print(f"run_notebooks: {exc.name} is missing: pip install -e '.[notebooks]' (nbclient, nbformat, ipykernel, "
+              "matplotlib)", file=sys.stderr)
+        return 2
+    if args.in_place:
+        args.out = None
 
     failed = 0
     for path in args.notebooks:

@@ -180,3 +180,24 @@ def test_ctrl_c_stops_precompile_and_its_workers_at_once(tmp_path):
             break
         time.sleep(0.1)
     assert left == [], f"processes of the group still running: {left}"
+
+
+def test_the_notebook_runner_leaves_the_notebooks_alone_unless_asked(tmp_path, monkeypatch):
+    """By default the executed notebooks go to ./executed-notebooks; --in-place rewrites them (to commit)."""
+    import runpy
+    import shutil
+    from pathlib import Path
+
+    pytest.importorskip("nbformat", reason="nbformat is not installed (pip install -e '.[notebooks]')")
+    root = Path(__file__).resolve().parents[2]
+    runner = runpy.run_path(str(root / "scripts" / "run_notebooks.py"))
+    ran = []
+    runner["main"].__globals__["execute"] = lambda notebook, folder, timeout, env=None: ran.append(folder)
+    original = next((root / "notebooks").glob("*.ipynb"))
+    copy = tmp_path / original.name
+    shutil.copy(original, copy)
+    before = copy.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    assert runner["main"]([str(copy)]) == 0
+    assert copy.read_bytes() == before and (tmp_path / "executed-notebooks" / original.name).exists()
+    assert runner["main"]([str(copy), "--in-place"]) == 0 and len(ran) == 2
