@@ -16,10 +16,10 @@ builds the whole library ahead of time, :func:`load` loads it onto the GPU. The 
 
 from __future__ import annotations
 
-from ._config import DTYPES, OPS, FlowConfig
+from ._config import DTYPES, OPS, SIMULATOR_CONFIG, FlowConfig
 from ._host import all_gather, all_reduce, broadcast, reduce, reduce_scatter
 from ._ops import PreMulSum, premul_sum
 from ._library import library, load, precompile
 
 __all__ = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "premul_sum", "PreMulSum",
-           "precompile", "load", "library", "FlowConfig", "DTYPES", "OPS"]
+           "precompile", "load", "library", "FlowConfig", "SIMULATOR_CONFIG", "DTYPES", "OPS"]

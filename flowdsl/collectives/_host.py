@@ -23,7 +23,7 @@ from ..host import checks
 from ..runtime.nccl import without_torch_probe
 from ..host.streams import refuse_during_capture, stream_handle
 from . import _agree, cost
-from ._config import ALGORITHMS, DEFAULT_CONFIG, DTYPES, FP8_REDUCTIONS_FROM_SM, OPS, FlowConfig
+from ._config import ALGORITHMS, DTYPES, FP8_REDUCTIONS_FROM_SM, OPS, FlowConfig, default_config
 from ._ops import DEVICE, PreMulSum, host_bits
 from .programs import PROGRAMS
 
@@ -453,7 +453,7 @@ def launch_shape(collective: str, comm, count: int, dtype: str, algorithm: str =
 
     kernel_dtype = storage(dtype)[0]
     nccl_knows = getattr(comm, "nccl", None) is not None and (kernel_dtype == dtype or torch_arrays)
-    return _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, config or DEFAULT_CONFIG,
+    return _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, config or default_config(comm),
                          nccl_knows)
 
 
@@ -481,7 +481,7 @@ def _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, confi
 
 
 def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config, scalar=None) -> _Planned:
-    config = config or DEFAULT_CONFIG
+    config = config or default_config(comm)
     from ._library import kernel_for, storage  # noqa: PLC0415
 
     kernel_dtype, fp8 = storage(s.dtype)

@@ -74,6 +74,12 @@ def _without_annotations(signature) -> str:
                                  return_annotation=inspect.Signature.empty))
 
 
+def _dtypes(names):
+    """The NumPy dtypes an argument may have, as a set of dtype objects (comparing those is cheaper than
+    reading ``dtype.name``, at every primitive call), or None for any."""
+    return frozenset(np.dtype(n) for n in names) if names else None
+
+
 def _plan(name: str) -> tuple:
     spec = spec_of(name)
     signature = inspect.signature(PRIMITIVES[name]) if name in PRIMITIVES else inspect.signature(lambda *a, **k: None)
@@ -82,7 +88,8 @@ def _plan(name: str) -> tuple:
     _ARITY[name] = (sum(p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
                         for p in params), float("inf") if unbounded else len(signature.parameters), signature)
     plan = tuple((i, p.name, KIND_CHECKS[spec.args[p.name].kind], p.default is not inspect.Parameter.empty,
-                  spec.args[p.name]) for i, p in enumerate(spec.params) if p.name in spec.args)
+                  spec.args[p.name], _dtypes(spec.args[p.name].dtypes))
+                 for i, p in enumerate(spec.params) if p.name in spec.args)
     _PLANS[name] = plan
     return plan
 
@@ -102,7 +109,7 @@ def check_call(name: str, args: tuple, kwargs: dict) -> None:
         except TypeError as exc:
             raise sim_error(KernelTypingError, f"{name}: {exc}. Pass {name}{_without_annotations(signature)}, as "
                                                "its stub says (every argument the GPU's typing needs)") from None
-    for i, param, is_kind, optional, arg in plan:
+    for i, param, is_kind, optional, arg, dtypes in plan:
         if i < len(args):
             value = args[i]
         elif param in kwargs:
@@ -114,7 +121,7 @@ def check_call(name: str, args: tuple, kwargs: dict) -> None:
         if not is_kind(value):
             spec = spec_of(name)
             raise sim_error(KernelTypingError, f"{spec.refusal(param, _typeof(value))}. {spec.args[param].fix}")
-        if arg.dtypes and value.dtype.name not in arg.dtypes:
+        if dtypes is not None and value.dtype not in dtypes:
             spec = spec_of(name)
             raise sim_error(KernelTypingError,
                             f"{spec.refusal_dtype(param, value.dtype.name)}. {spec.fix_dtype(param)}")
