@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 import cupy  # noqa: E402
 
 import flowdsl  # noqa: E402
-from flowdsl import _launch  # noqa: E402
+from flowdsl import _launch_params  # noqa: E402
 from flowdsl import collectives as coll  # noqa: E402
 from flowdsl.collectives import _host  # noqa: E402
 from flowdsl.host.streams import stream_handle  # noqa: E402
@@ -101,7 +101,7 @@ def main() -> None:
             versions = {
                 "cuLaunchKernel alone (cuda.bindings, parameters packed once)": lambda: driver.cuLaunchKernel(
                     handle, 1, 1, 1, 32, 1, 1, 0, legacy, address, 0),
-                "cuLaunchKernel alone (CuPy's wrapper, as flowdsl calls it)": lambda: _launch._launch_kernel(
+                "cuLaunchKernel alone (CuPy's wrapper, as flowdsl calls it)": lambda: _launch_params._launch_kernel(
                     loaded.handle, 1, 1, 1, 32, 1, 1, 0, 0, address),
                 "flowdsl prepared launch (k[1, 32].prepare(...)(), a graph replay)": launch,
                 "CuPy: a CUDA graph of that launch, replayed (cudaGraphLaunch)": lambda: graph.launch(side),

@@ -28,7 +28,7 @@ ALLOWED_BUILTIN_RAISES = {
     ("flowdsl/errors.py", "AttributeError"): "module __getattr__ protocol",
     ("flowdsl/flow.py", "AttributeError"): "module __getattr__ protocol (flow.kernel)",
     ("flowdsl/lowering/backend.py", "AttributeError"): "module __getattr__ protocol",
-    ("flowdsl/_launch.py", "AssertionError"): "an internal invariant (a packer exists for every packed type)",
+    ("flowdsl/_launch_params.py", "AssertionError"): "an internal invariant (a packer exists for every packed type)",
     ("flowdsl/collectives/check.py", "AssertionError"): "compare() is an assertion helper for tests, as numpy.testing",
     ("flowdsl/runtime/memory.py", "NotImplementedError"): "an abstract method, overridden by every resource",
     # Left to the restructuring of lowering/ and sim/ (issue 15):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from numba.core import types
 
-from flowdsl import _launch
+from flowdsl import _launch_params as _launch
 from flowdsl.errors import UsageError
 
 pytestmark = pytest.mark.compile

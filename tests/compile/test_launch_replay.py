@@ -13,7 +13,7 @@ import pytest
 from numba.core import types
 
 import flowdsl
-from flowdsl import _argtypes, _launch
+from flowdsl import _argtypes, _launch, _launch_params, _launch_replay
 from flowdsl.errors import ResourceClosedError
 from flowdsl.lowering.types import DevCommType, WindowType
 from flowdsl.runtime import memory
@@ -95,8 +95,8 @@ def driver(monkeypatch):
 
     calls_of_cupy = (launch_kernel, lambda graph, stream: calls.append(("graph", stream)), lambda stream: False,
                      DriverError)
-    monkeypatch.setattr(_launch, "_cuda_calls", lambda: calls_of_cupy)
-    monkeypatch.setattr(_launch._PreparedLaunch, "_instantiate", lambda self: 1)
+    monkeypatch.setattr(_launch_params, "_cuda_calls", lambda: calls_of_cupy)
+    monkeypatch.setattr(_launch_replay._PreparedLaunch, "_instantiate", lambda self: 1)
     return calls
 
 
@@ -108,9 +108,9 @@ def kernel(monkeypatch):
     argtypes = tuple(_argtypes.argument_type("four_arguments", i, a) for i, a in enumerate(args))
     loaded = object.__new__(_launch._Loaded)
     loaded.numba_kernel, loaded.argtypes, loaded.features = None, argtypes, frozenset()
-    loaded.packers, loaded.fast = [_launch._packer(t) for t in argtypes], True
+    loaded.packers, loaded.fast = [_launch_params._packer(t) for t in argtypes], True
     loaded.cu_kernel, loaded.handle = pytypes.SimpleNamespace(handle=0), 0
-    loaded.params = _launch._ParameterBuffer(argtypes)
+    loaded.params = _launch_params._ParameterBuffer(argtypes)
     monkeypatch.setattr(four_arguments, "_loaded", {argtypes: loaded})
     monkeypatch.setattr(four_arguments, "_loaded_by_ids", {tuple(map(id, argtypes)): loaded})
     monkeypatch.setattr(four_arguments, "_launches", {})
@@ -147,8 +147,8 @@ def test_a_changed_scalar_or_array_is_launched_not_replayed(driver, kernel):
 def test_scalars_replay_only_with_the_same_type_and_bits(driver, kernel, first, second):
     """Equal in Python, different as parameters: -0.0 has another bit pattern, bool and int64
     or int32 and int64 another type (and kernel)."""
-    assert _launch._replay_key(0, (first,)) == _launch._replay_key(0, (first,))
-    assert _launch._replay_key(0, (first,)) != _launch._replay_key(0, (second,))
+    assert _launch_replay._replay_key(0, (first,)) == _launch_replay._replay_key(0, (first,))
+    assert _launch_replay._replay_key(0, (first,)) != _launch_replay._replay_key(0, (second,))
 
 
 def test_a_closed_window_is_refused_not_replayed(driver, kernel):

@@ -174,7 +174,7 @@ def test_kernel_launch_configuration_takes_an_optional_stream():
 
 
 def test_a_launch_refused_by_capture_says_why():
-    from flowdsl._launch import _capture_hint
+    from flowdsl._launch_params import _capture_hint
 
     assert "pass the capturing stream as stream=" in _capture_hint("CUDA_ERROR_STREAM_CAPTURE_IMPLICIT")
     assert "warm up outside capture" in _capture_hint("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED")
