@@ -203,6 +203,15 @@ ON_H200_COLLECTIVES = frozenset((d, o) for d in ("float32", "float16", "bfloat16
                                 for o in ("sum", "prod", "min", "max", "avg"))
 
 
+#: What the collectives' dtype x op matrix ran on one H100 at one rank (2026-12-06, NCCL 2.28.9, the whole library
+#: precompiled there): tests/gpu/test_collectives_gpu.py::test_every_collective_dtype_op_matches_numpy, every
+#: program, counts 0, 1, 4099 and 2**20 + 3, in and out of place, premulsum's scalars host, device and mixed. At
+#: one rank each program is its local copy: the reduction orders between ranks wait for two GPUs.
+ON_ONE_H100 = frozenset((d, o) for d in ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
+                                         "float64", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+                        for o in ("sum", "prod", "min", "max", "avg", "premulsum"))
+
+
 def dtype_cell(dtype: str, op: str, entries, simulated) -> str:
     """What the collectives hold for (dtype, op): every reducing program has its kernel, or what is missing."""
     from flowdsl.collectives import _config, _library, programs  # noqa: PLC0415
@@ -217,6 +226,8 @@ def dtype_cell(dtype: str, op: str, entries, simulated) -> str:
         parts.append("simulator")
     if (dtype, op) in ON_H200_COLLECTIVES:
         parts.append("**2×H200**")
+    elif (dtype, op) in ON_ONE_H100:
+        parts.append("1×H100 (one rank)")
     return " · ".join(parts)
 
 
