@@ -73,6 +73,31 @@ def skip_flow_step(skipper: int = 1, count: int = 4099):
 
 
 @flowdsl.kernel
+def send_then_receive(comm, stage, src, dst, n, nslots, slot_words, protocol):
+    """One block per rank sends ``n`` elements to the next rank, then receives the previous one's:
+    longer than the slots on the way, it deadlocks around the ring (every rank is there)."""
+    proc = flow.processor(comm, stage, None, 1, nslots, slot_words, protocol, 0)
+    flow.send(proc, flow.connect(proc, (comm.rank + 1) % comm.nranks, 0, 0), src, 0, n)
+    flow.recv(proc, flow.connect(proc, (comm.rank + comm.nranks - 1) % comm.nranks, 0, 0), dst, 0, n)
+
+
+def credit_cycle(count: int = 1024):
+    """Every rank sends ``count`` float32 (more than ``CONFIG``'s two 1 KiB slots hold) before it
+    receives: a cycle of full inboxes, with no peer missing (the simulator only: a cycle on GPUs
+    is the same timeout, its report the plain one)."""
+    def main(comm):
+        comm.wait_timeout = TIMEOUT
+        src, dst = comm.alloc(count, np.float32), comm.alloc(count, np.float32)
+        src[...] = 1.0
+        with flow.staging(comm, CONFIG, gin=False) as stage, comm.device_communicator() as dc:
+            send_then_receive[1, CONFIG.threads](dc, stage, src, dst, count, CONFIG.nslots, CONFIG.slot_bytes // 8,
+                                                int(CONFIG.protocol or 0))
+            comm.synchronize()
+        return "ok"
+    return main
+
+
+@flowdsl.kernel
 def absent_at_barrier(comm, absent):
     bar = lsa.barrier(comm, coop.cta(), 0)
     if comm.rank != absent:

@@ -104,10 +104,34 @@ def as_timeout(sched, error):
                             primitive=wait.PRIMITIVE_NAMES.get(what, f"wait kind {what}"), index=index, peer=peer,
                             expected=int(expected), seen=int(seen)))
     context = f" ({sched.seed_line()})"
-    lines = [DeviceTimeoutError.describe("finish the simulation", **rec, context=context, fix=i == 0)
+    cycle = credit_cycle(records)
+    lines = [DeviceTimeoutError.describe("finish the simulation", **rec, context=context, fix=i == 0 and not cycle)
              for i, rec in enumerate(records)]
+    if cycle:
+        lines.append(cycle)
     message = "\n".join(lines) + "\nThe simulator's report:\n" + str(error)
     exc = WaitTimeoutError(message, **records[0])
     exc.seed = sched.seed
     exc.rank = records[0]["rank"]
     return exc
+
+
+def credit_cycle(records) -> str:
+    """When ranks wait for Flow credits from each other around a cycle (rank a for b's, b for c's, ...
+    back to a), what that is and its fix; else "". Every rank is there: none is late, each filled the
+    next one's inbox before taking from its own."""
+    credit = wait.PRIMITIVE_NAMES[wait.FLOW_CREDIT]
+    waits_on = {rec["rank"]: rec["peer"] for rec in records if rec["primitive"] == credit and rec["peer"] >= 0}
+    for start in sorted(waits_on):
+        path, rank = [start], waits_on[start]
+        while rank in waits_on and rank not in path:
+            path.append(rank)
+            rank = waits_on[rank]
+        if rank == start and len(path) > 1:
+            ring = " -> ".join(f"rank {r}" for r in path + [start])
+            return (f"These waits form a cycle of full inboxes ({ring}: each rank waits for the next to free a slot, "
+                    "and each sent more than the next one's slots hold before receiving anything). No peer is missing "
+                    "and a longer wait limit will not help. Send in chunks of at most nslots // 2 slots and receive "
+                    "between them, as the ring programs do (docs/flow.md, Deadlock), or send and receive from "
+                    "different blocks.")
+    return ""

@@ -80,6 +80,18 @@ def test_a_rank_that_never_arrives_at_a_barrier_leaves_every_other_rank_with_the
     assert "deadlock" in msg  # the simulator's own report follows
 
 
+def test_a_cycle_of_full_inboxes_is_reported_as_a_cycle_not_a_missing_peer():
+    """Each rank sends more than the next one's slots hold before receiving: every rank is present, so
+    the report names the cycle and its fix instead of an absent peer and a longer limit."""
+    err = _timeout(planted.credit_cycle(), nranks=3, seed=2)
+    msg = str(err)
+    assert err.primitive == _CREDIT and err.peer == (err.rank + 1) % 3
+    assert ("These waits form a cycle of full inboxes (rank 0 -> rank 1 -> rank 2 -> rank 0: each rank waits for "
+            "the next to free a slot" in msg), msg[:2000]
+    assert "Send in chunks of at most nslots // 2 slots and receive between them" in msg
+    assert "A peer never got there" not in msg and "raise the limit" not in msg
+
+
 def test_ranks_waiting_for_each_other_all_get_the_diagnosis():
     err = _timeout(planted.everyone_waits(), nranks=3, seed=5)
     msg = str(err)
