@@ -8,6 +8,22 @@ on a flowdsl communicator: :func:`all_reduce`, :func:`all_gather`,
 collective) or ``"auto"`` (the cost model in :mod:`flowdsl.collectives.cost`). ``op`` is one of
 :data:`OPS` by name, or :func:`premul_sum` ``(scalar)`` (NCCL's pre-multiplied sum).
 
+Every collective also takes, by keyword:
+
+- ``algorithm``: ``"auto"`` (default), a program's name (``"ring"``, ``"tree"``, ``"one_shot"``, ...:
+  the keys of :data:`flowdsl.collectives.programs.PROGRAMS`) or ``"nccl"``.
+- ``stream``: where the call runs: a CuPy or PyTorch stream, anything with ``__cuda_stream__``, or a
+  driver handle; ``None`` is the current stream of the arrays' framework. Calls are capturable in
+  CUDA graphs once planned (the first call on a communicator and config allocates).
+- ``config``: a :class:`FlowConfig` (channels, slots, threads, protocol); ``None`` is ``FlowConfig()``
+  on GPUs and :data:`SIMULATOR_CONFIG` on the simulator.
+- ``dtype``: the element type when the arrays cannot say it: ``"bfloat16"`` for uint16 arrays of its
+  bits, ``"float8_e4m3fn"`` / ``"float8_e5m2"`` for uint8 arrays of codes (torch tensors of those
+  dtypes need none). :data:`DTYPES` lists NCCL's twelve.
+
+A collective returns its output array. Bad input raises :class:`flowdsl.UsageError` before anything is
+launched, naming the problem and the fix.
+
 The first call of a (collective, dtype, op, arch, NCCL ABI) compiles the program
 and caches it on disk; :func:`precompile` (``python -m flowdsl precompile``)
 builds the whole library ahead of time, :func:`load` loads it onto the GPU. The programs are in

@@ -650,10 +650,22 @@ def _op_key(op):
 
 
 def all_reduce(comm, src, dst=None, *, op="sum", algorithm="auto", stream=None, config=None, dtype=None):
-    """``dst = op over ranks of src`` on every rank; ``dst=None`` works in place. Returns ``dst``.
+    """``dst = op over ranks of src`` on every rank.
 
-    ``op``: ``"sum"``, ``"prod"``, ``"min"``, ``"max"``, ``"avg"`` (a :class:`flowdsl.RedOp` too), or
-    :func:`premul_sum` ``(scalar)``: each rank's ``src`` times that rank's scalar, summed."""
+    Args:
+        comm: The flowdsl communicator (every rank calls it, in the same order as its other collectives).
+        src: This rank's input, a device array.
+        dst: The output, ``src``'s size and type; ``None`` works in place (into ``src``).
+        op: ``"sum"``, ``"prod"``, ``"min"``, ``"max"``, ``"avg"`` (a :class:`flowdsl.RedOp` too), or
+            :func:`premul_sum` ``(scalar)``: each rank's ``src`` times that rank's scalar, summed.
+        algorithm: ``"auto"``, a program's name, or ``"nccl"`` (see :mod:`flowdsl.collectives`).
+        stream: The stream to run on (default: the arrays' framework's current one).
+        config: A :class:`flowdsl.collectives.FlowConfig` (default: the GPU's or the simulator's).
+        dtype: The element type where the arrays cannot say it (bfloat16 bits, fp8 codes).
+
+    Returns:
+        The output array (``dst``, or ``src`` in place).
+    """
     stream = stream_handle(stream, (src,), "all_reduce")
     key = ("all_reduce", id(src), id(dst), _op_key(op), 0, algorithm, stream, config, dtype)
     if _ran_planned(comm, key, src, dst):
@@ -662,7 +674,20 @@ def all_reduce(comm, src, dst=None, *, op="sum", algorithm="auto", stream=None, 
 
 
 def all_gather(comm, src, dst, *, algorithm="auto", stream=None, config=None, dtype=None):
-    """``dst[r*count:(r+1)*count] = src@r`` (``dst`` has ``nranks * src.size`` elements)."""
+    """``dst[r*count:(r+1)*count] = src@r`` on every rank.
+
+    Args:
+        comm: The flowdsl communicator.
+        src: This rank's ``count`` elements (in place: ``dst``'s slice ``rank * count``).
+        dst: ``nranks * count`` elements.
+        algorithm: ``"auto"``, a program's name, or ``"nccl"`` (see :mod:`flowdsl.collectives`).
+        stream: The stream to run on (default: the arrays' framework's current one).
+        config: A :class:`flowdsl.collectives.FlowConfig` (default: the GPU's or the simulator's).
+        dtype: The element type where the arrays cannot say it (bfloat16 bits, fp8 codes).
+
+    Returns:
+        ``dst``.
+    """
     stream = stream_handle(stream, (src,), "all_gather")
     key = ("all_gather", id(src), id(dst), None, 0, algorithm, stream, config, dtype)
     if _ran_planned(comm, key, src, dst):
@@ -672,7 +697,21 @@ def all_gather(comm, src, dst, *, algorithm="auto", stream=None, config=None, dt
 
 
 def reduce_scatter(comm, src, dst, *, op="sum", algorithm="auto", stream=None, config=None, dtype=None):
-    """``dst@r = op over ranks q of src@q[r*count:(r+1)*count]`` (``src`` has ``nranks * dst.size``)."""
+    """``dst@r = op over ranks q of src@q[r*count:(r+1)*count]``.
+
+    Args:
+        comm: The flowdsl communicator.
+        src: ``nranks * count`` elements on every rank.
+        dst: This rank's ``count`` elements (in place: ``src``'s slice ``rank * count``).
+        op: As :func:`all_reduce` takes it.
+        algorithm: ``"auto"``, a program's name, or ``"nccl"`` (see :mod:`flowdsl.collectives`).
+        stream: The stream to run on (default: the arrays' framework's current one).
+        config: A :class:`flowdsl.collectives.FlowConfig` (default: the GPU's or the simulator's).
+        dtype: The element type where the arrays cannot say it (bfloat16 bits, fp8 codes).
+
+    Returns:
+        ``dst``.
+    """
     stream = stream_handle(stream, (src,), "reduce_scatter")
     key = ("reduce_scatter", id(src), id(dst), _op_key(op), 0, algorithm, stream, config, dtype)
     if _ran_planned(comm, key, src, dst):
@@ -682,7 +721,21 @@ def reduce_scatter(comm, src, dst, *, op="sum", algorithm="auto", stream=None, c
 
 
 def broadcast(comm, src, dst=None, *, root=0, algorithm="auto", stream=None, config=None, dtype=None):
-    """``dst = src@root`` on every rank (``src`` is read on ``root`` only; ``dst=None``: in place)."""
+    """``dst = src@root`` on every rank.
+
+    Args:
+        comm: The flowdsl communicator.
+        src: The data, read on ``root`` only.
+        dst: The output; ``None`` works in place (into ``src``).
+        root: The rank whose ``src`` is sent.
+        algorithm: ``"auto"``, a program's name, or ``"nccl"`` (see :mod:`flowdsl.collectives`).
+        stream: The stream to run on (default: the arrays' framework's current one).
+        config: A :class:`flowdsl.collectives.FlowConfig` (default: the GPU's or the simulator's).
+        dtype: The element type where the arrays cannot say it (bfloat16 bits, fp8 codes).
+
+    Returns:
+        The output array.
+    """
     stream = stream_handle(stream, (src,), "broadcast")
     key = ("broadcast", id(src), id(dst), None, root, algorithm, stream, config, dtype)
     if _ran_planned(comm, key, src, dst):
@@ -691,7 +744,22 @@ def broadcast(comm, src, dst=None, *, root=0, algorithm="auto", stream=None, con
 
 
 def reduce(comm, src, dst=None, *, op="sum", root=0, algorithm="auto", stream=None, config=None, dtype=None):
-    """``dst@root = op over ranks of src`` (``dst`` is written on ``root`` only; ``None``: in place)."""
+    """``dst@root = op over ranks of src``.
+
+    Args:
+        comm: The flowdsl communicator.
+        src: This rank's input.
+        dst: The output, written on ``root`` only; ``None`` works in place (into ``src``).
+        op: As :func:`all_reduce` takes it.
+        root: The rank that receives the result.
+        algorithm: ``"auto"``, a program's name, or ``"nccl"`` (see :mod:`flowdsl.collectives`).
+        stream: The stream to run on (default: the arrays' framework's current one).
+        config: A :class:`flowdsl.collectives.FlowConfig` (default: the GPU's or the simulator's).
+        dtype: The element type where the arrays cannot say it (bfloat16 bits, fp8 codes).
+
+    Returns:
+        The output array.
+    """
     stream = stream_handle(stream, (src,), "reduce")
     key = ("reduce", id(src), id(dst), _op_key(op), root, algorithm, stream, config, dtype)
     if _ran_planned(comm, key, src, dst):
