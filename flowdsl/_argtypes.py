@@ -10,7 +10,7 @@ import functools
 
 from numba.core import types
 
-from ._arrays import cuda_array_interface
+from .host.arrays import cuda_array_interface
 from ._release import parse_version
 from .errors import UsageError
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from . import _argtypes, _cache, _launch, _targets
 from ._devices import device
 from ._launch import _config_key, _Launch, _Loaded, check_features
-from ._release import parse_version
+from ._release import format_version, parse_version
 from .errors import UsageError
 from .host.streams import refuse_during_capture
 
@@ -72,8 +72,6 @@ def _attribute_pairs(code) -> set[tuple[str, str]]:
 def _refuse_another_abi(name: str, argtypes, version: tuple) -> None:
     """Refuse argument types made for another NCCL release than the one compiled for: a device
     communicator's layout is its release's, and the support build linked in is the target's."""
-    from ._release import format_version  # noqa: PLC0415
-
     for i, ty in enumerate(argtypes):
         abi = getattr(ty, "abi", None)
         if abi is not None and tuple(abi) != tuple(version):

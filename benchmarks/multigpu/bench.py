@@ -46,6 +46,13 @@ class _Watchdog:
             os._exit(3)
 
 
+def _views(src, dst, count):
+    """Each collective's (src, dst) in two buffers of ``nranks * count`` elements."""
+    return {"all_reduce": (src[:count], dst[:count]), "all_gather": (src[:count], dst),
+            "reduce_scatter": (src, dst[:count]), "broadcast": (src[:count], dst[:count]),
+            "reduce": (src[:count], dst[:count])}
+
+
 class Bench:
     """One rank's side of the benchmark."""
 
@@ -392,9 +399,7 @@ class Bench:
             src, dst = bufs
             src.fill(self.rank + 1)
             self.comm.synchronize()
-            views = {"all_reduce": (src[:count], dst[:count]), "all_gather": (src[:count], dst),
-                     "reduce_scatter": (src, dst[:count]), "broadcast": (src[:count], dst[:count]),
-                     "reduce": (src[:count], dst[:count])}
+            views = _views(src, dst, count)
             symm_cache = {}
             for collective in collectives:
                 s, d = views[collective]
@@ -460,9 +465,7 @@ class Bench:
                 src, dst = self.comm.alloc(self.n * count, np.float32), self.comm.alloc(self.n * count, np.float32)
                 src.fill(self.rank + 1)
                 self.comm.synchronize()
-                views = {"all_reduce": (src[:count], dst[:count]), "all_gather": (src[:count], dst),
-                         "reduce_scatter": (src, dst[:count]), "broadcast": (src[:count], dst[:count]),
-                         "reduce": (src[:count], dst[:count])}
+                views = _views(src, dst, count)
                 for collective in collectives:
                     s, d = views[collective]
                     fns = {f"auto@{ctas}": self.call(collective, s, d, "auto", stream, config)}

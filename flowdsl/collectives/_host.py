@@ -20,6 +20,7 @@ from .._flow_staging import lsa_team_size
 from ..enums import Protocol, RedOp
 from ..errors import UsageError
 from ..host import checks
+from ..host.arrays import is_torch
 from ..runtime.nccl import without_torch_probe
 from ..host.streams import refuse_during_capture, stream_handle
 from . import _agree, cost
@@ -126,8 +127,8 @@ class _Buffer:
 
     def __init__(self, array, name, operation, sim=False):
         self.array, self.name, self.host_view = array, name, None
-        cai = getattr(array, "__cuda_array_interface__", None) if not _is_torch(array) else None
-        if _is_torch(array):
+        cai = getattr(array, "__cuda_array_interface__", None) if not is_torch(array) else None
+        if is_torch(array):
             self._from_torch(array, operation, sim)  # torch has no __cuda_array_interface__ for fp8
         elif cai is not None:
             self._from_cai(array, cai, operation)
@@ -195,9 +196,6 @@ def _torch_storage(t, dtype):
 #: dtype= overrides: the storage each element type may be given in.
 _OVERRIDES = {"float8_e4m3fn": "uint8", "float8_e5m2": "uint8", "bfloat16": "bfloat16"}
 
-
-def _is_torch(array) -> bool:
-    return type(array).__module__.startswith("torch") and hasattr(array, "data_ptr")
 
 
 #: The collectives that reduce (take ``op=``) and those with a root (take ``root=``).
@@ -652,16 +650,14 @@ def _op_key(op):
 def all_reduce(comm, src, dst=None, *, op="sum", algorithm="auto", stream=None, config=None, dtype=None):
     """``dst = op over ranks of src`` on every rank.
 
+    ``algorithm``, ``stream``, ``config`` and ``dtype`` are every collective's (:mod:`flowdsl.collectives`).
+
     Args:
         comm: The flowdsl communicator (every rank calls it, in the same order as its other collectives).
         src: This rank's input, a device array.
         dst: The output, ``src``'s size and type; ``None`` works in place (into ``src``).
         op: ``"sum"``, ``"prod"``, ``"min"``, ``"max"``, ``"avg"`` (a :class:`flowdsl.RedOp` too), or
             :func:`premul_sum` ``(scalar)``: each rank's ``src`` times that rank's scalar, summed.
-        algorithm: ``"auto"``, a program's name, or ``"nccl"`` (see :mod:`flowdsl.collectives`).
-        stream: The stream to run on (default: the arrays' framework's current one).
-        config: A :class:`flowdsl.collectives.FlowConfig` (default: the GPU's or the simulator's).
-        dtype: The element type where the arrays cannot say it (bfloat16 bits, fp8 codes).
 
     Returns:
         The output array (``dst``, or ``src`` in place).
@@ -676,14 +672,12 @@ def all_reduce(comm, src, dst=None, *, op="sum", algorithm="auto", stream=None, 
 def all_gather(comm, src, dst, *, algorithm="auto", stream=None, config=None, dtype=None):
     """``dst[r*count:(r+1)*count] = src@r`` on every rank.
 
+    ``algorithm``, ``stream``, ``config`` and ``dtype`` are every collective's (:mod:`flowdsl.collectives`).
+
     Args:
         comm: The flowdsl communicator.
         src: This rank's ``count`` elements (in place: ``dst``'s slice ``rank * count``).
         dst: ``nranks * count`` elements.
-        algorithm: ``"auto"``, a program's name, or ``"nccl"`` (see :mod:`flowdsl.collectives`).
-        stream: The stream to run on (default: the arrays' framework's current one).
-        config: A :class:`flowdsl.collectives.FlowConfig` (default: the GPU's or the simulator's).
-        dtype: The element type where the arrays cannot say it (bfloat16 bits, fp8 codes).
 
     Returns:
         ``dst``.
@@ -699,15 +693,13 @@ def all_gather(comm, src, dst, *, algorithm="auto", stream=None, config=None, dt
 def reduce_scatter(comm, src, dst, *, op="sum", algorithm="auto", stream=None, config=None, dtype=None):
     """``dst@r = op over ranks q of src@q[r*count:(r+1)*count]``.
 
+    ``algorithm``, ``stream``, ``config`` and ``dtype`` are every collective's (:mod:`flowdsl.collectives`).
+
     Args:
         comm: The flowdsl communicator.
         src: ``nranks * count`` elements on every rank.
         dst: This rank's ``count`` elements (in place: ``src``'s slice ``rank * count``).
         op: As :func:`all_reduce` takes it.
-        algorithm: ``"auto"``, a program's name, or ``"nccl"`` (see :mod:`flowdsl.collectives`).
-        stream: The stream to run on (default: the arrays' framework's current one).
-        config: A :class:`flowdsl.collectives.FlowConfig` (default: the GPU's or the simulator's).
-        dtype: The element type where the arrays cannot say it (bfloat16 bits, fp8 codes).
 
     Returns:
         ``dst``.
@@ -723,15 +715,13 @@ def reduce_scatter(comm, src, dst, *, op="sum", algorithm="auto", stream=None, c
 def broadcast(comm, src, dst=None, *, root=0, algorithm="auto", stream=None, config=None, dtype=None):
     """``dst = src@root`` on every rank.
 
+    ``algorithm``, ``stream``, ``config`` and ``dtype`` are every collective's (:mod:`flowdsl.collectives`).
+
     Args:
         comm: The flowdsl communicator.
         src: The data, read on ``root`` only.
         dst: The output; ``None`` works in place (into ``src``).
         root: The rank whose ``src`` is sent.
-        algorithm: ``"auto"``, a program's name, or ``"nccl"`` (see :mod:`flowdsl.collectives`).
-        stream: The stream to run on (default: the arrays' framework's current one).
-        config: A :class:`flowdsl.collectives.FlowConfig` (default: the GPU's or the simulator's).
-        dtype: The element type where the arrays cannot say it (bfloat16 bits, fp8 codes).
 
     Returns:
         The output array.
@@ -746,16 +736,14 @@ def broadcast(comm, src, dst=None, *, root=0, algorithm="auto", stream=None, con
 def reduce(comm, src, dst=None, *, op="sum", root=0, algorithm="auto", stream=None, config=None, dtype=None):
     """``dst@root = op over ranks of src``.
 
+    ``algorithm``, ``stream``, ``config`` and ``dtype`` are every collective's (:mod:`flowdsl.collectives`).
+
     Args:
         comm: The flowdsl communicator.
         src: This rank's input.
         dst: The output, written on ``root`` only; ``None`` works in place (into ``src``).
         op: As :func:`all_reduce` takes it.
         root: The rank that receives the result.
-        algorithm: ``"auto"``, a program's name, or ``"nccl"`` (see :mod:`flowdsl.collectives`).
-        stream: The stream to run on (default: the arrays' framework's current one).
-        config: A :class:`flowdsl.collectives.FlowConfig` (default: the GPU's or the simulator's).
-        dtype: The element type where the arrays cannot say it (bfloat16 bits, fp8 codes).
 
     Returns:
         The output array.

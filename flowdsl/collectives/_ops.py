@@ -16,7 +16,7 @@ import numbers
 import numpy as np
 
 from .. import _fp8
-from .._arrays import cuda_array_interface, is_torch
+from ..host.arrays import cuda_array_interface, is_torch
 from .._flow_elements import _float_to_bf16
 from ..errors import UsageError
 

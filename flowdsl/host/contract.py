@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Communicator", "Window", "DevComm"]
+__all__ = ["Communicator", "Resource", "Window", "DevComm"]
 
 
 @runtime_checkable
@@ -56,33 +56,28 @@ class Communicator(Protocol):
     def close(self) -> None: ...
 
 
+class Resource(Protocol):
+    """What a communicator owns and closes: a window, a device communicator."""
+
+    kind: str
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def communicator(self) -> Communicator: ...
+
+    def close(self) -> None: ...
+
+
 @runtime_checkable
-class Window(Protocol):
+class Window(Resource, Protocol):
     """A registered symmetric window (what kernels receive)."""
 
-    kind: str
-
-    @property
-    def closed(self) -> bool: ...
-
-    @property
-    def communicator(self) -> Communicator: ...
-
-    def close(self) -> None: ...
-
 
 @runtime_checkable
-class DevComm(Protocol):
+class DevComm(Resource, Protocol):
     """A device communicator (``ncclDevComm``, what kernels receive)."""
 
-    kind: str
     rank: int
     nranks: int
-
-    @property
-    def closed(self) -> bool: ...
-
-    @property
-    def communicator(self) -> Communicator: ...
-
-    def close(self) -> None: ...

@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from ..errors import DeviceTimeoutError, NoDeviceError, UsageError
-from .._arrays import cuda_array_interface, torch_bits
+from ..host.arrays import cuda_array_interface, is_torch, torch_bits
 from .._release import format_version
 from . import nccl
 from ..host import checks, streams
@@ -311,13 +311,15 @@ class Communicator:
                 is not contiguous.
         """
         self._check_open("register a window")
-        if isinstance(buf, np.ndarray) or (_is_torch(buf) and not buf.is_cuda):
+        if isinstance(buf, np.ndarray) or (is_torch(buf) and not buf.is_cuda):
             raise checks.host_array_error(buf)
-        if cuda_array_interface(buf) is None and _is_torch(buf):  # bfloat16, fp8, uint16-64: as their bits
+        cai = cuda_array_interface(buf)
+        if cai is None and is_torch(buf):  # bfloat16, fp8, uint16-64: as their bits
             buf = torch_bits(buf)
-        if cuda_array_interface(buf) is not None:
+            cai = cuda_array_interface(buf)
+        if cai is not None:
             ptr, nbytes = device_pointer(buf, "register")
-            dtype = np.dtype(cuda_array_interface(buf)["typestr"])
+            dtype = np.dtype(cai["typestr"])
         elif hasattr(buf, "__dlpack__"):
             import cupy  # noqa: PLC0415
 
@@ -489,6 +491,3 @@ class Communicator:
         return (f"Communicator(rank={self.rank}, nranks={self.nranks}, device={self.device}, "
                 f"nccl={format_version(self.nccl_version)})")
 
-
-def _is_torch(obj) -> bool:
-    return type(obj).__module__.startswith("torch") and hasattr(obj, "is_cuda")

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..enums import GinBackend
 from ..errors import UsageError
-from .._arrays import cuda_array_interface, is_torch, torch_bits
+from ..host.arrays import cuda_array_interface, is_torch, torch_bits
 from .._release import format_version
 from . import nccl
 from ..host import checks

@@ -19,7 +19,6 @@ import inspect
 import numpy as np
 
 from .._spec import KindRegistry, spec_of
-from .._stubs import PRIMITIVES
 from .errors import BarrierIndexError, KernelTypingError
 from .memory import Window, WindowView
 from .scheduler import sim_error
@@ -60,12 +59,9 @@ def _typeof(value) -> str:
     return type(value).__name__
 
 
-#: name -> ((position, parameter, kind check, optional, Arg), ...) of each checked argument (made at first call).
+#: name -> (required, total, signature, ((position, parameter, kind check, optional, Arg, dtypes), ...)): the
+#: stub's parameter counts and signature, and each checked argument (made at first call).
 _PLANS: dict[str, tuple] = {}
-
-
-#: name -> (required, total, signature) of its stub's parameters.
-_ARITY: dict[str, tuple] = {}
 
 
 def _without_annotations(signature) -> str:
@@ -82,15 +78,12 @@ def _dtypes(names):
 
 def _plan(name: str) -> tuple:
     spec = spec_of(name)
-    signature = inspect.signature(PRIMITIVES[name]) if name in PRIMITIVES else inspect.signature(lambda *a, **k: None)
-    params = signature.parameters.values()
-    unbounded = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
-    _ARITY[name] = (sum(p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-                        for p in params), float("inf") if unbounded else len(signature.parameters), signature)
-    plan = tuple((i, p.name, KIND_CHECKS[spec.args[p.name].kind], p.default is not inspect.Parameter.empty,
-                  spec.args[p.name], _dtypes(spec.args[p.name].dtypes))
-                 for i, p in enumerate(spec.params) if p.name in spec.args)
-    _PLANS[name] = plan
+    signature = inspect.Signature(spec.params)  # the stub's (no stub takes *args or **kwargs)
+    required = sum(p.default is inspect.Parameter.empty for p in spec.params)
+    checked = tuple((i, p.name, KIND_CHECKS[spec.args[p.name].kind], p.default is not inspect.Parameter.empty,
+                     spec.args[p.name], _dtypes(spec.args[p.name].dtypes))
+                    for i, p in enumerate(spec.params) if p.name in spec.args)
+    plan = _PLANS[name] = (required, len(spec.params), signature, checked)
     return plan
 
 
@@ -100,16 +93,15 @@ def check_call(name: str, args: tuple, kwargs: dict) -> None:
     plan = _PLANS.get(name)
     if plan is None:
         plan = _plan(name)
+    required, total, signature, checked = plan
     given = len(args) + len(kwargs)
-    required, total, signature = _ARITY[name]
-    if not required <= given <= total or (kwargs and total != float("inf")
-                                          and not set(kwargs) <= set(signature.parameters)):
+    if not required <= given <= total or (kwargs and not set(kwargs) <= set(signature.parameters)):
         try:
             signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise sim_error(KernelTypingError, f"{name}: {exc}. Pass {name}{_without_annotations(signature)}, as "
                                                "its stub says (every argument the GPU's typing needs)") from None
-    for i, param, is_kind, optional, arg, dtypes in plan:
+    for i, param, is_kind, optional, arg, dtypes in checked:
         if i < len(args):
             value = args[i]
         elif param in kwargs:

@@ -9,6 +9,7 @@ import greenlet
 import numpy as np
 
 from ..host import checks
+from ..host.arrays import is_torch
 from ..host.timeouts import aborted_error, resolve_timeout
 from . import _state, timeouts
 from .cudashim import simulate_function
@@ -183,7 +184,7 @@ class SimComm(Closable):
 
     def _registrable(self, buf) -> np.ndarray:
         """``buf`` as a NumPy view of this rank's symmetric memory, refused as the GPU runtime refuses it."""
-        if _is_torch(buf) and not buf.is_cuda:
+        if is_torch(buf) and not buf.is_cuda:
             buf = buf.numpy()  # like="torch" buffers: a view of the same memory
         elif not isinstance(buf, np.ndarray):
             raise sim_error(UsageError, str(checks.not_a_buffer_error(buf)))
@@ -256,7 +257,7 @@ class SimComm(Closable):
         """Release a buffer from :meth:`alloc` now (windows over it must be closed first), as on GPUs:
         a later register of it is refused."""
         self._open("free a buffer")
-        view = buf.numpy() if _is_torch(buf) and not buf.is_cuda else buf
+        view = buf.numpy() if is_torch(buf) and not buf.is_cuda else buf
         lo = _address(view) if isinstance(view, np.ndarray) else None
         entry = next((a for a in self._allocations if lo is not None and a[0] <= lo < a[1]), None)
         if entry is None:
@@ -496,9 +497,6 @@ def _checked(check, *args):
         raise sim_error(UsageError, str(e)) from None
 
 
-def _is_torch(obj) -> bool:
-    return type(obj).__module__.startswith("torch") and hasattr(obj, "is_cuda")
-
 
 def _address(arr) -> int:
     return arr.__array_interface__["data"][0]
@@ -582,7 +580,7 @@ def launch(kernel_obj, griddim, blockdim, stream, sharedmem, args):
             kind = "window" if isinstance(a, Window) else "device communicator"
             raise sim_error(ResourceClosedError, str(checks.resource_closed(kind, f"launch {name} (argument {i})")))
     # like="torch" buffers are CPU tensors here: kernels see NumPy views of the same memory
-    args = tuple(a.numpy() if _is_torch(a) and not a.is_cuda else a for a in args)
+    args = tuple(a.numpy() if is_torch(a) and not a.is_cuda else a for a in args)
     py = getattr(kernel_obj, "py_func", kernel_obj)
     fn = simulate_function(py, world.fn_cache)
     grid, block = _dim3(griddim, "griddim"), _dim3(blockdim, "blockdim")

@@ -290,7 +290,7 @@ def test_a_torch_tensor_without_an_array_interface_is_a_device_scalar():
     """premul_sum of a one-element torch float8 tensor (the GPU test's case raised KeyError there):
     flowdsl reads tensors through data_ptr, and asks the interface only through one helper."""
     from flowdsl import collectives as coll
-    from flowdsl._arrays import cuda_array_interface
+    from flowdsl.host.arrays import cuda_array_interface
 
     scalar = _TorchFloat8()
     assert cuda_array_interface(scalar) is None

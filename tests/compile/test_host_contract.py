@@ -24,8 +24,9 @@ def _members(protocol) -> dict:
             continue
         value = inspect.getattr_static(protocol, name, None)
         out[name] = ("property" if isinstance(value, property) else "method" if callable(value) else "attribute")
-    for name in getattr(protocol, "__annotations__", {}):
-        out.setdefault(name, "attribute")
+    for cls in protocol.__mro__:  # annotations of the Protocols it extends too
+        for name in vars(cls).get("__annotations__", {}):
+            out.setdefault(name, "attribute")
     return out
 
 
