@@ -95,7 +95,8 @@ def _budget_tables(data, idx) -> list[str]:
             for c in budgets:
                 mine = idx.get(("budget", collective, nbytes, f"auto@{c}"))
                 theirs = idx.get(("budget", collective, nbytes, f"nccl@{c}"))
-                ratio = mine["busbw"] / theirs["busbw"] if measured(mine) and measured(theirs) else None
+                # NCCL's time / flowdsl's: the bus bandwidth ratio, and defined at one rank too (busbw 0 there)
+                ratio = theirs["us"] / mine["us"] if measured(mine) and measured(theirs) else None
                 bad = any(r is not None and r.get("check") not in (None, "ok") for r in (mine, theirs))
                 cell = (f"{fmt_num(mine.get('busbw') if mine else None)} / {fmt_num(theirs.get('busbw') if theirs else None)}"
                         f" ({fmt_num(ratio)}){' CHECK' if bad else ''}")

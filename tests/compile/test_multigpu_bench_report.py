@@ -23,9 +23,10 @@ def _report(records, nranks=2):
     return report({"meta": {"nranks": nranks}, "records": records, "errors": []})
 
 
-def _record(collective, nbytes, version, busbw, check="ok"):
-    return {"section": "budget", "collective": collective, "bytes": nbytes, "version": version, "us": 100.0,
-            "busbw": busbw, "check": check}
+def _record(collective, nbytes, version, busbw, check="ok", us=None):
+    """A budget record; its time is what the bus bandwidth implies unless given (at one rank busbw is 0)."""
+    return {"section": "budget", "collective": collective, "bytes": nbytes, "version": version,
+            "us": us if us is not None else 3600.0 / busbw, "busbw": busbw, "check": check}
 
 
 def test_budget_tables_give_each_budget_flowdsl_nccl_and_their_ratio():
@@ -39,6 +40,15 @@ def test_budget_tables_give_each_budget_flowdsl_nccl_and_their_ratio():
     assert lines[at + 2].split() == ["1", "MiB", "40.0", "/", "50.0", "(0.80)", "90.0", "/", "60.0", "(1.50)", "CHECK"]
     gather = lines[lines.index(next(line for line in lines if line.startswith("all_gather on 2 GPUs at equal"))) + 2]
     assert gather.split() == ["64", "MiB", "100", "/", "-", "(-)"]
+
+
+def test_at_one_rank_the_ratio_comes_from_the_times():
+    # One rank moves nothing between ranks: busbw is 0 on both sides (a division by it failed on the H100).
+    records = [_record("all_reduce", 1 << 20, "auto@8", 0.0, us=50.0),
+               _record("all_reduce", 1 << 20, "nccl@8", 0.0, us=40.0)]
+    lines = _report(records, nranks=1)
+    at = lines.index(next(line for line in lines if line.startswith("all_reduce on 1 GPUs at equal CTA budgets")))
+    assert lines[at + 2].split() == ["1", "MiB", "0", "/", "0", "(0.80)"]
 
 
 def test_budgets_are_checked_before_any_gpu_work():
