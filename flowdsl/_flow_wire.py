@@ -8,7 +8,7 @@ waits for its own part's ready flag and credit and posts them (``flowdsl/flow.py
 barrier per slot. What a part carries:
 
 - **SIMPLE**: the elements themselves; a lane moves 16-byte packs, eight in flight before their
-  stores, then single packs, then single elements.
+  stores (the last eight of a part too: those past it are loaded, not stored), then single elements.
 - **LL**: 16 bytes of payload travel in two 16-byte lines ``{data, flag, data, flag}`` (four
   uint32: the low and high 4 bytes of 8 payload bytes, each beside the step's flag), each
   written by one 16-byte store and read by one 16-byte load, so a line is whole or absent. Pack
@@ -221,38 +221,58 @@ def _element(inbox, at, outbox, to, src, dst, base, i, red, recv, send, reduce, 
 
 
 @device
+def _pack_at(i, k, stride, end):
+    """Element of pack ``k`` of a lane's group of eight from ``i``: ``i + k * stride``, or ``i`` itself
+    (loaded again, never stored) where that pack is past ``end``."""
+    at = i + k * stride
+    return at if at < end else i
+
+
+@device
 def simple_part(inbox, at, outbox, to, src, dst, base, lo, hi, lane, red, vectors, recv, send, reduce, store, last):
-    """SIMPLE: the warp moves elements ``[lo, hi)`` of the slot (at ``inbox[at:]``, ``outbox[to:]``). 16-byte packs, eight per lane loaded before any is stored (loads in flight are what
-    HBM and NVLink need), then single packs, then elements; ``vectors``: the arrays are 16-byte
-    aligned at ``base`` (slots and part starts always are)."""
+    """SIMPLE: the warp moves elements ``[lo, hi)`` of the slot (at ``inbox[at:]``, ``outbox[to:]``). A lane
+    takes 16-byte packs eight at a time, all eight loaded before any is stored (loads in flight are what HBM
+    and NVLink need); in the last group a pack past the part loads the group's first again and is not
+    stored, so a small slot costs one memory round trip too, not one per pack. Then single elements;
+    ``vectors``: the arrays are 16-byte aligned at ``base`` (slots and part starts always are)."""
     lanes = 16 // mem.itemsize(dst)
     tail = lo
     if vectors:
         end = lo + (hi - lo) // lanes * lanes
         stride = _WARP * lanes
         i = lo + lane * lanes
-        while i + 7 * stride < end:
-            x0 = _pack_in(inbox, at, src, base, i, red, recv, reduce)
-            x1 = _pack_in(inbox, at, src, base, i + stride, red, recv, reduce)
-            x2 = _pack_in(inbox, at, src, base, i + 2 * stride, red, recv, reduce)
-            x3 = _pack_in(inbox, at, src, base, i + 3 * stride, red, recv, reduce)
-            x4 = _pack_in(inbox, at, src, base, i + 4 * stride, red, recv, reduce)
-            x5 = _pack_in(inbox, at, src, base, i + 5 * stride, red, recv, reduce)
-            x6 = _pack_in(inbox, at, src, base, i + 6 * stride, red, recv, reduce)
-            x7 = _pack_in(inbox, at, src, base, i + 7 * stride, red, recv, reduce)
-            _pack_out(outbox, to, dst, base, i, x0, red, send, store, last)
-            _pack_out(outbox, to, dst, base, i + stride, x1, red, send, store, last)
-            _pack_out(outbox, to, dst, base, i + 2 * stride, x2, red, send, store, last)
-            _pack_out(outbox, to, dst, base, i + 3 * stride, x3, red, send, store, last)
-            _pack_out(outbox, to, dst, base, i + 4 * stride, x4, red, send, store, last)
-            _pack_out(outbox, to, dst, base, i + 5 * stride, x5, red, send, store, last)
-            _pack_out(outbox, to, dst, base, i + 6 * stride, x6, red, send, store, last)
-            _pack_out(outbox, to, dst, base, i + 7 * stride, x7, red, send, store, last)
-            i += 8 * stride
         while i < end:
-            _pack_out(outbox, to, dst, base, i, _pack_in(inbox, at, src, base, i, red, recv, reduce), red, send, store,
-                      last)
-            i += stride
+            i1 = _pack_at(i, 1, stride, end)
+            i2 = _pack_at(i, 2, stride, end)
+            i3 = _pack_at(i, 3, stride, end)
+            i4 = _pack_at(i, 4, stride, end)
+            i5 = _pack_at(i, 5, stride, end)
+            i6 = _pack_at(i, 6, stride, end)
+            i7 = _pack_at(i, 7, stride, end)
+            x0 = _pack_in(inbox, at, src, base, i, red, recv, reduce)
+            x1 = _pack_in(inbox, at, src, base, i1, red, recv, reduce)
+            x2 = _pack_in(inbox, at, src, base, i2, red, recv, reduce)
+            x3 = _pack_in(inbox, at, src, base, i3, red, recv, reduce)
+            x4 = _pack_in(inbox, at, src, base, i4, red, recv, reduce)
+            x5 = _pack_in(inbox, at, src, base, i5, red, recv, reduce)
+            x6 = _pack_in(inbox, at, src, base, i6, red, recv, reduce)
+            x7 = _pack_in(inbox, at, src, base, i7, red, recv, reduce)
+            _pack_out(outbox, to, dst, base, i, x0, red, send, store, last)
+            if i1 != i:
+                _pack_out(outbox, to, dst, base, i1, x1, red, send, store, last)
+            if i2 != i:
+                _pack_out(outbox, to, dst, base, i2, x2, red, send, store, last)
+            if i3 != i:
+                _pack_out(outbox, to, dst, base, i3, x3, red, send, store, last)
+            if i4 != i:
+                _pack_out(outbox, to, dst, base, i4, x4, red, send, store, last)
+            if i5 != i:
+                _pack_out(outbox, to, dst, base, i5, x5, red, send, store, last)
+            if i6 != i:
+                _pack_out(outbox, to, dst, base, i6, x6, red, send, store, last)
+            if i7 != i:
+                _pack_out(outbox, to, dst, base, i7, x7, red, send, store, last)
+            i += 8 * stride
         tail = end
     i = tail + lane
     while i < hi:
@@ -333,23 +353,33 @@ _NO_LINE = (uint32(0), uint32(0), uint32(0), uint32(0))
 
 
 @device
-def _ll_start(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce):
-    """The loads of whole pack ``j`` (16 aligned bytes): its two lines (receiving) and its ``src`` pack."""
+def _ll_start(inbox, at, src, base, e0, j, whole, npacks, lanes, red, recv, reduce):
+    """The loads of whole pack ``j`` (16 aligned bytes): its two lines (receiving) and its ``src`` pack; none
+    (zeros) for a pack past the ``whole`` ones."""
     x = _NO_LINE
     y = _NO_LINE
-    if recv:
-        a, b = _ll_lines(j, npacks)
-        x, y = _ll_fetch(inbox, at + a, at + b)
-    return x, y, _pack_load(red, src, base + e0 + j * lanes, lanes, True, recv, reduce)
+    s = (uint64(0), uint64(0))
+    if j < whole:
+        if recv:
+            a, b = _ll_lines(j, npacks)
+            x, y = _ll_fetch(inbox, at + a, at + b)
+        s = _pack_load(red, src, base + e0 + j * lanes, lanes, True, recv, reduce)
+    return x, y, s
 
 
 @device
-def _ll_start4(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce):
+def _ll_start4(inbox, at, src, base, e0, j, whole, npacks, lanes, red, recv, reduce):
     """:func:`_ll_start` of packs ``j``, ``j + 32``, ``j + 64`` and ``j + 96``."""
-    return (_ll_start(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce),
-            _ll_start(inbox, at, src, base, e0, j + _WARP, npacks, lanes, red, recv, reduce),
-            _ll_start(inbox, at, src, base, e0, j + 2 * _WARP, npacks, lanes, red, recv, reduce),
-            _ll_start(inbox, at, src, base, e0, j + 3 * _WARP, npacks, lanes, red, recv, reduce))
+    return (_ll_start(inbox, at, src, base, e0, j, whole, npacks, lanes, red, recv, reduce),
+            _ll_start(inbox, at, src, base, e0, j + _WARP, whole, npacks, lanes, red, recv, reduce),
+            _ll_start(inbox, at, src, base, e0, j + 2 * _WARP, whole, npacks, lanes, red, recv, reduce),
+            _ll_start(inbox, at, src, base, e0, j + 3 * _WARP, whole, npacks, lanes, red, recv, reduce))
+
+
+@device
+def _ll_ready(p, j, whole, flag):
+    """Pack ``j``'s lines as :func:`_ll_start` loaded them (``p``) carry ``flag``, or it has none to wait for."""
+    return j >= whole or _ll_fresh(p[0], p[1], flag)
 
 
 @device
@@ -377,32 +407,40 @@ def ll_part(comm, peer, inbox, at, outbox, to, src, dst, base, e0, npacks, m, la
 
     A lane takes whole packs four at a time: the loads of all four (lines and ``src``) are in
     flight before it waits for the first, since a lane that waited for one pack at a time would
-    move one pack per memory round trip. The rest go one by one."""
+    move one pack per memory round trip. In the last four a pack past the whole ones is neither
+    loaded nor stored, so a small part costs one round trip too. The rest (a pack the data end in,
+    lines without data to clean) go one by one."""
     lanes = 16 // mem.itemsize(dst)
     ndata = min(npacks, max(0, (m - e0 + lanes - 1) // lanes))
     todo = npacks if clean and send else ndata
     j = lane
     if vectors:
         whole = min(npacks, max(0, (m - e0) // lanes))
-        while j + 3 * _WARP < whole:
-            p0, p1, p2, p3 = _ll_start4(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce)
-            if recv and not (_ll_fresh(p0[0], p0[1], rflag) and _ll_fresh(p1[0], p1[1], rflag)
-                             and _ll_fresh(p2[0], p2[1], rflag) and _ll_fresh(p3[0], p3[1], rflag)):
+        while j < whole:
+            p0, p1, p2, p3 = _ll_start4(inbox, at, src, base, e0, j, whole, npacks, lanes, red, recv, reduce)
+            if recv and not (_ll_ready(p0, j, whole, rflag) and _ll_ready(p1, j + _WARP, whole, rflag)
+                             and _ll_ready(p2, j + 2 * _WARP, whole, rflag)
+                             and _ll_ready(p3, j + 3 * _WARP, whole, rflag)):
                 # A line was not there yet: one wait loop for the four packs (not four copies of it in
                 # the code: link time), then all four loaded again.
                 for k in range(4):
-                    a, b = _ll_lines(j + k * _WARP, npacks)
-                    _ll_wait(comm, peer, inbox, at + a, at + b, rflag)
-                p0, p1, p2, p3 = _ll_start4(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce)
+                    if j + k * _WARP < whole:
+                        a, b = _ll_lines(j + k * _WARP, npacks)
+                        _ll_wait(comm, peer, inbox, at + a, at + b, rflag)
+                p0, p1, p2, p3 = _ll_start4(inbox, at, src, base, e0, j, whole, npacks, lanes, red, recv, reduce)
             _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j, npacks, lanes, red, rflag, sflag, recv, send,
                        reduce, store, last, p0)
-            _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + _WARP, npacks, lanes, red, rflag, sflag, recv,
-                       send, reduce, store, last, p1)
-            _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + 2 * _WARP, npacks, lanes, red, rflag, sflag,
-                       recv, send, reduce, store, last, p2)
-            _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + 3 * _WARP, npacks, lanes, red, rflag, sflag,
-                       recv, send, reduce, store, last, p3)
+            if j + _WARP < whole:
+                _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + _WARP, npacks, lanes, red, rflag, sflag,
+                           recv, send, reduce, store, last, p1)
+            if j + 2 * _WARP < whole:
+                _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + 2 * _WARP, npacks, lanes, red, rflag,
+                           sflag, recv, send, reduce, store, last, p2)
+            if j + 3 * _WARP < whole:
+                _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + 3 * _WARP, npacks, lanes, red, rflag,
+                           sflag, recv, send, reduce, store, last, p3)
             j += 4 * _WARP
+        j = lane + (whole - lane + _WARP - 1) // _WARP * _WARP  # the lane's first pack past the whole ones
     while j < todo:
         a, b = _ll_lines(j, npacks)
         low = uint64(0)

@@ -38,12 +38,23 @@ def _note_write(arr, index, value):
     sched.stale = 0
 
 
+def _note_read(array, i, n):
+    """The writers of what a strong load of ``array[i:i + n]`` (a window view) returns, as the loading
+    thread's: ``flowdsl.wait.accepted`` asks who wrote the words a wait took, and by then the writer may
+    have stored this call's data over a stale line the thread had already loaded."""
+    writers, mine = _state.sched.last_writer, current().loaded_from
+    for k in range(i, i + n):
+        key = address_key(array, k)
+        mine[key] = writers.get(key)
+
+
 def _load(array, index, order, name):
     a, i = _elem(array, index, name)
     v = a[i]
     _spin_point(array, i, v)
     if isinstance(array, WindowView):
         note_load(array, i)  # after the spin point: observes what the returned value includes
+        _note_read(array, i, 1)
     rc = _state.race
     if rc is not None:
         rc.atomic(array, i, True, False, order)
@@ -173,6 +184,7 @@ def _mem_load_vec_relaxed(array, index, scope):
     _spin_point(array, i, a[i])  # polled as LL lines are: let the writer run
     if isinstance(array, WindowView):
         note_load(array, i)
+        _note_read(array, i, n)
     rc = _state.race
     if rc is not None:
         for k in range(i, i + n):  # atomic per element, as the ld.relaxed.v* each element is

@@ -66,12 +66,15 @@ class Task:
     """A schedulable greenlet. ``waiting`` is the wait record while blocked."""
 
     # slot, vc, clk, relf, acqp: the task's vector clock (see flowdsl.sim.races).
+    # loaded_from: per window word, who had written what this task's last strong load of it returned
+    # (flowdsl.wait.accepted judges the value taken, not what memory holds by the time it is accepted).
     __slots__ = ("gl", "waiting", "done", "last_spin", "recent_spins", "rank", "box", "run", "slot", "vc", "clk",
-                 "relf", "acqp")
+                 "relf", "acqp", "loaded_from")
 
     def __init__(self, rank):
         self.slot, self.vc, self.clk, self.relf, self.acqp = -1, None, 0, None, None
         self.gl = self.run = self.box = self.waiting = self.last_spin = None
+        self.loaded_from = {}
         self.recent_spins = ()
         self.done = False
         self.rank = rank

@@ -44,9 +44,12 @@ def _caller():
 @implements("flowdsl.wait.accepted")
 def _accepted(view, index, count, peer):
     t = current()
-    writers = _state.sched.last_writer
+    writers, loaded = _state.sched.last_writer, t.loaded_from
     for k in range(int(index), int(index) + int(count)):
-        record = writers.get(address_key(view, k))
+        key = address_key(view, k)
+        # What the thread's last strong load of the word returned: the value the wait took (memory may
+        # hold this call's data by now, stored over the stale line after the load).
+        record = loaded[key] if key in loaded else writers.get(key)
         if record is None and not isinstance(view, WindowView):
             continue  # a kernel's own array: its plain stores are not recorded
         writer = record[0] if record is not None else None

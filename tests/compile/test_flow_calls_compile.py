@@ -101,8 +101,8 @@ def test_out_of_line_functions_are_not_passed_the_device_communicator(ring_all_r
 
 
 def test_simple_loops_keep_their_vectors_and_touch_no_local_memory(ring_all_reduce_ptx):
-    """Each step's SIMPLE pack loop loads eight 16-byte packs per source before its first store and
-    touches no local memory. (An LL pack's call of its out-of-line wait initialises the call's 8-byte
+    """Each step's SIMPLE pack loop loads eight 16-byte packs per source before its first store (the
+    other seven stores follow, each skipped where its pack is past the part) and touches no local memory. (An LL pack's call of its out-of-line wait initialises the call's 8-byte
     result slot: numba's calling convention, one local store that stays in L1.)"""
     definitions = _definitions(ring_all_reduce_ptx)
     load, store = re.compile(r"ld\.(global\.)?v4\.f32"), re.compile(r"st\.(global\.)?v4\.f32")
@@ -113,7 +113,7 @@ def test_simple_loops_keep_their_vectors_and_touch_no_local_memory(ring_all_redu
             first = next((i for i, line in enumerate(block) if store.match(line)), len(block))
             ahead.append((sum(bool(load.match(line)) for line in block[:first]),
                           sum(bool(store.match(line)) for line in block)))
-        loops = [block for block, (loads, stores) in zip(blocks, ahead) if loads >= 8 and stores >= 8]
-        assert loops, f"{step}: no block with eight 16-byte loads in flight before its eight stores (SIMPLE)"
+        loops = [block for block, (loads, stores) in zip(blocks, ahead) if loads >= 8 and stores >= 1]
+        assert loops, f"{step}: no block with eight 16-byte loads in flight before its first store (SIMPLE)"
         for block in loops:
             assert not [line for line in block if re.match(r"(ld|st)\.local", line)], step

@@ -19,7 +19,7 @@ import pytest
 from numba import cuda, uint64
 
 import flowdsl
-from flowdsl import Protocol, flow
+from flowdsl import Protocol, ThreadScope, flow, lsa, mem, wait
 from flowdsl import _flow_staging as staging
 from flowdsl import collectives as coll
 from flowdsl.collectives import check, programs
@@ -228,3 +228,44 @@ def test_an_ll128_flag_stored_before_its_line_is_caught(monkeypatch):
     monkeypatch.setattr(mem, "warp_store_vec", flag_first)
     msg = _caught(_loopback_calls(calls), 1)
     assert "as fresh data from rank 0" in msg and "line" in msg, msg
+
+
+@flowdsl.kernel
+def _take_after_overwrite(comm, stage, out, call):
+    """Call 0: block 1 stores word 0 (an old line). Call 1: block 0 loads word 0 and only then lets block
+    1 store this call's value over it; block 0 then takes what it had loaded as fresh: the old line."""
+    words = lsa.local_view(stage)
+    if cuda.threadIdx.x != 0:
+        return
+    if cuda.blockIdx.x == 1:
+        if call == 1:
+            while mem.load_acquire(words, 1, ThreadScope.SYSTEM) != 1:  # block 0 has loaded word 0
+                pass
+        mem.store_relaxed(words, 0, uint64(10 + call), ThreadScope.SYSTEM)
+        mem.store_release(words, 2, uint64(call), ThreadScope.SYSTEM)
+    elif call == 1:
+        v = mem.load_relaxed(words, 0, ThreadScope.SYSTEM)
+        mem.store_release(words, 1, uint64(1), ThreadScope.SYSTEM)
+        while mem.load_acquire(words, 2, ThreadScope.SYSTEM) != 1:  # block 1 has stored over it
+            pass
+        wait.accepted(words, 0, 1, comm.rank)
+        out[0] = v
+
+
+def test_accepted_judges_the_value_loaded_not_what_memory_holds_later():
+    """The simulator caught a stale line only while memory still held it at ``accepted``: a reader that
+    loaded several lines before taking the first (LL's four packs) let the writer store this call's data
+    over a stale line in between, and the stale value went through unreported."""
+    def main(comm):
+        config = coll.FlowConfig(channels=1, nslots=2, slot_bytes=256, threads=32)
+        with flow.staging(comm, config, gin=False) as stage, comm.device_communicator() as dcomm:
+            out = comm.alloc(1, np.uint64)
+            for call in (0, 1):
+                _take_after_overwrite[2, 32](dcomm, stage, out, call)
+                comm.synchronize()
+
+    with pytest.raises(StaleDataError) as err:
+        spawn(main, nranks=1, seed=0)
+    msg = str(err.value)
+    assert "as fresh data from rank 0" in msg and "(launch #0 of rank 0)" in msg, msg
+    assert "launch #1 of rank 0) waited for what rank 0's launch #1 writes" in msg, msg
