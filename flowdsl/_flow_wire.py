@@ -353,33 +353,23 @@ _NO_LINE = (uint32(0), uint32(0), uint32(0), uint32(0))
 
 
 @device
-def _ll_start(inbox, at, src, base, e0, j, whole, npacks, lanes, red, recv, reduce):
-    """The loads of whole pack ``j`` (16 aligned bytes): its two lines (receiving) and its ``src`` pack; none
-    (zeros) for a pack past the ``whole`` ones."""
+def _ll_start(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce):
+    """The loads of whole pack ``j`` (16 aligned bytes): its two lines (receiving) and its ``src`` pack."""
     x = _NO_LINE
     y = _NO_LINE
-    s = (uint64(0), uint64(0))
-    if j < whole:
-        if recv:
-            a, b = _ll_lines(j, npacks)
-            x, y = _ll_fetch(inbox, at + a, at + b)
-        s = _pack_load(red, src, base + e0 + j * lanes, lanes, True, recv, reduce)
-    return x, y, s
+    if recv:
+        a, b = _ll_lines(j, npacks)
+        x, y = _ll_fetch(inbox, at + a, at + b)
+    return x, y, _pack_load(red, src, base + e0 + j * lanes, lanes, True, recv, reduce)
 
 
 @device
-def _ll_start4(inbox, at, src, base, e0, j, whole, npacks, lanes, red, recv, reduce):
+def _ll_start4(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce):
     """:func:`_ll_start` of packs ``j``, ``j + 32``, ``j + 64`` and ``j + 96``."""
-    return (_ll_start(inbox, at, src, base, e0, j, whole, npacks, lanes, red, recv, reduce),
-            _ll_start(inbox, at, src, base, e0, j + _WARP, whole, npacks, lanes, red, recv, reduce),
-            _ll_start(inbox, at, src, base, e0, j + 2 * _WARP, whole, npacks, lanes, red, recv, reduce),
-            _ll_start(inbox, at, src, base, e0, j + 3 * _WARP, whole, npacks, lanes, red, recv, reduce))
-
-
-@device
-def _ll_ready(p, j, whole, flag):
-    """Pack ``j``'s lines as :func:`_ll_start` loaded them (``p``) carry ``flag``, or it has none to wait for."""
-    return j >= whole or _ll_fresh(p[0], p[1], flag)
+    return (_ll_start(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce),
+            _ll_start(inbox, at, src, base, e0, j + _WARP, npacks, lanes, red, recv, reduce),
+            _ll_start(inbox, at, src, base, e0, j + 2 * _WARP, npacks, lanes, red, recv, reduce),
+            _ll_start(inbox, at, src, base, e0, j + 3 * _WARP, npacks, lanes, red, recv, reduce))
 
 
 @device
@@ -407,40 +397,32 @@ def ll_part(comm, peer, inbox, at, outbox, to, src, dst, base, e0, npacks, m, la
 
     A lane takes whole packs four at a time: the loads of all four (lines and ``src``) are in
     flight before it waits for the first, since a lane that waited for one pack at a time would
-    move one pack per memory round trip. In the last four a pack past the whole ones is neither
-    loaded nor stored, so a small part costs one round trip too. The rest (a pack the data end in,
-    lines without data to clean) go one by one."""
+    move one pack per memory round trip. The rest go one by one."""
     lanes = 16 // mem.itemsize(dst)
     ndata = min(npacks, max(0, (m - e0 + lanes - 1) // lanes))
     todo = npacks if clean and send else ndata
     j = lane
     if vectors:
         whole = min(npacks, max(0, (m - e0) // lanes))
-        while j < whole:
-            p0, p1, p2, p3 = _ll_start4(inbox, at, src, base, e0, j, whole, npacks, lanes, red, recv, reduce)
-            if recv and not (_ll_ready(p0, j, whole, rflag) and _ll_ready(p1, j + _WARP, whole, rflag)
-                             and _ll_ready(p2, j + 2 * _WARP, whole, rflag)
-                             and _ll_ready(p3, j + 3 * _WARP, whole, rflag)):
+        while j + 3 * _WARP < whole:
+            p0, p1, p2, p3 = _ll_start4(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce)
+            if recv and not (_ll_fresh(p0[0], p0[1], rflag) and _ll_fresh(p1[0], p1[1], rflag)
+                             and _ll_fresh(p2[0], p2[1], rflag) and _ll_fresh(p3[0], p3[1], rflag)):
                 # A line was not there yet: one wait loop for the four packs (not four copies of it in
                 # the code: link time), then all four loaded again.
                 for k in range(4):
-                    if j + k * _WARP < whole:
-                        a, b = _ll_lines(j + k * _WARP, npacks)
-                        _ll_wait(comm, peer, inbox, at + a, at + b, rflag)
-                p0, p1, p2, p3 = _ll_start4(inbox, at, src, base, e0, j, whole, npacks, lanes, red, recv, reduce)
+                    a, b = _ll_lines(j + k * _WARP, npacks)
+                    _ll_wait(comm, peer, inbox, at + a, at + b, rflag)
+                p0, p1, p2, p3 = _ll_start4(inbox, at, src, base, e0, j, npacks, lanes, red, recv, reduce)
             _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j, npacks, lanes, red, rflag, sflag, recv, send,
                        reduce, store, last, p0)
-            if j + _WARP < whole:
-                _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + _WARP, npacks, lanes, red, rflag, sflag,
-                           recv, send, reduce, store, last, p1)
-            if j + 2 * _WARP < whole:
-                _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + 2 * _WARP, npacks, lanes, red, rflag,
-                           sflag, recv, send, reduce, store, last, p2)
-            if j + 3 * _WARP < whole:
-                _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + 3 * _WARP, npacks, lanes, red, rflag,
-                           sflag, recv, send, reduce, store, last, p3)
+            _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + _WARP, npacks, lanes, red, rflag, sflag, recv,
+                       send, reduce, store, last, p1)
+            _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + 2 * _WARP, npacks, lanes, red, rflag, sflag,
+                       recv, send, reduce, store, last, p2)
+            _ll_finish(peer, inbox, at, outbox, to, dst, base, e0, j + 3 * _WARP, npacks, lanes, red, rflag, sflag,
+                       recv, send, reduce, store, last, p3)
             j += 4 * _WARP
-        j = lane + (whole - lane + _WARP - 1) // _WARP * _WARP  # the lane's first pack past the whole ones
     while j < todo:
         a, b = _ll_lines(j, npacks)
         low = uint64(0)
