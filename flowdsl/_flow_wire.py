@@ -81,27 +81,6 @@ def part_elements(words, itemsize, protocol):
 # ---- 16-byte packs as bits -----------------------------------------------------------------------
 
 @device
-def _bits_in(arr, at, valid, whole):
-    """The 16 bytes of ``arr[at:at + valid]`` as (low, high) uint64, zero past ``valid`` elements;
-    ``whole``: all 16 are valid and 16-byte aligned (one vector load)."""
-    if whole:
-        return mem.vec_to_bits(mem.load_vec(arr, at))
-    size = mem.itemsize(arr)
-    per = 8 // size
-    width = uint64(8 * size)
-    mask = (uint64(1) << width) - uint64(1) if size < 8 else ~uint64(0)
-    low = uint64(0)
-    high = uint64(0)
-    for k in range(valid):
-        bits = mem.to_bits(arr[at + k]) & mask
-        if k < per:
-            low |= bits << (width * uint64(k))
-        else:
-            high |= bits << (width * uint64(k - per))
-    return low, high
-
-
-@device
 def _bits_out(arr, at, valid, whole, low, high):
     """Store the first ``valid`` elements of the pack (low, high) at ``arr[at:]``."""
     if whole:
@@ -117,7 +96,9 @@ def _bits_out(arr, at, valid, whole, low, high):
 
 @device
 def _src_bits(red, src, at, valid, whole):
-    """:func:`_bits_in` of this rank's own input, as ``red`` takes it (:func:`flowdsl.flow.premul`)."""
+    """The 16 bytes of ``src[at:at + valid]``, this rank's own input as ``red`` takes it
+    (:func:`flowdsl.flow.premul`), as (low, high) uint64, zero past ``valid`` elements; ``whole``: all 16
+    are valid and 16-byte aligned (one vector load)."""
     if whole:
         return mem.vec_to_bits(premul_pack(red, mem.load_vec(src, at)))
     size = mem.itemsize(src)
