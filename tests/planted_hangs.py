@@ -56,20 +56,27 @@ def ring_step(comm, stage, src, dst, n, nslots, slot_words, protocol):
         flow.recv(proc, flow.connect(proc, (comm.rank + comm.nranks - 1) % comm.nranks, 0, 0), dst, 0, n)
 
 
-def skip_flow_step(skipper: int = 1, count: int = 4099):
-    """Every rank but ``skipper`` launches a ring step (a collective's kernel); ``skipper`` never
-    does. The host calls (the staging, the device communicator) are made by every rank."""
+def _launching(kernel, blocks, count, skipper=-1):
+    """A rank's program: ``kernel[blocks, CONFIG.threads]`` over ``count`` float32 and a staging window
+    of ``CONFIG``, launched by every rank but ``skipper``; the host calls (the staging, the device
+    communicator) are made by every rank."""
     def main(comm):
         comm.wait_timeout = TIMEOUT
         src, dst = comm.alloc(count, np.float32), comm.alloc(count, np.float32)
         src[...] = 1.0
         with flow.staging(comm, CONFIG, gin=False) as stage, comm.device_communicator() as dc:
             if comm.rank != skipper:
-                ring_step[2, CONFIG.threads](dc, stage, src, dst, count, CONFIG.nslots, CONFIG.slot_bytes // 8,
-                                            int(CONFIG.protocol or 0))
+                kernel[blocks, CONFIG.threads](dc, stage, src, dst, count, CONFIG.nslots, CONFIG.slot_bytes // 8,
+                                               int(CONFIG.protocol or 0))
             comm.synchronize()
         return "ok"
     return main
+
+
+def skip_flow_step(skipper: int = 1, count: int = 4099):
+    """Every rank but ``skipper`` launches a ring step (a collective's kernel); ``skipper`` never
+    does."""
+    return _launching(ring_step, 2, count, skipper)
 
 
 @flowdsl.kernel
@@ -85,16 +92,7 @@ def credit_cycle(count: int = 1024):
     """Every rank sends ``count`` float32 (more than ``CONFIG``'s two 1 KiB slots hold) before it
     receives: a cycle of full inboxes, with no peer missing (the simulator only: a cycle on GPUs
     is the same timeout, its report the plain one)."""
-    def main(comm):
-        comm.wait_timeout = TIMEOUT
-        src, dst = comm.alloc(count, np.float32), comm.alloc(count, np.float32)
-        src[...] = 1.0
-        with flow.staging(comm, CONFIG, gin=False) as stage, comm.device_communicator() as dc:
-            send_then_receive[1, CONFIG.threads](dc, stage, src, dst, count, CONFIG.nslots, CONFIG.slot_bytes // 8,
-                                                int(CONFIG.protocol or 0))
-            comm.synchronize()
-        return "ok"
-    return main
+    return _launching(send_then_receive, 1, count)
 
 
 @flowdsl.kernel

@@ -28,6 +28,19 @@ PROTOCOLS = (Protocol.SIMPLE, Protocol.LL, Protocol.LL128)
 TINY = coll.FlowConfig(channels=2, nslots=2, slot_bytes=128, threads=64)
 
 
+
+def _usage_errors(calls):
+    """The message of the UsageError each call raises, or "no error"."""
+    errors = []
+    for call in calls:
+        try:
+            call()
+        except flowdsl.UsageError as exc:
+            errors.append(str(exc))
+        else:
+            errors.append("no error")
+    return errors
+
 def _run(nranks, nodes, seed, **matrix):
     """Run the matrix on ``nranks`` simulated ranks; fail with the first mismatches of every rank."""
     def main(comm):
@@ -210,15 +223,7 @@ def test_premulsum_bad_input_is_refused_before_launch():
             lambda: coll.all_reduce(comm, comm.alloc(8, np.uint8), dtype="float8_e4m3fn",
                                     op=coll.premul_sum(1000.0)),
         ]
-        errors = []
-        for call in calls:
-            try:
-                call()
-            except flowdsl.UsageError as exc:
-                errors.append(str(exc))
-            else:
-                errors.append("no error")
-        return errors
+        return _usage_errors(calls)
     expected = [
         "Cannot all_reduce with op='premulsum': premulsum multiplies each rank's input by that rank's scalar, and "
         "none was given. Pass op=flowdsl.collectives.premul_sum(scalar)",
@@ -264,7 +269,6 @@ def test_larger_slots_and_channels():
 
 def test_bad_input_is_refused_before_launch():
     def main(comm):
-        errors = []
         x = comm.alloc(10, np.float32)
         y16 = comm.alloc(10, np.float16)
         y = comm.alloc(11, np.float32)
@@ -284,14 +288,7 @@ def test_bad_input_is_refused_before_launch():
             lambda: (coll.all_reduce(comm, x, algorithm="ring"), comm.close(),
                      coll.all_reduce(comm, x, algorithm="ring")),
         ]
-        for case in cases:
-            try:
-                case()
-            except flowdsl.UsageError as exc:
-                errors.append(str(exc))
-            else:
-                errors.append("no error")
-        return errors
+        return _usage_errors(cases)
     errors = spawn(main, nranks=2)[0]
     expected = [
         "src is float32 but dst is float16",
