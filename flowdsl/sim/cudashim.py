@@ -8,8 +8,11 @@ Modelled: ``threadIdx``, ``blockIdx``, ``blockDim``, ``gridDim``, ``grid``,
 ``gridsize``, ``laneid``, ``warpsize``, ``syncthreads`` (and ``_count``,
 ``_and``, ``_or``), ``syncwarp``, ``shfl_sync`` / ``shfl_up_sync`` /
 ``shfl_down_sync`` / ``shfl_xor_sync``, ``ballot_sync``, ``all_sync``,
-``any_sync``, ``activemask``, ``threadfence*``, ``shared.array``,
-``local.array``, ``const.array_like``, ``atomic.*``, the scalar types. Any
+``any_sync``, ``match_any_sync``, ``match_all_sync``, ``activemask``, ``lanemask_lt``,
+``threadfence*``, ``nanosleep``, ``shared.array``, ``local.array``, ``const.array_like``,
+``atomic.*`` (with CUDA's NaN rules for ``max``/``min`` and ``nanmax``/``nanmin``), the integer and
+float intrinsics ``popc``, ``brev``, ``clz``, ``ffs``, ``fma`` (one rounding), ``cbrt`` and ``selp``
+(:mod:`flowdsl.sim.intrinsics`), the scalar types. Any
 other ``numba.cuda`` device function raises
 :class:`~flowdsl.sim.errors.UnsupportedFeatureError` when called.
 """
@@ -23,7 +26,7 @@ from numba import cuda as _nb_cuda
 from numba.core import types as _nb_types
 from numba.cuda.stubs import Stub as _Stub  # the simulator shims numba.cuda, whose stubs user code names
 
-from . import _state
+from . import _state, intrinsics
 from .errors import UnsupportedFeatureError, UsageError
 from .memory import as_dtype, poisoned, raw
 from .scheduler import block_sync, sim_error
@@ -147,10 +150,10 @@ class _Atomic:
 
     add = staticmethod(_rmw(lambda o, v: o + v))
     sub = staticmethod(_rmw(lambda o, v: o - v))
-    max = staticmethod(_rmw(lambda o, v: max(o, v)))
-    min = staticmethod(_rmw(lambda o, v: min(o, v)))
-    nanmax = max
-    nanmin = min
+    max = staticmethod(_rmw(intrinsics.atomic_max))  # CUDA's NaN rules, not Python's max
+    min = staticmethod(_rmw(intrinsics.atomic_min))
+    nanmax = staticmethod(_rmw(intrinsics.atomic_nanmax))
+    nanmin = staticmethod(_rmw(intrinsics.atomic_nanmin))
     exch = staticmethod(_rmw(lambda o, v: v))
     and_ = staticmethod(_rmw(lambda o, v: o & v))
     or_ = staticmethod(_rmw(lambda o, v: o | v))
@@ -293,6 +296,36 @@ class SimCuda(types.ModuleType):
         return int(any(_warp_exchange(_thread(), mask, bool(pred), "cuda.any_sync()").values()))
 
     @staticmethod
+    def match_any_sync(mask, value):
+        t = _thread()
+        vals = _warp_exchange(t, mask, value, "cuda.match_any_sync()")
+        return np.int32(np.uint32(sum(1 << lane for lane, v in vals.items() if v == value)).view(np.int32))
+
+    @staticmethod
+    def match_all_sync(mask, value):
+        t = _thread()
+        vals = _warp_exchange(t, mask, value, "cuda.match_all_sync()")
+        same = all(v == value for v in vals.values())
+        members = sum(1 << lane for lane in vals) if same else 0
+        return np.int32(np.uint32(members).view(np.int32)), same
+
+    @staticmethod
+    def lanemask_lt():
+        return intrinsics.lanemask_lt(_thread().lane)
+
+    popc = staticmethod(intrinsics.popc)
+    brev = staticmethod(intrinsics.brev)
+    clz = staticmethod(intrinsics.clz)
+    ffs = staticmethod(intrinsics.ffs)
+    fma = staticmethod(intrinsics.fma)
+    cbrt = staticmethod(intrinsics.cbrt)
+    selp = staticmethod(intrinsics.selp)
+
+    @staticmethod
+    def nanosleep(ns):
+        """A hint to the scheduler on the GPU; nothing to wait for here."""
+
+    @staticmethod
     def activemask():
         t = _thread()
         return sum(1 << i for i in _warp_members(t, 0xFFFFFFFF))
@@ -325,7 +358,8 @@ _REPLACE = {}
 for _n in ("threadIdx", "blockIdx", "blockDim", "gridDim", "shared", "local", "const", "atomic", "grid",
            "gridsize", "syncthreads", "syncthreads_count", "syncthreads_and", "syncthreads_or", "syncwarp",
            "shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync", "ballot_sync", "all_sync",
-           "any_sync", "activemask", "threadfence", "threadfence_block", "threadfence_system"):
+           "any_sync", "activemask", "threadfence", "threadfence_block", "threadfence_system", "match_any_sync",
+           "match_all_sync", "lanemask_lt", "popc", "brev", "clz", "ffs", "fma", "cbrt", "selp", "nanosleep"):
     _REPLACE[id(getattr(_nb_cuda, _n))] = getattr(cuda, _n)
 _REPLACE[id(_nb_cuda)] = cuda
 

@@ -1,0 +1,112 @@
+"""numba-cuda's integer, floating-point and warp intrinsics as the GPU computes them, for the simulator.
+
+Each takes what a simulated kernel holds (NumPy scalars, or Python ints and floats, which numba types as
+int64 and float64) and returns the type numba-cuda's typing gives: ``popc``, ``clz`` the argument's
+type, ``brev`` its unsigned type of at least 32 bits, ``ffs`` and ``lanemask_lt`` uint32, ``fma`` and
+``cbrt`` the float type. ``fma`` rounds once, as the instruction does (the product and sum exact, then
+one rounding to the result type), which ``a * b + c`` in NumPy does not.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+__all__ = ["popc", "brev", "clz", "ffs", "fma", "cbrt", "selp", "lanemask_lt", "atomic_max", "atomic_min",
+           "atomic_nanmax", "atomic_nanmin"]
+
+
+def _integer(x):
+    """(dtype, the bits of ``x`` as a non-negative int, width in bits) of an integer value."""
+    dtype = x.dtype if isinstance(x, np.integer) else np.dtype(np.int64)
+    if not isinstance(x, (int, np.integer)) or isinstance(x, bool):
+        raise TypeError(f"an integer, not {type(x).__name__}")
+    width = dtype.itemsize * 8
+    return dtype, int(x) & ((1 << width) - 1), width
+
+
+def popc(x):
+    dtype, bits, _ = _integer(x)
+    return dtype.type(bin(bits).count("1"))
+
+
+def brev(x):
+    dtype, bits, width = _integer(x)
+    width = max(width, 32)
+    return np.dtype(f"u{width // 8}").type(int(format(bits, f"0{width}b")[::-1], 2))
+
+
+def clz(x):
+    dtype, bits, width = _integer(x)
+    return dtype.type(width - bits.bit_length())
+
+
+def ffs(x):
+    _, bits, _ = _integer(x)
+    return np.uint32((bits & -bits).bit_length())  # 1-based position of the lowest set bit; 0 for 0
+
+
+def _float_type(*values):
+    return np.float32 if all(isinstance(v, np.float32) for v in values) else np.float64
+
+
+def _nearest(exact: Fraction, ftype):
+    """``exact`` rounded once to ``ftype``, to nearest, ties to even."""
+    guess = ftype(float(exact))  # within one unit of the answer (float() rounds to float64 first)
+    if not np.isfinite(guess):
+        return guess
+    candidates = (np.nextafter(guess, ftype(-np.inf)), guess, np.nextafter(guess, ftype(np.inf)))
+    finite = [c for c in candidates if np.isfinite(c)]
+
+    def key(c):
+        even = int(np.asarray(c).view(f"u{np.dtype(ftype).itemsize}")) & 1
+        return abs(Fraction(float(c)) - exact), even
+    return min(finite, key=key)
+
+
+def fma(a, b, c):
+    ftype = _float_type(a, b, c)
+    a, b, c = ftype(a), ftype(b), ftype(c)
+    if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(c)):
+        with np.errstate(invalid="ignore", over="ignore"):
+            return ftype(a * b + c)  # inf and nan follow the same rules unfused
+    exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    if exact == 0:  # the sign of a zero result: as a * b + c gives it
+        return ftype(a * b + c)
+    return _nearest(exact, ftype)
+
+
+def cbrt(a):
+    ftype = _float_type(a)
+    return ftype(np.cbrt(ftype(a)))
+
+
+def selp(pred, a, b):
+    return a if pred else b
+
+
+def lanemask_lt(lane: int):
+    return np.uint32((1 << lane) - 1)
+
+
+# cuda.atomic's max and min on floats (numba-cuda's compare-and-swap loops): max and min leave memory as
+# it is when either value is a NaN; nanmax and nanmin ignore a NaN argument and replace a NaN in memory.
+def _isnan(v) -> bool:
+    return isinstance(v, (float, np.floating)) and bool(np.isnan(v))
+
+
+def atomic_max(old, val):
+    return old if _isnan(old) or _isnan(val) or not old < val else val
+
+
+def atomic_min(old, val):
+    return old if _isnan(old) or _isnan(val) or not old > val else val
+
+
+def atomic_nanmax(old, val):
+    return old if _isnan(val) or not (_isnan(old) or old < val) else val
+
+
+def atomic_nanmin(old, val):
+    return old if _isnan(val) or not (_isnan(old) or old > val) else val

@@ -1,0 +1,126 @@
+"""numba-cuda's intrinsics on the simulator give what the GPU gives: the bit intrinsics at the argument's
+width, ``fma`` rounded once, ``cuda.atomic.max``/``min`` and ``nanmax``/``nanmin`` with CUDA's NaN rules,
+the warp's ``lanemask_lt`` and ``match_*_sync``; references from NumPy and exact arithmetic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda, float64, int32, uint32
+
+import flowdsl
+from flowdsl.sim import intrinsics
+from flowdsl.testing import run_ranks
+
+pytestmark = pytest.mark.sim
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                                   np.uint64])
+def test_bit_intrinsics_at_the_arguments_width(dtype):
+    info = np.iinfo(dtype)
+    values = np.concatenate([RNG.integers(info.min, info.max, 200, dtype=dtype, endpoint=True),
+                             np.array([0, 1, info.max, info.min], dtype)])
+    width = np.dtype(dtype).itemsize * 8
+    for x in values:
+        bits = np.unpackbits(np.array([x]).view(np.uint8)[::-1])  # most significant bit first
+        assert intrinsics.popc(x) == bits.sum() and intrinsics.popc(x).dtype == dtype
+        ones = np.flatnonzero(bits)
+        assert intrinsics.clz(x) == (ones[0] if len(ones) else width)
+        assert intrinsics.ffs(x) == (width - ones[-1] if len(ones) else 0) and intrinsics.ffs(x).dtype == np.uint32
+        rev = intrinsics.brev(x)
+        wide = max(width, 32)
+        assert rev.dtype == np.dtype(f"u{wide // 8}")
+        assert int(rev) == int("".join(map(str, np.concatenate([np.zeros(wide - width, int), bits])))[::-1], 2)
+
+
+def test_a_python_int_is_int64_as_numba_types_it():
+    assert intrinsics.popc(-1) == 64 and intrinsics.clz(1) == 63 and intrinsics.ffs(-(2**40)) == 41
+
+
+def test_fma_rounds_once():
+    one = 1.0 + 2.0**-30
+    assert float(intrinsics.fma(one, one, -(1.0 + 2.0**-29))) == 2.0**-60  # unfused: a * b rounds to c: 0.0
+    assert one * one - (1.0 + 2.0**-29) == 0.0
+    f = np.float32(1.0 + 2.0**-12)
+    got = intrinsics.fma(f, f, np.float32(-(1.0 + 2.0**-11)))
+    assert got.dtype == np.float32 and got == np.float32(2.0**-24) and f * f - np.float32(1.0 + 2.0**-11) == 0
+    # Operands of 12 significant bits: the exact result fits a float64, so one rounding of it is the answer.
+    a, b, c = (np.ldexp(RNG.integers(2**11, 2**12, 500), RNG.integers(-14, -8, 500)).astype(np.float32)
+               * RNG.choice([-1, 1], 500).astype(np.float32) for _ in range(3))
+    want = (a.astype(np.float64) * b + c).astype(np.float32)
+    got = np.array([intrinsics.fma(x, y, z) for x, y, z in zip(a, b, c)])
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+    assert np.isnan(intrinsics.fma(np.inf, 0.0, 1.0)) and intrinsics.fma(np.inf, 1.0, 1.0) == np.inf
+
+
+def test_cbrt_and_selp_keep_their_types():
+    x = RNG.standard_normal(100).astype(np.float32)
+    assert all(intrinsics.cbrt(v) == np.cbrt(v) and intrinsics.cbrt(v).dtype == np.float32 for v in x)
+    assert intrinsics.cbrt(-27.0) == -3.0 and intrinsics.selp(True, 1, 2) == 1 and intrinsics.selp(0, 1, 2) == 2
+
+
+def test_atomic_max_and_min_follow_cuda_on_nan():
+    nan = np.float32(np.nan)
+    one, two = np.float32(1), np.float32(2)
+    assert intrinsics.atomic_max(one, two) == 2 and intrinsics.atomic_min(two, one) == 1
+    assert np.isnan(intrinsics.atomic_max(nan, one)) and intrinsics.atomic_max(one, nan) == 1  # memory kept
+    assert np.isnan(intrinsics.atomic_min(nan, one)) and intrinsics.atomic_min(one, nan) == 1
+    assert intrinsics.atomic_nanmax(nan, one) == 1 and intrinsics.atomic_nanmax(one, nan) == 1  # NaN missing
+    assert intrinsics.atomic_nanmin(nan, two) == 2 and intrinsics.atomic_nanmin(two, nan) == 2
+    assert intrinsics.atomic_max(3, 5) == 5 and intrinsics.atomic_nanmin(3, 5) == 3
+
+
+@flowdsl.kernel
+def intrinsic_probe(ints, floats, out_i, out_u, out_f, extremes):
+    tid = cuda.threadIdx.x
+    x = ints[tid]
+    out_i[tid, 0] = cuda.popc(x)
+    out_i[tid, 1] = cuda.clz(x)
+    out_i[tid, 2] = cuda.ffs(x)
+    out_i[tid, 3] = cuda.match_any_sync(0xFFFFFFFF, x % 4)
+    mask, same = cuda.match_all_sync(0xFFFFFFFF, int32(7))
+    out_i[tid, 4] = mask if same else -1
+    out_u[tid, 0] = cuda.brev(uint32(x))
+    out_u[tid, 1] = cuda.lanemask_lt()
+    f = floats[tid]
+    out_f[tid, 0] = cuda.fma(f, f, float64(-1.0))
+    out_f[tid, 1] = cuda.cbrt(f)
+    out_f[tid, 2] = cuda.selp(x > 0, f, float64(0.0))
+    cuda.nanosleep(uint32(10))
+    cuda.atomic.nanmax(extremes, 0, f)
+    cuda.atomic.max(extremes, 1, f)
+    cuda.atomic.nanmin(extremes, 2, f)
+
+
+def test_the_intrinsics_in_a_simulated_kernel():
+    ints = RNG.integers(-2**31, 2**31 - 1, 32).astype(np.int32)
+    floats = RNG.standard_normal(32)
+    floats[5] = np.nan
+
+    def main(comm):
+        out_i, out_u = np.zeros((32, 5), np.int64), np.zeros((32, 2), np.uint64)
+        out_f = np.zeros((32, 3), np.float64)
+        extremes = np.array([np.nan, np.nan, np.nan], np.float64)
+        intrinsic_probe[1, 32](ints, floats, out_i, out_u, out_f, extremes)
+        comm.synchronize()
+        return out_i, out_u, out_f, extremes
+
+    out_i, out_u, out_f, extremes = run_ranks(main, nranks=1)[0]
+    bits = [format(int(x) & 0xFFFFFFFF, "032b") for x in ints]
+    assert list(out_i[:, 0]) == [b.count("1") for b in bits]
+    assert list(out_i[:, 1]) == [len(b) - len(b.lstrip("0")) for b in bits]
+    assert list(out_i[:, 2]) == [0 if "1" not in b else 32 - b.rindex("1") for b in bits]
+    groups = ints % 4
+    assert [int(np.uint32(m & 0xFFFFFFFF)) for m in out_i[:, 3]] == [
+        sum(1 << j for j in range(32) if groups[j] == groups[i]) for i in range(32)]
+    assert (out_i[:, 4] == np.int64(np.uint32(0xFFFFFFFF).view(np.int32))).all()
+    assert list(out_u[:, 0]) == [int(b[::-1], 2) for b in bits]
+    assert list(out_u[:, 1]) == [(1 << lane) - 1 for lane in range(32)]
+    ok = ~np.isnan(floats)
+    np.testing.assert_array_equal(out_f[ok, 1], np.cbrt(floats[ok]))
+    np.testing.assert_array_equal(out_f[ok, 2], np.where(ints > 0, floats, 0.0)[ok])
+    assert extremes[0] == floats[ok].max() and extremes[2] == floats[ok].min()
+    assert np.isnan(extremes[1])  # max leaves a NaN in memory where it is
