@@ -16,7 +16,7 @@ from . import _stubs
 from ._launch_checks import _check_resources, check_features
 from ._launch_params import _packer, _ParameterBuffer
 from ._launch_replay import _driver_launcher, _replay_key, _Replays
-from .host.checks import launch_shape
+from .host.checks import dynamic_shared, launch_shape
 from .host.streams import stream_handle
 
 __all__ = ["check_features"]
@@ -104,9 +104,9 @@ class _Launch:
         self.grid = tuple(grid) if isinstance(grid, list) else grid
         self.block = tuple(block) if isinstance(block, list) else block
         self.stream = stream
-        self.shared = shared
         name = kernel.__name__
         self.dims = launch_shape(self.grid, self.block, name)  # CUDA's limits, on GPUs and the simulator
+        self.shared = dynamic_shared(shared, name)
         self.replays = _Replays()
 
     def __call__(self, *args):

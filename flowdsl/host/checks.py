@@ -188,6 +188,23 @@ def launch_shape(grid, block, kernel_name: str) -> tuple[tuple[int, int, int], t
     return g, b
 
 
+#: Dynamic shared memory a launch may ask for without opting in (``cudaFuncAttributeMaxDynamicSharedMemorySize``).
+MAX_DYNAMIC_SHARED = 48 * 1024
+
+
+def dynamic_shared(nbytes, kernel_name: str) -> int:
+    """The bytes of dynamic shared memory ``k[grid, block, stream, nbytes]`` gives each block (GPUs and the
+    simulator: what a kernel's ``cuda.shared.array(0, dtype)`` holds)."""
+    if not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool) or nbytes < 0:
+        raise UsageError(f"Cannot launch {kernel_name} with {nbytes!r} bytes of dynamic shared memory: give a "
+                         "non-negative int (k[grid, block, stream, nbytes])")
+    if nbytes > MAX_DYNAMIC_SHARED:
+        raise UsageError(f"Cannot launch {kernel_name} with {int(nbytes)} bytes of dynamic shared memory: a launch "
+                         f"takes at most {MAX_DYNAMIC_SHARED} (48 KiB) without opting in to more. Use at most "
+                         f"{MAX_DYNAMIC_SHARED} bytes")
+    return int(nbytes)
+
+
 def _dims(value, what: str, kernel_name: str) -> tuple[int, int, int]:
     dims = value if isinstance(value, tuple) else (value,)
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0

@@ -8,7 +8,7 @@ into ``flowdsl._stubs``.
 
 The public names: :func:`spawn`, :data:`SEMANTICS` / :func:`implements` (the primitive
 table), the errors :class:`SimulationError`, :class:`UnsupportedFeatureError`,
-:class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`,
+:class:`DeadlockError`, :class:`LivelockError`, :class:`WindowAccessError`, :class:`IndexAccessError`,
 :class:`BarrierIndexError`, :class:`CollectiveMismatchError`,
 :class:`UsageError`, :class:`GinCoverageError`, :class:`GinResourceError`,
 :class:`GinBackendError`, :class:`CftCoverageError`, :class:`DataRaceError` (see
@@ -28,7 +28,7 @@ from . import _state
 from . import host as _host
 from . import cft, coop, flow, gin, lsa, mem, team, wait  # noqa: F401 - each registers its primitives' semantics
 from .errors import (BarrierIndexError, CftCoverageError, CollectiveMismatchError, DataRaceError, DeadlockError,
-                     GinBackendError, GinCoverageError, GinResourceError, LivelockError, SimulationError,
+                     GinBackendError, GinCoverageError, GinResourceError, IndexAccessError, LivelockError, SimulationError,
                      StaleDataError, UnsupportedFeatureError, UsageError, WaitTimeoutError, WindowAccessError)
 from .host import launch, spawn
 from .semantics import SEMANTICS, dispatch, implements
@@ -38,7 +38,7 @@ __all__ = [
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
     "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "DataRaceError",
-    "WaitTimeoutError", "StaleDataError",
+    "WaitTimeoutError", "StaleDataError", "IndexAccessError",
 ]
 
 

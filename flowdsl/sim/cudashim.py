@@ -84,16 +84,35 @@ def _aligned_copy(a, alignment):
     return out
 
 
+def _dynamic(t, dtype):
+    """The block's dynamic shared memory (the launch's ``shared`` bytes, 16-byte aligned) as ``dtype``: every
+    ``cuda.shared.array(0, dtype)`` of a block starts at its first byte, as on the GPU."""
+    blk = t.blk
+    if blk.dynamic is None:
+        blk.dynamic = _aligned_copy(poisoned(blk.launch.shared, np.uint8), 16)
+        _state.sched.world.add_region(blk.dynamic, f"the dynamic shared memory of rank {t.rank} {blk.name()}")
+    return blk.dynamic[:blk.launch.shared // dtype.itemsize * dtype.itemsize].view(dtype)
+
+
 class _Shared:
     @staticmethod
     def array(shape, dtype, alignment=None):
-        """Block-shared array: the k-th call in a block returns the block's k-th array."""
+        """Block-shared array: the k-th call in a block returns the block's k-th array. Shape 0 is the
+        launch's dynamic shared memory (:func:`_dynamic`): as many elements as its bytes hold, so an index
+        past them is an error naming the array."""
         t = _thread()
         blk = t.blk
         k = t.nshared
         t.nshared = k + 1
         if k < len(blk.shared):
             return blk.shared[k]
+        if shape == 0 or shape == (0,):
+            a = _dynamic(t, as_dtype(dtype))
+            name = (f"dynamic shared array #{k} of rank {t.rank} {blk.name()} ({a.size} {a.dtype.name}: the "
+                    f"launch's {blk.launch.shared} bytes of dynamic shared memory)")
+            a = _state.race.track(a, name) if _state.race is not None else a
+            blk.shared.append(a)
+            return a
         a = poisoned(shape, as_dtype(dtype))
         if alignment and a.__array_interface__["data"][0] % int(alignment):
             a = _aligned_copy(a, int(alignment))

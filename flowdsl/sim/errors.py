@@ -12,7 +12,7 @@ from ..errors import UsageError as _UsageError
 
 __all__ = [
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
-    "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
+    "WindowAccessError", "IndexAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
     "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "DataRaceError",
     "WaitTimeoutError", "StaleDataError", "KernelTypingError",
 ]
@@ -56,6 +56,10 @@ class WaitTimeoutError(LivelockError, DeviceTimeoutError):
 
 class WindowAccessError(SimulationError, IndexError):
     """A view or an element access past the end (or before the start) of a window or view."""
+
+
+class IndexAccessError(SimulationError, IndexError):
+    """An element index outside an array a kernel reaches (a buffer argument, a shared or dynamic shared array)."""
 
 
 class BarrierIndexError(SimulationError, IndexError):

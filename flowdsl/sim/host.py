@@ -413,10 +413,11 @@ class World:
     def pending(self, rank):
         return bool(self.queue[rank])
 
-    def enqueue(self, rank, fn, name, grid, block, args):
+    def enqueue(self, rank, fn, name, grid, block, args, shared=0):
         seq = self.nlaunch[rank]
         self.nlaunch[rank] += 1
         lau = Launch(rank, fn, name, grid, block, args, seq)
+        lau.shared = shared  # bytes of dynamic shared memory per block
         if self.sched.race is not None:
             self.sched.race.enqueue(_state.cur, lau)
         self.launches[rank].append(lau)
@@ -591,7 +592,7 @@ def launch(kernel_obj, griddim, blockdim, stream, sharedmem, args):
     if world.sched.race is not None:  # buffers passed to the kernel: their element accesses are checked
         args = tuple(world.sched.race.track(a, world.name_of(_data_ptr(a)) or f"a buffer of rank {t.rank}")
                      if isinstance(a, np.ndarray) else a for a in args)
-    world.enqueue(t.rank, fn, name, grid, block, args)
+    world.enqueue(t.rank, fn, name, grid, block, args, int(sharedmem or 0))
 
 
 def _data_ptr(a):

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..enums import MemoryOrder
 from . import _state
-from .errors import DataRaceError
+from .errors import DataRaceError, IndexAccessError
 
 __all__ = ["RaceDetector", "TrackedArray", "ACQUIRING", "RELEASING", "enabled_by_default", "ENV_VAR"]
 
@@ -179,7 +179,10 @@ class TrackedArray(np.ndarray):
         return np.asarray(offs[i]).reshape(-1).tolist()
 
     def __getitem__(self, i):
-        v = _nd_get(self, i)
+        try:
+            v = _nd_get(self, i)
+        except IndexError as e:
+            raise _past_the_end(self, i, e) from None
         rc = self._rc
         if rc is not None:
             if type(i) is int and self._s0 is not None:  # the common case: one element of a 1-D array
@@ -196,7 +199,10 @@ class TrackedArray(np.ndarray):
         return v
 
     def __setitem__(self, i, value):
-        _nd_set(self, i, value)
+        try:
+            _nd_set(self, i, value)
+        except IndexError as e:
+            raise _past_the_end(self, i, e) from None
         rc = self._rc
         if rc is not None:
             if type(i) is int and self._s0 is not None:
@@ -208,6 +214,17 @@ class TrackedArray(np.ndarray):
             else:
                 for o in self._offsets(i):
                     rc.write(self._cells, o, self, None)
+
+
+def _past_the_end(arr, index, err):
+    """An index outside ``arr`` (a buffer, a shared array) as an error naming the array: on a GPU the access
+    reads or writes whatever lies beyond it."""
+    from .scheduler import sim_error  # noqa: PLC0415 - the scheduler imports this module
+    return sim_error(IndexAccessError, (
+        f"Cannot access element {index!r} of {arr._name or 'an array'} (shape {arr.shape}) at "
+        f"{_where(_site())}: {err}. On a GPU "
+        "this reads or writes past the array. Keep the index inside the shape (for dynamic shared memory, "
+        "launch with enough bytes: k[grid, block, stream, nbytes])"))
 
 
 def _ptr(a) -> int:

@@ -96,6 +96,7 @@ class Launch:
         self.rank, self.fn, self.name = rank, fn, name
         self.grid, self.block, self.args, self.seq = grid, block, args, seq
         self.blocks = []
+        self.shared = 0  # bytes of dynamic shared memory per block (k[grid, block, stream, shared])
         self.remaining = 0
         self.started = False
         self.finished = False
@@ -105,12 +106,13 @@ class Launch:
 class Block:
     """A CTA: its threads, shared arrays and block-level barriers."""
 
-    __slots__ = ("launch", "idx", "lin", "threads", "shared", "barriers", "nthreads")
+    __slots__ = ("launch", "idx", "lin", "threads", "shared", "dynamic", "barriers", "nthreads")
 
     def __init__(self, launch, idx, lin, nthreads):
         self.launch, self.idx, self.lin, self.nthreads = launch, idx, lin, nthreads
         self.threads = []
         self.shared = []
+        self.dynamic = None  # the block's dynamic shared memory (bytes), made at its first use
         self.barriers = {}
 
     def name(self) -> str:

@@ -56,11 +56,11 @@ def test_unmodelled_primitive_raises_naming_it():
 
 def test_unmodelled_numba_cuda_function():
     @flowdsl.kernel
-    def k():
-        cuda.nanosleep(10)
+    def k(a):
+        cuda.ldcg(a, 0)  # a cache-hinted load: not modelled yet
 
-    with pytest.raises(sim.UnsupportedFeatureError, match="numba.cuda.nanosleep"):
-        run_ranks(lambda comm: k[1, 1](), nranks=1)
+    with pytest.raises(sim.UnsupportedFeatureError, match="numba.cuda.ldcg"):
+        run_ranks(lambda comm: k[1, 1](np.zeros(2)), nranks=1)
 
 
 def test_primitive_outside_kernel_is_device_only():
