@@ -17,6 +17,8 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from . import _argtypes, _cache, _launch, _targets
 from ._devices import device
 from ._launch import _config_key, _Launch, _Loaded, check_features
@@ -31,8 +33,14 @@ if TYPE_CHECKING:  # the compiler (numba-cuda, nvJitLink) is imported at the fir
 __all__ = ["kernel", "device", "FlowKernel", "check_features"]
 
 
-def kernel(fn=None, *, fastmath: bool = False, lineinfo: bool = False, max_registers: int | None = None):
+def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
+           max_registers: int | None = None):
     """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
+
+    ``@flowdsl.kernel("void(int32[:], int32)")`` (or ``signature=``), as numba-cuda's ``cuda.jit`` takes
+    it: the scalar arguments of a launch take the signature's types (a Python int passed for an ``int32``
+    is an int32, on the GPU and the simulator alike); without one they are typed as numba types them
+    (int64, float64).
 
     ``k[grid, block, stream, shared_bytes](*args)`` also takes a stream (anything with
     ``__cuda_stream__``, a CuPy, PyTorch, numba or cuda.core stream, or a handle) and dynamic
@@ -47,9 +55,28 @@ def kernel(fn=None, *, fastmath: bool = False, lineinfo: bool = False, max_regis
     ``max_registers`` caps registers per thread (``-maxrregcount``): more threads fit
     on an SM, which bandwidth-bound loops need, at the price of spills elsewhere.
     """
+    if fn is not None and not callable(fn):  # kernel("void(int32[:], int32)"), numba's first argument
+        signature, fn = fn, None
     if fn is None:
-        return lambda f: kernel(f, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers)
-    return FlowKernel(fn, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers)
+        return lambda f: kernel(f, signature=signature, fastmath=fastmath, lineinfo=lineinfo,
+                                max_registers=max_registers)
+    return FlowKernel(fn, signature=signature, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers)
+
+
+def _scalar_types(signature, name: str):
+    """Per argument, the NumPy type a scalar argument takes under numba signature ``signature`` (None: not a
+    scalar, or several signatures: numba would choose among them by the arguments)."""
+    if signature is None or (isinstance(signature, list) and len(signature) != 1):
+        return None
+    from numba.core import sigutils, types  # noqa: PLC0415 - numba's own parser of its signatures
+    from numba.np.numpy_support import as_dtype  # noqa: PLC0415
+
+    try:
+        args, _ = sigutils.normalize_signature(signature[0] if isinstance(signature, list) else signature)
+    except Exception as e:  # noqa: BLE001 - numba says what is wrong with it
+        raise UsageError(f"Cannot make kernel {name} with signature {signature!r}: {e}. Write it as numba-cuda "
+                         "takes it, e.g. \"void(float32[:], int32)\"") from None
+    return tuple(as_dtype(t).type if isinstance(t, (types.Number, types.Boolean)) else None for t in args)
 
 
 def _attribute_pairs(code) -> set[tuple[str, str]]:
@@ -85,8 +112,12 @@ def _refuse_another_abi(name: str, argtypes, version: tuple) -> None:
 class FlowKernel:
     """A flowdsl kernel: compiled at first launch per argument types, cached on disk."""
 
-    def __init__(self, py_func, *, fastmath: bool = False, lineinfo: bool = False, max_registers: int | None = None):
+    def __init__(self, py_func, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
+                 max_registers: int | None = None):
         self.py_func = py_func
+        self.signature = signature
+        #: The signature's NumPy scalar type per argument (None: no single signature), applied at launch.
+        self.scalar_types = _scalar_types(signature, py_func.__name__)
         self.__name__ = py_func.__name__
         self.__doc__ = py_func.__doc__
         self.__wrapped__ = py_func
@@ -108,6 +139,26 @@ class FlowKernel:
     def __call__(self, *args, **kwargs):
         raise UsageError(f"Cannot call kernel {self.__name__} directly: launch it with "
                          f"{self.__name__}[grid, block](...)")
+
+    def specialize(self, *args):
+        """numba-cuda's ``kernel.specialize(*args)``: the kernel with a signature of ``args``' numba types (its
+        launches take their scalars as those types)."""
+        from numba import typeof  # noqa: PLC0415 - numba types the arguments as numba-cuda's dispatcher does
+
+        return FlowKernel(self.py_func, signature=tuple(typeof(a) for a in args), fastmath=self.fastmath,
+                          lineinfo=self.lineinfo, max_registers=self.max_registers)
+
+    def forall(self, ntasks: int, tpb: int = 0, stream=None, sharedmem: int = 0):
+        """numba-cuda's ``kernel.forall(ntasks)``: a launch of ``ntasks`` threads at least, ``tpb`` a block
+        (0: 128), as many blocks as that takes; the kernel guards ``cuda.grid(1) < ntasks`` itself. No tasks:
+        a launcher that launches nothing, as numba-cuda's."""
+        if not isinstance(ntasks, (int, np.integer)) or isinstance(ntasks, bool) or ntasks < 0:
+            raise UsageError(f"Can't create ForAll with negative task count: {ntasks!r} for {self.__name__}. "
+                             "Give the number of tasks, 0 or more")
+        if ntasks == 0:
+            return lambda *args: None
+        tpb = tpb or 128
+        return self[(ntasks + tpb - 1) // tpb, tpb, stream, sharedmem]
 
     def __getitem__(self, config):
         if not isinstance(config, tuple) or not 2 <= len(config) <= 4:

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from . import _stubs
 from ._launch_checks import _check_resources, check_features
 from ._launch_params import _packer, _ParameterBuffer
 from ._launch_replay import _driver_launcher, _replay_key, _Replays
+from .errors import UsageError
 from .host.checks import dynamic_shared, launch_shape
 from .host.streams import stream_handle
 
@@ -98,6 +101,24 @@ def _config_key(config):
         return None
     return key
 
+def _as_signature(kernel, args):
+    """``args`` with each scalar cast to the NumPy type the kernel's numba signature gives its place."""
+    types = kernel.scalar_types
+    if len(args) != len(types):
+        raise UsageError(f"Cannot launch {kernel.__name__} with {len(args)} arguments: its signature "
+                         f"{kernel.signature!r} has {len(types)}")
+    return tuple(_as_scalar(a, t) if t is not None and isinstance(a, (int, float, bool, np.generic)) else a
+                 for a, t in zip(args, types))
+
+
+def _as_scalar(value, scalar_type):
+    """``value`` as ``scalar_type``; an int wraps to its width as numba's conversion does (0xFFFFFFFF as an
+    int32 is -1), where NumPy would refuse it."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and np.dtype(scalar_type).kind in "iu":
+        return np.array(int(value) & 0xFFFF_FFFF_FFFF_FFFF, np.uint64).astype(scalar_type)[()]
+    return scalar_type(value)
+
+
 class _Launch:
     def __init__(self, kernel, grid, block, stream, shared):
         self.kernel = kernel
@@ -110,6 +131,8 @@ class _Launch:
         self.replays = _Replays()
 
     def __call__(self, *args):
+        if self.kernel.scalar_types is not None:  # numba's signature: the scalars take its types
+            args = _as_signature(self.kernel, args)
         # One resolution for the GPU and the simulator: both accept and refuse the same streams.
         stream = stream_handle(self.stream, args, self.kernel._launch_operation)
         if self._on_simulator(args):

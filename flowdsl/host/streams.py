@@ -84,8 +84,14 @@ def _from_int(stream):  # a handle: an int, a NumPy integer, or cuda.bindings' C
     return _as_handle(stream) if type(stream).__name__ == "CUstream" else None
 
 
+def _from_numba_simulator(stream):
+    """numba-cuda's own simulator (``NUMBA_ENABLE_CUDASIM=1``, no GPU at all) makes streams without a handle;
+    a simulated rank has one stream, so it is that one (numba's simulator orders nothing by stream either)."""
+    return LEGACY_DEFAULT_STREAM if type(stream).__module__ == "numba.cuda.simulator.api" else None
+
+
 #: The forms in the order they are tried.
-_READERS = (_from_protocol, _from_ptr, _from_cuda_stream, _from_handle, _from_int)
+_READERS = (_from_protocol, _from_ptr, _from_cuda_stream, _from_handle, _from_int, _from_numba_simulator)
 #: type -> the reader that worked for its first instance (tried first for the next ones).
 _READER_OF: dict = {}
 #: array type -> a function giving its framework's current stream, or None for other types.

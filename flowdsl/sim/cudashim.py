@@ -227,6 +227,7 @@ class SimCuda(types.ModuleType):
     local = _Local()
     const = _Const()
     atomic = _Atomic()
+    fp16 = intrinsics.Fp16()
     warpsize = 32
 
     @property
@@ -379,7 +380,8 @@ for _n in ("threadIdx", "blockIdx", "blockDim", "gridDim", "shared", "local", "c
            "shfl_sync", "shfl_up_sync", "shfl_down_sync", "shfl_xor_sync", "ballot_sync", "all_sync",
            "any_sync", "activemask", "threadfence", "threadfence_block", "threadfence_system", "match_any_sync",
            "match_all_sync", "lanemask_lt", "popc", "brev", "clz", "ffs", "fma", "cbrt", "selp", "nanosleep"):
-    _REPLACE[id(getattr(_nb_cuda, _n))] = getattr(cuda, _n)
+    if hasattr(_nb_cuda, _n):  # numba's own simulator (NUMBA_ENABLE_CUDASIM=1) puts some in kernels only
+        _REPLACE[id(getattr(_nb_cuda, _n))] = getattr(cuda, _n)
 _REPLACE[id(_nb_cuda)] = cuda
 
 

@@ -14,7 +14,7 @@ from fractions import Fraction
 import numpy as np
 
 __all__ = ["popc", "brev", "clz", "ffs", "fma", "cbrt", "selp", "lanemask_lt", "atomic_max", "atomic_min",
-           "atomic_nanmax", "atomic_nanmin"]
+           "atomic_nanmax", "atomic_nanmin", "Fp16"]
 
 
 def _integer(x):
@@ -110,3 +110,129 @@ def atomic_nanmax(old, val):
 
 def atomic_nanmin(old, val):
     return old if _isnan(val) or not (_isnan(old) or old > val) else val
+
+
+# ---- cuda.fp16: half-precision arithmetic, each operation rounded once to float16 ------------------------------
+
+def _half(x) -> np.float16:
+    """A float64 result to float16: NumPy rounds a double to half once, to nearest even. The double holds the
+    exact sum, difference and product of two halves, and their quotient and square root round safely through
+    it (53 >= 2 * 11 + 2 bits)."""
+    return np.float16(np.float64(x))
+
+
+def _ordered(a, b) -> bool:
+    return not (np.isnan(a) or np.isnan(b))
+
+
+class Fp16:
+    """``cuda.fp16`` on the simulator: ``hadd`` .. ``hdiv`` and ``hsqrt`` correctly rounded (as the GPU's
+    half instructions), ``hfma`` rounded once, the comparisons ordered (a NaN makes them false, ``hne`` too,
+    as ``__hne`` is), ``hmax``/``hmin`` return the other argument of a NaN (``__hmax``); the transcendental
+    functions go through float32, as the GPU's do, and may differ from it in the last bit."""
+
+    @staticmethod
+    def hadd(a, b):
+        return _half(np.float64(a) + np.float64(b))
+
+    @staticmethod
+    def hsub(a, b):
+        return _half(np.float64(a) - np.float64(b))
+
+    @staticmethod
+    def hmul(a, b):
+        return _half(np.float64(a) * np.float64(b))
+
+    @staticmethod
+    def hdiv(a, b):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return _half(np.float64(a) / np.float64(b))
+
+    @staticmethod
+    def hfma(a, b, c):
+        a, b, c = np.float16(a), np.float16(b), np.float16(c)
+        if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(c)):
+            with np.errstate(invalid="ignore", over="ignore"):
+                return _half(np.float64(a) * np.float64(b) + np.float64(c))
+        exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+        if exact == 0:
+            return _half(np.float64(a) * np.float64(b) + np.float64(c))
+        return _nearest(exact, np.float16)
+
+    @staticmethod
+    def hneg(a):
+        return np.float16(-np.float16(a))
+
+    @staticmethod
+    def habs(a):
+        return np.float16(abs(np.float16(a)))
+
+    @staticmethod
+    def hsqrt(x):
+        with np.errstate(invalid="ignore"):
+            return _half(np.sqrt(np.float64(x)))
+
+    @staticmethod
+    def hrsqrt(x):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.float16(np.float32(1) / np.sqrt(np.float32(x)))
+
+    @staticmethod
+    def hrcp(x):
+        with np.errstate(divide="ignore"):
+            return _half(1.0 / np.float64(x))
+
+    @staticmethod
+    def heq(a, b):
+        return bool(_ordered(a, b) and a == b)
+
+    @staticmethod
+    def hne(a, b):
+        return bool(_ordered(a, b) and a != b)
+
+    @staticmethod
+    def hge(a, b):
+        return bool(_ordered(a, b) and a >= b)
+
+    @staticmethod
+    def hgt(a, b):
+        return bool(_ordered(a, b) and a > b)
+
+    @staticmethod
+    def hle(a, b):
+        return bool(_ordered(a, b) and a <= b)
+
+    @staticmethod
+    def hlt(a, b):
+        return bool(_ordered(a, b) and a < b)
+
+    @staticmethod
+    def hmax(a, b):
+        a, b = np.float16(a), np.float16(b)
+        if np.isnan(a) or np.isnan(b):
+            return b if np.isnan(a) else a
+        if a == b == 0:
+            return a if not np.signbit(a) else b
+        return a if a > b else b
+
+    @staticmethod
+    def hmin(a, b):
+        a, b = np.float16(a), np.float16(b)
+        if np.isnan(a) or np.isnan(b):
+            return b if np.isnan(a) else a
+        if a == b == 0:
+            return a if np.signbit(a) else b
+        return a if a < b else b
+
+
+def _through_float32(fn):
+    def f(x):
+        with np.errstate(all="ignore"):
+            return np.float16(fn(np.float32(x)))
+    return staticmethod(f)
+
+
+for _name, _fn in (("hsin", np.sin), ("hcos", np.cos), ("hlog", np.log), ("hlog2", np.log2), ("hlog10", np.log10),
+                   ("hexp", np.exp), ("hexp2", np.exp2), ("hexp10", lambda x: np.float32(10) ** x),
+                   ("hceil", np.ceil), ("hfloor", np.floor), ("htrunc", np.trunc), ("hrint", np.rint)):
+    setattr(Fp16, _name, _through_float32(_fn))

@@ -1,6 +1,7 @@
 """numba-cuda features the simulator models, run on the GPU with the simulator tests' kernels and checks: the
-intrinsics probe (tests/sim/test_intrinsics.py; fma and the atomics' NaN rules bit for bit) and dynamic shared
-memory (tests/sim/test_dynamic_shared.py)."""
+intrinsics probe (tests/sim/test_intrinsics.py; fma and the atomics' NaN rules bit for bit), dynamic shared
+memory (tests/sim/test_dynamic_shared.py), and numba-cuda's signatures, ``specialize`` and ``forall``
+(tests/sim/test_numba_conventions.py)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,25 @@ def test_dynamic_shared_memory_on_the_gpu_as_on_the_simulator(comm):
     through_dynamic_shared[1, 64, None, 64 * 4](cupy.asarray(src), out, 64)
     comm.synchronize()
     np.testing.assert_array_equal(out.get(), np.roll(src, -1).view(np.int32))
+
+
+def test_numba_signatures_specialize_and_forall_on_the_gpu(comm):
+    import cupy
+
+    import flowdsl
+    from tests.sim.test_numba_conventions import bits_and_sum, count_tasks
+
+    typed = flowdsl.kernel("void(int64[:], int32, int32)")(bits_and_sum)
+    out = cupy.zeros(2, np.int64)
+    typed[1, 1](out, 0xFFFFFFFF, 2)
+    comm.synchronize()
+    assert list(out.get()) == [0, 1]  # as on the simulator: -1 as an int32, clz 0, -1 + 2
+    special = flowdsl.kernel(bits_and_sum).specialize(out, np.int32(1), np.int32(0))
+    special[1, 1](out, 1, 2)
+    comm.synchronize()
+    assert list(out.get()) == [31, 3]
+    tasks = cupy.zeros(1, np.int64)
+    count_tasks.forall(300)(tasks, 300)
+    count_tasks.forall(0)(tasks, 0)
+    comm.synchronize()
+    assert int(tasks.get()[0]) == 300

@@ -1,0 +1,77 @@
+"""numba-cuda's calling conventions on ``@flowdsl.kernel``: a signature types the scalars of a launch (as
+``cuda.jit("void(int32[:], int32)")`` does: a Python int passed for an int32 wraps to 32 bits), ``specialize``
+and ``forall``, and the streams of numba-cuda's own simulator; checked on the simulator against NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import flowdsl
+from flowdsl.host import streams
+from flowdsl.testing import run_ranks
+
+pytestmark = pytest.mark.sim
+
+
+def bits_and_sum(out, x, y):
+    out[0] = cuda.clz(x)  # clz counts at the width of x's type
+    out[1] = x + y
+
+
+def _launch(kernel, *args):
+    def main(comm):
+        out = np.zeros(2, np.int64)
+        kernel[1, 1](out, *args)
+        comm.synchronize()
+        return out
+    return run_ranks(main, nranks=1)[0]
+
+
+def test_a_signature_types_the_scalars_of_a_launch():
+    typed = flowdsl.kernel("void(int64[:], int32, int32)")(bits_and_sum)
+    untyped = flowdsl.kernel(bits_and_sum)
+    assert list(_launch(typed, 1, 2)) == [31, 3] and list(_launch(untyped, 1, 2)) == [63, 3]
+    # 0xFFFFFFFF is -1 as an int32, as numba converts it (NumPy alone would refuse it): -1 + 2 in 32 bits
+    assert list(_launch(typed, 0xFFFFFFFF, 2)) == [0, 1]
+    assert list(_launch(flowdsl.kernel(signature="void(int64[:], int16, int16)")(bits_and_sum), 0xFFFF, 1)) == [0, 0]
+
+
+def test_specialize_takes_the_arguments_types():
+    kernel = flowdsl.kernel(bits_and_sum).specialize(np.zeros(2, np.int64), np.int32(1), np.int32(0))
+    assert list(_launch(kernel, 1, 2)) == [31, 3]
+
+
+def test_a_signature_numba_cannot_read_is_refused_naming_it():
+    with pytest.raises(flowdsl.UsageError) as err:
+        flowdsl.kernel("void(int33[:])")(bits_and_sum)
+    assert "Cannot make kernel bits_and_sum with signature 'void(int33[:])'" in str(err.value)
+
+
+@flowdsl.kernel
+def count_tasks(out, n):
+    i = cuda.grid(1)
+    if i < n:
+        cuda.atomic.add(out, 0, 1)
+
+
+def test_forall_runs_every_task_and_refuses_a_negative_count():
+    def main(comm):
+        out = np.zeros(1, np.int64)
+        count_tasks.forall(300)(out, 300)
+        count_tasks.forall(0)(out, 0)  # nothing to run: nothing launched
+        count_tasks.forall(5, tpb=2)(out, 5)
+        comm.synchronize()
+        return int(out[0])
+    assert run_ranks(main, nranks=1) == [305]
+    with pytest.raises(flowdsl.UsageError) as err:
+        count_tasks.forall(-1)
+    assert "Can't create ForAll with negative task count: -1 for count_tasks" in str(err.value)
+
+
+def test_a_stream_of_numba_cudas_own_simulator_is_the_ranks_one_stream():
+    stream = type("stream", (), {"__module__": "numba.cuda.simulator.api"})()  # what cuda.stream() gives there
+    assert streams.stream_handle(stream) == streams.LEGACY_DEFAULT_STREAM
+    with pytest.raises(flowdsl.UsageError):  # any other object without a handle is still refused
+        streams.stream_handle(type("stream", (), {})())
