@@ -58,3 +58,20 @@ def test_numba_signatures_specialize_and_forall_on_the_gpu(comm):
     count_tasks.forall(0)(tasks, 0)
     comm.synchronize()
     assert int(tasks.get()[0]) == 300
+
+
+def test_fp16_on_the_gpu_bit_for_bit_with_the_simulator(comm):
+    import cupy
+
+    from tests.sim.test_intrinsics import fp16_expected, fp16_inputs, fp16_probe
+
+    a, b, c = fp16_inputs()
+    out, flags = cupy.zeros((256, 10), np.float16), cupy.zeros((256, 4), np.uint8)
+    fp16_probe[2, 128](cupy.asarray(a), cupy.asarray(b), cupy.asarray(c), out, flags)
+    comm.synchronize()
+    want, want_flags = fp16_expected(a, b, c)
+    got = out.get()
+    nan = np.isnan(want)  # NaN payloads may differ: a NaN must be a NaN
+    assert (np.isnan(got) == nan).all()
+    np.testing.assert_array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+    np.testing.assert_array_equal(flags.get(), want_flags)

@@ -140,3 +140,63 @@ def test_the_intrinsics_in_a_simulated_kernel():
     check_probe(ints, floats, *outputs)
     fused = [intrinsics.fma(f, f, -1.0) for f in floats]
     np.testing.assert_array_equal(outputs[2][:, 0], fused)
+
+
+@flowdsl.kernel
+def fp16_probe(a, b, c, out, flags):
+    i = cuda.grid(1)
+    if i < a.size:
+        x, y, z = a[i], b[i], c[i]
+        out[i, 0] = cuda.fp16.hadd(x, y)
+        out[i, 1] = cuda.fp16.hsub(x, y)
+        out[i, 2] = cuda.fp16.hmul(x, y)
+        out[i, 3] = cuda.fp16.hdiv(x, y)
+        out[i, 4] = cuda.fp16.hfma(x, y, z)
+        out[i, 5] = cuda.fp16.hmax(x, y)
+        out[i, 6] = cuda.fp16.hmin(x, y)
+        out[i, 7] = cuda.fp16.hsqrt(x)
+        out[i, 8] = cuda.fp16.hneg(x)
+        out[i, 9] = cuda.fp16.habs(x)
+        flags[i, 0] = cuda.fp16.heq(x, y)
+        flags[i, 1] = cuda.fp16.hne(x, y)
+        flags[i, 2] = cuda.fp16.hlt(x, y)
+        flags[i, 3] = cuda.fp16.hge(x, y)
+
+
+def fp16_inputs():
+    """Random halves over their range, with NaN, signed zeros, infinities and equal pairs among them."""
+    rng = np.random.default_rng(16)
+    a, b, c = (rng.standard_normal(256).astype(np.float16) * np.float16(rng.choice([1, 8, 300], 256)) for _ in "abc")
+    special = np.array([np.nan, 0.0, -0.0, np.inf, -np.inf, 1.0], np.float16)
+    a[:6], b[:6], b[6:12] = special, special[::-1], a[6:12]
+    return a, b, c
+
+
+def fp16_expected(a, b, c):
+    """What the simulator's cuda.fp16 gives for :func:`fp16_probe` (the GPU test compares the device's bits)."""
+    h = intrinsics.Fp16
+    out = np.array([[h.hadd(x, y), h.hsub(x, y), h.hmul(x, y), h.hdiv(x, y), h.hfma(x, y, z), h.hmax(x, y),
+                     h.hmin(x, y), h.hsqrt(x), h.hneg(x), h.habs(x)] for x, y, z in zip(a, b, c)], np.float16)
+    flags = np.array([[h.heq(x, y), h.hne(x, y), h.hlt(x, y), h.hge(x, y)] for x, y in zip(a, b)], np.uint8)
+    return out, flags
+
+
+def test_fp16_in_a_simulated_kernel_against_float64():
+    a, b, c = fp16_inputs()
+
+    def main(comm):
+        out, flags = np.zeros((256, 10), np.float16), np.zeros((256, 4), np.uint8)
+        fp16_probe[2, 128](a, b, c, out, flags)
+        comm.synchronize()
+        return out, flags
+    out, flags = run_ranks(main, nranks=1)[0]
+    want, want_flags = fp16_expected(a, b, c)
+    np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(flags, want_flags)
+    with np.errstate(all="ignore"):  # the arithmetic, independently: float64 then one rounding
+        x, y = a.astype(np.float64), b.astype(np.float64)
+        np.testing.assert_array_equal(out[:, 0], (x + y).astype(np.float16))
+        np.testing.assert_array_equal(out[:, 2], (x * y).astype(np.float16))
+        np.testing.assert_array_equal(out[:, 3], (x / y).astype(np.float16))
+    ordered = ~(np.isnan(a) | np.isnan(b))
+    assert (flags[:, 1] == (ordered & (a != b))).all() and not flags[0, 1]  # hne(NaN, x) is false
