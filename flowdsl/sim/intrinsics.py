@@ -13,37 +13,41 @@ from fractions import Fraction
 
 import numpy as np
 
+from .errors import UsageError
+from .scheduler import sim_error
+
 __all__ = ["popc", "brev", "clz", "ffs", "fma", "cbrt", "selp", "lanemask_lt", "atomic_max", "atomic_min",
            "atomic_nanmax", "atomic_nanmin", "Fp16"]
 
 
-def _integer(x):
+def _integer(x, name):
     """(dtype, the bits of ``x`` as a non-negative int, width in bits) of an integer value."""
-    dtype = x.dtype if isinstance(x, np.integer) else np.dtype(np.int64)
     if not isinstance(x, (int, np.integer)) or isinstance(x, bool):
-        raise TypeError(f"an integer, not {type(x).__name__}")
+        raise sim_error(UsageError, f"Cannot compute cuda.{name} of a {type(x).__name__}: it takes an integer, as "
+                        "numba-cuda types it. Pass an integer")
+    dtype = x.dtype if isinstance(x, np.integer) else np.dtype(np.int64)
     width = dtype.itemsize * 8
     return dtype, int(x) & ((1 << width) - 1), width
 
 
 def popc(x):
-    dtype, bits, _ = _integer(x)
+    dtype, bits, _ = _integer(x, "popc")
     return dtype.type(bin(bits).count("1"))
 
 
 def brev(x):
-    dtype, bits, width = _integer(x)
+    dtype, bits, width = _integer(x, "brev")
     width = max(width, 32)
     return np.dtype(f"u{width // 8}").type(int(format(bits, f"0{width}b")[::-1], 2))
 
 
 def clz(x):
-    dtype, bits, width = _integer(x)
+    dtype, bits, width = _integer(x, "clz")
     return dtype.type(width - bits.bit_length())
 
 
 def ffs(x):
-    _, bits, _ = _integer(x)
+    _, bits, _ = _integer(x, "ffs")
     return np.uint32((bits & -bits).bit_length())  # 1-based position of the lowest set bit; 0 for 0
 
 
