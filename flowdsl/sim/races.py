@@ -178,11 +178,20 @@ class TrackedArray(np.ndarray):
             offs = offs + (np.arange(self.shape[axis], dtype=np.int64) * st).reshape(shape)
         return np.asarray(offs[i]).reshape(-1).tolist()
 
+    def __getattr__(self, name):
+        # A field of a record array by name (``ary.x``), as numba-cuda and NumPy's recarray give it.
+        names = self.dtype.names
+        if names is not None and name in names:
+            return self[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def __getitem__(self, i):
         try:
             v = _nd_get(self, i)
         except IndexError as e:
             raise _past_the_end(self, i, e) from None
+        if type(v) is np.void and v.dtype.names is not None:  # a record: its fields by name too (rec.x)
+            v = _nd_get(self._plain.view(np.recarray), i)
         rc = self._rc
         if rc is not None:
             if type(i) is int and self._s0 is not None:  # the common case: one element of a 1-D array

@@ -75,3 +75,27 @@ def test_a_stream_of_numba_cudas_own_simulator_is_the_ranks_one_stream():
     assert streams.stream_handle(stream) == streams.LEGACY_DEFAULT_STREAM
     with pytest.raises(flowdsl.UsageError):  # any other object without a handle is still refused
         streams.stream_handle(type("stream", (), {})())
+
+
+@flowdsl.kernel
+def record_fields(rec, out):
+    i = cuda.grid(1)
+    if i < rec.size:
+        r = rec[i]
+        r.y = r.x * 2.0  # a record's field by name, written through to the array
+        out[i] = rec.x[i] + rec[i].y  # the array of a field, and a field of an element
+
+
+def test_record_fields_by_name_as_numba_cuda_reads_them():
+    dtype = np.dtype([("x", np.float64), ("y", np.float64)])
+    rec = np.zeros(8, dtype)
+    rec["x"] = np.arange(8)
+
+    def main(comm):
+        out = np.zeros(8)
+        record_fields[1, 8](rec, out)
+        comm.synchronize()
+        return out
+    out = run_ranks(main, nranks=1)[0]
+    np.testing.assert_array_equal(out, 3 * np.arange(8.0))
+    np.testing.assert_array_equal(rec["y"], 2 * np.arange(8.0))
