@@ -403,12 +403,16 @@ def simulate_function(fn, cache):
     if hit is not None:
         return hit
     g = dict(fn.__globals__)
-    closure = fn.__closure__
-    if closure:
-        closure = tuple(_sim_cell(c, cache) for c in closure)
-    new = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, closure)
+    # The closure's cells are filled after the function is in the cache: a device function that calls
+    # itself through its closure (one made by a factory) finds itself there, not a new copy without end.
+    # Cells whose value is left as it is stay the user's own (one still empty now sees its later value).
+    cells = tuple(types.CellType() if _to_simulate(c) else c for c in fn.__closure__) if fn.__closure__ else None
+    new = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, cells)
     new.__kwdefaults__ = fn.__kwdefaults__
     cache[key] = new
+    for mine, cell in zip(cells or (), fn.__closure__ or ()):
+        if mine is not cell:
+            mine.cell_contents = _sim_value(cell.cell_contents, cache)
     names = _all_names(fn.__code__)
     for k in names:
         if k not in g:
@@ -445,13 +449,14 @@ def _sim_value(v, cache):
     return None
 
 
-def _sim_cell(cell, cache):
+def _to_simulate(cell) -> bool:
+    """Whether the cell holds what the simulator replaces (a numba.cuda name, a device function or module)."""
     try:
         v = cell.cell_contents
-    except ValueError:  # empty cell
-        return cell
-    r = _sim_value(v, cache)
-    return cell if r is None else types.CellType(r)
+    except ValueError:  # empty
+        return False
+    return (id(v) in _REPLACE or (_is_device_function(v) and not getattr(v, "__flowdsl_primitive__", None))
+            or (isinstance(v, types.ModuleType) and getattr(v, "__flowdsl_device_module__", False)))
 
 
 def _all_names(code):

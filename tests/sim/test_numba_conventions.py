@@ -99,3 +99,31 @@ def test_record_fields_by_name_as_numba_cuda_reads_them():
     out = run_ranks(main, nranks=1)[0]
     np.testing.assert_array_equal(out, 3 * np.arange(8.0))
     np.testing.assert_array_equal(rec["y"], 2 * np.arange(8.0))
+
+
+def _make_fib():
+    @flowdsl.device
+    def fib(n):
+        if n < 2:
+            return n
+        return fib(n - 1) + fib(n - 2)  # itself, through the factory's closure
+    return fib
+
+
+_fib = _make_fib()
+
+
+@flowdsl.kernel
+def fibs(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = _fib(i)
+
+
+def test_a_device_function_that_calls_itself_through_a_closure():
+    def main(comm):
+        out = np.zeros(12, np.int64)
+        fibs[1, 12](out)
+        comm.synchronize()
+        return out
+    assert list(run_ranks(main, nranks=1)[0]) == [0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89]
