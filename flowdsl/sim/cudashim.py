@@ -19,6 +19,8 @@ other ``numba.cuda`` device function raises
 
 from __future__ import annotations
 
+import dis
+import os
 import types
 
 import numpy as np
@@ -407,6 +409,7 @@ def simulate_function(fn, cache):
     # itself through its closure (one made by a factory) finds itself there, not a new copy without end.
     # Cells whose value is left as it is stay the user's own (one still empty now sees its later value).
     cells = tuple(types.CellType() if _to_simulate(c) else c for c in fn.__closure__) if fn.__closure__ else None
+    _refuse_unmodelled(fn)
     new = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, cells)
     new.__kwdefaults__ = fn.__kwdefaults__
     cache[key] = new
@@ -457,6 +460,58 @@ def _to_simulate(cell) -> bool:
         return False
     return (id(v) in _REPLACE or (_is_device_function(v) and not getattr(v, "__flowdsl_primitive__", None))
             or (isinstance(v, types.ModuleType) and getattr(v, "__flowdsl_device_module__", False)))
+
+
+def _unmodelled(name: str) -> bool:
+    """Whether ``numba.cuda.<name>`` is a device function the simulator does not model (see SimCuda.__getattr__)."""
+    if name in SimCuda.__dict__ or not hasattr(_nb_cuda, name):
+        return False
+    v = getattr(_nb_cuda, name)
+    is_stub = isinstance(v, type) and issubclass(v, _Stub)
+    return is_stub or not (isinstance(v, (_nb_types.Type, types.ModuleType, type)) or not callable(v))
+
+
+def _refuse_unmodelled(fn):
+    """Before the launch: the numba.cuda device functions ``fn`` names that the simulator does not model,
+    refused naming each and the user's line (at the call it would be an error from inside the simulation)."""
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+
+    def value(name):
+        if name in cells:
+            try:
+                return cells[name].cell_contents
+            except ValueError:
+                return None
+        return fn.__globals__.get(name)
+
+    found = []
+
+    def scan(code):
+        previous = None
+        for instr in dis.get_instructions(code):
+            if instr.opname in ("LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME"):
+                v = value(instr.argval)
+                if v is _nb_cuda:
+                    previous = instr
+                    continue
+                if isinstance(v, type) and issubclass(v, _Stub) and id(v) not in _REPLACE and \
+                        getattr(_nb_cuda, v.__name__, None) is v and _unmodelled(v.__name__):
+                    found.append((v.__name__, instr.positions.lineno))
+            elif instr.opname in ("LOAD_ATTR", "LOAD_METHOD") and previous is not None and _unmodelled(instr.argval):
+                found.append((instr.argval, instr.positions.lineno))
+            previous = None
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                scan(const)
+    scan(fn.__code__)
+    if found:
+        name, line = found[0]
+        others = sorted({n for n, _ in found} - {name})
+        also = f" (nor numba.cuda.{', numba.cuda.'.join(others)})" if others else ""
+        raise sim_error(UnsupportedFeatureError, (
+            f"Cannot run {fn.__name__} on the simulator: it calls numba.cuda.{name} at "
+            f"{os.path.basename(fn.__code__.co_filename)}:{line} ({fn.__name__}), which the simulator does not model "
+            f"yet{also}. Run it on a GPU (flowdsl.init()), or leave that call out of simulated kernels"))
 
 
 def _all_names(code):

@@ -57,10 +57,17 @@ def test_unmodelled_primitive_raises_naming_it():
 def test_unmodelled_numba_cuda_function():
     @flowdsl.kernel
     def k(a):
-        cuda.ldcg(a, 0)  # a cache-hinted load: not modelled yet
+        a[1] = 1.0
+        if a[0] > 0:
+            cuda.ldcg(a, 0)  # a cache-hinted load: not modelled yet
 
-    with pytest.raises(sim.UnsupportedFeatureError, match="numba.cuda.ldcg"):
-        run_ranks(lambda comm: k[1, 1](np.zeros(2)), nranks=1)
+    a = np.zeros(2)
+    with pytest.raises(sim.UnsupportedFeatureError) as err:
+        run_ranks(lambda comm: k[1, 1](a), nranks=1)
+    # Refused before the launch (nothing ran: a[1] is untouched), though the call sits in a branch not taken.
+    assert a[1] == 0.0
+    assert ("Cannot run k on the simulator: it calls numba.cuda.ldcg at test_semantics.py:62 (k), which the "
+            "simulator does not model yet. Run it on a GPU (flowdsl.init())") in str(err.value), str(err.value)
 
 
 def test_primitive_outside_kernel_is_device_only():
