@@ -20,6 +20,7 @@ other ``numba.cuda`` device function raises
 from __future__ import annotations
 
 import dis
+import math
 import os
 import types
 
@@ -128,9 +129,12 @@ class _Shared:
 
 class _Local:
     @staticmethod
-    def array(shape, dtype):
-        """Thread-private array (poisoned)."""
-        return poisoned(shape, as_dtype(dtype))
+    def array(shape, dtype, alignment=None):
+        """Thread-private array (poisoned), ``alignment`` bytes aligned if given."""
+        a = poisoned(shape, as_dtype(dtype))
+        if alignment and a.__array_interface__["data"][0] % int(alignment):
+            a = _aligned_copy(a, int(alignment))
+        return a
 
 
 class _Const:
@@ -385,6 +389,22 @@ for _n in ("threadIdx", "blockIdx", "blockDim", "gridDim", "shared", "local", "c
     if hasattr(_nb_cuda, _n):  # numba's own simulator (NUMBA_ENABLE_CUDASIM=1) puts some in kernels only
         _REPLACE[id(getattr(_nb_cuda, _n))] = getattr(cuda, _n)
 _REPLACE[id(_nb_cuda)] = cuda
+
+
+class _SimMath(types.ModuleType):
+    """``math`` in simulated kernels: Python's, but taking NumPy scalars where numba-cuda takes any number
+    (``math.ldexp(x, np.int32(e))``: Python's wants an int)."""
+
+    def __getattr__(self, name):
+        return getattr(math, name)
+
+    @staticmethod
+    def ldexp(x, e):
+        r = math.ldexp(float(x), int(e))
+        return type(x)(r) if isinstance(x, np.floating) else r
+
+
+_REPLACE[id(math)] = _SimMath("math (flowdsl.sim)")
 
 
 def _is_device_function(v):

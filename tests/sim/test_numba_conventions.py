@@ -4,6 +4,8 @@ and ``forall``, and the streams of numba-cuda's own simulator; checked on the si
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -127,3 +129,24 @@ def test_a_device_function_that_calls_itself_through_a_closure():
         comm.synchronize()
         return out
     assert list(run_ranks(main, nranks=1)[0]) == [0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89]
+
+
+@flowdsl.kernel
+def ldexp_and_aligned_local(x, e, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        scratch = cuda.local.array(4, np.float32, alignment=16)
+        scratch[0] = math.ldexp(x[i], e[i])  # e[i] is an int32: numba takes it, Python's math wants an int
+        out[i] = scratch[0]
+
+
+def test_math_takes_numpy_scalars_and_local_arrays_take_an_alignment():
+    x = np.random.default_rng(3).standard_normal(16).astype(np.float32)
+    e = np.arange(-8, 8, dtype=np.int32)
+
+    def main(comm):
+        out = np.zeros(16, np.float32)
+        ldexp_and_aligned_local[1, 16](x, e, out)
+        comm.synchronize()
+        return out
+    np.testing.assert_array_equal(run_ranks(main, nranks=1)[0], np.ldexp(x, e))
