@@ -116,6 +116,42 @@ def _site():
     return (code, f.f_lasti)
 
 
+_PACKAGE_DIR = os.path.dirname(_SIM_DIR)
+_EXAMPLES_DIR = os.path.join(_PACKAGE_DIR, "examples")
+
+
+def _library(filename: str) -> bool:
+    """flowdsl's own device code (Flow's steps, the collectives' programs), not a program written with it."""
+    return filename.startswith(_PACKAGE_DIR) and not filename.startswith(_EXAMPLES_DIR)
+
+
+def _fix_in_library(caller: str, other) -> str:
+    """The fix when this access is flowdsl's code that the user's ``caller`` line called."""
+    code = other[3]  # an access's record: (slot, clock, thread, code, instruction offset); a report's site string
+    if other[4] is not None and _library(code.co_filename):
+        return (f"Fix: both accesses are flowdsl's own code, so what your call at {caller} asks of it is what "
+                "races: two blocks on the same side of one Flow connection (a connection has one sending and one "
+                "receiving block per channel: give each block its own channel or connection number)")
+    return (f"Fix: your own code touches memory that flowdsl's code called at {caller} moves: order the two with "
+            "a barrier (cuda.syncthreads() in one block), or use another buffer")
+
+
+def _user_call_site():
+    """Where the running thread's own code called into flowdsl's library code that is making the access now
+    (``file:line (function)``), or None when the access is in its own code: a report then names the user's
+    line that led there, not only a line of flow.py."""
+    f = _getframe(1)
+    while f is not None and f.f_code.co_filename in _SKIP:
+        f = f.f_back
+    if f is None or not _library(f.f_code.co_filename):
+        return None
+    while f is not None and _library(f.f_code.co_filename):
+        f = f.f_back
+    if f is None or f.f_code.co_filename in _SKIP:  # the library code is the kernel itself (a collective)
+        return None
+    return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno} ({f.f_code.co_name})"
+
+
 def _line(code, lasti):
     for start, end, line in code.co_lines():
         if start <= lasti < end:
@@ -674,11 +710,13 @@ class RaceDetector:
             site = _site()
         now = (t.slot, t.clk, t, site, None)
         loc = _describe(obj, idx, off, self.world)
+        caller = _user_call_site()
         msg = (f"Cannot {_VERB[kind]} {loc}: data race. "
                f"Nothing orders these two accesses, and {_why(kind, other_kind)}:\n"
-               f"  this access:    {kind} by {_who(now)}\n"
+               f"  this access:    {kind} by {_who(now)}"
+               f"{f', inside flowdsl, called from your code at {caller}' if caller else ''}\n"
                f"  earlier access: {other_kind} by {_who(other)}\n"
-               f"{_fix(t, other, kind, other_kind)} (seed={self.seed}: rerun with "
+               f"{_fix_in_library(caller, other) if caller else _fix(t, other, kind, other_kind)} (seed={self.seed}: rerun with "
                f"flowdsl.sim.spawn(..., seed={self.seed}) to replay this interleaving)")
         e = DataRaceError(msg)
         e.seed = self.seed

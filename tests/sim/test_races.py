@@ -11,7 +11,8 @@ from numba import cuda, int32
 
 import flowdsl
 import flowdsl.sim as sim
-from flowdsl import MemoryOrder, Protocol, ThreadScope, coop, gin, lsa, mem, team
+from flowdsl import MemoryOrder, Protocol, ThreadScope, coop, flow, gin, lsa, mem, team
+from flowdsl import collectives as coll
 from flowdsl.examples import flow_loopback
 
 pytestmark = pytest.mark.sim
@@ -385,3 +386,30 @@ def test_the_report_in_the_docs_is_the_simulators(capsys):
     exec(compile(code, "example.py", "exec"), {"__name__": "__docs__"})  # noqa: S102 - our own docs
     printed = capsys.readouterr().out
     assert "data race" in printed and " ".join(report.split()) == " ".join(printed.split())
+
+
+@flowdsl.kernel
+def two_senders_on_one_connection(comm, stage, src, dst, n, nslots, slot_words, protocol):
+    proc = flow.processor(comm, stage, None, 1, nslots, slot_words, protocol, 0)
+    conn = flow.connect(proc, comm.rank, 1, 1)
+    if cuda.blockIdx.x < 2:
+        flow.send(proc, conn, src, 0, n)  # the misuse: blocks 0 and 1 both send on one connection
+    else:
+        flow.recv(proc, conn, dst, 0, n)
+
+
+def test_a_race_inside_flowdsl_names_the_users_call_and_the_misuse():
+    def main(comm):
+        config = coll.FlowConfig(channels=1, nslots=4, slot_bytes=256, threads=32)
+        with flow.staging(comm, config, gin=False) as stage, comm.device_communicator() as dc:
+            src, dst = comm.alloc(64, np.float32), comm.alloc(64, np.float32)
+            two_senders_on_one_connection[3, 32](dc, stage, src, dst, 64, 4, 32, int(Protocol.SIMPLE))
+            comm.synchronize()
+
+    with pytest.raises(sim.DataRaceError) as err:
+        sim.spawn(main, nranks=1)
+    msg = str(err.value)
+    assert re.search(r"at _flow_wire\.py:\d+ \(\w+\), inside flowdsl, called from your code at "
+                     r"test_races\.py:\d+ \(two_senders_on_one_connection\)", msg), msg
+    assert "Fix: both accesses are flowdsl's own code" in msg and "two blocks on the same side of one Flow " \
+        "connection" in msg, msg
