@@ -28,6 +28,7 @@ ALLOWED_BUILTIN_RAISES = {
     ("flowdsl/errors.py", "AttributeError"): "module __getattr__ protocol",
     ("flowdsl/flow.py", "AttributeError"): "module __getattr__ protocol (flow.kernel)",
     ("flowdsl/lowering/backend.py", "AttributeError"): "module __getattr__ protocol",
+    ("flowdsl/sim/races.py", "AttributeError"): "__getattr__ protocol (a record array's fields by name)",
     ("flowdsl/_launch_params.py", "AssertionError"): "an internal invariant (a packer exists for every packed type)",
     ("flowdsl/collectives/check.py", "AssertionError"): "compare() is an assertion helper for tests, as numpy.testing",
     ("flowdsl/runtime/memory.py", "NotImplementedError"): "an abstract method, overridden by every resource",
