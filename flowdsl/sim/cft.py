@@ -42,7 +42,7 @@ from .coop import coop_sync
 from .gin import roll_ge
 from .network import Op
 from .memory import Window, raw
-from .races import net_what
+from .races import net_what, where_now
 from .scheduler import Cond, Wait, sim_error
 from .semantics import current, implements
 from .team import Team
@@ -257,7 +257,8 @@ class _Hooks:
             why = f"the write had landed, but rank {t.rank} has not read {counter} since"
         raise sim_error(CftCoverageError, (
             f"Cannot read element {view.start + int(i)} ({view._a.dtype.name}, byte offset {b}) of "
-            f"{view.group.name()} on rank {view.wrank}: it holds data of counted CFT write #{op.idx} (from rank "
+            f"{view.group.name()} on rank {view.wrank} at {where_now()}: it holds data of counted CFT write "
+            f"#{op.idx} (from rank "
             f"{op.src} to rank {op.dst}, issued by {op.who}), and {why}. Read the data of a counted write only "
             "after a counter value that includes it, and a fence after reading that counter"))
 

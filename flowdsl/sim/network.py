@@ -23,7 +23,7 @@ import numpy as np
 from ..enums import GinBackend, MemoryOrder
 from . import _state
 from .errors import GinCoverageError, UsageError
-from .races import net_what
+from .races import net_what, where_now
 from .scheduler import Cond, sim_error
 
 __all__ = ["Network", "Op", "Channel", "BACKENDS", "DELIVERIES", "check_read", "note_load"]
@@ -344,7 +344,8 @@ class Network:
             return
         raise sim_error(GinCoverageError, (
             f"Cannot read element {view.start + int(i)} ({view._a.dtype.name}, byte offset {b}) of "
-            f"{view.group.name()} on rank {view.wrank}: it holds data of {op.long()}, and rank {t.rank} has not "
+            f"{view.group.name()} on rank {view.wrank} at {where_now()}: it holds data of {op.long()}, and rank "
+            f"{t.rank} has not "
             f"observed a signal that covers it: {self.why(t.rank, op)}. Wait for a signal that covers every put "
             "you read (a strong signal after the last put, or one signal per put) before reading its data"))
 

@@ -125,6 +125,14 @@ def _library(filename: str) -> bool:
     return filename.startswith(_PACKAGE_DIR) and not filename.startswith(_EXAMPLES_DIR)
 
 
+def where_now() -> str:
+    """Where the running thread is, for a report: its innermost line outside the simulator and, when that is
+    flowdsl's own code, the user's line that called it."""
+    here = _where(_site())
+    caller = _user_call_site()
+    return f"{here}, inside flowdsl, called from your code at {caller}" if caller else here
+
+
 def _fix_in_library(caller: str, other) -> str:
     """The fix when this access is flowdsl's code that the user's ``caller`` line called."""
     code = other[3]  # an access's record: (slot, clock, thread, code, instruction offset); a report's site string

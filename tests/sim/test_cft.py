@@ -1,5 +1,7 @@
 """CFT on the simulator: the counted all-to-all on 2 nodes x 4 ranks, the fence rule, planted CFT bugs."""
 
+import re
+
 import numpy as np
 import pytest
 from numba import cuda, float32, uint64
@@ -42,6 +44,7 @@ def test_missing_fence_after_the_counter_read_is_reported_and_reproduced():
     assert "it holds data of counted CFT write #" in msg and "from rank" in msg and "window #" in msg
     assert "read its counter at byte 0 of window #" in msg and "flowdsl.cft.read_counter by rank" in msg
     assert "but has not fenced since: call flowdsl.cft.fence(coop)" in msg
+    assert re.search(r"on rank \d+ at alltoall_cft\.py:\d+ \(\w+\): it holds data of", msg), msg  # the reading line
     assert "block" in msg and "thread" in msg and "seed=4" in msg
     assert _missing_fence(4) == msg                                  # same seed, same report
     assert "has not fenced since" in _missing_fence(4, "ordered")   # in order or not, the fence is needed

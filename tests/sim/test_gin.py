@@ -1,5 +1,7 @@
 """GIN on the simulator: topology, the GIN examples, semantics, and planted GIN bugs with their reports."""
 
+import re
+
 import numpy as np
 import pytest
 from numba import cuda, int64, uint64
@@ -90,6 +92,7 @@ def test_weak_signal_after_several_puts_is_reported_and_reproduced():
     assert "the weak signal 0 covers only put #" in msg
     assert "context 0" in msg and "from rank" in msg and "window #" in msg and "byte offset" in msg
     assert "block" in msg and "thread" in msg and "seed=4" in msg
+    assert re.search(r"on rank \d+ at moe_gin\.py:\d+ \(\w+\): it holds data of", msg), msg  # the reading line
     assert "Wait for a signal that covers every put" in msg
     assert _moe_bug(4) == msg                      # same seed, same report
     assert "covers only put #" in _moe_bug(4, "ordered")   # weak promises nothing even when in order
