@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 
+import sys
+
 import greenlet
 import numpy as np
 
@@ -16,7 +18,7 @@ from .cudashim import simulate_function
 from ..enums import GinBackend
 from ..errors import ResourceClosedError
 from ..errors import UsageError as _UsageErrorBase
-from .errors import CollectiveMismatchError, SimulationError, UsageError
+from .errors import CollectiveMismatchError, SimulationError, UnsupportedFeatureError, UsageError
 from .network import Network
 from .memory import Closable, SymBuffer, Window, WindowGroup, poisoned
 from .races import RaceDetector, enabled_by_default
@@ -511,6 +513,16 @@ def _run_task(sched, task, body, where) -> bool:
         body()
     except greenlet.GreenletExit:
         raise
+    except RecursionError as e:  # a device function calling itself without end (or too deep for Python)
+        place = _tb_where(e)
+        err = UnsupportedFeatureError(
+            f"Cannot go on {where(place)}: a device function's recursion went deeper than the simulator follows "
+            f"(Python's limit of "
+            f"{sys.getrecursionlimit()} frames, each device call a few). On a GPU each thread's stack is "
+            "cudaLimitStackSize bytes (1 KiB by default), which a deep recursion overflows sooner: bound the depth, "
+            f"or write the recursion as a loop (seed={sched.seed})")
+        sched.fail(task, err)
+        return False
     except BaseException as e:  # noqa: BLE001 - forwarded to spawn()
         if not isinstance(e, SimulationError):
             e.add_note(f"flowdsl.sim: raised {where(_tb_where(e))}; seed={sched.seed} replays it")

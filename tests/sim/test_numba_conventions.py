@@ -11,6 +11,7 @@ import pytest
 from numba import cuda
 
 import flowdsl
+import flowdsl.sim
 from flowdsl.host import streams
 from flowdsl.testing import run_ranks
 
@@ -150,3 +151,25 @@ def test_math_takes_numpy_scalars_and_local_arrays_take_an_alignment():
         comm.synchronize()
         return out
     np.testing.assert_array_equal(run_ranks(main, nranks=1)[0], np.ldexp(x, e))
+
+
+@flowdsl.device
+def _down_forever(n):
+    return _down_forever(n + 1)  # no base case: on a GPU, a stack overflow
+
+
+@flowdsl.kernel
+def runaway(out):
+    out[0] = _down_forever(0)
+
+
+def test_a_recursion_without_end_is_a_clear_error_naming_the_line():
+    def main(comm):
+        runaway[1, 1](np.zeros(1, np.int64))
+        comm.synchronize()
+    with pytest.raises(flowdsl.sim.UnsupportedFeatureError) as err:
+        run_ranks(main, nranks=1)
+    msg = str(err.value)
+    line = _down_forever.py_func.__code__.co_firstlineno + 2  # the call that recurses (after the decorator, def)
+    assert f"Cannot go on in rank 0 block 0 thread 0 of kernel 'runaway' at test_numba_conventions.py:{line}" in msg
+    assert "recursion went deeper than the simulator follows" in msg and "cudaLimitStackSize" in msg, msg
