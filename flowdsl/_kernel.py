@@ -137,8 +137,8 @@ class FlowKernel:
         return f"<flowdsl.kernel {self.py_func.__module__}.{self.__name__}>"
 
     def __call__(self, *args, **kwargs):
-        raise UsageError(f"Cannot call kernel {self.__name__} directly: launch it with "
-                         f"{self.__name__}[grid, block](...)")
+        raise UsageError(f"Cannot call kernel {self.__name__} directly: the launch configuration was not specified. "
+                         f"Launch it with {self.__name__}[grid, block](...)")
 
     def specialize(self, *args):
         """numba-cuda's ``kernel.specialize(*args)``: the kernel with a signature of ``args``' numba types (its

@@ -11,7 +11,7 @@ import functools
 
 __all__ = ["FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
            "DeviceTimeoutError", "FeatureUnavailableError", "KernelTypingError", "DeviceOnlyError",
-           "SupportLibraryError", "DriverError", "CacheWarning"]
+           "SupportLibraryError", "DriverError", "CacheWarning", "LaunchTypeError"]
 
 
 class FlowDSLError(Exception):
@@ -24,6 +24,10 @@ class CacheWarning(UserWarning):
 
 class UsageError(FlowDSLError, ValueError):
     """An argument is wrong: the message names it and says what to pass instead."""
+
+
+class LaunchTypeError(UsageError, TypeError):
+    """A launch configuration of the wrong type (a grid of floats): a TypeError, as numba-cuda raises it."""
 
 
 class NoDeviceError(FlowDSLError, RuntimeError):

@@ -13,7 +13,7 @@ import operator
 
 import numpy as np
 
-from ..errors import ResourceClosedError, UsageError
+from ..errors import LaunchTypeError, ResourceClosedError, UsageError
 
 __all__ = ["SUPPORTED_DTYPES", "numba_dtype", "DEVICE_REQUIREMENTS", "device_requirements", "ALLOC_LIKE", "GRID_LIMITS", "BLOCK_LIMITS", "MAX_BLOCK_THREADS", "alloc_dtype",
            "alloc_shape", "alloc_like", "torch_module", "communicator_open", "resource_closed", "count_of",
@@ -206,12 +206,19 @@ def dynamic_shared(nbytes, kernel_name: str) -> int:
 
 
 def _dims(value, what: str, kernel_name: str) -> tuple[int, int, int]:
-    dims = value if isinstance(value, tuple) else (value,)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0
-                                          for d in dims):
+    dims = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    numba_name = "griddim" if what == "the grid" else "blockdim"  # numba-cuda's words, which its users match
+    fix = f"Give {what} as a positive int or a tuple of up to 3 positive ints"
+    if not 1 <= len(dims) <= 3:
+        raise UsageError(f"Cannot launch {kernel_name}: {numba_name} must be a sequence of 1, 2 or 3 integers, got "
+                         f"{list(dims)}. {fix}")
+    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims):
+        raise LaunchTypeError(f"Cannot launch {kernel_name}: {numba_name} must be a sequence of integers, got "
+                              f"{list(dims)}. {fix}")
+    if not all(d > 0 for d in dims):
         raise UsageError(f"Cannot launch {kernel_name}: {what} must be a positive int or a tuple of up to "
                          f"3 positive ints, got {value!r}")
-    return dims + (1,) * (3 - len(dims))
+    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
 
 
 #: What ``comm.device_communicator(**requirements)`` takes: ``ncclDevCommRequirements``' fields in

@@ -72,10 +72,13 @@ def test_kernel_called_without_a_launch_configuration():
     def k(out):
         out[cuda.threadIdx.x] = 1
 
-    with pytest.raises(flowdsl.UsageError, match=r"launch it with k\[grid, block\]"):
+    with pytest.raises(flowdsl.UsageError, match=r"the launch configuration was not specified. Launch it with "
+                                                 r"k\[grid, block\]"):  # numba-cuda's words, then the fix
         k(np.zeros(4))
     with pytest.raises(flowdsl.UsageError, match=r"the block must be a positive int"):
         k[1, -32]
+    with pytest.raises(TypeError, match=r"griddim must be a sequence of integers, got \[2.0\]"):  # as numba's
+        k[2.0, 32]
 
 
 def test_feature_gates_name_feature_version_and_arch():

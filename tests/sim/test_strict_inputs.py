@@ -242,8 +242,9 @@ def test_closed_window_refuses_a_launch(host):
     (1, 1025, "the block's x extent 1025 is beyond CUDA's limit of 1024"),
     (1, (32, 32, 2), "the block (32, 32, 2) has 2048 threads, more than CUDA's 1024 per block"),
     (0, 256, "the grid must be a positive int or a tuple of up to 3 positive ints, got 0"),
-    (1, 2.5, "the block must be a positive int or a tuple of up to 3 positive ints, got 2.5"),
-], ids=["grid-y", "grid-z", "grid-x", "block-z", "block-x", "block-threads", "grid-0", "block-float"])
+    (1, 2.5, "blockdim must be a sequence of integers, got [2.5]. Give the block as a positive int or a tuple"),
+    ((1, 2, 3, 4), 1, "griddim must be a sequence of 1, 2 or 3 integers, got [1, 2, 3, 4]. Give the grid as"),
+], ids=["grid-y", "grid-z", "grid-x", "block-z", "block-x", "block-threads", "grid-0", "block-float", "grid-4d"])
 def test_launch_shape_beyond_cuda_limits_is_refused(host, grid, block, error):
     def main(comm):
         out = comm.alloc(256, np.float32)
