@@ -367,8 +367,7 @@ class SimCuda(types.ModuleType):
 
     def __getattr__(self, name):
         v = getattr(_nb_cuda, name)
-        is_stub = isinstance(v, type) and issubclass(v, _Stub)
-        if not is_stub and (isinstance(v, (_nb_types.Type, types.ModuleType, type)) or not callable(v)):
+        if not _unmodelled(name):  # types, modules and constants are numba's own
             return v
 
         def unsupported(*a, **k):

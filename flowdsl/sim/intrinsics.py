@@ -70,16 +70,20 @@ def _nearest(exact: Fraction, ftype):
     return min(finite, key=key)
 
 
-def fma(a, b, c):
-    ftype = _float_type(a, b, c)
-    a, b, c = ftype(a), ftype(b), ftype(c)
+def _fused(a, b, c, ftype):
+    """``a * b + c`` of three ``ftype`` values rounded once to ``ftype`` (the product and sum exact)."""
     if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(c)):
         with np.errstate(invalid="ignore", over="ignore"):
-            return ftype(a * b + c)  # inf and nan follow the same rules unfused
+            return ftype(np.float64(a) * np.float64(b) + np.float64(c))  # inf and nan: the same rules unfused
     exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
     if exact == 0:  # the sign of a zero result: as a * b + c gives it
-        return ftype(a * b + c)
+        return ftype(np.float64(a) * np.float64(b) + np.float64(c))
     return _nearest(exact, ftype)
+
+
+def fma(a, b, c):
+    ftype = _float_type(a, b, c)
+    return _fused(ftype(a), ftype(b), ftype(c), ftype)
 
 
 def cbrt(a):
@@ -156,14 +160,7 @@ class Fp16:
 
     @staticmethod
     def hfma(a, b, c):
-        a, b, c = np.float16(a), np.float16(b), np.float16(c)
-        if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(c)):
-            with np.errstate(invalid="ignore", over="ignore"):
-                return _half(np.float64(a) * np.float64(b) + np.float64(c))
-        exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
-        if exact == 0:
-            return _half(np.float64(a) * np.float64(b) + np.float64(c))
-        return _nearest(exact, np.float16)
+        return _fused(np.float16(a), np.float16(b), np.float16(c), np.float16)
 
     @staticmethod
     def hneg(a):
@@ -214,21 +211,20 @@ class Fp16:
 
     @staticmethod
     def hmax(a, b):
-        a, b = np.float16(a), np.float16(b)
-        if np.isnan(a) or np.isnan(b):
-            return b if np.isnan(a) else a
-        if a == b == 0:
-            return a if not np.signbit(a) else b
-        return a if a > b else b
+        return _pick(np.float16(a), np.float16(b), larger=True)
 
     @staticmethod
     def hmin(a, b):
-        a, b = np.float16(a), np.float16(b)
-        if np.isnan(a) or np.isnan(b):
-            return b if np.isnan(a) else a
-        if a == b == 0:
-            return a if np.signbit(a) else b
-        return a if a < b else b
+        return _pick(np.float16(a), np.float16(b), larger=False)
+
+
+def _pick(a, b, larger: bool):
+    """``__hmax`` / ``__hmin``: a NaN gives the other argument; +0 counts above -0."""
+    if np.isnan(a) or np.isnan(b):
+        return b if np.isnan(a) else a
+    if a == b == 0:
+        return a if np.signbit(a) != larger else b
+    return a if (a > b) == larger else b
 
 
 def _through_float32(fn):
