@@ -5,7 +5,7 @@ Each module runs twice, in fresh processes: as numba-cuda runs it, and with ``nu
 ``@flowdsl.kernel`` (``device=True``: ``@flowdsl.device``) before the module is imported, so that the
 tests' own kernels, inputs and checks go through flowdsl.
 
-    python scripts/numba_cuda_compat.py --target sim [--modules test_atomics test_intrinsics ...] [--json out]
+    python scripts/numba_cuda_compat.py --target sim [--modules test_atomics test_intrinsics ...] [--json out] [--jobs N]
 
 ``--target sim`` (a CPU machine): plain numba-cuda is its simulator (``NUMBA_ENABLE_CUDASIM=1``), flowdsl's
 side is flowdsl's simulator; each test runs inside a one-rank simulated communicator (``flowdsl.sim.spawn``),
@@ -54,10 +54,7 @@ def _flowdsl_jit(target):
     import flowdsl
 
     def jit(func_or_sig=None, device=False, **options):
-        known = {k: options[k] for k in ("fastmath", "lineinfo", "max_registers") if options.get(k) is not None}
-        if options.get("link"):
-            raise flowdsl.UsageError("Cannot compile with link= through @flowdsl.kernel yet: its link step takes "
-                                     "flowdsl's support library only")
+        known = {k: options[k] for k in ("fastmath", "lineinfo", "max_registers", "link") if options.get(k) is not None}
 
         def make(fn, signature=None):
             if device:
@@ -120,18 +117,22 @@ def _child(module: str, side: str, target: str) -> dict:
     except unittest.SkipTest as e:  # the whole module does not apply on this target (numba-cuda says why)
         return {"module": module, "side": side, **counts, "not_applicable": str(e), "refusals": {}}
     refusals = {}
+    problems = {}  # test name -> the last line of its error or failure (the JSON keeps them for diagnosis)
 
     def record(result, test_count):
         counts["run"] += test_count
         counts["failed"] += len(result.failures) + len(result.unexpectedSuccesses)
         counts["skipped"] += len(result.skipped)
-        for _, text in result.errors:
+        for test, text in result.errors:
             last = text.strip().splitlines()[-1]
             if _is_refusal(last):
                 counts["refused"] += 1
                 refusals[last[:160]] = refusals.get(last[:160], 0) + 1
             else:
                 counts["errors"] += 1
+                problems[test.id().rsplit(".", 1)[-1]] = last[:300]
+        for test, text in result.failures:
+            problems[test.id().rsplit(".", 1)[-1]] = "failed: " + text.strip().splitlines()[-1][:300]
         counts["passed"] += test_count - len(result.failures) - len(result.unexpectedSuccesses) - len(
             result.skipped) - len(result.errors)
 
@@ -151,7 +152,7 @@ def _child(module: str, side: str, target: str) -> dict:
         else:
             test.run(result)
         record(result, 1)
-    return {"module": module, "side": side, **counts, "refusals": refusals}
+    return {"module": module, "side": side, **counts, "refusals": refusals, "problems": problems}
 
 
 def _is_refusal(last_line: str) -> bool:
@@ -212,6 +213,7 @@ def main(argv=None) -> int:
                     "every feature family on the simulator; 'all': every module)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per module and side")
     ap.add_argument("--json", type=Path, help="write every row here")
+    ap.add_argument("--jobs", type=int, default=1, help="modules run at once (each side is its own process)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -226,9 +228,21 @@ def main(argv=None) -> int:
           "numba-cuda, then through @flowdsl.kernel", flush=True)
     rows = []
     totals = {"numba": {"passed": 0, "run": 0}, "flowdsl": {"passed": 0, "run": 0, "refused": 0}}
+    from concurrent.futures import ThreadPoolExecutor, as_completed  # noqa: PLC0415 - threads that wait for child processes
+
+    def both(module):
+        return _run(module, "numba", args.target, args.timeout), _run(module, "flowdsl", args.target, args.timeout)
+
+    done = {}
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        futures = {pool.submit(both, m): m for m in modules}
+        for future in as_completed(futures):
+            done[futures[future]] = future.result()
+            if args.json:  # what has finished so far, in case the run is cut short
+                _write_json(args.json, args.target, [{"module": m, "numba": p, "flowdsl": f}
+                                                      for m, (p, f) in done.items()], None)
     for module in modules:
-        plain = _run(module, "numba", args.target, args.timeout)
-        mine = _run(module, "flowdsl", args.target, args.timeout)
+        plain, mine = done[module]
         rows.append({"module": module, "numba": plain, "flowdsl": mine})
         for side, r in (("numba", plain), ("flowdsl", mine)):
             for k in totals[side]:
@@ -241,9 +255,15 @@ def main(argv=None) -> int:
     print(f"\ntotal: numba-cuda {n['passed']} of {n['run']} passed; flowdsl {f['passed']} of {f['run']} passed, "
           f"{f['refused']} refused by name; flowdsl / numba-cuda passes = {ratio:.3f}", flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"target": args.target, "numba_cuda": numba_cuda.__version__,
-                                         "rows": rows, "totals": totals}, indent=1))
+        _write_json(args.json, args.target, rows, totals)
     return 0
+
+
+def _write_json(path: Path, target: str, rows: list, totals: dict | None) -> None:
+    import numba_cuda
+
+    path.write_text(json.dumps({"target": target, "numba_cuda": numba_cuda.__version__, "rows": rows,
+                                "totals": totals}, indent=1))
 
 
 if __name__ == "__main__":
