@@ -21,6 +21,7 @@ from ._launch_replay import _driver_launcher, _replay_key, _Replays
 from .errors import UsageError
 from .host.checks import dynamic_shared, launch_shape
 from .host.streams import stream_handle
+from .host.transfers import host_transfers, simulated_copy_in, simulated_copy_out, simulated_empty_like
 
 __all__ = ["check_features"]
 
@@ -135,6 +136,9 @@ class _Launch:
             args = _as_signature(self.kernel, args)
         # One resolution for the GPU and the simulator: both accept and refuse the same streams.
         stream = stream_handle(self.stream, args, self.kernel._launch_operation)
+        transfers = host_transfers(self.kernel.__name__, args)  # host NumPy arrays: copied as numba-cuda does
+        if transfers is not None:
+            return self._with_host_arrays(transfers, args, stream)
         if self._on_simulator(args):
             return _stubs._simulator_launch(self.kernel, self.grid, self.block, stream, self.shared, args)
         key = _replay_key(stream, args)
@@ -148,6 +152,23 @@ class _Launch:
             self.replays.launched(key, args, lambda: loaded.prepared(args, grid, block, stream, shared))
         return None
 
+    def _with_host_arrays(self, transfers, args, stream: int):
+        """Launch with device copies of the host arrays, then copy back those that go back (and wait)."""
+        if self._on_simulator(args):
+            args = transfers.to_device(args, simulated_copy_in, simulated_empty_like)
+            _stubs._simulator_launch(self.kernel, self.grid, self.block, stream, self.shared, args,
+                                     wait=transfers.copies_back)
+            transfers.back(simulated_copy_out)
+            return None
+        from .runtime.memory import HostArrayCopies  # noqa: PLC0415 - a GPU launch: the runtime is loaded
+
+        copies = HostArrayCopies(stream)
+        args = transfers.to_device(args, copies.copy_in, copies.empty_like)
+        loaded, grid, block = self._checked(args, stream)
+        loaded.launch(args, grid, block, stream, int(self.shared))
+        transfers.back(copies.copy_out)
+        return None
+
     def prepare(self, *args):
         """Check, type and pack ``args`` once; return a callable that launches with them again.
 
@@ -158,6 +179,10 @@ class _Launch:
         stream at this call.
         """
         stream = stream_handle(self.stream, args, self.kernel._launch_operation)
+        transfers = host_transfers(self.kernel.__name__, args)
+        if transfers is not None:
+            transfers.refuse_prepare()
+            args = transfers.to_device(args, None, None)  # only hints around device memory are left
         if self._on_simulator(args):
             return lambda: self(*args)
         loaded, grid, block = self._checked(args, stream)

@@ -19,7 +19,7 @@ __all__ = ["primitive", "set_simulator_dispatch", "set_simulator_launch", "Devic
 PRIMITIVES: dict[str, Callable[..., Any]] = {}
 
 _simulator_dispatch: Callable[..., Any] | None = None
-#: Called as ``launch(kernel, griddim, blockdim, stream, sharedmem, args)`` for launches made
+#: Called as ``launch(kernel, griddim, blockdim, stream, sharedmem, args, wait=False)`` for launches made
 #: inside a simulated rank or with simulated arguments (``__flowdsl_sim__``); set by ``flowdsl.sim``.
 _simulator_launch: Callable[..., Any] | None = None
 #: Returns True while a simulated rank's host code is running (set by ``flowdsl.sim``).

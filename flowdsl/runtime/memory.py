@@ -276,3 +276,30 @@ class DevComm(Resource):
     def __repr__(self):
         return (f"DevComm(rank={self.rank}, nranks={self.nranks}, nccl={format_version(self.abi)}, "
                 f"requirements={self.requirements})")
+
+
+class HostArrayCopies:
+    """Device copies of host NumPy arrays for one launch on stream handle ``stream`` (numba-cuda's device
+    arrays, as numba-cuda's own launch makes them; :mod:`flowdsl.host.transfers` says when)."""
+
+    def __init__(self, stream: int):
+        from numba import cuda  # noqa: PLC0415 - a launch with host arrays: numba-cuda is loaded already
+
+        self.cuda = cuda
+        self.stream = cuda.external_stream(stream) if stream else cuda.default_stream()
+
+    def copy_in(self, host: np.ndarray):
+        contiguous = host.flags.c_contiguous or host.flags.f_contiguous
+        return self.cuda.to_device(host if contiguous else np.ascontiguousarray(host), stream=self.stream)
+
+    def empty_like(self, host: np.ndarray):
+        if host.flags.c_contiguous or host.flags.f_contiguous:
+            return self.cuda.device_array_like(host, stream=self.stream)
+        return self.cuda.device_array(host.shape, host.dtype, stream=self.stream)
+
+    def copy_out(self, device, host: np.ndarray) -> None:
+        if host.flags.c_contiguous or host.flags.f_contiguous:
+            device.copy_to_host(host, stream=self.stream)
+        else:  # a strided view: through a dense copy
+            np.copyto(host, device.copy_to_host(stream=self.stream))
+        self.stream.synchronize()  # results on return, pinned host memory included (numba-cuda's promise)

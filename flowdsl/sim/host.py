@@ -569,8 +569,9 @@ def _dim3(d, what):
     return d + (1,) * (3 - len(d))
 
 
-def launch(kernel_obj, griddim, blockdim, stream, sharedmem, args):
-    """The kernel-launch hook: queue ``kernel_obj`` on the calling rank's stream.
+def launch(kernel_obj, griddim, blockdim, stream, sharedmem, args, wait=False):
+    """The kernel-launch hook: queue ``kernel_obj`` on the calling rank's stream (``wait``: and wait for it,
+    as a GPU launch that copies host arrays back does).
 
     Installed into ``flowdsl._stubs`` when :mod:`flowdsl.sim` is imported; the
     real ``@flowdsl.kernel`` object calls it when an argument is simulated, with
@@ -605,6 +606,8 @@ def launch(kernel_obj, griddim, blockdim, stream, sharedmem, args):
         args = tuple(world.sched.race.track(a, world.name_of(_data_ptr(a)) or f"a buffer of rank {t.rank}")
                      if isinstance(a, np.ndarray) else a for a in args)
     world.enqueue(t.rank, fn, name, grid, block, args, int(sharedmem or 0))
+    if wait:
+        t.comm._wait_for_kernels(t)
 
 
 def _data_ptr(a):
