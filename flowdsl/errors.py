@@ -118,11 +118,26 @@ FIX = (" A peer never got there: make every rank launch the same kernels and col
 FeatureUnavailableError: type  # made at first use, by __getattr__ below
 
 
+def numba_error_classes(name: str) -> tuple:
+    """numba's error class ``name`` (``TypingError``, ``NumbaTypeError``) from each of its error modules:
+    numba-cuda 0.30 raises its own copy (``numba.cuda.core.errors``) beside numba's, and its users catch
+    either, so flowdsl's typing errors are both."""
+    import numba.core.errors as numba_errors  # noqa: PLC0415 - numba only where a kernel is typed
+
+    classes = [getattr(numba_errors, name)]
+    try:
+        import numba.cuda.core.errors as cuda_errors  # noqa: PLC0415
+    except ImportError:  # an older numba-cuda: one class
+        return tuple(classes)
+    own = getattr(cuda_errors, name, None)
+    if own is not None and own not in classes:
+        classes.insert(0, own)
+    return tuple(classes)
+
+
 @functools.cache  # one class, whichever thread asks first
 def _make_feature_unavailable_error() -> type:
-    from numba.core.errors import NumbaTypeError  # noqa: PLC0415 - numba only where a kernel is typed
-
-    class FeatureUnavailableError(NumbaTypeError, FlowDSLError):
+    class FeatureUnavailableError(*numba_error_classes("NumbaTypeError"), FlowDSLError):
         """A primitive needs a newer NCCL, another arch or a newer CUDA than the target has."""
 
     FeatureUnavailableError.__module__ = __name__
@@ -135,14 +150,13 @@ KernelTypingError: type  # made at first use, by __getattr__ below
 
 @functools.cache
 def _make_kernel_typing_error() -> type:
-    from numba.core.errors import TypingError  # noqa: PLC0415 - numba only where a kernel is typed
-
-    class KernelTypingError(TypingError, UsageError):
+    class KernelTypingError(*numba_error_classes("TypingError"), UsageError):
         """A kernel passes a primitive (or numba) what it cannot take. Compiling for a GPU, numba's
         typing refused it: the message is numba's, then the kernel's name and where it is defined;
         numba's own error is the ``__cause__``. The simulator raises this class too (its
         :class:`flowdsl.sim.UsageError` subclass) for the same mistake, in the same words, before
-        the primitive runs. Also a numba ``TypingError`` and a :class:`UsageError`."""
+        the primitive runs. Also numba's ``TypingError`` (numba's and numba-cuda's classes of that name)
+        and a :class:`UsageError`."""
 
     KernelTypingError.__module__ = __name__
     KernelTypingError.__qualname__ = "KernelTypingError"

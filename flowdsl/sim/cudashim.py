@@ -19,6 +19,7 @@ other ``numba.cuda`` device function raises
 
 from __future__ import annotations
 
+import builtins
 import dis
 import math
 import os
@@ -30,7 +31,7 @@ from numba.core import types as _nb_types
 from numba.cuda.stubs import Stub as _Stub  # the simulator shims numba.cuda, whose stubs user code names
 
 from . import _state, intrinsics
-from .errors import UnsupportedFeatureError, UsageError
+from .errors import KernelTypingError, UnsupportedFeatureError, UsageError
 from .memory import as_dtype, poisoned, raw
 from .scheduler import block_sync, sim_error
 
@@ -504,10 +505,14 @@ def _refuse_unmodelled(fn):
         return fn.__globals__.get(name)
 
     found = []
+    undefined = []
 
     def scan(code):
         previous = None
         for instr in dis.get_instructions(code):
+            if instr.opname == "LOAD_GLOBAL" and instr.argval not in fn.__globals__ and \
+                    not hasattr(builtins, instr.argval):
+                undefined.append((instr.argval, instr.positions.lineno))
             if instr.opname in ("LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME"):
                 v = value(instr.argval)
                 if v is _nb_cuda:
@@ -523,6 +528,10 @@ def _refuse_unmodelled(fn):
             if isinstance(const, types.CodeType):
                 scan(const)
     scan(fn.__code__)
+    if undefined:  # numba's typing refuses it before the launch: so does the simulator, in numba's words
+        name, line = undefined[0]
+        raise sim_error(KernelTypingError, (
+            f"NameError: name {name!r} is not defined\n  in {fn.__qualname__} ({fn.__code__.co_filename}:{line})"))
     if found:
         name, line = found[0]
         others = sorted({n for n, _ in found} - {name})

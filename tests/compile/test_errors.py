@@ -147,6 +147,34 @@ def test_a_typing_refusal_is_a_flowdsl_error_naming_the_kernel():
     assert isinstance(caught.value.__cause__, TypingError) and type(caught.value.__cause__) is not type(caught.value)
 
 
+def test_an_undefined_name_is_numba_cudas_typing_error_and_a_flowdsl_error_on_both_paths():
+    """numba-cuda raises its own TypingError class (numba.cuda.core.errors) for some refusals and numba's for
+    others; its users catch either. flowdsl's is both, and the simulator refuses the same kernel, before the
+    launch, with the same class and words."""
+    import numba.cuda.core.errors as numba_cuda_errors
+
+    import flowdsl.sim
+
+    def k(out):
+        out[0] = no_such_name + 1  # noqa: F821 - the mistake under test
+
+    kernel = flowdsl.kernel(k)
+    with pytest.raises(flowdsl.KernelTypingError) as caught:
+        kernel.compile(flowdsl.FlowKernel.argtypes_for(np.zeros(1, np.float32), nccl="2.28.9"), arch="sm_90",
+                       nccl="2.28.9")
+    for cls in (TypingError, numba_cuda_errors.TypingError, flowdsl.FlowDSLError, flowdsl.UsageError):
+        assert isinstance(caught.value, cls), cls
+    assert "NameError: name 'no_such_name' is not defined" in str(caught.value)
+
+    def main(comm):
+        kernel[1, 1](comm.alloc(1, np.float32))
+        comm.synchronize()
+    with pytest.raises(flowdsl.KernelTypingError) as on_sim:
+        flowdsl.sim.spawn(main, nranks=1)
+    assert isinstance(on_sim.value, numba_cuda_errors.TypingError)
+    assert "NameError: name 'no_such_name' is not defined" in str(on_sim.value) and "test_errors.py:" in str(on_sim.value)
+
+
 def test_without_a_gpu_init_says_so():
     from tests.conftest import gpu_count
 
