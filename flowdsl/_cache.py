@@ -529,8 +529,21 @@ def kernel_key(kernel, argtypes, target: Target, support) -> str:
         "nccl": format_version(target.nccl), "arch": target.arch,
         "support": _digest_of(support.ltoir), "cft": _cft_digest(target), "gin": _gin_digest(target),
         "options": [kernel.fastmath, kernel.lineinfo, kernel.max_registers],
+        "link": [_link_digest(item) for item in getattr(kernel, "link", ())],
     }, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def _link_digest(item) -> str:
+    """sha256 of what a ``link=`` item holds (a file's bytes, a ``LinkableCode``'s data): an edited file is a
+    new kernel."""
+    data = getattr(item, "data", None)
+    if data is None:
+        try:
+            data = Path(item).read_bytes()
+        except OSError as exc:
+            raise Uncacheable(f"the link= file {item!r} cannot be read ({exc})") from None
+    return hashlib.sha256(data if isinstance(data, bytes) else str(data).encode()).hexdigest()
 
 
 def kernel_root() -> Path:

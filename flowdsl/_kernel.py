@@ -34,7 +34,7 @@ __all__ = ["kernel", "device", "FlowKernel", "check_features"]
 
 
 def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
-           max_registers: int | None = None):
+           max_registers: int | None = None, link=()):
     """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
 
     ``@flowdsl.kernel("void(int32[:], int32)")`` (or ``signature=``), as numba-cuda's ``cuda.jit`` takes
@@ -54,29 +54,42 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
     ``k[grid, block].prepare(*args)`` returns such a launch as a callable without the checks.
     ``max_registers`` caps registers per thread (``-maxrregcount``): more threads fit
     on an SM, which bandwidth-bound loops need, at the price of spills elsewhere.
+    ``link``: files (``.cu``, ``.ptx``, ``.ltoir``, ``.o``, ``.a``) or numba ``LinkableCode`` objects to
+    link beside the kernel, as numba-cuda's ``cuda.jit(link=...)`` takes them (with
+    ``cuda.declare_device`` for the functions they define); their contents are part of the cache key.
     """
     if fn is not None and not callable(fn):  # kernel("void(int32[:], int32)"), numba's first argument
         signature, fn = fn, None
     if fn is None:
         return lambda f: kernel(f, signature=signature, fastmath=fastmath, lineinfo=lineinfo,
-                                max_registers=max_registers)
-    return FlowKernel(fn, signature=signature, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers)
+                                max_registers=max_registers, link=link)
+    return FlowKernel(fn, signature=signature, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers,
+                      link=link)
 
 
-def _scalar_types(signature, name: str):
-    """Per argument, the NumPy type a scalar argument takes under numba signature ``signature`` (None: not a
-    scalar, or several signatures: numba would choose among them by the arguments)."""
+def _declared_argtypes(signature, name: str):
+    """The numba argument types of numba signature ``signature`` (None: none, or several: numba would choose
+    among them by the arguments)."""
     if signature is None or (isinstance(signature, list) and len(signature) != 1):
         return None
-    from numba.core import sigutils, types  # noqa: PLC0415 - numba's own parser of its signatures
-    from numba.np.numpy_support import as_dtype  # noqa: PLC0415
+    from numba.core import sigutils  # noqa: PLC0415 - numba's own parser of its signatures
 
     try:
         args, _ = sigutils.normalize_signature(signature[0] if isinstance(signature, list) else signature)
     except Exception as e:  # noqa: BLE001 - numba says what is wrong with it
         raise UsageError(f"Cannot make kernel {name} with signature {signature!r}: {e}. Write it as numba-cuda "
                          "takes it, e.g. \"void(float32[:], int32)\"") from None
-    return tuple(as_dtype(t).type if isinstance(t, (types.Number, types.Boolean)) else None for t in args)
+    return tuple(args)
+
+
+def _scalar_types(argtypes):
+    """Per argument, the NumPy type a scalar argument takes under declared ``argtypes`` (None: not a scalar)."""
+    if argtypes is None:
+        return None
+    from numba.core import types  # noqa: PLC0415
+    from numba.np.numpy_support import as_dtype  # noqa: PLC0415
+
+    return tuple(as_dtype(t).type if isinstance(t, (types.Number, types.Boolean)) else None for t in argtypes)
 
 
 def _attribute_pairs(code) -> set[tuple[str, str]]:
@@ -113,17 +126,19 @@ class FlowKernel:
     """A flowdsl kernel: compiled at first launch per argument types, cached on disk."""
 
     def __init__(self, py_func, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
-                 max_registers: int | None = None):
+                 max_registers: int | None = None, link=()):
         self.py_func = py_func
         self.signature = signature
         #: The signature's NumPy scalar type per argument (None: no single signature), applied at launch.
-        self.scalar_types = _scalar_types(signature, py_func.__name__)
+        self._declared = _declared_argtypes(signature, py_func.__name__)
+        self.scalar_types = _scalar_types(self._declared)
         self.__name__ = py_func.__name__
         self.__doc__ = py_func.__doc__
         self.__wrapped__ = py_func
         self.fastmath = fastmath
         self.max_registers = max_registers
         self.lineinfo = lineinfo
+        self.link = (link,) if isinstance(link, (str, bytes)) or not hasattr(link, "__iter__") else tuple(link)
         self._launch_operation = f"launch {py_func.__name__}"  # for errors; built once, not per launch
         self._loaded: dict = {}
         self._loaded_by_ids: dict = {}  # numba types are interned: their ids are a cheaper key
@@ -146,7 +161,7 @@ class FlowKernel:
         from numba import typeof  # noqa: PLC0415 - numba types the arguments as numba-cuda's dispatcher does
 
         return FlowKernel(self.py_func, signature=tuple(typeof(a) for a in args), fastmath=self.fastmath,
-                          lineinfo=self.lineinfo, max_registers=self.max_registers)
+                          lineinfo=self.lineinfo, max_registers=self.max_registers, link=self.link)
 
     def forall(self, ntasks: int, tpb: int = 0, stream=None, sharedmem: int = 0):
         """numba-cuda's ``kernel.forall(ntasks)``: a launch of ``ntasks`` threads at least, ``tpb`` a block
@@ -176,6 +191,107 @@ class FlowKernel:
                     self._launches.clear()
                 self._launches[key] = launch
         return launch
+
+    # -- numba-cuda's dispatcher API: the code of each signature ---------------------------------
+    @property
+    def signatures(self) -> list:
+        """The argument types this kernel has been compiled for in this process (its declared signature's
+        first), as numba-cuda's ``signatures`` lists them."""
+        found = list(self._loaded)
+        if self._declared is not None and self._declared not in found:
+            found.insert(0, self._declared)
+        return found
+
+    @property
+    def overloads(self) -> dict:
+        """``{argument types: loaded kernel}`` for each signature (numba-cuda's ``overloads``; a declared
+        signature not launched yet is loaded on this GPU now). The values have numba-cuda's kernel attributes
+        (``regs_per_thread``, ``shared_mem_per_block``, ...)."""
+        if self._declared is not None and self._declared not in self._loaded:
+            self.load(self._declared)
+        return {argtypes: loaded.numba_kernel for argtypes, loaded in self._loaded.items()}
+
+    def inspect_llvm(self, signature=None):
+        """numba's LLVM IR for ``signature`` (a tuple of numba types), or ``{signature: IR}`` for each."""
+        return self._inspect("llvm", signature)
+
+    def inspect_asm(self, signature=None):
+        """The kernel's PTX from NVVM before linking, for ``signature`` or each (numba-cuda's ``inspect_asm``)."""
+        return self._inspect("asm", signature)
+
+    def inspect_lto_ptx(self, signature=None):
+        """The PTX after link-time optimisation with flowdsl's support build (what ptxas compiles)."""
+        return self._inspect("lto_ptx", signature)
+
+    def inspect_sass(self, signature=None):
+        """SASS of the linked kernel, for ``signature`` or each (needs nvdisasm, as numba-cuda's)."""
+        return self._inspect("sass", signature)
+
+    def inspect_types(self, file=None) -> None:
+        """numba's source annotated with types, for each signature, written to ``file`` (default stdout)."""
+        import sys  # noqa: PLC0415
+
+        file = file or sys.stdout
+        for argtypes in self.signatures:
+            print(f"{self.__name__} {argtypes}", file=file)
+            print("-" * 80, file=file)
+            print(self._kernel_code(argtypes).types(), file=file)
+            print("=" * 80, file=file)
+
+    def get_regs_per_thread(self, signature=None):
+        """Registers per thread (numba-cuda's name), for ``signature`` or ``{signature: count}``."""
+        return self._attribute("regs_per_thread", signature)
+
+    def get_shared_mem_per_block(self, signature=None):
+        return self._attribute("shared_mem_per_block", signature)
+
+    def get_local_mem_per_thread(self, signature=None):
+        return self._attribute("local_mem_per_thread", signature)
+
+    def get_max_threads_per_block(self, signature=None):
+        return self._attribute("max_threads_per_block", signature)
+
+    def get_const_mem_size(self, signature=None):
+        return self._attribute("const_mem_size", signature)
+
+    def _attribute(self, name: str, signature):
+        kernels = self.overloads
+        if signature is not None:
+            return getattr(kernels[self._signature_key(signature)], name)
+        return {argtypes: getattr(k, name) for argtypes, k in kernels.items()}
+
+    def _inspect(self, what: str, signature):
+        if signature is not None:
+            return getattr(self._kernel_code(self._signature_key(signature)), what)()
+        return {argtypes: getattr(self._kernel_code(argtypes), what)() for argtypes in self.signatures}
+
+    def _signature_key(self, signature) -> tuple:
+        key = tuple(signature)
+        if key not in self.signatures:
+            raise UsageError(f"Cannot inspect {self.__name__} for {key}: it is not compiled for those argument types "
+                             f"(its signatures: {self.signatures}). Launch it with such arguments first, or give it "
+                             "that signature")
+        return key
+
+    def _kernel_code(self, argtypes):
+        """The kernel's code for ``argtypes`` on this GPU's target (sm_90 and the loaded NCCL without one)."""
+        code = self.__dict__.setdefault("_code", {}).get(argtypes)
+        if code is None:
+            from .lowering.compiler import KernelCode  # noqa: PLC0415
+            from .lowering.target import Target  # noqa: PLC0415
+            from .runtime import nccl as nccl_runtime  # noqa: PLC0415
+            from .runtime.support import support_build_for  # noqa: PLC0415
+
+            try:
+                target = _targets.device_target()
+            except Exception:  # noqa: BLE001 - no GPU: inspect the code an sm_90 would run
+                target = Target(nccl_runtime.loaded_version(), "sm_90", _targets.cuda_version(None))
+            support = support_build_for(target.nccl, target.arch)
+            code = self._code[argtypes] = KernelCode(
+                self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath, lineinfo=self.lineinfo,
+                max_registers=self.max_registers, link=self.link,
+                link_for_features=_targets.feature_libraries(target))
+        return code
 
     # -- requirements ------------------------------------------------------------------------
     def requirements(self, grid) -> dict:
@@ -229,7 +345,7 @@ class FlowKernel:
         return compile_kernel(self.py_func, tuple(argtypes), target, support.ltoir,
                               fastmath=self.fastmath, lineinfo=self.lineinfo, support_arch=support.arch,
                               max_registers=self.max_registers,
-                              link_for_features=_targets.feature_libraries(target))
+                              link_for_features=_targets.feature_libraries(target), link=self.link)
 
     @staticmethod
     def argtypes_for(*args, nccl: str | tuple | None = None):
@@ -343,7 +459,7 @@ class FlowKernel:
         compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath,
                                   max_registers=self.max_registers,
                                   lineinfo=self.lineinfo, support_arch=support.arch,
-                                  link_for_features=_targets.feature_libraries(target))
+                                  link_for_features=_targets.feature_libraries(target), link=self.link)
         meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features), "phases": compiled.phases}
         from .lowering.gin import linked_backend  # noqa: PLC0415
 

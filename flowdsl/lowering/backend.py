@@ -101,6 +101,27 @@ class Lowered:
         """NVVM's LTO-IR of the IR, for compute capability ``cc``."""
         return self._library.get_ltoir(cc=cc)
 
+    def linked_code(self, cc: tuple[int, int], extra=()) -> list:
+        """What numba-cuda links beside the kernel, as cuda.core ``ObjectCode``: its C++ shims (float16 and
+        bfloat16 arithmetic, ``cuda.fp16``), ``cuda.declare_device(..., link=)`` files, cudadevrt for
+        cooperative launches, then ``extra`` (a kernel's ``link=``: paths or numba ``LinkableCode``). A kernel
+        that needs none of it gets an empty list (nothing more to compile)."""
+        files = list(self._library._linking_files) + list(extra)
+        if getattr(self._library, "needs_cudadevrt", False):
+            from numba.cuda.cudadrv.libs import get_cudalib  # noqa: PLC0415
+
+            files.append(get_cudalib("cudadevrt", static=True))
+        if not files:
+            return []
+        from numba.cuda.cudadrv import driver  # noqa: PLC0415
+
+        # numba-cuda's own linker front end turns each kind (.cu through NVRTC to LTO-IR, .ptx, .ltoir, .o,
+        # .a, LinkableCode) into ObjectCode; flowdsl links those with its support build.
+        linker = driver._Linker(cc=cc, lto=True)
+        for item in sorted(files, key=str):  # one order, so that equal kernels link equal cubins
+            linker.add_file_guess_ext(item)
+        return list(linker._object_codes)
+
 
 def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, lineinfo: bool,
                  out_of_line=()) -> Lowered:
@@ -111,10 +132,11 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
     (features, CFT gate) and the entry symbol, so this calls the function that ``compile`` wraps.
     """
     from numba.core import types  # noqa: PLC0415
-    from numba.core.errors import TypingError  # noqa: PLC0415
     from numba.cuda import compiler  # noqa: PLC0415
 
-    from ..errors import KernelTypingError  # noqa: PLC0415
+    from ..errors import KernelTypingError, numba_error_classes  # noqa: PLC0415
+
+    TypingError = numba_error_classes("TypingError")  # numba-cuda raises its own class or numba's  # noqa: N806
 
     try:
         with explicit_target(cc):
@@ -134,6 +156,36 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
     inline_bodies_called_once(modules)
     library._llvm_strs = [str(mod) for mod in modules]  # what get_ltoir hands NVVM
     return Lowered(library)
+
+
+def type_annotation(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, lineinfo: bool) -> str:
+    """numba's source annotated with its IR and types (``inspect_types``), from a typing of its own."""
+    from numba.core import types  # noqa: PLC0415
+    from numba.cuda import compiler  # noqa: PLC0415
+
+    with explicit_target(cc):
+        cres = compiler.compile_cuda(pyfunc, types.void, tuple(argtypes), lineinfo=lineinfo, fastmath=fastmath,
+                                     cc=cc, lto=True, abi="numba")
+    return str(cres.type_annotation)
+
+
+def ptx_of(lowered: Lowered, cc: tuple[int, int]) -> str:
+    """The kernel's own PTX from NVVM (``inspect_asm``), before anything is linked: the library's NVVM
+    options without ``gen-lto`` (with it NVVM writes LTO-IR)."""
+    from numba.cuda.cudadrv import nvrtc, nvvm  # noqa: PLC0415
+
+    library = lowered._library
+    options = {k: v for k, v in library._nvvm_options.items() if k != "gen-lto"}
+    options["arch"] = nvrtc.get_arch_option(*cc)
+    ptx = nvvm.compile_ir(library.llvm_strs, **options)
+    return ptx.decode().strip("\x00").strip()
+
+
+def disassemble(cubin: bytes) -> str:
+    """SASS of ``cubin`` with line information (``inspect_sass``), by numba-cuda's nvdisasm runner."""
+    from numba.cuda.codegen import disassemble_cubin  # noqa: PLC0415
+
+    return disassemble_cubin(cubin)
 
 
 def _unique_modules(library) -> list:

@@ -20,7 +20,7 @@ from . import bindings  # noqa: F401 - the device surface is bound before anythi
 from .elf import function_symbols
 from .target import Target, compiling_for, noted_features
 
-__all__ = ["CompiledKernel", "compile_kernel", "elf_function_symbols"]
+__all__ = ["CompiledKernel", "KernelCode", "compile_kernel", "elf_function_symbols"]
 
 
 @dataclass
@@ -61,8 +61,8 @@ def never_inline(qualified_name: str) -> None:
 
 def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fastmath: bool = False,
                    lineinfo: bool = False, support_arch: str = "", max_registers: int | None = None,
-                   link_for_features: Callable[[frozenset], list[tuple[str, bytes]]] | None = None
-                   ) -> CompiledKernel:
+                   link_for_features: Callable[[frozenset], list[tuple[str, bytes]]] | None = None,
+                   link=()) -> CompiledKernel:
     """Type, lower and link ``pyfunc`` for ``argtypes`` on ``target``.
 
     Typing errors (wrong argument types, a feature the target's NCCL lacks)
@@ -70,7 +70,9 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
     ``link_for_features`` maps the features the kernel uses to further
     ``(name, LTO-IR)`` libraries to link (a GIN build for ``gin``, the CFT library
     for ``cft``: :func:`flowdsl.runtime.support.feature_libraries`), so a kernel
-    without them links the support build alone.
+    without them links the support build alone. What numba-cuda links beside a kernel (its C++ shims
+    for half precision, ``declare_device`` files) and ``link`` (the kernel's ``link=`` files) are linked
+    in the same step.
     """
     start = time.perf_counter()
     clock = _PhaseClock()
@@ -84,7 +86,8 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
     ltoir = lowered.ltoir(target.cc)
     clock.lap("nvvm")
     objects = [ObjectCode.from_ltoir(ltoir, name=pyfunc.__name__),
-               ObjectCode.from_ltoir(support_ltoir, name="flowdsl_support")]
+               ObjectCode.from_ltoir(support_ltoir, name="flowdsl_support"),
+               *lowered.linked_code(target.cc, link)]
     if link_for_features is not None:
         objects += [ObjectCode.from_ltoir(data, name=name) for name, data in link_for_features(features)]
     linker = Linker(*objects, options=LinkerOptions(arch=target.arch, link_time_optimization=True,
@@ -97,6 +100,58 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
     clock.lap("link")
     return CompiledKernel(lowered.entry_name, bytes(cubin), target, tuple(argtypes), log,
                           time.perf_counter() - start, support_arch, features=features, phases=clock.phases)
+
+
+class KernelCode:
+    """A kernel's code at each step, for numba-cuda's inspection API (``FlowKernel.inspect_*``): typed and
+    lowered again in memory for ``target`` (inspection is rare; the launch path keeps only cubins)."""
+
+    def __init__(self, pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fastmath: bool = False,
+                 lineinfo: bool = False, max_registers: int | None = None, link=(),
+                 link_for_features: Callable[[frozenset], list[tuple[str, bytes]]] | None = None):
+        self.pyfunc, self.argtypes, self.target = pyfunc, tuple(argtypes), target
+        self.fastmath, self.lineinfo, self.max_registers = fastmath, lineinfo, max_registers
+        with compiling_for(target):
+            self._lowered = backend.lower_kernel(pyfunc, self.argtypes, target.cc, fastmath=fastmath,
+                                                 lineinfo=lineinfo, out_of_line=_devices.OUT_OF_LINE)
+            features = noted_features() | features_in_code(self._lowered.ir_text)
+        self._objects = [ObjectCode.from_ltoir(self._lowered.ltoir(target.cc), name=pyfunc.__name__),
+                         ObjectCode.from_ltoir(support_ltoir, name="flowdsl_support"),
+                         *self._lowered.linked_code(target.cc, link)]
+        if link_for_features is not None:
+            self._objects += [ObjectCode.from_ltoir(data, name=name) for name, data in link_for_features(features)]
+
+    def llvm(self) -> str:
+        """numba's LLVM IR of the kernel and the device functions it calls."""
+        return self._lowered.ir_text
+
+    def asm(self) -> str:
+        """The kernel's PTX from NVVM, before linking (numba-cuda's ``inspect_asm``)."""
+        return backend.ptx_of(self._lowered, self.target.cc)
+
+    def lto_ptx(self) -> str:
+        """The PTX after link-time optimisation with the support build: the code ptxas compiles."""
+        return self._link("ptx").decode()
+
+    def sass(self) -> str:
+        """The linked cubin's SASS (needs nvdisasm)."""
+        return backend.disassemble(self._link("cubin"))
+
+    def types(self) -> str:
+        """numba's annotated source (``inspect_types``)."""
+        with compiling_for(self.target):
+            return backend.type_annotation(self.pyfunc, self.argtypes, self.target.cc, fastmath=self.fastmath,
+                                           lineinfo=self.lineinfo)
+
+    def _link(self, output: str) -> bytes:
+        linker = Linker(*self._objects, options=LinkerOptions(
+            arch=self.target.arch, link_time_optimization=True, ptx=output == "ptx" or None,
+            lineinfo=self.lineinfo or None, max_register_count=self.max_registers))
+        try:
+            code = linker.link(output).code
+        finally:
+            linker.close()
+        return code if isinstance(code, bytes) else code.encode()
 
 
 class _PhaseClock:

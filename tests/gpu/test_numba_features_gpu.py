@@ -1,7 +1,7 @@
 """numba-cuda features the simulator models, run on the GPU with the simulator tests' kernels and checks: the
 intrinsics probe (tests/sim/test_intrinsics.py; fma and the atomics' NaN rules bit for bit), dynamic shared
-memory (tests/sim/test_dynamic_shared.py), and numba-cuda's signatures, ``specialize`` and ``forall``
-(tests/sim/test_numba_conventions.py)."""
+memory (tests/sim/test_dynamic_shared.py), numba-cuda's signatures, ``specialize`` and ``forall``
+(tests/sim/test_numba_conventions.py), and host NumPy arrays (tests/sim/test_host_arrays.py)."""
 
 from __future__ import annotations
 
@@ -75,3 +75,61 @@ def test_fp16_on_the_gpu_bit_for_bit_with_the_simulator(comm):
     assert (np.isnan(got) == nan).all()
     np.testing.assert_array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
     np.testing.assert_array_equal(flags.get(), want_flags)
+
+
+def test_host_arrays_on_the_gpu_as_on_the_simulator(comm):
+    from tests.sim.test_host_arrays import host_arrays_main
+
+    seen = host_arrays_main(comm)
+    assert all(seen.values()), {k: v for k, v in seen.items() if not v}
+
+
+def test_half_precision_and_link_files_through_flowdsls_link_step(comm, tmp_path):
+    """numba-cuda's shims (float16 arithmetic, bfloat16 intrinsics) and a link= file, against NumPy."""
+    import cupy
+
+    import flowdsl
+    from tests.compile.test_numba_linking_compile import (TRIPLE_CU, bf16_arithmetic, half_arithmetic,
+                                                          linked_triple)
+
+    rng = np.random.default_rng(16)
+    a, b = (rng.standard_normal(256).astype(np.float16) for _ in range(2))
+    out = cupy.full(256, np.nan, np.float16)
+    flowdsl.kernel(half_arithmetic)[2, 128](cupy.asarray(a), cupy.asarray(b), out)
+    af, bf = a.astype(np.float64), b.astype(np.float64)
+    fused = (af * bf + (a + b).astype(np.float64)).astype(np.float16)  # exact in float64, then one rounding
+    want = np.where(a < b, fused, a * b - a)
+    np.testing.assert_array_equal(out.get(), want)
+
+    x, y = rng.standard_normal(256).astype(np.float32), rng.standard_normal(256).astype(np.float32)
+    got = cupy.full(256, np.nan, np.float32)
+    flowdsl.kernel(bf16_arithmetic)[2, 128](cupy.asarray(x), cupy.asarray(y), got)
+    rx, ry = _to_bfloat16(x.astype(np.float64)), _to_bfloat16(y.astype(np.float64))
+    np.testing.assert_array_equal(got.get(), _to_bfloat16(rx * ry + rx))  # exact in float64, then one rounding
+
+    source = tmp_path / "triple.cu"
+    source.write_text(TRIPLE_CU)
+    tripled = cupy.zeros(300, np.int32)
+    flowdsl.kernel(linked_triple, link=[str(source)])[3, 128](tripled)
+    comm.synchronize()
+    np.testing.assert_array_equal(tripled.get(), 3 * np.arange(300) + 1)
+
+
+def _to_bfloat16(v: np.ndarray) -> np.ndarray:
+    """float64 ``v`` rounded to the nearest bfloat16 (ties to even; normal numbers), as float32."""
+    bits = v.view(np.uint64)
+    rounded = (bits + np.uint64((1 << 44) - 1) + ((bits >> np.uint64(45)) & np.uint64(1))) >> np.uint64(45) \
+        << np.uint64(45)
+    return rounded.view(np.float64).astype(np.float32)
+
+
+def test_the_dispatcher_api_on_a_loaded_kernel(comm):
+    """numba-cuda's resource getters and SASS on the kernel as the GPU loaded it."""
+    from tests.compile.test_dispatcher_api_compile import SIG, store_scaled
+
+    regs = store_scaled.get_regs_per_thread()
+    assert list(regs) == [SIG] and 0 < regs[SIG] <= 255
+    assert store_scaled.get_max_threads_per_block(SIG) >= 128 and store_scaled.get_local_mem_per_thread(SIG) == 0
+    assert store_scaled.get_shared_mem_per_block(SIG) == 0
+    sass = store_scaled.inspect_sass(SIG)
+    assert "store_scaled" in sass and "EXIT" in sass

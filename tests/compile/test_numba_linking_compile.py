@@ -1,0 +1,97 @@
+"""What numba-cuda links beside a kernel goes through flowdsl's link step, beside its support build: the C++
+shims of half-precision arithmetic (``a + b`` on float16, ``cuda.fp16``, ``numba.cuda.bf16``), a kernel's
+``link=`` files with ``cuda.declare_device``; a kernel that uses none of it links nothing more. Compile only
+(sm_90, NCCL 2.28.9's support build); tests/gpu/test_numba_features_gpu.py runs them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda, types
+from numba.cuda import bf16
+
+import flowdsl
+
+pytestmark = pytest.mark.compile
+
+TRIPLE_CU = """
+extern "C" __device__ int triple(int *result, int x) {  // numba's ABI: the result through a pointer
+  *result = 3 * x + 1;
+  return 0;
+}
+"""
+triple = cuda.declare_device("triple", "int32(int32)")
+
+
+def half_arithmetic(a, b, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = cuda.fp16.hfma(a[i], b[i], a[i] + b[i]) if a[i] < b[i] else a[i] * b[i] - a[i]
+
+
+def bf16_arithmetic(a, b, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        x, y = bf16.float32_to_bfloat16(a[i]), bf16.float32_to_bfloat16(b[i])
+        out[i] = bf16.bfloat16_to_float32(bf16.hfma(x, y, x))
+
+
+def linked_triple(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = triple(i)
+
+
+def _compile(kernel, *args):
+    return kernel.compile(flowdsl.FlowKernel.argtypes_for(*args, nccl="2.28.9"), arch="sm_90", nccl="2.28.9")
+
+
+def test_half_precision_arithmetic_links_numba_cudas_shims_inline():
+    h = np.zeros(4, np.float16)
+    compiled = _compile(flowdsl.kernel(half_arithmetic), h, h, h)
+    assert len(compiled.function_symbols()) == 1  # the shims inlined into the kernel: no call left
+
+
+def test_bfloat16_intrinsics_link():
+    f = np.zeros(4, np.float32)
+    assert len(_compile(flowdsl.kernel(bf16_arithmetic), f, f, f).function_symbols()) == 1
+
+
+def test_a_link_file_with_declare_device_links_and_its_contents_key_the_cache(tmp_path):
+    from flowdsl import _cache
+    from flowdsl.lowering.target import Target
+    from flowdsl.runtime.support import support_build_for
+
+    source = tmp_path / "triple.cu"
+    source.write_text(TRIPLE_CU)
+    kernel = flowdsl.kernel(linked_triple, link=[str(source)])
+    out = np.zeros(4, np.int32)
+    assert len(_compile(kernel, out).function_symbols()) == 1
+    argtypes = flowdsl.FlowKernel.argtypes_for(out, nccl="2.28.9")
+    target = Target((2, 28, 9), "sm_90")
+    key = _cache.kernel_key(kernel, argtypes, target, support_build_for((2, 28, 9), "sm_90"))
+    source.write_text(TRIPLE_CU.replace("3 * x", "5 * x"))
+    assert _cache.kernel_key(kernel, argtypes, target, support_build_for((2, 28, 9), "sm_90")) != key
+
+
+def test_without_a_link_file_the_declared_function_is_a_link_error_naming_it():
+    with pytest.raises(Exception, match="triple"):
+        _compile(flowdsl.kernel(linked_triple), np.zeros(4, np.int32))
+
+
+def test_a_kernel_using_none_of_it_links_nothing_more(monkeypatch):
+    from flowdsl.lowering import backend
+
+    seen = []
+    real = backend.Lowered.linked_code
+
+    def spy(self, cc, extra=()):
+        seen.append(real(self, cc, extra))
+        return seen[-1]
+    monkeypatch.setattr(backend.Lowered, "linked_code", spy)
+
+    def plain(out):
+        out[cuda.grid(1)] = 1.0
+
+    _compile(flowdsl.kernel(plain), np.zeros(4, np.float32))
+    assert seen == [[]]
