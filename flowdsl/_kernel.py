@@ -34,7 +34,7 @@ __all__ = ["kernel", "device", "FlowKernel", "check_features"]
 
 
 def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
-           max_registers: int | None = None, link=()):
+           max_registers: int | None = None, link=(), extensions=()):
     """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
 
     ``@flowdsl.kernel("void(int32[:], int32)")`` (or ``signature=``), as numba-cuda's ``cuda.jit`` takes
@@ -57,14 +57,17 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
     ``link``: files (``.cu``, ``.ptx``, ``.ltoir``, ``.o``, ``.a``) or numba ``LinkableCode`` objects to
     link beside the kernel, as numba-cuda's ``cuda.jit(link=...)`` takes them (with
     ``cuda.declare_device`` for the functions they define); their contents are part of the cache key.
+    ``extensions``: numba-cuda's argument hooks, objects with ``prepare_args(ty, val, stream=, retr=)``
+    returning ``(ty, val)``, applied to each argument before a launch (``kernel.extensions.append``
+    works too); callables they put in ``retr`` run after the launch.
     """
     if fn is not None and not callable(fn):  # kernel("void(int32[:], int32)"), numba's first argument
         signature, fn = fn, None
     if fn is None:
         return lambda f: kernel(f, signature=signature, fastmath=fastmath, lineinfo=lineinfo,
-                                max_registers=max_registers, link=link)
+                                max_registers=max_registers, link=link, extensions=extensions)
     return FlowKernel(fn, signature=signature, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers,
-                      link=link)
+                      link=link, extensions=extensions)
 
 
 def _declared_argtypes(signature, name: str):
@@ -126,7 +129,7 @@ class FlowKernel:
     """A flowdsl kernel: compiled at first launch per argument types, cached on disk."""
 
     def __init__(self, py_func, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
-                 max_registers: int | None = None, link=()):
+                 max_registers: int | None = None, link=(), extensions=()):
         self.py_func = py_func
         self.signature = signature
         #: The signature's NumPy scalar type per argument (None: no single signature), applied at launch.
@@ -139,6 +142,8 @@ class FlowKernel:
         self.max_registers = max_registers
         self.lineinfo = lineinfo
         self.link = (link,) if isinstance(link, (str, bytes)) or not hasattr(link, "__iter__") else tuple(link)
+        #: numba-cuda's argument hooks (``prepare_args``), applied at each launch.
+        self.extensions = list(extensions)
         self._launch_operation = f"launch {py_func.__name__}"  # for errors; built once, not per launch
         self._loaded: dict = {}
         self._loaded_by_ids: dict = {}  # numba types are interned: their ids are a cheaper key
@@ -161,7 +166,8 @@ class FlowKernel:
         from numba import typeof  # noqa: PLC0415 - numba types the arguments as numba-cuda's dispatcher does
 
         return FlowKernel(self.py_func, signature=tuple(typeof(a) for a in args), fastmath=self.fastmath,
-                          lineinfo=self.lineinfo, max_registers=self.max_registers, link=self.link)
+                          lineinfo=self.lineinfo, max_registers=self.max_registers, link=self.link,
+                          extensions=self.extensions)
 
     def forall(self, ntasks: int, tpb: int = 0, stream=None, sharedmem: int = 0):
         """numba-cuda's ``kernel.forall(ntasks)``: a launch of ``ntasks`` threads at least, ``tpb`` a block

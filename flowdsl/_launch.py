@@ -136,6 +136,8 @@ class _Launch:
             args = _as_signature(self.kernel, args)
         # One resolution for the GPU and the simulator: both accept and refuse the same streams.
         stream = stream_handle(self.stream, args, self.kernel._launch_operation)
+        if self.kernel.extensions:  # numba-cuda's argument hooks: they may wrap or replace arguments
+            return self._through_extensions(args, stream)
         transfers = host_transfers(self.kernel.__name__, args)  # host NumPy arrays: copied as numba-cuda does
         if transfers is not None:
             return self._with_host_arrays(transfers, args, stream)
@@ -150,6 +152,31 @@ class _Launch:
         loaded.launch(args, grid, block, stream, shared)
         if loaded.fast:
             self.replays.launched(key, args, lambda: loaded.prepared(args, grid, block, stream, shared))
+        return None
+
+    def _through_extensions(self, args, stream: int):
+        """Each argument through the kernel's ``extensions`` (numba-cuda's ``prepare_args`` hooks, last added
+        first, as numba-cuda applies them), the launch, then what they left in ``retr``."""
+        from numba import typeof  # noqa: PLC0415 - extensions are numba-cuda's: it is loaded
+
+        retr: list = []
+        prepared = []
+        for value in args:
+            ty = typeof(value)
+            for extension in reversed(self.kernel.extensions):
+                ty, value = extension.prepare_args(ty, value, stream=stream, retr=retr)
+            prepared.append(value)
+        args = tuple(prepared)
+        transfers = host_transfers(self.kernel.__name__, args)
+        if transfers is not None:
+            self._with_host_arrays(transfers, args, stream)
+        elif self._on_simulator(args):
+            _stubs._simulator_launch(self.kernel, self.grid, self.block, stream, self.shared, args)
+        else:
+            loaded, grid, block = self._checked(args, stream)
+            loaded.launch(args, grid, block, stream, int(self.shared))
+        for writeback in retr:
+            writeback()
         return None
 
     def _with_host_arrays(self, transfers, args, stream: int):

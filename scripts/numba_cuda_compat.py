@@ -75,6 +75,7 @@ class _SyncLaunches:
 
     def __init__(self, kernel):
         self._kernel = kernel
+        self.__doc__ = kernel.__doc__  # the kernel's, as numba-cuda's dispatcher gives it
 
     def __getitem__(self, config):
         return self._synced(self._kernel[config])

@@ -1,6 +1,6 @@
 """Host NumPy arrays passed to a launch, as numba-cuda takes them (flowdsl.host.transfers): copied in and back
-with numba's performance warning, ``cuda.In`` in only, ``cuda.Out`` back only, ``cuda.InOut`` both; a launch
-that copies back returns with the results there. The host program is shared with the GPU test
+with numba's performance warning, ``cuda.In`` in only, ``cuda.Out`` back only, ``cuda.InOut`` both, and
+numba-cuda's ``extensions`` hooks; a launch that copies back returns with the results there. The host program is shared with the GPU test
 (tests/gpu/test_numba_features_gpu.py), so both paths are held to the same results."""
 
 from __future__ import annotations
@@ -64,6 +64,21 @@ def host_arrays_main(comm):
     scale_and_mark[(n + 127) // 128, 128](src.copy(), strided[::2], np.float32(3))
     seen["a strided view: copied back into its elements only"] = (
         np.array_equal(strided[::2], expect) and (strided[1::2] == 0).all())
+
+    ran = []
+
+    class InByDefault:  # numba-cuda's extension hook, as its tests write one
+        def prepare_args(self, ty, val, stream=None, retr=None):
+            retr.append(lambda: ran.append("writeback"))
+            return ty, (cuda.In(val) if isinstance(val, np.ndarray) else val)
+
+    nocopy = flowdsl.kernel(scale_and_mark.py_func)
+    nocopy.extensions.append(InByDefault())
+    dst = np.full(n, np.nan, np.float32)
+    nocopy[(n + 127) // 128, 128](src.copy(), dst, np.float32(3))
+    comm.synchronize()
+    seen["extensions: their hints hold, their retr callables run after the launch"] = (
+        np.isnan(dst).all() and ran == ["writeback"] * 3)
 
     try:
         scale_and_mark[1, 128].prepare(src.copy(), device_dst, np.float32(3))
