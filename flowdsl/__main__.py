@@ -49,12 +49,15 @@ def _gpu_available() -> bool:
         return False
 
 
-def _report(where: str, results, nranks: int, tokens_per_rank: int, seconds: float) -> int:
+def _report(where: str, results, nranks: int, tokens_per_rank: int, seconds: float, dtype: str) -> int:
+    from flowdsl.examples.rmsnorm_lsa import TOLERANCE
+
+    tol = TOLERANCE[dtype]
     worst = max(float(np.max(np.abs(r - ref))) for r, ref in results)
-    ok = all(np.allclose(r, ref, rtol=2e-5, atol=2e-5) for r, ref in results)
+    ok = all(np.allclose(r, ref, rtol=tol, atol=tol) for r, ref in results)
     hidden = results[0][0].shape[1]
     print(f"flowdsl demo: fused ReduceScatter + RMSNorm + AllGather, {nranks} rank(s) {where}, "
-          f"{tokens_per_rank} tokens per rank ({tokens_per_rank * nranks} in all) x {hidden} hidden (float32)")
+          f"{tokens_per_rank} tokens per rank ({tokens_per_rank * nranks} in all) x {hidden} hidden ({dtype})")
     print(f"  max |result - NumPy reference| over {'all ranks' if len(results) == nranks else 'rank 0'}: "
           f"{worst:.2e}  ->  {'OK' if ok else 'MISMATCH'}  ({seconds:.2f} s)")
     return 0 if ok else 1
@@ -70,22 +73,25 @@ def demo(args) -> int:
         why = "(--sim)" if args.sim else "(no GPU found)"
         start = time.perf_counter()
         results = flowdsl.sim.spawn(lambda comm: rmsnorm_lsa.run(comm, tokens_per_rank=args.tokens,
-                                                                 hidden=args.hidden, seed=args.seed),
+                                                                 hidden=args.hidden, seed=args.seed,
+                                                                 dtype=args.dtype),
                                     nranks=args.ranks, seed=args.seed)
         return _report(f"on the CPU simulator {why}", results, args.ranks, args.tokens,
-                       time.perf_counter() - start)
+                       time.perf_counter() - start, args.dtype)
 
     import flowdsl
 
     start = time.perf_counter()
     with flowdsl.init() as comm:
-        result = rmsnorm_lsa.run(comm, tokens_per_rank=args.tokens, hidden=args.hidden, seed=args.seed)
+        result = rmsnorm_lsa.run(comm, tokens_per_rank=args.tokens, hidden=args.hidden, seed=args.seed,
+                                 dtype=args.dtype)
         nranks, rank = comm.nranks, comm.rank
     if rank != 0:
-        return 0 if np.allclose(*result, rtol=2e-5, atol=2e-5) else 1
+        tol = rmsnorm_lsa.TOLERANCE[args.dtype]
+        return 0 if np.allclose(*result, rtol=tol, atol=tol) else 1
     version = ".".join(map(str, comm.nccl_version))
     return _report(f"on GPU (NCCL {version}, one rank per process)", [result], nranks, args.tokens,
-                   time.perf_counter() - start)
+                   time.perf_counter() - start, args.dtype)
 
 
 # ---- info -------------------------------------------------------------------------------------
@@ -315,6 +321,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=_at_least_one, default=512, help="hidden size (default 512)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the random inputs and of the simulator's interleaving (default 0)")
+    p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
+                   help="element type of the tensor (default float32; the arithmetic is float32 for all)")
     sub.add_parser("info", help="versions, GPU, support builds, CFT and GIN availability, kernel cache",
                    description="What flowdsl finds on this machine: versions (NCCL, CUDA driver and runtime, "
                                "nvJitLink, nvcc), the GPUs, the support builds, whether CFT can run, the GIN "

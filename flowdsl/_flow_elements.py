@@ -17,7 +17,7 @@ from ._spec import INT, RED_OP
 from ._stubs import primitive
 from .enums import RedOp
 
-__all__ = ["Reduction", "reduction", "combine", "finish", "combine_packs", "finish_pack", "premul", "premul_pack",
+__all__ = ["Reduction", "reduction", "to_float", "from_float", "combine", "finish", "combine_packs", "finish_pack", "premul", "premul_pack",
            "unscaled", "E4M3", "E5M2"]
 
 Reduction = namedtuple("Reduction", ["op", "nranks", "fp8", "scale"], defaults=(None,))
@@ -66,6 +66,43 @@ def _float_to_bf16(value):
     if (bits & 0x7FFFFFFF) > 0x7F800000:  # NaN stays a quiet NaN
         return np.uint16((bits >> 16) | 0x40)
     return np.uint16((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)  # round to nearest even
+
+
+def to_float(x):
+    """Element ``x`` as a float32 to compute with: float16 widened, uint16 read as bfloat16 bits (flowdsl's
+    and NCCL's bfloat16 elements), float32 as it is. Exact for all three."""
+    if isinstance(x, np.uint16):
+        return _bf16_to_float(x)
+    if isinstance(x, (np.float16, np.float32)):
+        return np.float32(x)
+    raise _element_refusal("to_float", x)
+
+
+def from_float(value, like):
+    """float32 ``value`` as an element of ``like``'s type, rounded to nearest even: float16, bfloat16 bits for
+    a uint16 ``like``, float32 as it is. ``like`` gives only the type (pass the element being replaced)."""
+    if isinstance(like, np.uint16):
+        return _float_to_bf16(value)
+    if isinstance(like, np.float16):
+        with np.errstate(over="ignore"):  # past float16's range: inf, as the GPU's conversion
+            return np.float16(np.float32(value))
+    if isinstance(like, np.float32):
+        return np.float32(value)
+    raise _element_refusal("from_float", like)
+
+
+def _element_refusal(name: str, x):
+    """The simulator's refusal of an element type ``to_float``/``from_float`` do not take (the GPU's typing
+    says the same)."""
+    from .sim.errors import KernelTypingError  # noqa: PLC0415 - only the simulator runs these bodies
+    from .sim.scheduler import sim_error  # noqa: PLC0415
+
+    return sim_error(KernelTypingError, conversion_refusal(name, np.asarray(x).dtype))
+
+
+def conversion_refusal(name: str, element) -> str:
+    return (f"flowdsl.flow.{name} requires a float32, float16 or bfloat16 (uint16 bits) element, got {element}. "
+            "Convert other types with numba's casts (float32(x))")
 
 
 def _fp8_op(fn, fmt, *codes):

@@ -1,11 +1,15 @@
 """Fused ReduceScatter + RMSNorm + AllGather in one kernel, over LSA.
 
 A flowdsl port of NCCL's ``docs/examples/07_kernel_fusion/01_rmsnorm_lsa``.
-Every rank holds a ``(tokens, hidden)`` float32 tensor of partial sums in a
-symmetric window. Block ``b`` of rank ``r`` owns token ``r * grid + b``: it
+Every rank holds a ``(tokens, hidden)`` tensor of partial sums in a symmetric
+window: float32, float16, or bfloat16 (stored as its bits in uint16, as NCCL and
+PyTorch store it). Block ``b`` of rank ``r`` owns token ``r * grid + b``: it
 sums that token over all LSA ranks, normalises it by its root mean square,
 and writes the result back into every rank's window. Afterwards every rank
-holds ``rmsnorm(sum over ranks of the input)``.
+holds ``rmsnorm(sum over ranks of the input)``. The arithmetic is float32 for
+every element type (``flow.to_float``); results are rounded to the element type
+once per phase (``flow.from_float``), as a bfloat16 ReduceScatter would return
+its sum.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import numpy as np
 from numba import cuda, float32
 
 import flowdsl
-from flowdsl import MemoryOrder, coop, lsa
+from flowdsl import MemoryOrder, coop, flow, lsa
 
 THREADS = 256
 
@@ -34,17 +38,18 @@ def rmsnorm_lsa(comm, win, hidden, eps):
 
     # Phase 1: reduce-scatter. This block sums its token over all LSA ranks.
     for i in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
-        acc = mine[i]
+        acc = flow.to_float(mine[i])
         for peer in range(comm.lsa_size):
             if peer != comm.lsa_rank:
-                acc += lsa.lsa_view(win, peer, token * hidden, hidden)[i]
-        mine[i] = acc
+                acc += flow.to_float(lsa.lsa_view(win, peer, token * hidden, hidden)[i])
+        mine[i] = flow.from_float(acc, mine[i])
     cta.sync()
 
     # Phase 2: RMSNorm of the reduced token (block-wide sum of squares).
     sq = float32(0.0)
     for i in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
-        sq += mine[i] * mine[i]
+        x = flow.to_float(mine[i])
+        sq += x * x
     partial[cuda.threadIdx.x] = sq
     cta.sync()
     stride = cuda.blockDim.x // 2
@@ -55,7 +60,7 @@ def rmsnorm_lsa(comm, win, hidden, eps):
         stride //= 2
     scale = float32(1.0) / math.sqrt(partial[0] / float32(hidden) + eps)
     for i in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
-        mine[i] = mine[i] * scale
+        mine[i] = flow.from_float(flow.to_float(mine[i]) * scale, mine[i])
     cta.sync()
 
     # Phase 3: all-gather. Write the normalised token into every rank's window.
@@ -68,6 +73,25 @@ def rmsnorm_lsa(comm, win, hidden, eps):
     bar.sync(MemoryOrder.RELEASE)
 
 
+#: Element types of the example: the window's NumPy dtype, and how float32 values become its elements.
+ELEMENT_TYPES = ("float32", "float16", "bfloat16")
+
+
+def to_elements(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 ``x`` as the window's elements: rounded to nearest even (bfloat16 as uint16 bits)."""
+    if dtype == "bfloat16":
+        bits = x.astype(np.float32).view(np.uint32)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return x.astype(np.dtype(dtype))
+
+
+def to_float32(elements: np.ndarray, dtype: str) -> np.ndarray:
+    """The window's elements as float32 (exact)."""
+    if dtype == "bfloat16":
+        return (elements.astype(np.uint32) << 16).view(np.float32)
+    return elements.astype(np.float32)
+
+
 def reference(inputs: list[np.ndarray], eps: float) -> np.ndarray:
     """NumPy reference: rmsnorm(sum of the ranks' inputs), row by row, in float64."""
     total = np.sum([x.astype(np.float64) for x in inputs], axis=0)
@@ -75,15 +99,26 @@ def reference(inputs: list[np.ndarray], eps: float) -> np.ndarray:
     return total / rms
 
 
-def run(comm, tokens_per_rank: int = 8, hidden: int = 512, eps: float = 1e-6, seed: int = 0):
-    """Run the fused kernel on ``comm``; return ``(result, reference)`` for this rank."""
+#: How close each element type's result comes to the float64 reference: the inputs are exact in the element
+#: type, the sum and the normalised value are rounded to it once each (a relative 2**-8 for bfloat16, 2**-11
+#: for float16), the sum of squares is float32.
+TOLERANCE = {"float32": 2e-5, "float16": 4e-3, "bfloat16": 3e-2}
+
+
+def run(comm, tokens_per_rank: int = 8, hidden: int = 512, eps: float = 1e-6, seed: int = 0,
+        dtype: str = "float32"):
+    """Run the fused kernel on ``comm`` with elements of ``dtype`` (one of :data:`ELEMENT_TYPES`); return
+    ``(result, reference)`` for this rank, both float32 arrays (the reference from the rounded inputs)."""
+    if dtype not in ELEMENT_TYPES:
+        raise ValueError(f"Cannot run the RMSNorm example with dtype {dtype!r}: choose one of {ELEMENT_TYPES}")
     tokens = tokens_per_rank * comm.nranks
     rng = np.random.default_rng(seed)
-    inputs = [rng.standard_normal((tokens, hidden)).astype(np.float32) for _ in range(comm.nranks)]
-    buf = comm.alloc((tokens, hidden), np.float32)
+    inputs = [to_elements(rng.standard_normal((tokens, hidden)).astype(np.float32), dtype)
+              for _ in range(comm.nranks)]
+    buf = comm.alloc((tokens, hidden), inputs[0].dtype)
     buf.set(inputs[comm.rank])
     with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=tokens_per_rank) as dcomm:
         rmsnorm_lsa[tokens_per_rank, THREADS](dcomm, win, hidden, np.float32(eps))
         comm.synchronize()
-        result = buf.get()
-    return result, reference(inputs, eps)
+        result = to_float32(buf.get(), dtype)
+    return result, reference([to_float32(x, dtype) for x in inputs], eps).astype(np.float32)

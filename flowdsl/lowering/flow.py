@@ -33,7 +33,7 @@ from numba.cuda.extending import (intrinsic, make_attribute_wrapper, overload, o
 
 from .. import flow, gin, mem
 from .._flow_staging import refusal
-from .._flow_elements import premul_type_refusal, scale_refusal
+from .._flow_elements import conversion_refusal, premul_type_refusal, scale_refusal
 from .._fp8 import E4M3 as _E4M3
 from ..enums import RedOp
 from .gin import STRONG_SIGNAL_FEATURE
@@ -299,6 +299,25 @@ def float_to_fp8(value, fmt):
     if fmt == _E4M3:
         return uint8(_float_to_e4m3(float32(0.0), x) & uint16(0xFF))
     return uint8(_float_to_e5m2(float32(0.0), x) & uint16(0xFF))
+
+
+@overload(flow.to_float)
+def flow_to_float(x):
+    if x == types.uint16:  # bfloat16 bits
+        return lambda x: to_float(x)
+    if x in (types.float16, types.float32):
+        return lambda x: float32(x)
+    raise NumbaTypeError(conversion_refusal("to_float", x))
+
+
+@overload(flow.from_float)
+def flow_from_float(value, like):
+    if like == types.uint16:
+        return lambda value, like: to_bf16(float32(value))
+    if like in (types.float16, types.float32):
+        ty = like
+        return lambda value, like: ty(float32(value))
+    raise NumbaTypeError(conversion_refusal("from_float", like))
 
 
 @overload(flow.combine)

@@ -62,6 +62,13 @@ def test_demo_on_the_simulator_says_ranks_and_tokens_per_rank(capsys):
 
 
 @pytest.mark.sim
+def test_demo_in_bfloat16_says_its_element_type_and_checks_within_its_rounding(capsys):
+    assert cli.main(["demo", "--sim", "--ranks", "2", "--tokens", "2", "--hidden", "64", "--dtype", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert "x 64 hidden (bfloat16)" in out and "->  OK" in out, out
+
+
+@pytest.mark.sim
 def test_allgather_example_says_what_it_did(capsys):
     from flowdsl.examples import allgather_lsa
 

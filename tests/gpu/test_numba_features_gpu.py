@@ -133,3 +133,25 @@ def test_the_dispatcher_api_on_a_loaded_kernel(comm):
     assert store_scaled.get_shared_mem_per_block(SIG) == 0
     sass = store_scaled.inspect_sass(SIG)
     assert "store_scaled" in sass and "EXIT" in sass
+
+
+def test_element_conversions_on_the_gpu_bit_for_bit(comm):
+    import cupy
+
+    from tests.sim.test_element_conversions import check, conversion_probe, expected, outputs, probe_inputs
+
+    values, bf16, f16 = probe_inputs()
+    outs = [cupy.asarray(o) for o in outputs(values.size)]
+    conversion_probe[(values.size + 127) // 128, 128](cupy.asarray(values), cupy.asarray(bf16), cupy.asarray(f16),
+                                                      *outs)
+    comm.synchronize()
+    check([o.get() for o in outs], expected(values, bf16, f16))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_rmsnorm_in_each_element_type_matches_numpy(comm, dtype):
+    from flowdsl.examples import rmsnorm_lsa
+
+    result, reference = rmsnorm_lsa.run(comm, tokens_per_rank=4, hidden=1024, seed=3, dtype=dtype)
+    tol = rmsnorm_lsa.TOLERANCE[dtype]
+    np.testing.assert_allclose(result, reference, rtol=tol, atol=tol)

@@ -18,6 +18,23 @@ def test_rmsnorm_matches_numpy(nranks):
     assert all(not np.isnan(r).any() for r, _ in results)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("nranks", [1, 3, 4])
+def test_rmsnorm_in_half_precision_matches_numpy_within_the_types_rounding(nranks, dtype):
+    tol = rmsnorm_lsa.TOLERANCE[dtype]
+    results = run_ranks(lambda c: rmsnorm_lsa.run(c, tokens_per_rank=2, hidden=256, seed=nranks, dtype=dtype),
+                        nranks=nranks)
+    assert_ranks_close(results, rtol=tol, atol=tol)
+    # Not the float32 result by accident: the element type's rounding shows.
+    result, reference = results[0]
+    assert 0 < np.abs(result - reference).max()
+
+
+def test_rmsnorm_refuses_an_element_type_it_has_no_arithmetic_for():
+    with pytest.raises(ValueError, match=r"choose one of \('float32', 'float16', 'bfloat16'\)"):
+        run_ranks(lambda c: rmsnorm_lsa.run(c, dtype="int32"), nranks=1)
+
+
 @pytest.mark.parametrize("nranks", [1, 2, 3, 4, 8])
 def test_allgather_matches_numpy(nranks):
     results = run_ranks(allgather_lsa.run, nranks=nranks, seed=nranks)
