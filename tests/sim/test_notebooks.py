@@ -54,6 +54,8 @@ def test_rmsnorm_notebook_runs_on_the_simulator(monkeypatch):
     worst = re.search(r"max error over 2 seeds x 4 simulated ranks: (\S+) \(tolerance 1e-05\)", out["simulate"])
     assert worst, out["simulate"]
     assert 0 < float(worst.group(1)) < 1e-5  # float32 against float64: small, never exactly 0
+    for dtype in ("float32", "float16", "bfloat16"):  # the half-precision cell checks each within its rounding
+        assert re.search(rf"{dtype}: max \|fused - NumPy \(float64\)\| over 4 simulated ranks", out["half-precision"])
     diagnosis = out["planted-bug"]
     assert "The simulator's diagnosis (DataRaceError)" in diagnosis, diagnosis
     assert "data race" in diagnosis and "seed=0" in diagnosis, diagnosis
