@@ -11,7 +11,10 @@ Its defaults are the stub's own. From that one :class:`Spec`:
 * the extern table (``flowdsl/lowering/externs.py``) takes each row's oldest NCCL, archs and CUDA
   from the gate of the primitive that calls it;
 * the simulator checks each argument's value (``flowdsl/sim/checks.py``), with the same words
-  followed by the fix (:meth:`Spec.refusal`: "``name`` requires ``what``, got ``type``").
+  followed by the fix (:meth:`Spec.refusal`: "``name`` requires ``what``, got ``type``");
+* a primitive that is one C call (``returns=`` set: :data:`RESULTS`) is lowered from the spec alone
+  (``flowdsl/lowering/generic.py``): each argument crosses the C ABI as its kind says, the result
+  comes back as ``returns`` says.
 
 An argument may narrow its kind: the element types an array may have (``dtypes``), the members an
 enum argument may be (``choices``) and whether it must be a compile-time constant (``constant``,
@@ -32,7 +35,7 @@ from .errors import FlowDSLError
 __all__ = ["Arg", "Gate", "Spec", "SPECS", "spec_of", "ALL_ARCHS",
            "COMM", "COOP", "WINDOW", "TEAM", "TEAMS", "INT", "ORDER", "ARRAY", "SHARED_ARRAY",
            "LSA_SESSION", "GIN_CONTEXT", "REMOTE", "LOCAL", "CFT_SESSION", "ENUM", "NAMED_KINDS",
-           "SCOPE", "CONSTANT_ORDER", "FENCE_ORDER", "RED_OP", "MEM_ARRAY", "INTEGER_ELEMENTS", "ARITHMETIC_ELEMENTS", "VECTOR_ELEMENTS"]
+           "SCOPE", "CONSTANT_ORDER", "FENCE_ORDER", "RED_OP", "RESULTS", "MEM_ARRAY", "INTEGER_ELEMENTS", "ARITHMETIC_ELEMENTS", "VECTOR_ELEMENTS"]
 
 #: Targets the support library is built for, oldest first.
 ALL_ARCHS = ("sm_80", "sm_90", "sm_100")
@@ -91,6 +94,9 @@ ENUM = Arg("enum", "an enum member", "Pass one of its members")
 RED_OP = ENUM.but("a flowdsl.RedOp", "Pass flowdsl.RedOp.SUM, PROD, MAX, MIN, AVG or PREMULSUM")
 #: Kinds whose refusals name the argument: "requires ``name`` to be ``what``".
 NAMED_KINDS = ("int", "order", "enum", "shared_array", "scope")
+#: How a primitive lowered from its spec gives the C function's result: ``"value"`` as it is, ``"bool"`` as
+#: ``result != 0``, ``"team"`` a team the C function writes into three ints (its last argument).
+RESULTS = ("value", "bool", "team")
 #: Every argument kind a spec may name. Each layer that checks arguments (the GPU's typing,
 #: ``lowering/checks.py``; the simulator, ``sim/checks.py``) keeps a :class:`KindRegistry` of them.
 KINDS = ("comm", "coop", "window", "team", "int", "order", "enum", "scope", "array", "shared_array", "lsa_session",
@@ -178,6 +184,8 @@ class Spec:
     args: dict = field(default_factory=dict)
     extern: str | None = None
     gate: Gate = Gate()
+    #: One of :data:`RESULTS` when the primitive is one call of ``extern`` and lowered from this spec.
+    returns: str | None = None
 
     @property
     def short(self) -> str:
@@ -226,14 +234,18 @@ class Spec:
 SPECS: dict[str, Spec] = {}
 
 
-def make_spec(fn, extern: str | None = None, gate: Gate | None = None, **args: Arg) -> Spec:
+def make_spec(fn, extern: str | None = None, gate: Gate | None = None, returns: str | None = None,
+              **args: Arg) -> Spec:
     """The spec of stub body ``fn``; every keyword in ``args`` must name one of its parameters."""
     params = tuple(inspect.signature(fn).parameters.values())
     unknown = set(args) - {p.name for p in params}
     if unknown:
         raise FlowDSLError(f"Cannot describe {fn.__name__}: it has no parameter {sorted(unknown)}. Name the stub's "
                            "own parameters in its spec")
-    spec = Spec(f"{fn.__module__}.{fn.__name__}", params, dict(args), extern, gate or Gate())
+    if returns is not None and (returns not in RESULTS or extern is None):
+        raise FlowDSLError(f"Cannot describe {fn.__name__} with returns={returns!r}: a primitive lowered from its "
+                           f"spec calls extern= and returns one of {RESULTS}")
+    spec = Spec(f"{fn.__module__}.{fn.__name__}", params, dict(args), extern, gate or Gate(), returns)
     SPECS[spec.name] = spec
     return spec
 

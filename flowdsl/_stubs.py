@@ -44,7 +44,7 @@ def set_simulator_launch(launch: Callable[..., Any] | None, active: Callable[[],
 
 
 def primitive(fn: Callable[..., Any] | None = None, /, *, extern: str | None = None, gate=None,
-              module: str | None = None, **args):
+              module: str | None = None, returns: str | None = None, **args):
     """Mark ``fn`` as a device primitive; its body is never run.
 
     Used bare (``@primitive``) or with the primitive's spec (``@primitive(extern=..., comm=COMM, ...)``:
@@ -52,7 +52,7 @@ def primitive(fn: Callable[..., Any] | None = None, /, *, extern: str | None = N
     from, where that is not the one defining it (``flowdsl.flow`` re-exports a private module's).
     """
     if fn is None:
-        return lambda f: primitive(f, extern=extern, gate=gate, module=module, **args)
+        return lambda f: primitive(f, extern=extern, gate=gate, module=module, returns=returns, **args)
     from ._spec import make_spec  # noqa: PLC0415 - a leaf module
 
     if module is not None:
@@ -70,6 +70,6 @@ def primitive(fn: Callable[..., Any] | None = None, /, *, extern: str | None = N
         )
 
     stub.__flowdsl_primitive__ = name
-    stub.__flowdsl_spec__ = make_spec(fn, extern, gate, **args)
+    stub.__flowdsl_spec__ = make_spec(fn, extern, gate, returns, **args)
     PRIMITIVES[name] = stub
     return stub

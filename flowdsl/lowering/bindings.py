@@ -14,6 +14,7 @@ from numba.cuda.typing.templates import AttributeTemplate, infer_getattr
 from .. import _devices
 from ..enums import ConstantEnumMeta, MemoryOrder, Protocol, RedOp, ThreadScope
 from . import cft, coop, flow, gin, lsa, mem, team, wait  # noqa: F401 - each registers its bindings
+from .generic import bind_spec_lowerings
 from .types import ConstantEnumClass, bind_attributes
 
 
@@ -46,5 +47,6 @@ def _lower_constant_enum_member(context, builder, ty, value, attr):
     return context.get_constant(numba_types.int64, int(ty.instance_class[attr]))
 
 
+bind_spec_lowerings()  # the primitives that are one C call, from their specs (every surface module is imported)
 bind_attributes()
 _devices.bind_devices()

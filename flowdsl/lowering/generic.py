@@ -1,0 +1,93 @@
+"""Primitives lowered from their spec alone: one call of their support function.
+
+A primitive whose spec sets ``returns`` (:data:`flowdsl._spec.RESULTS`) needs no hand-written
+lowering: its typer checks the arguments against the spec (:func:`check`), and its implementation
+passes each argument to the C function as its kind says (:data:`C_ARGUMENTS`: a device
+communicator as its pointer, a team as its three ints, an integer as it is), then gives the
+result as ``returns`` says. Adding such a primitive touches its stub, its extern row and C body,
+and its simulation. Both functions are generated with the stub's own parameter names and
+defaults, so numba folds keyword and default arguments as it does for a hand-written overload.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from numba import cuda
+from numba.core import types
+from numba.cuda.extending import overload
+
+from .._spec import spec_of
+from .._stubs import PRIMITIVES
+from ..errors import FlowDSLError
+from .checks import check
+from .declarations import extern
+from .intrinsics import array_ptr, devcomm_ptr, make_team
+
+__all__ = ["C_ARGUMENTS", "bind_spec_lowerings"]
+
+#: Argument kind -> the C arguments a value of it becomes, an expression over the parameter's name
+#: (``None``: a parameter the spec does not check, passed as it is).
+C_ARGUMENTS = {
+    "comm": "devcomm_ptr({p})",
+    "team": "{p}.nranks, {p}.rank, {p}.stride",
+    "int": "{p}",
+    None: "{p}",
+}
+
+#: ``returns`` -> the implementation's body, over ``{args}`` (the C arguments).
+_BODIES = {
+    "value": "    return fn({args})\n",
+    "bool": "    return fn({args}) != 0\n",
+    "team": ("    out = cuda.local.array(3, types.int32)\n"
+             "    fn({args}, array_ptr(out))\n"
+             "    return make_team(out[0], out[1], out[2])\n"),
+}
+
+
+def _signature(params, defaults: dict) -> str:
+    """``a, b, c=_default_c`` for the stub's parameters (defaults by name from ``defaults``)."""
+    parts = []
+    for p in params:
+        if p.default is inspect.Parameter.empty:
+            parts.append(p.name)
+        else:
+            defaults[f"_default_{p.name}"] = p.default
+            parts.append(f"{p.name}=_default_{p.name}")
+    return ", ".join(parts)
+
+
+def lower_from_spec(stub) -> None:
+    """Register the typing and lowering of ``stub`` made from its spec."""
+    spec = spec_of(stub)
+    c_args = []
+    for p in spec.params:
+        arg = spec.args.get(p.name)
+        kind = arg.kind if arg is not None else None
+        if kind not in C_ARGUMENTS:
+            raise FlowDSLError(f"Cannot lower {spec.name} from its spec: its argument {p.name} is of kind {kind!r}, "
+                               "which has no C mapping (flowdsl.lowering.generic.C_ARGUMENTS). Add one, or write "
+                               "its lowering by hand and leave returns= out of its spec")
+        c_args.append(C_ARGUMENTS[kind].format(p=p.name))
+    names = ", ".join(p.name for p in spec.params)
+    namespace = {"check": check, "stub": stub, "extern": extern, "cuda": cuda, "types": types,
+                 "devcomm_ptr": devcomm_ptr, "array_ptr": array_ptr, "make_team": make_team}
+    signature = _signature(spec.params, namespace)
+    code = (f"def typer({signature}):\n"
+            f"    check(stub, {names})\n"
+            f"    fn = extern(stub)\n"
+            f"    def impl({signature}):\n"
+            + "".join("    " + line + "\n" for line in _BODIES[spec.returns].format(args=", ".join(c_args))
+                      .splitlines())
+            + "    return impl\n")
+    exec(compile(code, f"<lowering of {spec.name} from its spec>", "exec"), namespace)  # noqa: S102 - from a spec
+    typer = namespace["typer"]
+    typer.__qualname__ = typer.__name__ = f"lower_{spec.short.replace('.', '_')}"
+    overload(stub)(typer)
+
+
+def bind_spec_lowerings() -> None:
+    """Lower every primitive whose spec says ``returns`` (once, when the lowering is bound)."""
+    for stub in PRIMITIVES.values():
+        if spec_of(stub).returns is not None:
+            lower_from_spec(stub)
