@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 
 import sys
 
@@ -322,6 +323,12 @@ class SimComm(Closable):
         if self.closed:
             return
         self.aborted = True
+        sched = self.world.sched
+        if threading.get_ident() != sched.thread or not isinstance(_state.cur, HostTask):
+            # From another thread (a watchdog, as on GPUs) or outside this rank's host code: the waits wake
+            # on the simulation's thread, and the host code's next call raises ResourceClosedError.
+            sched.abort_requests.append(self)
+            return
         timeouts.abort(self)  # the blocked ones wake; polling ones give up at their next poll
         try:
             self.close()  # waits for the kernels, which now leave their polling waits

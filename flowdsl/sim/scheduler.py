@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 
 import greenlet
 
@@ -217,6 +218,9 @@ class Scheduler:
         #: stores into windows and GIN landings (the put's issuer) record it.
         self.last_writer = {}
         self.bounded_waits = {}  # task -> what it waits for (flowdsl/sim/timeouts.py)
+        #: Communicators aborted from another OS thread: the loop wakes their waits on its own thread.
+        self.abort_requests = []
+        self.thread = threading.get_ident()  # the simulation's thread (greenlets do not cross threads)
 
     # ---- task life cycle -------------------------------------------------
     def add(self, task, run):
@@ -301,6 +305,8 @@ class Scheduler:
         rr = self.rr = self.rng.random
         max_steps = self.max_steps
         while True:
+            if self.abort_requests:
+                self._serve_aborts()
             t = self.next
             if t is not None:
                 self.next = None
@@ -332,6 +338,14 @@ class Scheduler:
                 raise LivelockError(
                     f"Cannot finish the simulation: it ran past max_steps={max_steps} scheduler steps "
                     f"(seed={self.seed}). Look for a loop that never ends, or raise max_steps.")
+
+    def _serve_aborts(self):
+        """``comm.abort()`` called from another OS thread: wake the waits of those communicators here (their
+        host code raises ``ResourceClosedError`` at its next call, as on GPUs)."""
+        from . import timeouts  # noqa: PLC0415 - timeouts imports this module
+
+        while self.abort_requests:
+            timeouts.abort(self.abort_requests.pop())
 
     # ---- reports ---------------------------------------------------------
     def seed_line(self) -> str:

@@ -128,6 +128,26 @@ def test_abort_makes_polling_waits_give_up_and_synchronize_says_so():
     assert sim.spawn(main, nranks=2, seed=2) == ["aborted", "aborted"]
 
 
+def test_abort_from_another_thread_ends_the_run_with_resource_closed():
+    """A watchdog thread's comm.abort() (the GPU's use of it): the waits give up on the simulation's own thread
+    and the host code's next call raises ResourceClosedError, never a UsageError about where abort was called."""
+    import threading
+
+    def main(comm):
+        buf = comm.alloc(8, np.uint64)
+        buf[...] = 0
+        win, dc = comm.register(buf), comm.device_communicator()
+        planted.wait_for_next[1, 32](dc, win)
+        watchdog = threading.Thread(target=comm.abort)
+        watchdog.start()
+        watchdog.join()
+        with pytest.raises(ResourceClosedError, match="the communicator was aborted"):
+            comm.synchronize()
+        return "aborted"
+
+    assert sim.spawn(main, nranks=2, seed=2) == ["aborted", "aborted"]
+
+
 def test_wait_timeout_is_validated_like_on_gpus(monkeypatch):
     def main(comm):
         comm.wait_timeout = 5
