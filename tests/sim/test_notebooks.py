@@ -71,12 +71,22 @@ def test_flow_notebook_runs_on_the_simulator(monkeypatch):
     assert "equal to NumPy's rank-order sum, bit for bit, on every rank" in out["simulate"], out["simulate"]
     differs = re.search(r"ring all-reduce: (\d+) of 2000 elements differ", out["simulate"])
     assert differs and int(differs.group(1)) > 0, out["simulate"]
+    for protocol in ("SIMPLE", "LL128", "LL"):  # the steps cell ran every protocol at every size
+        assert re.search(rf"{protocol}: 512 floats \d+ steps, .*4096 floats \d+ steps", out["steps"]), out["steps"]
     diagnosis = out["planted-deadlock"]
     assert "The simulator's diagnosis (WaitTimeoutError)" in diagnosis, diagnosis
     # The cycle of credit waits: each rank waits on its right neighbour.
     for rank in range(4):
         assert re.search(rf"wait on rank {rank} gave up .* waited for flow credit .* from peer rank {(rank + 1) % 4}",
                          diagnosis), diagnosis
+
+
+@pytest.mark.parametrize("name, cell", [("rmsnorm_fused.ipynb", "half-precision"), ("flow_collective.ipynb", "steps")])
+def test_each_notebook_draws_a_plot_on_a_cpu(name, cell):
+    """A plot from the simulator, in the committed outputs (which the runner made on a CPU)."""
+    code = {c.id: c for c in _read(name).cells if c.cell_type == "code"}
+    assert not code[cell].source.startswith("# GPU\n")
+    assert any("image/png" in o.get("data", {}) for o in code[cell].outputs), f"{name}: {cell} drew no plot"
 
 
 def test_gpu_cells_are_marked():
