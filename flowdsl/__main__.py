@@ -265,23 +265,26 @@ def info(args) -> int:
 
 def precompile(args) -> int:
     """``flowdsl precompile``: build the collectives library ahead of time."""
-    if args.arch is None and not _gpu_available():
-        from flowdsl.runtime.nccl import loaded_version
-
-        loaded = ".".join(map(str, loaded_version()))
-        print("flowdsl precompile: no CUDA GPU was found here, so there is no arch to compile for. Name the "
-              f"target instead:\n    flowdsl precompile --arch sm_90 --nccl {loaded}\n"
-              "--arch: the GPUs' compute capability (sm_80, sm_90, sm_100, ...); --nccl: the NCCL release "
-              f"the kernels will run with (default: the loaded one, {loaded}).", file=sys.stderr)
-        return 2
     from .collectives import DTYPES, OPS  # noqa: PLC0415
     from .collectives import precompile as build  # noqa: PLC0415
 
+    # The arguments first: a wrong one is reported before anything about this machine.
     for option, given, known in (("--dtypes", args.dtypes, DTYPES), ("--ops", args.ops, tuple(OPS))):
         unknown = [name for name in given or () if name not in known]
         if unknown:
             raise UsageError(f"unknown {option[2:-1]}(s) {', '.join(unknown)} for {option}: choose from "
                              f"{', '.join(known)}")
+    if args.arch is None and not _gpu_available():
+        from flowdsl.runtime.nccl import loaded_version
+
+        loaded = ".".join(map(str, loaded_version()))
+        given = "".join(f" {option} {' '.join(values)}" for option, values in
+                        (("--dtypes", args.dtypes), ("--ops", args.ops)) if values)
+        print("flowdsl precompile: no CUDA GPU was found here, so there is no arch to compile for. Name the "
+              f"target instead:\n    flowdsl precompile --arch sm_90 --nccl {loaded}{given}\n"
+              "--arch: the GPUs' compute capability (sm_80, sm_90, sm_100, ...); --nccl: the NCCL release "
+              f"the kernels will run with (default: the loaded one, {loaded}).", file=sys.stderr)
+        return 2
     ops = [OPS[name] for name in args.ops] if args.ops else None
     try:
         counts = build(arch=args.arch, nccl=args.nccl, dtypes=args.dtypes, ops=ops, gin_peers=args.gin,

@@ -81,6 +81,8 @@ def to_float(x):
 def from_float(value, like):
     """float32 ``value`` as an element of ``like``'s type, rounded to nearest even: float16, bfloat16 bits for
     a uint16 ``like``, float32 as it is. ``like`` gives only the type (pass the element being replaced)."""
+    if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
+        raise _value_refusal(value)
     if isinstance(like, np.uint16):
         return _float_to_bf16(value)
     if isinstance(like, np.float16):
@@ -98,6 +100,23 @@ def _element_refusal(name: str, x):
     from .sim.scheduler import sim_error  # noqa: PLC0415
 
     return sim_error(KernelTypingError, conversion_refusal(name, np.asarray(x).dtype))
+
+
+def _value_refusal(value):
+    from .sim.errors import KernelTypingError  # noqa: PLC0415 - only the simulator runs these bodies
+    from .sim.scheduler import sim_error  # noqa: PLC0415
+
+    from numba import typeof  # noqa: PLC0415 - the type's name as the GPU's typing words it
+
+    try:
+        got = typeof(value)
+    except ValueError:  # a value numba has no type for
+        got = type(value).__name__
+    return sim_error(KernelTypingError, value_refusal(got))
+
+
+def value_refusal(got) -> str:
+    return f"flowdsl.flow.from_float requires value to be a number, got {got}. Pass one element (x[i]), not an array"
 
 
 def conversion_refusal(name: str, element) -> str:

@@ -189,7 +189,7 @@ class _Launch:
             return None
         from .runtime.memory import HostArrayCopies  # noqa: PLC0415 - a GPU launch: the runtime is loaded
 
-        copies = HostArrayCopies(stream)
+        copies = HostArrayCopies(stream, self.kernel.__name__)
         args = transfers.to_device(args, copies.copy_in, copies.empty_like)
         loaded, grid, block = self._checked(args, stream)
         loaded.launch(args, grid, block, stream, int(self.shared))

@@ -99,6 +99,9 @@ def host_transfers(kernel_name: str, args: tuple) -> HostTransfers | None:
         kind = type(value)
         if kind in _PLAIN:  # scalars, windows, CuPy arrays, ...: known at their first launch
             continue
+        if kind in _CONTAINERS:  # numba-cuda refuses them at the launch: so do both paths, naming the fix
+            raise UsageError(f"Cannot launch {kernel_name}: argument {index} is a Python {kind.__name__}, which a "
+                             "kernel cannot take. Pass a NumPy array (np.asarray(...)) or a device array")
         hint = _hint(value)
         if hint is not None:
             places = places if places is not None else []
@@ -114,6 +117,8 @@ def host_transfers(kernel_name: str, args: tuple) -> HostTransfers | None:
 
 #: Types of arguments that are never host arrays or hints (a set that the launches fill).
 _PLAIN: set = {int, float, bool}
+#: Python containers a kernel cannot take (numba-cuda's launch refuses reflected lists and sets).
+_CONTAINERS = (list, dict, set)
 
 
 def _warn_implicit_copy() -> None:

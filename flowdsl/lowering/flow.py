@@ -33,7 +33,7 @@ from numba.cuda.extending import (intrinsic, make_attribute_wrapper, overload, o
 
 from .. import flow, gin, mem
 from .._flow_staging import refusal
-from .._flow_elements import conversion_refusal, premul_type_refusal, scale_refusal
+from .._flow_elements import conversion_refusal, premul_type_refusal, scale_refusal, value_refusal
 from .._fp8 import E4M3 as _E4M3
 from ..enums import RedOp
 from .gin import STRONG_SIGNAL_FEATURE
@@ -312,6 +312,8 @@ def flow_to_float(x):
 
 @overload(flow.from_float)
 def flow_from_float(value, like):
+    if not isinstance(value, types.Number) or isinstance(value, types.Boolean):
+        raise NumbaTypeError(value_refusal(value))
     if like == types.uint16:
         return lambda value, like: to_bf16(float32(value))
     if like in (types.float16, types.float32):

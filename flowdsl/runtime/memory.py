@@ -282,9 +282,12 @@ class HostArrayCopies:
     """Device copies of host NumPy arrays for one launch on stream handle ``stream`` (numba-cuda's device
     arrays, as numba-cuda's own launch makes them; :mod:`flowdsl.host.transfers` says when)."""
 
-    def __init__(self, stream: int):
+    def __init__(self, stream: int, kernel_name: str = "a kernel"):
         from numba import cuda  # noqa: PLC0415 - a launch with host arrays: numba-cuda is loaded already
 
+        from .communicator import _require_gpu  # noqa: PLC0415
+
+        _require_gpu(f"launch {kernel_name} with a host NumPy array")  # not numba's CudaSupportError
         self.cuda = cuda
         self.stream = cuda.external_stream(stream) if stream else cuda.default_stream()
 

@@ -556,15 +556,23 @@ def _thread_runner(t, fn, args, world):
 
 
 def _tb_where(e):
-    tb = e.__traceback__
-    loc = "?"
+    """Where ``e`` was raised in the user's code: the innermost frame outside the flowdsl package (a host
+    call into flowdsl's collectives is the user's line that made it), else the innermost outside the
+    simulator."""
     import os
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    simulator = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    user = outside_sim = "?"
+    tb = e.__traceback__
     while tb is not None:
         fn = tb.tb_frame.f_code.co_filename
-        if "flowdsl" + os.sep + "sim" not in fn:
-            loc = f"{os.path.basename(fn)}:{tb.tb_lineno}"
+        place = f"{os.path.basename(fn)}:{tb.tb_lineno}"
+        if not os.path.abspath(fn).startswith(package):
+            user = place
+        if not os.path.abspath(fn).startswith(simulator):
+            outside_sim = place
         tb = tb.tb_next
-    return loc
+    return user if user != "?" else outside_sim
 
 
 def _dim3(d, what):

@@ -138,6 +138,8 @@ def test_version(capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
+    (["precompile", "--ops", "bogus"],  # reported before whether this machine has a GPU
+     "flowdsl precompile: error: unknown op(s) bogus for --ops: choose from sum, prod, min, max, avg, premulsum"),
     (["precompile", "--arch", "sm_90", "--ops", "bogus"],
      "flowdsl precompile: error: unknown op(s) bogus for --ops: choose from sum, prod, min, max, avg, premulsum"),
     (["precompile", "--arch", "sm_90", "--dtypes", "float32", "bogus"],

@@ -92,3 +92,21 @@ def test_an_element_type_without_a_float32_form_is_refused_on_both_paths():
         comm.synchronize()
     with pytest.raises(flowdsl.KernelTypingError, match=message):
         run_ranks(main, nranks=1)
+
+
+def test_an_array_where_from_float_takes_a_number_is_refused_in_the_same_words():
+    from numba import types
+
+    @flowdsl.kernel
+    def scaled(x, scale):
+        x[0] = flow.from_float(flow.to_float(x[0]) * scale, x[0])
+
+    message = r"flowdsl.flow.from_float requires value to be a number, got array\(float64, 1d, C\)"
+    with pytest.raises(flowdsl.KernelTypingError, match=message):
+        scaled.compile((types.uint16[::1], types.float64[::1]), arch="sm_90", nccl="2.28.9")
+
+    def main(comm):
+        scaled[1, 1](comm.alloc(2, np.uint16), np.array([1.5]))
+        comm.synchronize()
+    with pytest.raises(flowdsl.KernelTypingError, match=message):
+        run_ranks(main, nranks=1)

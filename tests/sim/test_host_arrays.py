@@ -105,3 +105,22 @@ def test_an_out_array_starts_undefined_on_the_simulator_as_on_a_gpu():
         read_first[1, 1](cuda.Out(dst), out)
         return out
     assert np.isnan(run_ranks(main, nranks=1)[0][0])  # poisoned: not the host's zeros
+
+
+def test_a_python_list_is_refused_at_the_launch_naming_the_fix():
+    def main(comm):
+        with pytest.raises(flowdsl.UsageError, match=r"Cannot launch scale_and_mark: argument 1 is a Python list, "
+                                                      r"which a kernel cannot take. Pass a NumPy array"):
+            scale_and_mark[1, 32](np.zeros(4, np.float32), [0.0] * 4, np.float32(2))
+        return True
+    assert run_ranks(main, nranks=1) == [True]
+
+
+def test_a_host_array_without_a_gpu_or_a_simulation_says_so():
+    from tests.conftest import gpu_count
+
+    if gpu_count():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(flowdsl.NoDeviceError, match=r"Cannot launch scale_and_mark with a host NumPy array: no CUDA "
+                                                     r"GPU is available.*flowdsl.sim.spawn"):
+        scale_and_mark[1, 32](np.zeros(4, np.float32), np.zeros(4, np.float32), np.float32(2))
