@@ -17,7 +17,7 @@ from ._spec import INT, RED_OP
 from ._stubs import primitive
 from .enums import RedOp
 
-__all__ = ["Reduction", "reduction", "to_float", "from_float", "combine", "finish", "combine_packs", "finish_pack", "premul", "premul_pack",
+__all__ = ["Reduction", "reduction", "missing_gin_context", "to_float", "from_float", "combine", "finish", "combine_packs", "finish_pack", "premul", "premul_pack",
            "unscaled", "E4M3", "E5M2"]
 
 Reduction = namedtuple("Reduction", ["op", "nranks", "fp8", "scale"], defaults=(None,))
@@ -48,6 +48,20 @@ def reduction(op, nranks, fp8=0, scale=None):
     given as a run-time value, the GPU cannot tell, and a reduction typed without a scale
     never multiplies. The simulator makes the :class:`Reduction` (``flowdsl/sim/flow.py``).
     """
+
+
+@primitive(module="flowdsl.flow", peer=INT)
+def missing_gin_context(peer):
+    """Stop the kernel: a Flow connection to world rank ``peer``, outside this rank's LSA team, on a processor
+    made without a GIN context (``ctx=None``). On the GPU the kernel prints :func:`missing_gin_context_text` and
+    traps (the launch fails); the simulator raises a ``flowdsl.sim.UsageError`` with the same words.
+    :func:`flowdsl.flow.connect` calls it."""
+
+
+def missing_gin_context_text(peer) -> str:
+    return (f"Cannot connect to world rank {peer}: it is outside this rank's LSA team, and the Flow processor "
+            "has no GIN context (ctx=None) to reach it. Give flow.processor a GIN context, gin.context(comm, 0), "
+            "when any peer is on another node")
 
 
 def scale_refusal() -> str:

@@ -33,12 +33,12 @@ from numba.cuda.extending import (intrinsic, make_attribute_wrapper, overload, o
 
 from .. import flow, gin, mem
 from .._flow_staging import refusal
-from .._flow_elements import conversion_refusal, premul_type_refusal, scale_refusal, value_refusal
+from .._flow_elements import conversion_refusal, missing_gin_context_text, premul_type_refusal, scale_refusal, value_refusal
 from .._fp8 import E4M3 as _E4M3
 from ..enums import RedOp
 from .gin import STRONG_SIGNAL_FEATURE
 from .checks import check, is_omitted
-from .intrinsics import feature_marker
+from .intrinsics import emit_trap, feature_marker
 from .target import current, note_feature
 from .types import WindowType, register_struct_model
 
@@ -299,6 +299,27 @@ def float_to_fp8(value, fmt):
     if fmt == _E4M3:
         return uint8(_float_to_e4m3(float32(0.0), x) & uint16(0xFF))
     return uint8(_float_to_e5m2(float32(0.0), x) & uint16(0xFF))
+
+
+@intrinsic
+def _trap(typingctx):
+    """PTX ``trap``: the kernel stops and its launch fails."""
+    def codegen(context, builder, sig, args):
+        emit_trap(builder)
+        return context.get_dummy_value()
+    return types.void(), codegen
+
+
+@overload(flow.missing_gin_context)
+def flow_missing_gin_context(peer):
+    check(flow.missing_gin_context, peer)
+    before, after = missing_gin_context_text("{}").split("{}")
+    before = before.rstrip()  # print puts a space between its arguments
+
+    def impl(peer):
+        print(before, peer, after)  # numba-cuda prints through vprintf before the trap ends the kernel
+        _trap()
+    return impl
 
 
 @overload(flow.to_float)

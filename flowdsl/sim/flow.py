@@ -4,9 +4,9 @@ GPU's typing checks them). The rest of Flow is device code the simulator runs as
 
 from __future__ import annotations
 
-from .._flow_elements import Reduction, scale_refusal
+from .._flow_elements import Reduction, missing_gin_context_text, scale_refusal
 from ..enums import RedOp
-from .errors import KernelTypingError
+from .errors import KernelTypingError, UsageError
 from .scheduler import sim_error
 from .semantics import implements
 
@@ -18,3 +18,8 @@ def _flow_reduction(op, nranks, fp8=0, scale=None):
     if op == RedOp.PREMULSUM and scale is None:  # the GPU refuses a constant PREMULSUM without one when it types it
         raise sim_error(KernelTypingError, scale_refusal())
     return Reduction(op, nranks, fp8, scale)
+
+
+@implements("flowdsl.flow.missing_gin_context")
+def _flow_missing_gin_context(peer):
+    raise sim_error(UsageError, missing_gin_context_text(int(peer)))

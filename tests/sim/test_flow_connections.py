@@ -467,3 +467,28 @@ def test_a_processor_built_without_ll128_runs_ll128_requests_as_ll():
     assert seen[(Protocol.LL128, 1)][:2] == (Protocol.LL128, 1)
     assert seen[(Protocol.LL128, 0)] == (Protocol.LL, 0, seen[(Protocol.LL, 0)][2])
     assert seen[(Protocol.LL128, 1)][2] != seen[(Protocol.LL, 0)][2]
+
+
+@flowdsl.kernel
+def ring_without_gin(comm, stage, x, y, n):
+    proc = flow.processor(comm, stage, None, CFG.channels, CFG.nslots, CFG.slot_bytes // 8, Protocol.SIMPLE)
+    nxt = flow.connect(proc, (comm.rank + 1) % comm.nranks, 0, 0)
+    prv = flow.connect(proc, (comm.rank + comm.nranks - 1) % comm.nranks, 0, 0)
+    flow.send(proc, nxt, x, 0, n)
+    flow.recv(proc, prv, y, 0, n)
+
+
+def test_a_connection_across_nodes_without_a_gin_context_is_refused_naming_the_fix():
+    """It was reported as a data race inside Flow's steps, whose fix pointed elsewhere."""
+    def main(comm):
+        with flow.staging(comm, CFG) as stage, comm.device_communicator() as dcomm:
+            x, y = comm.alloc(64, np.float32), comm.alloc(64, np.float32)
+            x.set(np.arange(64, dtype=np.float32))
+            ring_without_gin[1, CFG.threads](dcomm, stage, x, y, 64)
+            comm.synchronize()
+
+    with pytest.raises(flowdsl.sim.UsageError, match=r"Cannot connect to world rank \d: it is outside this rank's "
+                                                     r"LSA team, and the Flow processor has no GIN context \(ctx=None\)"
+                                                     r".*Give flow.processor a GIN context, gin.context\(comm, 0\)"):
+        spawn(main, nranks=4, nodes=2)
+    spawn(main, nranks=2)  # one node: every peer is LSA, and ctx=None is right
