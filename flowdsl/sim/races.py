@@ -138,8 +138,10 @@ def _fix_in_library(caller: str, other) -> str:
     code = other[3]  # an access's record: (slot, clock, thread, code, instruction offset); a report's site string
     if other[4] is not None and _library(code.co_filename):
         return (f"Fix: both accesses are flowdsl's own code, so what your call at {caller} asks of it is what "
-                "races: two blocks on the same side of one Flow connection (a connection has one sending and one "
-                "receiving block per channel: give each block its own channel or connection number)")
+                "races. Either two blocks on the same side of one Flow connection (a connection has one sending and "
+                "one receiving block per channel: give each block its own channel or connection number), or the two "
+                "ends of a connection run different numbers of threads (launch both ends with the same block size: "
+                "a slot's lines are split among the warps of each end)")
     return (f"Fix: your own code touches memory that flowdsl's code called at {caller} moves: order the two with "
             "a barrier (cuda.syncthreads() in one block), or use another buffer")
 

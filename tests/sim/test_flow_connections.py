@@ -492,3 +492,17 @@ def test_a_connection_across_nodes_without_a_gin_context_is_refused_naming_the_f
                                                      r".*Give flow.processor a GIN context, gin.context\(comm, 0\)"):
         spawn(main, nranks=4, nodes=2)
     spawn(main, nranks=2)  # one node: every peer is LSA, and ctx=None is right
+
+
+def test_ends_with_different_block_sizes_are_reported_with_that_fix():
+    def main(comm):
+        with flow.staging(comm, CFG) as stage, comm.device_communicator() as dcomm:
+            x, y = comm.alloc(32, np.float32), comm.alloc(32, np.float32)
+            x.set(np.arange(32, dtype=np.float32))
+            ring_without_gin[1, 64 if comm.rank == 0 else 32](dcomm, stage, x, y, 32)
+            comm.synchronize()
+
+    with pytest.raises(flowdsl.sim.SimulationError) as err:
+        spawn(main, nranks=2)
+    assert "the two ends of a connection run different numbers of threads (launch both ends with the same block " \
+           "size" in str(err.value), str(err.value)[:1500]
