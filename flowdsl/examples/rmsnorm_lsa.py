@@ -110,7 +110,7 @@ def run(comm, tokens_per_rank: int = 8, hidden: int = 512, eps: float = 1e-6, se
     """Run the fused kernel on ``comm`` with elements of ``dtype`` (one of :data:`ELEMENT_TYPES`); return
     ``(result, reference)`` for this rank, both float32 arrays (the reference from the rounded inputs)."""
     if dtype not in ELEMENT_TYPES:
-        raise ValueError(f"Cannot run the RMSNorm example with dtype {dtype!r}: choose one of {ELEMENT_TYPES}")
+        raise flowdsl.UsageError(f"Cannot run the RMSNorm example with dtype {dtype!r}: choose one of {ELEMENT_TYPES}")
     tokens = tokens_per_rank * comm.nranks
     rng = np.random.default_rng(seed)
     inputs = [to_elements(rng.standard_normal((tokens, hidden)).astype(np.float32), dtype)
