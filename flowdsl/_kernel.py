@@ -217,21 +217,7 @@ class FlowKernel:
             self.load(self._declared)
         return {argtypes: loaded.numba_kernel for argtypes, loaded in self._loaded.items()}
 
-    def inspect_llvm(self, signature=None):
-        """numba's LLVM IR for ``signature`` (a tuple of numba types), or ``{signature: IR}`` for each."""
-        return self._inspect("llvm", signature)
-
-    def inspect_asm(self, signature=None):
-        """The kernel's PTX from NVVM before linking, for ``signature`` or each (numba-cuda's ``inspect_asm``)."""
-        return self._inspect("asm", signature)
-
-    def inspect_lto_ptx(self, signature=None):
-        """The PTX after link-time optimisation with flowdsl's support build (what ptxas compiles)."""
-        return self._inspect("lto_ptx", signature)
-
-    def inspect_sass(self, signature=None):
-        """SASS of the linked kernel, for ``signature`` or each (needs nvdisasm, as numba-cuda's)."""
-        return self._inspect("sass", signature)
+    # inspect_llvm, inspect_asm, inspect_lto_ptx, inspect_sass: made below the class (_inspector)
 
     def inspect_types(self, file=None) -> None:
         """numba's source annotated with types, for each signature, written to ``file`` (default stdout)."""
@@ -244,21 +230,7 @@ class FlowKernel:
             print(self._kernel_code(argtypes).types(), file=file)
             print("=" * 80, file=file)
 
-    def get_regs_per_thread(self, signature=None):
-        """Registers per thread (numba-cuda's name), for ``signature`` or ``{signature: count}``."""
-        return self._attribute("regs_per_thread", signature)
-
-    def get_shared_mem_per_block(self, signature=None):
-        return self._attribute("shared_mem_per_block", signature)
-
-    def get_local_mem_per_thread(self, signature=None):
-        return self._attribute("local_mem_per_thread", signature)
-
-    def get_max_threads_per_block(self, signature=None):
-        return self._attribute("max_threads_per_block", signature)
-
-    def get_const_mem_size(self, signature=None):
-        return self._attribute("const_mem_size", signature)
+    # get_regs_per_thread and numba-cuda's other resource getters: made below the class (_resource_getter)
 
     def _attribute(self, name: str, signature):
         kernels = self.overloads
@@ -489,3 +461,37 @@ class FlowKernel:
         self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key,
                            "phases": meta.get("phases", {})}
         return loaded
+
+
+def _inspector(what: str, doc: str):
+    """``FlowKernel.inspect_<what>(signature=None)``: the code for ``signature`` (a tuple of numba types), or
+    ``{signature: code}`` for each, as numba-cuda's dispatcher gives it."""
+    def inspect(self, signature=None):
+        return self._inspect(what, signature)
+    inspect.__name__ = inspect.__qualname__ = f"inspect_{what}"
+    inspect.__doc__ = doc
+    return inspect
+
+
+def _resource_getter(attribute: str, what: str):
+    """numba-cuda's ``get_<attribute>(signature=None)``: the loaded kernel's ``attribute`` for ``signature``, or
+    ``{signature: value}`` for each."""
+    def get(self, signature=None):
+        return self._attribute(attribute, signature)
+    get.__name__ = get.__qualname__ = f"get_{attribute}"
+    get.__doc__ = f"{what} (numba-cuda's name), for ``signature`` or ``{{signature: value}}``."
+    return get
+
+
+for _what, _doc in (("llvm", "numba's LLVM IR, for ``signature`` or each."),
+                    ("asm", "The kernel's PTX from NVVM before linking (numba-cuda's ``inspect_asm``)."),
+                    ("lto_ptx", "The PTX after link-time optimisation with flowdsl's support build (what ptxas "
+                                "compiles)."),
+                    ("sass", "SASS of the linked kernel (needs nvdisasm, as numba-cuda's).")):
+    setattr(FlowKernel, f"inspect_{_what}", _inspector(_what, _doc))
+for _attribute, _what in (("regs_per_thread", "Registers per thread"),
+                          ("shared_mem_per_block", "Static shared memory per block, bytes"),
+                          ("local_mem_per_thread", "Local memory per thread, bytes"),
+                          ("max_threads_per_block", "The most threads a block of it may have"),
+                          ("const_mem_size", "Constant memory, bytes")):
+    setattr(FlowKernel, f"get_{_attribute}", _resource_getter(_attribute, _what))
