@@ -351,9 +351,12 @@ def tree_all_reduce(proc, red, partial, src, dst, count, root, lo, hi):
     nkids = max(0, min(2, n - (2 * pos + 1)))
     # Connection numbers 1 (parent), 2 and 3 (children), both ways; the ring uses 0. A number
     # always joins the same two ranks, so their step counters stay matched across launches.
-    parent = tree_rank(n, tree, (pos - 1) // 2)
+    # A parent or child that does not exist (the root's parent, a leaf's children) is this rank itself: its
+    # connection is never used, and a connection to a rank outside the communicator would be refused.
+    parent = tree_rank(n, tree, (pos - 1) // 2) if pos > 0 else r
     which = 2 + (pos - 1) % 2  # the parent's number for this rank
-    kid0, kid1 = tree_rank(n, tree, 2 * pos + 1), tree_rank(n, tree, 2 * pos + 2)
+    kid0 = tree_rank(n, tree, 2 * pos + 1) if nkids >= 1 else r
+    kid1 = tree_rank(n, tree, 2 * pos + 2) if nkids >= 2 else r
     up = flow.connect(proc, parent, 1, which)
     down = flow.connect(proc, parent, 1, which)
     kid0_in = flow.connect(proc, kid0, 2, 1)
