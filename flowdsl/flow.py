@@ -159,7 +159,7 @@ def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=
             every step, and LL128 is a third to a half of a kernel's link time. Such a
             processor runs a ``Protocol.LL128`` request as LL.
 
-    The block's threads are a whole number of warps, at most :data:`MAX_PARTS` of them do
+    The block's whole warps (a partial last warp sits out), at most :data:`MAX_PARTS` of them, do
     Flow's work (more sit out the steps), and both ends of a connection run as many.
     """
     _require_staging(stage)
