@@ -163,9 +163,10 @@ class FlowKernel:
     def specialize(self, *args):
         """numba-cuda's ``kernel.specialize(*args)``: the kernel with a signature of ``args``' numba types (its
         launches take their scalars as those types)."""
-        from numba import typeof  # noqa: PLC0415 - numba types the arguments as numba-cuda's dispatcher does
-
-        return FlowKernel(self.py_func, signature=tuple(typeof(a) for a in args), fastmath=self.fastmath,
+        # Typed as a launch types them (CuPy arrays and PyTorch tensors, which numba's typeof does not know,
+        # windows, device communicators), NumPy scalars by numba.
+        types_ = tuple(_argtypes.argument_type(self.__name__, i, a) for i, a in enumerate(args))
+        return FlowKernel(self.py_func, signature=types_, fastmath=self.fastmath,
                           lineinfo=self.lineinfo, max_registers=self.max_registers, link=self.link,
                           extensions=self.extensions)
 
@@ -233,10 +234,17 @@ class FlowKernel:
     # get_regs_per_thread and numba-cuda's other resource getters: made below the class (_resource_getter)
 
     def _attribute(self, name: str, signature):
+        """cuda.core's attribute of each loaded kernel under numba-cuda's ``name`` (``regs_per_thread``, ...)."""
+        from ._launch import _kernel_function  # noqa: PLC0415
+
         kernels = self.overloads
+        attribute = _CORE_ATTRIBUTES[name]
+
+        def value(kernel):
+            return getattr(_kernel_function(kernel).attributes, attribute)
         if signature is not None:
-            return getattr(kernels[self._signature_key(signature)], name)
-        return {argtypes: getattr(k, name) for argtypes, k in kernels.items()}
+            return value(kernels[self._signature_key(signature)])
+        return {argtypes: value(k) for argtypes, k in kernels.items()}
 
     def _inspect(self, what: str, signature):
         if signature is not None:
@@ -461,6 +469,12 @@ class FlowKernel:
         self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key,
                            "phases": meta.get("phases", {})}
         return loaded
+
+
+#: numba-cuda's name of a kernel's resource -> cuda.core's ``Kernel.attributes`` name.
+_CORE_ATTRIBUTES = {"regs_per_thread": "num_regs", "shared_mem_per_block": "shared_size_bytes",
+                    "local_mem_per_thread": "local_size_bytes", "max_threads_per_block": "max_threads_per_block",
+                    "const_mem_size": "const_size_bytes"}
 
 
 def _inspector(what: str, doc: str):
