@@ -157,12 +157,12 @@ class _Launch:
     def _through_extensions(self, args, stream: int):
         """Each argument through the kernel's ``extensions`` (numba-cuda's ``prepare_args`` hooks, last added
         first, as numba-cuda applies them), the launch, then what they left in ``retr``."""
-        from numba import typeof  # noqa: PLC0415 - extensions are numba-cuda's: it is loaded
+        from ._argtypes import argument_type  # noqa: PLC0415
 
         retr: list = []
         prepared = []
-        for value in args:
-            ty = typeof(value)
+        for i, value in enumerate(args):
+            ty = argument_type(self.kernel.__name__, i, value)  # as a launch types it (CuPy arrays included)
             for extension in reversed(self.kernel.extensions):
                 ty, value = extension.prepare_args(ty, value, stream=stream, retr=retr)
             prepared.append(value)
