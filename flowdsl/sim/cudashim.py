@@ -31,6 +31,7 @@ from numba.core import types as _nb_types
 from numba.cuda.stubs import Stub as _Stub  # the simulator shims numba.cuda, whose stubs user code names
 
 from . import _state, intrinsics
+from .bf16 import SimBf16
 from .errors import KernelTypingError, UnsupportedFeatureError, UsageError
 from .memory import as_dtype, poisoned, raw
 from .scheduler import block_sync, sim_error
@@ -235,6 +236,7 @@ class SimCuda(types.ModuleType):
     const = _Const()
     atomic = _Atomic()
     fp16 = intrinsics.Fp16()
+    bf16 = SimBf16
     warpsize = 32
 
     @property
@@ -405,6 +407,12 @@ class _SimMath(types.ModuleType):
 
 
 _REPLACE[id(math)] = _SimMath("math (flowdsl.sim)")
+try:  # numba-cuda's bfloat16 module (`from numba.cuda import bf16`): its simulated twin
+    import numba.cuda.bf16 as _nb_bf16
+except ImportError:  # pragma: no cover - an older numba-cuda without it
+    _nb_bf16 = None
+if _nb_bf16 is not None:
+    _REPLACE[id(_nb_bf16)] = SimBf16
 
 
 def _is_device_function(v):

@@ -155,3 +155,15 @@ def test_rmsnorm_in_each_element_type_matches_numpy(comm, dtype):
     result, reference = rmsnorm_lsa.run(comm, tokens_per_rank=4, hidden=1024, seed=3, dtype=dtype)
     tol = rmsnorm_lsa.TOLERANCE[dtype]
     np.testing.assert_allclose(result, reference, rtol=tol, atol=tol)
+
+
+def test_bf16_on_the_gpu_bit_for_bit_with_the_simulator(comm):
+    import cupy
+
+    from tests.sim.test_bf16 import N, bf16_probe, check, expected, outputs, probe_inputs
+
+    a, b, c, floats = probe_inputs()
+    outs = [cupy.asarray(o) for o in outputs()]
+    bf16_probe[(N + 127) // 128, 128](cupy.asarray(a), cupy.asarray(b), cupy.asarray(c), cupy.asarray(floats), *outs)
+    comm.synchronize()
+    check([o.get() for o in outs], expected(a, b, c, floats), a, b)
