@@ -463,7 +463,7 @@ class FlowKernel:
     def _load_or_compile(self, argtypes, target: Target):
         start = time.perf_counter()
         key, cubin, meta, source = self._cached_or_compiled(argtypes, target)
-        loaded = _launch.numba_kernel(meta["entry_name"], cubin, argtypes)
+        loaded = _launch.numba_kernel(meta["entry_name"], cubin, argtypes, frozenset(meta.get("features", ())))
         loaded.bind()  # load the module now, so that the time below includes it
         loaded.flowdsl_features = frozenset(meta.get("features", ()))
         self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key,

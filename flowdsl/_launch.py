@@ -45,7 +45,8 @@ class _Loaded:
         self.argtypes = argtypes
         self.features = getattr(numba_kernel, "flowdsl_features", frozenset())
         self.packers = [_packer(t) for t in argtypes]
-        self.fast = all(p is not None for p in self.packers)
+        # A cooperative kernel goes through numba-cuda's launcher, which launches it cooperatively.
+        self.fast = all(p is not None for p in self.packers) and COOPERATIVE not in self.features
         self.cu_kernel = _kernel_function(numba_kernel) if self.fast else None
         self.handle = int(self.cu_kernel.handle) if self.fast else None  # the CUfunction, as an int
 
@@ -77,12 +78,17 @@ class _Loaded:
             return
         self.params.launch(self.handle, args, grid, block, stream, shared)
 
-def numba_kernel(entry_name: str, cubin: bytes, argtypes):
+#: Recorded on a compiled kernel that syncs its whole grid (``cuda.cg.this_grid().sync()``): it must be
+#: launched cooperatively (every block resident at once), which numba-cuda's launcher does.
+COOPERATIVE = "cooperative"
+
+
+def numba_kernel(entry_name: str, cubin: bytes, argtypes, features=frozenset()):
     """A numba-cuda launchable kernel around an already linked cubin."""
     from .lowering.backend import load_kernel  # noqa: PLC0415
     from .lowering.types import ArgumentMarshaller  # noqa: PLC0415
 
-    return load_kernel(entry_name, cubin, argtypes, [ArgumentMarshaller()])
+    return load_kernel(entry_name, cubin, argtypes, [ArgumentMarshaller()], cooperative=COOPERATIVE in features)
 
 def _kernel_function(numba_kernel):
     from .lowering.backend import kernel_function  # noqa: PLC0415

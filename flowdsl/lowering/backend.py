@@ -92,6 +92,11 @@ class Lowered:
         """The kernel's symbol (what the linked cubin exports)."""
         return self._library._entry_name
 
+    @property
+    def cooperative(self) -> bool:
+        """Whether the kernel syncs its grid (numba-cuda then launches it cooperatively)."""
+        return bool(getattr(self._library, "use_cooperative", False))
+
     @functools.cached_property
     def ir_text(self) -> str:
         """The LLVM IR of the kernel and every device function it links (read for calls and markers)."""
@@ -107,7 +112,7 @@ class Lowered:
         cooperative launches, then ``extra`` (a kernel's ``link=``: paths or numba ``LinkableCode``). A kernel
         that needs none of it gets an empty list (nothing more to compile)."""
         files = list(self._library._linking_files) + list(extra)
-        if getattr(self._library, "needs_cudadevrt", False):
+        if getattr(self._library, "needs_cudadevrt", False) or self.cooperative:  # a grid sync calls into it
             from numba.cuda.cudadrv.libs import get_cudalib  # noqa: PLC0415
 
             files.append(get_cudalib("cudadevrt", static=True))
@@ -233,7 +238,7 @@ def _mark_never_inline(modules, qualified_names) -> None:
 
 # -- a linked cubin as a launchable kernel ---------------------------------------------------------
 
-def load_kernel(entry_name: str, cubin: bytes, argtypes, extensions=()):
+def load_kernel(entry_name: str, cubin: bytes, argtypes, extensions=(), cooperative: bool = False):
     """A numba-cuda kernel object around an already linked ``cubin`` (launched by numba-cuda's
     launcher for argument kinds flowdsl does not pack itself).
 
@@ -249,7 +254,7 @@ def load_kernel(entry_name: str, cubin: bytes, argtypes, extensions=()):
     library = CUDACodeLibrary._rebuild(codegen, entry_name, entry_name, [], {}, {}, {}, None, {}, False, False,
                                        False, True)
     library._cubin_cache[library._ensure_cc(None)] = ObjectCode.from_cubin(cubin, name=entry_name)
-    return _Kernel._rebuild(False, entry_name, types.void(*argtypes), library, False, False, None,
+    return _Kernel._rebuild(cooperative, entry_name, types.void(*argtypes), library, False, False, None,
                             list(extensions))
 
 

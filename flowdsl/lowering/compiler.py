@@ -82,6 +82,8 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
         features = noted_features() | features_in_code(lowered.ir_text)
         features = _check_cft(lowered.ir_text, target, features)
         features = _gin_backend_of(target, features)
+        if lowered.cooperative:  # a grid sync: launched cooperatively (flowdsl._launch.COOPERATIVE)
+            features |= {"cooperative"}
     clock.lap("numba")
     ltoir = lowered.ltoir(target.cc)
     clock.lap("nvvm")

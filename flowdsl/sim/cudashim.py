@@ -224,6 +224,24 @@ def _warp_exchange(t, mask, value, label):
     return dict(vals)
 
 
+class _GridGroup:
+    """``cuda.cg.this_grid()``: every thread of the launch (a cooperative launch on GPUs)."""
+
+    @staticmethod
+    def sync():
+        t = _thread()
+        everyone = sum(b.nthreads for b in t.launch.blocks)
+        block_sync(t, ("grid",), everyone, "cuda.cg.this_grid().sync()", shape="grid", scope=t.launch)
+
+
+class _CooperativeGroups:
+    """``cuda.cg``: the grid group."""
+
+    @staticmethod
+    def this_grid():
+        return _GridGroup()
+
+
 class SimCuda(types.ModuleType):
     """The simulated ``numba.cuda`` module."""
 
@@ -237,6 +255,7 @@ class SimCuda(types.ModuleType):
     atomic = _Atomic()
     fp16 = intrinsics.Fp16()
     bf16 = SimBf16
+    cg = _CooperativeGroups()
     warpsize = 32
 
     @property

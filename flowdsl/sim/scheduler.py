@@ -102,6 +102,7 @@ class Launch:
         self.started = False
         self.finished = False
         self.one_d = grid[1] == grid[2] == block[1] == block[2] == 1
+        self.barriers = {}  # grid-wide barriers (cuda.cg.this_grid().sync())
 
 
 class Block:
@@ -541,7 +542,7 @@ class _BlockWait:
                          for k, v in sorted(groups.items()))
 
 
-def block_sync(t, key, expected, label, value=None, shape=None, members=None):
+def block_sync(t, key, expected, label, value=None, shape=None, members=None, scope=None):
     """Barrier of ``expected`` threads of ``t``'s block named ``key``; returns all values.
 
     Args:
@@ -553,11 +554,13 @@ def block_sync(t, key, expected, label, value=None, shape=None, members=None):
         shape: What the caller expects the barrier to be; a different shape
             while threads wait is reported as a misuse.
         members: Linear thread ids expected (for the report of who is missing).
+        scope: What holds the barrier: the block (default), or the launch for a grid-wide one.
     """
     blk = t.blk
-    b = blk.barriers.get(key)
+    barriers = (scope if scope is not None else blk).barriers
+    b = barriers.get(key)
     if b is None:
-        b = blk.barriers[key] = GroupBarrier(expected, shape, label)
+        b = barriers[key] = GroupBarrier(expected, shape, label)
     elif b.arrived:
         if b.shape != shape or b.expected != expected:
             raise sim_error(DeadlockError, (

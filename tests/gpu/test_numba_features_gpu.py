@@ -167,3 +167,15 @@ def test_bf16_on_the_gpu_bit_for_bit_with_the_simulator(comm):
     bf16_probe[(N + 127) // 128, 128](cupy.asarray(a), cupy.asarray(b), cupy.asarray(c), cupy.asarray(floats), *outs)
     comm.synchronize()
     check([o.get() for o in outs], expected(a, b, c, floats), a, b)
+
+
+def test_a_grid_sync_on_the_gpu_as_on_the_simulator(comm):
+    """A cooperative launch (numba-cuda's launcher) of a kernel that syncs its grid."""
+    import cupy
+
+    from tests.sim.test_grid_sync import reference, sequential_rows
+
+    m = cupy.zeros((64, 256), np.int32)
+    sequential_rows[8, 32](m)
+    comm.synchronize()
+    np.testing.assert_array_equal(m.get(), reference((64, 256)))
