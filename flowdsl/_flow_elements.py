@@ -53,8 +53,9 @@ def reduction(op, nranks, fp8=0, scale=None):
 @primitive(module="flowdsl.flow", peer=INT)
 def missing_gin_context(peer):
     """Stop the kernel: a Flow connection to world rank ``peer``, outside this rank's LSA team, on a processor
-    made without a GIN context (``ctx=None``). On the GPU the kernel prints :func:`missing_gin_context_text` and
-    traps (the launch fails); the simulator raises a ``flowdsl.sim.UsageError`` with the same words.
+    made without a GIN context (``ctx=None``). On the GPU the kernel prints the peer, the reason and the fix
+    (``gin.context(comm, 0)``) and traps (the launch fails); the simulator raises a ``flowdsl.sim.UsageError``
+    with the same words.
     :func:`flowdsl.flow.connect` calls it."""
 
 
