@@ -27,8 +27,6 @@ SHAPES = ((8, 4096), (64, 4096), (256, 8192))  # tokens per rank, hidden
 
 
 def bench(comm, tokens_per_rank: int, hidden: int, rounds: int, reps: int) -> list[dict]:
-    import cupy
-
     launches, sizes = {}, {}
     resources = []
     for dtype in rmsnorm_lsa.ELEMENT_TYPES:
@@ -44,25 +42,14 @@ def bench(comm, tokens_per_rank: int, hidden: int, rounds: int, reps: int) -> li
         launches[dtype] = (lambda launch=launch, dcomm=dcomm, win=win:
                            launch(dcomm, win, hidden, np.float32(1e-6)))
         sizes[dtype] = buf.nbytes
-    times = {dtype: [] for dtype in launches}
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    for fn in launches.values():
-        fn()
-    comm.synchronize()
-    for _ in range(rounds):
-        for dtype, fn in launches.items():
-            start.record()
-            for _ in range(reps):
-                fn()
-            stop.record()
-            stop.synchronize()
-            times[dtype].append(cupy.cuda.get_elapsed_time(start, stop) * 1000 / reps)
+    from lsa_bench import time_rounds  # noqa: PLC0415 - the benchmarks' one timing loop (CUDA events, interleaved)
+
+    times = {dtype: ms * 1000 for dtype, ms in time_rounds(launches, rounds, reps).items()}
     for r in resources:
         r.close()
-    base = float(np.median(times["float32"]))
+    base = times["float32"]
     return [{"tokens": tokens_per_rank * comm.nranks, "hidden": hidden, "dtype": dtype, "ranks": comm.nranks,
-             "us": float(np.median(t)), "bytes_per_us": sizes[dtype] / float(np.median(t)),
-             "vs_float32": float(np.median(t)) / base} for dtype, t in times.items()]
+             "us": us, "bytes_per_us": sizes[dtype] / us, "vs_float32": us / base} for dtype, us in times.items()]
 
 
 def main(argv=None) -> int:

@@ -13,6 +13,7 @@ in the last bit at a halfway point. A kernel uses it as numba-cuda's: ``from num
 from __future__ import annotations
 
 import math
+import operator
 from fractions import Fraction
 
 import numpy as np
@@ -205,6 +206,41 @@ def _from_bits(kind):
     return staticmethod(lambda b: BFloat16(int(np.array(np.dtype(kind).type(b)).view(np.uint16)[()])))
 
 
+def _pick_max(a: BFloat16, b: BFloat16) -> BFloat16:
+    fa, fb = float(a), float(b)
+    if fa == fb == 0:  # +0 is the larger zero
+        return a if not (a.bits & 0x8000) else b
+    return a if fa > fb else b
+
+
+def _pick_min(a: BFloat16, b: BFloat16) -> BFloat16:
+    fa, fb = float(a), float(b)
+    if fa == fb == 0:
+        return a if a.bits & 0x8000 else b
+    return a if fa < fb else b
+
+
+def _compare(op, unordered: bool):
+    def compare(a, b):
+        if not _ordered(a, b):
+            return unordered
+        return op(float(_as_bf16(a)), float(_as_bf16(b)))
+    return staticmethod(compare)
+
+
+def _extremum(pick, nan_wins: bool):
+    """``pick`` of two bfloat16 values; with a NaN argument the other one (``nan_wins``: the NaN)."""
+    def extremum(a, b):
+        a, b = _as_bf16(a), _as_bf16(b)
+        if a.isnan() or b.isnan():
+            if nan_wins or (a.isnan() and b.isnan()):
+                return BFloat16(_NAN_BITS)
+            return b if a.isnan() else a
+        return pick(a, b)
+    return staticmethod(extremum)
+
+
+
 class SimBf16:
     """The simulated ``numba.cuda.bf16`` module."""
 
@@ -288,77 +324,14 @@ class SimBf16:
     def habs(a):
         return abs(_as_bf16(a))
 
-    @staticmethod
-    def heq(a, b):
-        return _ordered(a, b) and float(_as_bf16(a)) == float(_as_bf16(b))
-
-    @staticmethod
-    def hne(a, b):
-        return _ordered(a, b) and float(_as_bf16(a)) != float(_as_bf16(b))
-
-    @staticmethod
-    def hlt(a, b):
-        return _ordered(a, b) and float(_as_bf16(a)) < float(_as_bf16(b))
-
-    @staticmethod
-    def hle(a, b):
-        return _ordered(a, b) and float(_as_bf16(a)) <= float(_as_bf16(b))
-
-    @staticmethod
-    def hgt(a, b):
-        return _ordered(a, b) and float(_as_bf16(a)) > float(_as_bf16(b))
-
-    @staticmethod
-    def hge(a, b):
-        return _ordered(a, b) and float(_as_bf16(a)) >= float(_as_bf16(b))
-
-    @staticmethod
-    def hequ(a, b):
-        return not _ordered(a, b) or float(_as_bf16(a)) == float(_as_bf16(b))
-
-    @staticmethod
-    def hneu(a, b):
-        return not _ordered(a, b) or float(_as_bf16(a)) != float(_as_bf16(b))
-
-    @staticmethod
-    def hltu(a, b):
-        return not _ordered(a, b) or float(_as_bf16(a)) < float(_as_bf16(b))
-
-    @staticmethod
-    def hleu(a, b):
-        return not _ordered(a, b) or float(_as_bf16(a)) <= float(_as_bf16(b))
-
-    @staticmethod
-    def hgtu(a, b):
-        return not _ordered(a, b) or float(_as_bf16(a)) > float(_as_bf16(b))
-
-    @staticmethod
-    def hgeu(a, b):
-        return not _ordered(a, b) or float(_as_bf16(a)) >= float(_as_bf16(b))
-
-    @staticmethod
-    def hmax(a, b):
-        a, b = _as_bf16(a), _as_bf16(b)
-        if a.isnan() or b.isnan():
-            return BFloat16(_NAN_BITS) if a.isnan() and b.isnan() else (b if a.isnan() else a)
-        return _pick_max(a, b)
-
-    @staticmethod
-    def hmin(a, b):
-        a, b = _as_bf16(a), _as_bf16(b)
-        if a.isnan() or b.isnan():
-            return BFloat16(_NAN_BITS) if a.isnan() and b.isnan() else (b if a.isnan() else a)
-        return _pick_min(a, b)
-
-    @staticmethod
-    def hmax_nan(a, b):
-        a, b = _as_bf16(a), _as_bf16(b)
-        return BFloat16(_NAN_BITS) if a.isnan() or b.isnan() else _pick_max(a, b)
-
-    @staticmethod
-    def hmin_nan(a, b):
-        a, b = _as_bf16(a), _as_bf16(b)
-        return BFloat16(_NAN_BITS) if a.isnan() or b.isnan() else _pick_min(a, b)
+    # Ordered comparisons (a NaN makes them false) and unordered ones (a NaN makes them true).
+    heq, hne, hlt = _compare(operator.eq, False), _compare(operator.ne, False), _compare(operator.lt, False)
+    hle, hgt, hge = _compare(operator.le, False), _compare(operator.gt, False), _compare(operator.ge, False)
+    hequ, hneu, hltu = _compare(operator.eq, True), _compare(operator.ne, True), _compare(operator.lt, True)
+    hleu, hgtu, hgeu = _compare(operator.le, True), _compare(operator.gt, True), _compare(operator.ge, True)
+    # With one NaN argument the other (__hmax), or the NaN (__hmax_nan).
+    hmax, hmin = _extremum(_pick_max, nan_wins=False), _extremum(_pick_min, nan_wins=False)
+    hmax_nan, hmin_nan = _extremum(_pick_max, nan_wins=True), _extremum(_pick_min, nan_wins=True)
 
     @staticmethod
     def hisnan(a):
@@ -368,12 +341,6 @@ class SimBf16:
     def hisinf(a):
         f = float(_as_bf16(a))
         return np.int32(0 if not math.isinf(f) else (1 if f > 0 else -1))
-
-    # Exact on every value: the result is a bfloat16 already.
-    htrunc = _float32_function(np.trunc)
-    hceil = _float32_function(np.ceil)
-    hfloor = _float32_function(np.floor)
-    hrint = _float32_function(np.rint)
 
     @staticmethod
     def hsqrt(x):
@@ -385,32 +352,17 @@ class SimBf16:
         with np.errstate(divide="ignore"):
             return _round(float(1.0 / np.float64(float(_as_bf16(x)))))
 
-    # Through float32, as the GPU's (its float32 functions may differ from NumPy's in the last float32 bit,
-    # which shows only where the bfloat16 rounding of the two lands on either side of a halfway point).
-    hrsqrt = _float32_function(lambda v: np.float32(1) / np.sqrt(v))
-    hexp = _float32_function(np.exp)
-    hexp2 = _float32_function(np.exp2)
-    hexp10 = _float32_function(lambda v: np.power(np.float32(10), v))
-    hlog = _float32_function(np.log)
-    hlog2 = _float32_function(np.log2)
-    hlog10 = _float32_function(np.log10)
-    hsin = _float32_function(np.sin)
-    hcos = _float32_function(np.cos)
-    htanh = htanh_approx = _float32_function(np.tanh)
 
 
-def _pick_max(a: BFloat16, b: BFloat16) -> BFloat16:
-    fa, fb = float(a), float(b)
-    if fa == fb == 0:  # +0 is the larger zero
-        return a if not (a.bits & 0x8000) else b
-    return a if fa > fb else b
-
-
-def _pick_min(a: BFloat16, b: BFloat16) -> BFloat16:
-    fa, fb = float(a), float(b)
-    if fa == fb == 0:
-        return a if a.bits & 0x8000 else b
-    return a if fa < fb else b
+#: Functions computed on the value as a float32, then rounded: exact where the result is a bfloat16 already
+#: (trunc, ceil, floor, rint); the others through float32 as the GPU's (whose float32 functions may differ from
+#: NumPy's in the last float32 bit: it shows only where the two land on either side of a halfway point).
+for _name, _fn in (("htrunc", np.trunc), ("hceil", np.ceil), ("hfloor", np.floor), ("hrint", np.rint),
+                   ("hrsqrt", lambda v: np.float32(1) / np.sqrt(v)), ("hexp", np.exp), ("hexp2", np.exp2),
+                   ("hexp10", lambda v: np.power(np.float32(10), v)), ("hlog", np.log), ("hlog2", np.log2),
+                   ("hlog10", np.log10), ("hsin", np.sin), ("hcos", np.cos), ("htanh", np.tanh),
+                   ("htanh_approx", np.tanh)):
+    setattr(SimBf16, _name, _float32_function(_fn))
 
 
 for _kind, _names in (("int8", ("char",)), ("int16", ("short",)), ("int32", ("int",)), ("int64", ("ll",)),
