@@ -17,8 +17,8 @@ from ._spec import INT, RED_OP
 from ._stubs import primitive
 from .enums import RedOp
 
-__all__ = ["Reduction", "reduction", "missing_gin_context", "to_float", "from_float", "combine", "finish", "combine_packs", "finish_pack", "premul", "premul_pack",
-           "unscaled", "E4M3", "E5M2"]
+__all__ = ["Reduction", "reduction", "missing_gin_context", "to_float", "from_float", "combine", "finish",
+           "combine_packs", "finish_pack", "premul", "premul_pack", "unscaled", "E4M3", "E5M2"]
 
 Reduction = namedtuple("Reduction", ["op", "nranks", "fp8", "scale"], defaults=(None,))
 Reduction.__doc__ = """A reduction operator (:class:`flowdsl.RedOp`) over ``nranks`` contributions.

@@ -149,6 +149,7 @@ class FlowKernel:
         self._loaded_by_ids: dict = {}  # numba types are interned: their ids are a cheaper key
         self._loaded_for_backends: dict = {}  # (argtypes, GIN backend) -> loaded, beside the first one
         self._launches: dict = {}
+        self._code: dict = {}  # argument types -> KernelCode, for the inspection API (made when asked)
         #: Last compile/load: {"source": "compiled"|"disk", "seconds": float, "key": str,
         #: "phases": CPU seconds per compile step (numba, nvvm, link; empty from disk)}
         self.last_build: dict = {}
@@ -261,7 +262,7 @@ class FlowKernel:
 
     def _kernel_code(self, argtypes):
         """The kernel's code for ``argtypes`` on this GPU's target (sm_90 and the loaded NCCL without one)."""
-        code = self.__dict__.setdefault("_code", {}).get(argtypes)
+        code = self._code.get(argtypes)
         if code is None:
             from .lowering.compiler import KernelCode  # noqa: PLC0415
             from .lowering.target import Target  # noqa: PLC0415
@@ -463,9 +464,10 @@ class FlowKernel:
     def _load_or_compile(self, argtypes, target: Target):
         start = time.perf_counter()
         key, cubin, meta, source = self._cached_or_compiled(argtypes, target)
-        loaded = _launch.numba_kernel(meta["entry_name"], cubin, argtypes, frozenset(meta.get("features", ())))
+        features = frozenset(meta.get("features", ()))
+        loaded = _launch.numba_kernel(meta["entry_name"], cubin, argtypes, features)
         loaded.bind()  # load the module now, so that the time below includes it
-        loaded.flowdsl_features = frozenset(meta.get("features", ()))
+        loaded.flowdsl_features = features
         self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key,
                            "phases": meta.get("phases", {})}
         return loaded

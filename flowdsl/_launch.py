@@ -22,6 +22,7 @@ from .errors import UsageError
 from .host.checks import dynamic_shared, launch_shape
 from .host.streams import stream_handle
 from .host.transfers import host_transfers, simulated_copy_in, simulated_copy_out, simulated_empty_like
+from .lowering.target import COOPERATIVE
 
 __all__ = ["check_features"]
 
@@ -77,11 +78,6 @@ class _Loaded:
             self.numba_kernel.launch(args, grid, block, stream=_core_stream(stream), sharedmem=shared)
             return
         self.params.launch(self.handle, args, grid, block, stream, shared)
-
-#: Recorded on a compiled kernel that syncs its whole grid (``cuda.cg.this_grid().sync()``): it must be
-#: launched cooperatively (every block resident at once), which numba-cuda's launcher does.
-COOPERATIVE = "cooperative"
-
 
 def numba_kernel(entry_name: str, cubin: bytes, argtypes, features=frozenset()):
     """A numba-cuda launchable kernel around an already linked cubin."""
@@ -148,7 +144,7 @@ class _Launch:
         if transfers is not None:
             return self._with_host_arrays(transfers, args, stream)
         if self._on_simulator(args):
-            return _stubs._simulator_launch(self.kernel, self.grid, self.block, stream, self.shared, args)
+            return self._once(args, stream)
         key = _replay_key(stream, args)
         replay = self.replays.find(key, args)
         if replay is not None:
@@ -176,11 +172,8 @@ class _Launch:
         transfers = host_transfers(self.kernel.__name__, args)
         if transfers is not None:
             self._with_host_arrays(transfers, args, stream)
-        elif self._on_simulator(args):
-            _stubs._simulator_launch(self.kernel, self.grid, self.block, stream, self.shared, args)
         else:
-            loaded, grid, block = self._checked(args, stream)
-            loaded.launch(args, grid, block, stream, int(self.shared))
+            self._once(args, stream)
         for writeback in retr:
             writeback()
         return None
@@ -188,18 +181,23 @@ class _Launch:
     def _with_host_arrays(self, transfers, args, stream: int):
         """Launch with device copies of the host arrays, then copy back those that go back (and wait)."""
         if self._on_simulator(args):
-            args = transfers.to_device(args, simulated_copy_in, simulated_empty_like)
-            _stubs._simulator_launch(self.kernel, self.grid, self.block, stream, self.shared, args,
-                                     wait=transfers.copies_back)
-            transfers.back(simulated_copy_out)
-            return None
-        from .runtime.memory import HostArrayCopies  # noqa: PLC0415 - a GPU launch: the runtime is loaded
+            copies = (simulated_copy_in, simulated_empty_like, simulated_copy_out)
+        else:
+            from .runtime.memory import HostArrayCopies  # noqa: PLC0415 - a GPU launch: the runtime is loaded
 
-        copies = HostArrayCopies(stream, self.kernel.__name__)
-        args = transfers.to_device(args, copies.copy_in, copies.empty_like)
+            gpu = HostArrayCopies(stream, self.kernel.__name__)
+            copies = (gpu.copy_in, gpu.empty_like, gpu.copy_out)
+        self._once(transfers.to_device(args, copies[0], copies[1]), stream, wait=transfers.copies_back)
+        transfers.back(copies[2])  # on the GPU, the copy back waits for the kernel on its stream
+        return None
+
+    def _once(self, args, stream: int, wait: bool = False):
+        """One launch, no replay: on the simulator (``wait``: until it has run), or checked and launched."""
+        if self._on_simulator(args):
+            _stubs._simulator_launch(self.kernel, self.grid, self.block, stream, self.shared, args, wait=wait)
+            return None
         loaded, grid, block = self._checked(args, stream)
         loaded.launch(args, grid, block, stream, int(self.shared))
-        transfers.back(copies.copy_out)
         return None
 
     def prepare(self, *args):

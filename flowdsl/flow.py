@@ -93,8 +93,8 @@ from .enums import MemoryOrder, Protocol, RedOp, ThreadScope
 __all__ = [
     "MAX_CONNECTIONS", "MAX_PARTS", "LL_SLOT_BYTES", "LL128_SLOT_BYTES", "Processor", "Connection", "Reduction",
     "Staging", "staging", "staging_words", "processor",
-    "connect", "missing_gin_context", "reduction", "to_float", "from_float", "combine", "finish", "combine_packs", "finish_pack", "premul", "premul_pack",
-    "unscaled", "strong_signal_inc",
+    "connect", "missing_gin_context", "reduction", "to_float", "from_float", "combine", "finish", "combine_packs",
+    "finish_pack", "premul", "premul_pack", "unscaled", "strong_signal_inc",
     "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "ll_flag", "ll_cleans", "LL_FLAG_CYCLE",
     "E4M3", "E5M2",
     "send", "recv", "copy_send", "recv_reduce_send", "recv_reduce_copy", "recv_reduce_copy_send",

@@ -50,10 +50,9 @@ class HostTransfers:
 
     def __init__(self, kernel_name: str, places: list[tuple[int, np.ndarray, bool, bool]], implicit: bool):
         self.kernel_name = kernel_name
-        self.places = places  # (argument index, host array, copy in, copy out)
+        self.places = places  # (argument index, array, copy in, copy out); neither: device memory in a hint
         self.implicit = implicit  # a plain array among them: numba's performance warning
-        self.copies_back = any(out and _is_host_array(host) for _, host, _, out in places)
-        self.copies = self.copies_back or any(_is_host_array(host) for _, host, _, _ in places)
+        self.copies_back = any(out for _, _, _, out in places)
         self._device: list = []
 
     def to_device(self, args: tuple, copy_in, empty_like) -> tuple:
@@ -63,11 +62,8 @@ class HostTransfers:
             _warn_implicit_copy()
         args = list(args)
         self._device = []
-        for index, host, copy, _ in self.places:
-            if not _is_host_array(host):  # device memory in a hint: passed as it is
-                device = host
-            else:
-                device = copy_in(host) if copy else empty_like(host)
+        for index, host, copy, out in self.places:
+            device = copy_in(host) if copy else empty_like(host) if out else host
             self._device.append(device)
             args[index] = device
         return tuple(args)
@@ -76,15 +72,15 @@ class HostTransfers:
         """Copy the device copies of ``Out``/``InOut`` and plain arrays back: ``copy_out(device, host)``
         (called after the kernel, on its stream)."""
         for (_, host, _, out), device in zip(self.places, self._device):
-            if out and device is not host:
+            if out:
                 copy_out(device, host)
         self._device = []
 
     def refuse_prepare(self) -> None:
         """A prepared launch cannot copy at each replay: refuse host arrays (hints around device memory pass)."""
-        if not self.copies:
+        index = next((i for i, _, copy, out in self.places if copy or out), None)
+        if index is None:
             return
-        index = next(i for i, host, _, _ in self.places if _is_host_array(host))
         raise UsageError(f"Cannot prepare a launch of {self.kernel_name} with a host NumPy array (argument {index}): "
                          "a prepared launch replays the same device memory, and a host array is copied in and out "
                          "at each launch. Pass device memory (comm.alloc, cupy.asarray, numba.cuda.to_device) to "
@@ -105,7 +101,8 @@ def host_transfers(kernel_name: str, args: tuple) -> HostTransfers | None:
         hint = _hint(value)
         if hint is not None:
             places = places if places is not None else []
-            places.append((index, value.value, *hint))
+            # Device memory in a hint is passed as it is (numba-cuda's rule): nothing to copy either way.
+            places.append((index, value.value, *(hint if _is_host_array(value.value) else (False, False))))
         elif _is_host_array(value):
             places = places if places is not None else []
             places.append((index, value, True, True))

@@ -18,7 +18,7 @@ from ..errors import UsageError
 from . import backend
 from . import bindings  # noqa: F401 - the device surface is bound before anything compiles
 from .elf import function_symbols
-from .target import Target, compiling_for, noted_features
+from .target import COOPERATIVE, Target, compiling_for, noted_features
 
 __all__ = ["CompiledKernel", "KernelCode", "compile_kernel", "elf_function_symbols"]
 
@@ -76,22 +76,9 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
     """
     start = time.perf_counter()
     clock = _PhaseClock()
-    with compiling_for(target):
-        lowered = backend.lower_kernel(pyfunc, argtypes, target.cc, fastmath=fastmath, lineinfo=lineinfo,
-                                       out_of_line=_devices.OUT_OF_LINE)
-        features = noted_features() | features_in_code(lowered.ir_text)
-        features = _check_cft(lowered.ir_text, target, features)
-        features = _gin_backend_of(target, features)
-        if lowered.cooperative:  # a grid sync: launched cooperatively (flowdsl._launch.COOPERATIVE)
-            features |= {"cooperative"}
-    clock.lap("numba")
-    ltoir = lowered.ltoir(target.cc)
-    clock.lap("nvvm")
-    objects = [ObjectCode.from_ltoir(ltoir, name=pyfunc.__name__),
-               ObjectCode.from_ltoir(support_ltoir, name="flowdsl_support"),
-               *lowered.linked_code(target.cc, link)]
-    if link_for_features is not None:
-        objects += [ObjectCode.from_ltoir(data, name=name) for name, data in link_for_features(features)]
+    lowered, features, objects = _lowered_for_link(pyfunc, argtypes, target, support_ltoir, fastmath=fastmath,
+                                                   lineinfo=lineinfo, link=link, link_for_features=link_for_features,
+                                                   clock=clock)
     linker = Linker(*objects, options=LinkerOptions(arch=target.arch, link_time_optimization=True,
                                                     lineinfo=lineinfo or None, max_register_count=max_registers))
     try:
@@ -104,6 +91,32 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
                           time.perf_counter() - start, support_arch, features=features, phases=clock.phases)
 
 
+def _lowered_for_link(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fastmath: bool, lineinfo: bool,
+                      link, link_for_features, clock=None):
+    """``(lowered, features, objects)``: ``pyfunc`` typed and lowered for ``target``, the features its code
+    uses, and the objects its link takes (its LTO-IR, the support build, what numba-cuda links beside it,
+    ``link``, the feature libraries). One path for a compile and for the inspection API."""
+    with compiling_for(target):
+        lowered = backend.lower_kernel(pyfunc, argtypes, target.cc, fastmath=fastmath, lineinfo=lineinfo,
+                                       out_of_line=_devices.OUT_OF_LINE)
+        features = noted_features() | features_in_code(lowered.ir_text)
+        features = _check_cft(lowered.ir_text, target, features)
+        features = _gin_backend_of(target, features)
+        if lowered.cooperative:  # a grid sync: launched cooperatively
+            features |= {COOPERATIVE}
+    if clock is not None:
+        clock.lap("numba")
+    ltoir = lowered.ltoir(target.cc)
+    if clock is not None:
+        clock.lap("nvvm")
+    objects = [ObjectCode.from_ltoir(ltoir, name=pyfunc.__name__),
+               ObjectCode.from_ltoir(support_ltoir, name="flowdsl_support"),
+               *lowered.linked_code(target.cc, link)]
+    if link_for_features is not None:
+        objects += [ObjectCode.from_ltoir(data, name=name) for name, data in link_for_features(features)]
+    return lowered, features, objects
+
+
 class KernelCode:
     """A kernel's code at each step, for numba-cuda's inspection API (``FlowKernel.inspect_*``): typed and
     lowered again in memory for ``target`` (inspection is rare; the launch path keeps only cubins)."""
@@ -113,15 +126,9 @@ class KernelCode:
                  link_for_features: Callable[[frozenset], list[tuple[str, bytes]]] | None = None):
         self.pyfunc, self.argtypes, self.target = pyfunc, tuple(argtypes), target
         self.fastmath, self.lineinfo, self.max_registers = fastmath, lineinfo, max_registers
-        with compiling_for(target):
-            self._lowered = backend.lower_kernel(pyfunc, self.argtypes, target.cc, fastmath=fastmath,
-                                                 lineinfo=lineinfo, out_of_line=_devices.OUT_OF_LINE)
-            features = noted_features() | features_in_code(self._lowered.ir_text)
-        self._objects = [ObjectCode.from_ltoir(self._lowered.ltoir(target.cc), name=pyfunc.__name__),
-                         ObjectCode.from_ltoir(support_ltoir, name="flowdsl_support"),
-                         *self._lowered.linked_code(target.cc, link)]
-        if link_for_features is not None:
-            self._objects += [ObjectCode.from_ltoir(data, name=name) for name, data in link_for_features(features)]
+        self._lowered, _, self._objects = _lowered_for_link(pyfunc, self.argtypes, target, support_ltoir,
+                                                            fastmath=fastmath, lineinfo=lineinfo, link=link,
+                                                            link_for_features=link_for_features)
 
     def llvm(self) -> str:
         """numba's LLVM IR of the kernel and the device functions it calls."""

@@ -33,7 +33,8 @@ from numba.cuda.extending import (intrinsic, make_attribute_wrapper, overload, o
 
 from .. import flow, gin, mem
 from .._flow_staging import refusal
-from .._flow_elements import conversion_refusal, missing_gin_context_text, premul_type_refusal, scale_refusal, value_refusal
+from .._flow_elements import (conversion_refusal, missing_gin_context_text, premul_type_refusal, scale_refusal,
+                              value_refusal)
 from .._fp8 import E4M3 as _E4M3
 from ..enums import RedOp
 from .gin import STRONG_SIGNAL_FEATURE

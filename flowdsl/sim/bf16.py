@@ -70,6 +70,18 @@ def _round(x, mode: str = "rn") -> "BFloat16":
     return BFloat16(bits)
 
 
+def _operator(op, reflected: bool = False):
+    """A method of :class:`BFloat16`: ``op`` of the two values, rounded once (``reflected``: ``other op self``)."""
+    if reflected:
+        return lambda self, other: _arith(other, self, op)
+    return lambda self, other: _arith(self, other, op)
+
+
+def _via(name: str):
+    """A method of :class:`BFloat16` that is ``bf16.<name>`` of the two values."""
+    return lambda self, other: getattr(SimBf16, name)(self, other)
+
+
 class BFloat16:
     """A bfloat16 value on the simulator: its bits; its arithmetic rounds as the GPU's (``__hadd`` ...)."""
 
@@ -90,50 +102,19 @@ class BFloat16:
     def __repr__(self):
         return f"bfloat16({float(self)!r})"
 
-    def __add__(self, other):
-        return _arith(self, other, lambda a, b: a + b)
-
-    def __radd__(self, other):
-        return _arith(_as_bf16(other), self, lambda a, b: a + b)
-
-    def __sub__(self, other):
-        return _arith(self, other, lambda a, b: a - b)
-
-    def __rsub__(self, other):
-        return _arith(_as_bf16(other), self, lambda a, b: a - b)
-
-    def __mul__(self, other):
-        return _arith(self, other, lambda a, b: a * b)
-
-    def __rmul__(self, other):
-        return _arith(_as_bf16(other), self, lambda a, b: a * b)
-
-    def __truediv__(self, other):
-        return SimBf16.hdiv(self, _as_bf16(other))
+    # numba-cuda's operators are cuda_bf16.h's: each rounds once (``a * b + c`` twice, as __hmul then __hadd).
+    __add__, __radd__ = _operator(operator.add), _operator(operator.add, reflected=True)
+    __sub__, __rsub__ = _operator(operator.sub), _operator(operator.sub, reflected=True)
+    __mul__, __rmul__ = _operator(operator.mul), _operator(operator.mul, reflected=True)
+    __truediv__ = _via("hdiv")
+    __eq__, __ne__, __lt__ = _via("heq"), _via("hne"), _via("hlt")
+    __le__, __gt__, __ge__ = _via("hle"), _via("hgt"), _via("hge")
 
     def __neg__(self):
         return BFloat16(self.bits ^ 0x8000)
 
     def __abs__(self):
         return BFloat16(self.bits & 0x7FFF)
-
-    def __eq__(self, other):
-        return SimBf16.heq(self, _as_bf16(other))
-
-    def __ne__(self, other):
-        return SimBf16.hne(self, _as_bf16(other))
-
-    def __lt__(self, other):
-        return SimBf16.hlt(self, _as_bf16(other))
-
-    def __le__(self, other):
-        return SimBf16.hle(self, _as_bf16(other))
-
-    def __gt__(self, other):
-        return SimBf16.hgt(self, _as_bf16(other))
-
-    def __ge__(self, other):
-        return SimBf16.hge(self, _as_bf16(other))
 
     __hash__ = None
 

@@ -230,7 +230,8 @@ class _GridGroup:
     @staticmethod
     def sync():
         t = _thread()
-        everyone = sum(b.nthreads for b in t.launch.blocks)
+        (gx, gy, gz), (bx, by, bz) = t.launch.grid, t.launch.block
+        everyone = gx * gy * gz * bx * by * bz
         block_sync(t, ("grid",), everyone, "cuda.cg.this_grid().sync()", shape="grid", scope=t.launch)
 
 
