@@ -15,14 +15,13 @@ import functools
 import numpy as np
 
 from . import _stubs
-from ._launch_checks import _check_resources, check_features
+from ._launch_checks import COOPERATIVE, _check_resources, check_features
 from ._launch_params import _packer, _ParameterBuffer
 from ._launch_replay import _driver_launcher, _replay_key, _Replays
 from .errors import UsageError
 from .host.checks import dynamic_shared, launch_shape
 from .host.streams import stream_handle
 from .host.transfers import host_transfers, simulated_copy_in, simulated_copy_out, simulated_empty_like
-from .lowering.target import COOPERATIVE
 
 __all__ = ["check_features"]
 

@@ -8,7 +8,11 @@ import functools
 
 from .errors import UsageError
 
-__all__ = ["check_features"]
+__all__ = ["check_features", "COOPERATIVE"]
+
+#: Recorded on a compiled kernel that syncs its whole grid (``cuda.cg.this_grid().sync()``): it must be
+#: launched cooperatively (every block resident at once), which numba-cuda's launcher does.
+COOPERATIVE = "cooperative"
 
 
 @functools.cache

@@ -18,7 +18,8 @@ from ..errors import UsageError
 from . import backend
 from . import bindings  # noqa: F401 - the device surface is bound before anything compiles
 from .elf import function_symbols
-from .target import COOPERATIVE, Target, compiling_for, noted_features
+from .._launch_checks import COOPERATIVE
+from .target import Target, compiling_for, noted_features
 
 __all__ = ["CompiledKernel", "KernelCode", "compile_kernel", "elf_function_symbols"]
 

@@ -17,11 +17,8 @@ from .._release import format_version, parse_version
 from ..errors import FeatureUnavailableError
 
 __all__ = ["Target", "compiling_for", "current", "require", "FeatureUnavailableError",
-           "parse_version", "format_version", "note_feature", "noted_features", "linker_cuda_version", "COOPERATIVE"]
+           "parse_version", "format_version", "note_feature", "noted_features", "linker_cuda_version"]
 
-#: Recorded on a compiled kernel that syncs its whole grid (``cuda.cg.this_grid().sync()``): it must be
-#: launched cooperatively (every block resident at once), which numba-cuda's launcher does.
-COOPERATIVE = "cooperative"
 
 
 @dataclass(frozen=True)
