@@ -120,22 +120,27 @@ def _child(module: str, side: str, target: str) -> dict:
     refusals = {}
     problems = {}  # test name -> the last line of its error or failure (the JSON keeps them for diagnosis)
 
-    def record(result, test_count):
-        counts["run"] += test_count
-        counts["failed"] += len(result.failures) + len(result.unexpectedSuccesses)
-        counts["skipped"] += len(result.skipped)
-        for test, text in result.errors:
+    def record(result):
+        """Count one test once, whatever its subtests: an error (a refusal when every error is flowdsl's),
+        else a failure, else skipped, else passed; each failing subtest's last line is kept."""
+        counts["run"] += 1
+        lasts = [text.strip().splitlines()[-1] for _, text in result.errors]
+        for test, text in result.errors + result.failures:
             last = text.strip().splitlines()[-1]
-            if _is_refusal(last):
-                counts["refused"] += 1
-                refusals[last[:160]] = refusals.get(last[:160], 0) + 1
-            else:
-                counts["errors"] += 1
-                problems[test.id().rsplit(".", 1)[-1]] = last[:300]
-        for test, text in result.failures:
-            problems[test.id().rsplit(".", 1)[-1]] = "failed: " + text.strip().splitlines()[-1][:300]
-        counts["passed"] += test_count - len(result.failures) - len(result.unexpectedSuccesses) - len(
-            result.skipped) - len(result.errors)
+            if not _is_refusal(last):
+                failed = "failed: " if any(text is t for _, t in result.failures) else ""
+                problems[test.id().rsplit(".", 1)[-1]] = failed + last[:300]
+        if lasts and all(_is_refusal(last) for last in lasts) and not result.failures:
+            counts["refused"] += 1
+            refusals[lasts[0][:160]] = refusals.get(lasts[0][:160], 0) + 1
+        elif lasts:
+            counts["errors"] += 1
+        elif result.failures or result.unexpectedSuccesses:
+            counts["failed"] += 1
+        elif result.skipped:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
 
     tests = list(_flatten(suite))
     for test in tests:
@@ -152,7 +157,7 @@ def _child(module: str, side: str, target: str) -> dict:
                 result.errors.append((test, f"{type(e).__module__}.{type(e).__name__}: {e}".replace("\n", " ")))
         else:
             test.run(result)
-        record(result, 1)
+        record(result)
     return {"module": module, "side": side, **counts, "refusals": refusals, "problems": problems}
 
 

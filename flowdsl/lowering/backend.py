@@ -188,9 +188,10 @@ def ptx_of(lowered: Lowered, cc: tuple[int, int]) -> str:
 
 def disassemble(cubin: bytes) -> str:
     """SASS of ``cubin`` with line information (``inspect_sass``), by numba-cuda's nvdisasm runner."""
+    from cuda.core import ObjectCode  # noqa: PLC0415
     from numba.cuda.codegen import disassemble_cubin  # noqa: PLC0415
 
-    return disassemble_cubin(cubin)
+    return disassemble_cubin(ObjectCode.from_cubin(cubin))  # it reads the cubin's bytes as ObjectCode.code
 
 
 def _unique_modules(library) -> list:

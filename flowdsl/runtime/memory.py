@@ -115,6 +115,16 @@ class SymmetricAllocation(Resource):
         self._buffer.close()
 
 
+def _bytes_at(ptr: int, nbytes: int, owner):
+    """A CuPy uint8 array over ``nbytes`` device bytes at ``ptr`` (kept alive by ``owner``): what a window
+    registers. nccl4py names a buffer's element type, and refuses those NCCL has none for (uint16, which
+    is how bfloat16 travels, int16, bool, ...): a window is bytes whatever its elements."""
+    import cupy  # noqa: PLC0415
+
+    memory = cupy.cuda.UnownedMemory(ptr, nbytes, owner)
+    return cupy.ndarray((nbytes,), cupy.uint8, cupy.cuda.MemoryPointer(memory, 0))
+
+
 class Window(Resource):
     """A symmetric window over a buffer from ``comm.alloc`` (``NCCL_WIN_COLL_SYMMETRIC``).
 
@@ -139,7 +149,7 @@ class Window(Resource):
             # NCCL_WIN_CFT_COUNTED (0x08): CFT counted writes may target it (flowdsl.cft.put_counted).
             flags = WindowFlag.COLL_SYMMETRIC | (WindowFlag(0x08) if cft_counted else WindowFlag.DEFAULT)
             with without_torch_probe():
-                self._nccl_window = comm._nccl.register_window(array, flags)
+                self._nccl_window = comm._nccl.register_window(_bytes_at(ptr, nbytes, array), flags)
         except Exception:
             self._closed = True
             comm._untrack(self)
@@ -289,7 +299,9 @@ class HostArrayCopies:
 
         _require_gpu(f"launch {kernel_name} with a host NumPy array")  # not numba's CudaSupportError
         self.cuda = cuda
-        self.stream = cuda.external_stream(stream) if stream else cuda.default_stream()
+        # Stream 0 as numba's 0, not its default_stream() object: a device array holding that object fails
+        # to give its __cuda_array_interface__ (its handle's __int__ returns an enum: numba-cuda 0.30.4).
+        self.stream = cuda.external_stream(stream) if stream else 0
 
     def copy_in(self, host: np.ndarray):
         contiguous = host.flags.c_contiguous or host.flags.f_contiguous
@@ -305,4 +317,5 @@ class HostArrayCopies:
             device.copy_to_host(host, stream=self.stream)
         else:  # a strided view: through a dense copy
             np.copyto(host, device.copy_to_host(stream=self.stream))
-        self.stream.synchronize()  # results on return, pinned host memory included (numba-cuda's promise)
+        if self.stream:  # results on return, pinned host memory included (numba-cuda's promise); stream 0's
+            self.stream.synchronize()  # copies are synchronous already
