@@ -105,7 +105,8 @@ def test_half_precision_and_link_files_through_flowdsls_link_step(comm, tmp_path
     got = cupy.full(256, np.nan, np.float32)
     flowdsl.kernel(bf16_arithmetic)[2, 128](cupy.asarray(x), cupy.asarray(y), got)
     rx, ry = _to_bfloat16(x.astype(np.float64)), _to_bfloat16(y.astype(np.float64))
-    np.testing.assert_array_equal(got.get(), _to_bfloat16(rx * ry + rx))  # exact in float64, then one rounding
+    fused = rx.astype(np.float64) * ry.astype(np.float64) + rx.astype(np.float64)  # exact in float64
+    np.testing.assert_array_equal(got.get(), _to_bfloat16(fused))  # then one rounding
 
     source = tmp_path / "triple.cu"
     source.write_text(TRIPLE_CU)
