@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import threading
 
-__all__ = ["device", "bind_devices", "OUT_OF_LINE"]
+__all__ = ["device", "register_called_kernels", "bind_devices", "OUT_OF_LINE"]
 
 #: ``module.qualname`` of every device function made with ``inline=False`` (the compiler keeps them out of line).
 OUT_OF_LINE: set[str] = set()
@@ -45,10 +45,65 @@ def device(fn=None, *, inline: bool = True):
     return fn
 
 
-def _register_device(fn) -> None:
-    from numba.cuda.extending import register_jitable  # noqa: PLC0415
+def register_called_kernels(fn) -> None:
+    """Let ``fn`` call the flowdsl kernels it names (as globals or closure values, its device functions'
+    too): each runs as a device function there, as numba-cuda compiles a ``@cuda.jit`` kernel called from
+    another kernel. Called before ``fn`` is typed; only kernels named so are registered (a registration
+    keeps its kernel alive), each once."""
+    from ._kernel import FlowKernel  # noqa: PLC0415
 
-    register_jitable(fn)  # an overload of fn itself: fn stays the plain Python function
+    seen, todo = set(), [fn]
+    while todo:
+        f = todo.pop()
+        code = getattr(f, "__code__", None)
+        if code is None or id(f) in seen:
+            continue
+        seen.add(id(f))
+        values = [f.__globals__.get(name) for name in _names(code)]
+        values += [cell.cell_contents for cell in (f.__closure__ or ()) if _filled(cell)]
+        for value in values:
+            if isinstance(value, FlowKernel):
+                with _devices_lock:
+                    if value not in _CALLABLE:
+                        _CALLABLE.add(value)
+                        _register_device(value)
+                todo.append(value.py_func)
+            elif hasattr(value, "__flowdsl_inline__"):  # a @flowdsl.device function: it may name kernels too
+                todo.append(value)
+
+
+#: Kernels registered as device functions (:func:`register_called_kernels`).
+_CALLABLE: set = set()
+
+
+def _names(code) -> set:
+    """The global names ``code`` and the code nested in it load."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names(const)
+    return names
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
+
+
+def _register_device(fn) -> None:
+    from numba.cuda.extending import overload, register_jitable  # noqa: PLC0415
+
+    if fn.py_func is fn:
+        register_jitable(fn)  # an overload of fn itself: fn stays the plain Python function
+        return
+    impl = fn.py_func  # a kernel object: an overload of the object, implemented by its function
+
+    @overload(fn, inline="never", strict=False)
+    def _as_device_function(*args):
+        return impl
 
 
 def bind_devices() -> None:

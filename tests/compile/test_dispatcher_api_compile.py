@@ -51,3 +51,14 @@ def test_an_uncompiled_signature_is_refused_naming_the_known_ones():
     with pytest.raises(flowdsl.UsageError, match=r"Cannot inspect store_scaled for \(float64, float64\): it is not "
                                                  r"compiled for those argument types \(its signatures: \[.*int32\)\]\)"):
         store_scaled.inspect_asm((float64, float64))
+
+
+def test_a_kernel_called_from_another_kernel_compiles_as_a_device_function():
+    """The GPU path of tests/sim/test_numba_conventions.py's kernels calling kernels (a global one and one in a
+    closure): typed as device functions, inlined into the caller (no call of a kernel entry)."""
+    from tests.sim.test_numba_conventions import _kernel_calling_kernels
+
+    outer = _kernel_calling_kernels()
+    compiled = outer.compile((float32[::1], float32[::1]), arch="sm_90", nccl="2.28.9")
+    assert [s for s in compiled.function_symbols() if "outer" in s] == [compiled.entry_name]
+    assert not [s for s in compiled.function_symbols() if "shifted" in s or "_cubed" in s]

@@ -180,3 +180,10 @@ def test_a_grid_sync_on_the_gpu_as_on_the_simulator(comm):
     sequential_rows[8, 32](m)
     comm.synchronize()
     np.testing.assert_array_equal(m.get(), reference((64, 256)))
+
+
+def test_a_kernel_called_from_another_kernel_on_the_gpu(comm):
+    from tests.sim.test_numba_conventions import kernel_calling_kernels_main
+
+    got, x = kernel_calling_kernels_main(comm)
+    np.testing.assert_allclose(got, x * x * x + np.float32(7), rtol=1e-6)

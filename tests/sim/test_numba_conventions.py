@@ -173,3 +173,45 @@ def test_a_recursion_without_end_is_a_clear_error_naming_the_line():
     line = _down_forever.py_func.__code__.co_firstlineno + 2  # the call that recurses (after the decorator, def)
     assert f"Cannot go on in rank 0 block 0 thread 0 of kernel 'runaway' at test_numba_conventions.py:{line}" in msg
     assert "recursion went deeper than the simulator follows" in msg and "cudaLimitStackSize" in msg, msg
+
+
+@flowdsl.kernel
+def _cubed(x):  # a kernel's function, called from another kernel below: a device function there
+    return x * x * x
+
+
+def _kernel_calling_kernels():
+    offset = 7.0
+
+    @flowdsl.kernel
+    def shifted(x):  # a kernel in a closure, its own closure value included
+        return x + offset
+
+    @flowdsl.kernel
+    def outer(out, x):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = shifted(_cubed(x[i]))
+    return outer
+
+
+def kernel_calling_kernels_main(comm):
+    """numba-cuda compiles a ``@cuda.jit`` kernel that another kernel calls as a device function: so do both
+    of flowdsl's paths (tests/gpu/test_numba_features_gpu.py runs this on a GPU)."""
+    x = np.random.default_rng(5).standard_normal(300).astype(np.float32)
+    out = comm.alloc(300, np.float32)
+    out.set(np.full(300, np.nan, np.float32))
+    _kernel_calling_kernels()[3, 128](out, _device_copy(comm, x))
+    comm.synchronize()
+    return out.get(), x
+
+
+def _device_copy(comm, x):
+    buf = comm.alloc(x.size, x.dtype)
+    buf.set(x)
+    return buf
+
+
+def test_a_kernel_called_from_another_kernel_runs_as_a_device_function():
+    got, x = run_ranks(kernel_calling_kernels_main, nranks=1)[0]
+    np.testing.assert_allclose(got, x * x * x + np.float32(7), rtol=1e-6)
