@@ -40,7 +40,8 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
     ``@flowdsl.kernel("void(int32[:], int32)")`` (or ``signature=``), as numba-cuda's ``cuda.jit`` takes
     it: the scalar arguments of a launch take the signature's types (a Python int passed for an ``int32``
     is an int32, on the GPU and the simulator alike); without one they are typed as numba types them
-    (int64, float64).
+    (int64, float64). On a machine with a GPU a declared signature is compiled (or loaded from the disk
+    cache) at decoration, as numba-cuda does: a typing error is raised there.
 
     ``k[grid, block, stream, shared_bytes](*args)`` also takes a stream (anything with
     ``__cuda_stream__``, a CuPy, PyTorch, numba or cuda.core stream, or a handle) and dynamic
@@ -68,6 +69,15 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
                                 max_registers=max_registers, link=link, extensions=extensions)
     return FlowKernel(fn, signature=signature, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers,
                       link=link, extensions=extensions)
+
+
+def _launches_on_a_gpu() -> bool:
+    """Whether kernels made in this process can be compiled for a GPU now: numba-cuda's driver finds one (never
+    under numba-cuda's own simulator, ``NUMBA_ENABLE_CUDASIM=1``; flowdsl's simulator needs none)."""
+    from numba import cuda  # noqa: PLC0415 - a declared signature: numba parsed it already
+    from numba.cuda.core import config  # noqa: PLC0415
+
+    return not config.ENABLE_CUDASIM and cuda.is_available()
 
 
 def _declared_argtypes(signature, name: str):
@@ -153,6 +163,21 @@ class FlowKernel:
         #: Last compile/load: {"source": "compiled"|"disk", "seconds": float, "key": str,
         #: "phases": CPU seconds per compile step (numba, nvvm, link; empty from disk)}
         self.last_build: dict = {}
+        if self._declared is not None and _launches_on_a_gpu():
+            self._compile_declared()
+
+    def _compile_declared(self) -> None:
+        """Compile (or load) the declared signature for this GPU now, as numba-cuda's ``cuda.jit(signature)``
+        compiles at decoration: a typing error is raised here, naming the kernel's line. Anything else that
+        stops a compile here (no libnccl, ...) is left to the first launch, which says it."""
+        from .errors import FlowDSLError, KernelTypingError  # noqa: PLC0415
+
+        try:
+            self.load(self._declared)
+        except KernelTypingError:
+            raise
+        except (FlowDSLError, OSError, RuntimeError):
+            pass
 
     def __repr__(self):
         return f"<flowdsl.kernel {self.py_func.__module__}.{self.__name__}>"

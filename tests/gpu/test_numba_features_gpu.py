@@ -187,3 +187,26 @@ def test_a_kernel_called_from_another_kernel_on_the_gpu(comm):
 
     got, x = kernel_calling_kernels_main(comm)
     np.testing.assert_allclose(got, x * x * x + np.float32(7), rtol=1e-6)
+
+
+def test_a_declared_signature_compiles_at_decoration(comm):
+    """numba-cuda compiles ``cuda.jit(signature)`` at once: a typing error is raised by the decoration (naming
+    the line), and a good kernel is loaded before its first launch."""
+    from numba import cuda, float32
+
+    import flowdsl
+    from flowdsl.errors import KernelTypingError
+
+    def float_shape(x):
+        s = cuda.shared.array(shape=1.5, dtype=float32)
+        x[0] = s[0]
+
+    with pytest.raises(KernelTypingError, match="shared.array") as raised:
+        flowdsl.kernel("void(float32[:])")(float_shape)
+    assert "float_shape" in str(raised.value)
+
+    def copy_first(x):
+        x[1] = x[0]
+
+    ready = flowdsl.kernel("void(float32[:])")(copy_first)
+    assert ready.last_build["source"] in ("compiled", "disk") and len(ready._loaded) == 1
