@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 #: NCCL releases with a checked-in build: what PyTorch 2.11 pins, and the newest.
-SUPPORTED_VERSIONS = ("2.28.9", "2.32.3")
+SUPPORTED_VERSIONS = ("2.28.9", "2.32.3", "2.32.6")
 #: Targets of every build.
 ARCHS = ("sm_80", "sm_90", "sm_100")
 #: NCCL releases with a checked-in CFT build (CFT needs NCCL >= 2.31), and its targets.

@@ -89,7 +89,7 @@ def test_ll128_is_compiled_only_into_kernels_for_calls_that_ask_for_it():
         _library.kernel_for("one_shot", "all_reduce", RedOp.SUM), "one-shot has no Flow protocol"
 
 
-@pytest.mark.parametrize("nccl,arch", [("2.28.9", "sm_90"), ("2.32.3", "sm_100")])
+@pytest.mark.parametrize("nccl,arch", [("2.28.9", "sm_90"), ("2.32.3", "sm_100"), ("2.32.6", "sm_90")])
 @pytest.mark.parametrize("algorithm", ["ring", "tree"])
 def test_all_reduce_across_nodes_uses_strong_signals(nccl, arch, algorithm):
     kernel = _library.kernel_for(algorithm, "all_reduce", RedOp.AVG, gin_peers=True)

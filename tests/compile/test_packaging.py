@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from flowdsl.runtime import support_build
+
 pytestmark = pytest.mark.compile
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,7 +55,7 @@ def test_an_installed_package_reads_the_builds_it_carries(tmp_path):
     found = _probe(site, cwd=tmp_path)
     prebuilt = site / "flowdsl" / "_prebuilt"
     assert found["prebuilt"] == str(prebuilt)
-    assert found["abis"] == ["2.28.9", "2.32.3"]
+    assert found["abis"] == list(support_build.SUPPORTED_VERSIONS)
     assert found["build"] == str(prebuilt / "build" / "nccl-2.28.9" / "sm_90.ltoir")
     assert found["cft"] == str(prebuilt / "build" / "nccl-2.32.3" / "sm_100-cft.ltoir")
     assert found["sizes"] == [(ROOT / "prebuilt/build/nccl-2.28.9/sm_90.ltoir").stat().st_size,
