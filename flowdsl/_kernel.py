@@ -23,7 +23,7 @@ from . import _argtypes, _cache, _launch, _targets
 from ._devices import device
 from ._launch import _config_key, _Launch, _Loaded, check_features
 from ._release import format_version, parse_version
-from .errors import UsageError
+from .errors import AlreadySpecializedError, UsageError
 from .host.streams import refuse_during_capture
 
 if TYPE_CHECKING:  # the compiler (numba-cuda, nvJitLink) is imported at the first compile
@@ -144,6 +144,10 @@ class FlowKernel:
         self.signature = signature
         #: The signature's NumPy scalar type per argument (None: no single signature), applied at launch.
         self._declared = _declared_argtypes(signature, py_func.__name__)
+        #: numba-cuda's: made with one signature (not a list of them), or by ``specialize``.
+        self.specialized = signature is not None and not isinstance(signature, list)
+        #: numba-cuda's: ``specialize``'s kernels by argument types (the same types give the same kernel).
+        self.specializations: dict = {}
         self.scalar_types = _scalar_types(self._declared)
         self.__name__ = py_func.__name__
         self.__doc__ = py_func.__doc__
@@ -191,10 +195,17 @@ class FlowKernel:
         launches take their scalars as those types)."""
         # Typed as a launch types them (CuPy arrays and PyTorch tensors, which numba's typeof does not know,
         # windows, device communicators), NumPy scalars by numba.
+        if self.specialized:
+            raise AlreadySpecializedError(f"Cannot specialize {self.__name__}: Dispatcher already specialized (it has "
+                                          f"its one signature, {self._declared}). Specialize the kernel made "
+                                          "without a signature")
         types_ = tuple(_argtypes.argument_type(self.__name__, i, a) for i, a in enumerate(args))
-        return FlowKernel(self.py_func, signature=types_, fastmath=self.fastmath,
-                          lineinfo=self.lineinfo, max_registers=self.max_registers, link=self.link,
-                          extensions=self.extensions)
+        made = self.specializations.get(types_)
+        if made is None:
+            made = self.specializations[types_] = FlowKernel(
+                self.py_func, signature=types_, fastmath=self.fastmath, lineinfo=self.lineinfo,
+                max_registers=self.max_registers, link=self.link, extensions=self.extensions)
+        return made
 
     def forall(self, ntasks: int, tpb: int = 0, stream=None, sharedmem: int = 0):
         """numba-cuda's ``kernel.forall(ntasks)``: a launch of ``ntasks`` threads at least, ``tpb`` a block
@@ -270,6 +281,8 @@ class FlowKernel:
             return getattr(_kernel_function(kernel).attributes, attribute)
         if signature is not None:
             return value(kernels[self._signature_key(signature)])
+        if self.specialized:  # numba-cuda: a specialized kernel's one value, not a dict
+            return value(next(iter(kernels.values())))
         return {argtypes: value(k) for argtypes, k in kernels.items()}
 
     def _inspect(self, what: str, signature):
@@ -278,7 +291,7 @@ class FlowKernel:
         return {argtypes: getattr(self._kernel_code(argtypes), what)() for argtypes in self.signatures}
 
     def _signature_key(self, signature) -> tuple:
-        key = tuple(signature)
+        key = tuple(getattr(signature, "args", signature))  # a numba Signature, or argument types
         if key not in self.signatures:
             raise UsageError(f"Cannot inspect {self.__name__} for {key}: it is not compiled for those argument types "
                              f"(its signatures: {self.signatures}). Launch it with such arguments first, or give it "

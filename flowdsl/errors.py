@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 
 
-__all__ = ["FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
+__all__ = ["FlowDSLError", "UsageError", "AlreadySpecializedError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
            "DeviceTimeoutError", "FeatureUnavailableError", "KernelTypingError", "DeviceOnlyError",
            "SupportLibraryError", "DriverError", "CacheWarning", "LaunchTypeError"]
 
@@ -24,6 +24,10 @@ class CacheWarning(UserWarning):
 
 class UsageError(FlowDSLError, ValueError):
     """An argument is wrong: the message names it and says what to pass instead."""
+
+
+class AlreadySpecializedError(UsageError, RuntimeError):
+    """``specialize`` of a kernel that has its one signature already (numba-cuda raises a RuntimeError)."""
 
 
 class LaunchTypeError(UsageError, TypeError):

@@ -75,6 +75,7 @@ class _SyncLaunches:
 
     def __init__(self, kernel):
         self._kernel = kernel
+        self._made: dict = {}  # specialize's wrappers by the kernel it made
         self.__doc__ = kernel.__doc__  # the kernel's, as numba-cuda's dispatcher gives it
 
     def __getitem__(self, config):
@@ -84,7 +85,10 @@ class _SyncLaunches:
         return self._synced(self._kernel.forall(*args, **kwargs))
 
     def specialize(self, *args):
-        return _SyncLaunches(self._kernel.specialize(*args))
+        made = self._kernel.specialize(*args)  # the kernel's own cache: the same types, the same wrapper
+        if id(made) not in self._made:
+            self._made[id(made)] = _SyncLaunches(made)
+        return self._made[id(made)]
 
     def __call__(self, *args, **kwargs):  # a launch without [grid, block]: the kernel's own refusal
         return self._kernel(*args, **kwargs)

@@ -46,6 +46,22 @@ def test_specialize_takes_the_arguments_types():
     assert list(_launch(kernel, 1, 2)) == [31, 3]
 
 
+def test_specialize_keeps_its_kernels_and_refuses_a_specialized_one():
+    """numba-cuda's rules: the same argument types give the same kernel (``specializations``); a kernel with its
+    one signature, or made by ``specialize``, cannot be specialized again (a RuntimeError there)."""
+    kernel = flowdsl.kernel(bits_and_sum)
+    args = (np.zeros(2, np.int64), np.int32(1), np.int32(0))
+    assert not kernel.specialized and kernel.specializations == {}
+    first = kernel.specialize(*args)
+    assert kernel.specialize(*args) is first and len(kernel.specializations) == 1 and first.specialized
+    assert kernel.specialize(np.zeros(2, np.int64), np.int64(1), np.int64(0)) is not first
+    for specialized in (first, flowdsl.kernel("void(int64[:], int32, int32)")(bits_and_sum)):
+        with pytest.raises(flowdsl.errors.AlreadySpecializedError, match="Dispatcher already specialized") as err:
+            specialized.specialize(*args)
+        assert isinstance(err.value, RuntimeError) and isinstance(err.value, flowdsl.FlowDSLError)
+    assert not flowdsl.kernel(["void(int64[:], int32, int32)"])(bits_and_sum).specialized  # a list: numba's rule
+
+
 def test_a_signature_numba_cannot_read_is_refused_naming_it():
     with pytest.raises(flowdsl.UsageError) as err:
         flowdsl.kernel("void(int33[:])")(bits_and_sum)
