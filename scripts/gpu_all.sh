@@ -24,6 +24,9 @@ else
 fi
 export PYTHONUNBUFFERED=1
 export FLOWDSL_CACHE_DIR=${FLOWDSL_CACHE_DIR:-/tmp/flowdsl-cache}
+if [ -f .gpucache.tar.xz ]; then  # the library compiled on a CPU machine (scripts/gpu_cache.sh): loaded, not compiled
+  mkdir -p "$FLOWDSL_CACHE_DIR" && tar -xJf .gpucache.tar.xz -C "$FLOWDSL_CACHE_DIR"
+fi
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/flowdsl-out}
