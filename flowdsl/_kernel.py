@@ -24,6 +24,7 @@ from ._devices import device
 from ._launch import _config_key, _Launch, _Loaded, check_features
 from ._release import format_version, parse_version
 from .errors import AlreadySpecializedError, UsageError
+from .host import checks
 from .host.streams import refuse_during_capture
 
 if TYPE_CHECKING:  # the compiler (numba-cuda, nvJitLink) is imported at the first compile
@@ -34,7 +35,7 @@ __all__ = ["kernel", "device", "FlowKernel", "check_features"]
 
 
 def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
-           max_registers: int | None = None, link=(), extensions=()):
+           max_registers: int | None = None, link=(), extensions=(), launch_bounds=None):
     """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
 
     ``@flowdsl.kernel("void(int32[:], int32)")`` (or ``signature=``), as numba-cuda's ``cuda.jit`` takes
@@ -55,6 +56,9 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
     ``k[grid, block].prepare(*args)`` returns such a launch as a callable without the checks.
     ``max_registers`` caps registers per thread (``-maxrregcount``): more threads fit
     on an SM, which bandwidth-bound loops need, at the price of spills elsewhere.
+    ``launch_bounds``: numba-cuda's, ``max_threads`` or ``(max_threads, min_blocks_per_sm,
+    max_blocks_per_cluster)`` (PTX ``.maxntid``, ``.minnctapersm``, ``.maxclusterrank``); a launch of
+    more threads a block is refused.
     ``link``: files (``.cu``, ``.ptx``, ``.ltoir``, ``.o``, ``.a``) or numba ``LinkableCode`` objects to
     link beside the kernel, as numba-cuda's ``cuda.jit(link=...)`` takes them (with
     ``cuda.declare_device`` for the functions they define); their contents are part of the cache key.
@@ -66,9 +70,10 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
         signature, fn = fn, None
     if fn is None:
         return lambda f: kernel(f, signature=signature, fastmath=fastmath, lineinfo=lineinfo,
-                                max_registers=max_registers, link=link, extensions=extensions)
+                                max_registers=max_registers, link=link, extensions=extensions,
+                                launch_bounds=launch_bounds)
     return FlowKernel(fn, signature=signature, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers,
-                      link=link, extensions=extensions)
+                      link=link, extensions=extensions, launch_bounds=launch_bounds)
 
 
 def _launches_on_a_gpu() -> bool:
@@ -139,8 +144,9 @@ class FlowKernel:
     """A flowdsl kernel: compiled at first launch per argument types, cached on disk."""
 
     def __init__(self, py_func, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
-                 max_registers: int | None = None, link=(), extensions=()):
+                 max_registers: int | None = None, link=(), extensions=(), launch_bounds=None):
         self.py_func = py_func
+        self.launch_bounds = checks.launch_bounds(launch_bounds, py_func.__name__)
         self.signature = signature
         #: The signature's NumPy scalar type per argument (None: no single signature), applied at launch.
         self._declared = _declared_argtypes(signature, py_func.__name__)
@@ -186,6 +192,13 @@ class FlowKernel:
     def __repr__(self):
         return f"<flowdsl.kernel {self.py_func.__module__}.{self.__name__}>"
 
+    @property
+    def _codegen(self) -> dict:
+        """What the kernel's code is compiled with besides its argument types and target (one place for the
+        compile, the inspection API and ``specialize``)."""
+        return {"fastmath": self.fastmath, "lineinfo": self.lineinfo, "max_registers": self.max_registers,
+                "link": self.link, "launch_bounds": self.launch_bounds}
+
     def __call__(self, *args, **kwargs):
         raise UsageError(f"Cannot call kernel {self.__name__} directly: the launch configuration was not specified. "
                          f"Launch it with {self.__name__}[grid, block](...)")
@@ -203,8 +216,7 @@ class FlowKernel:
         made = self.specializations.get(types_)
         if made is None:
             made = self.specializations[types_] = FlowKernel(
-                self.py_func, signature=types_, fastmath=self.fastmath, lineinfo=self.lineinfo,
-                max_registers=self.max_registers, link=self.link, extensions=self.extensions)
+                self.py_func, signature=types_, extensions=self.extensions, **self._codegen)
         return made
 
     def forall(self, ntasks: int, tpb: int = 0, stream=None, sharedmem: int = 0):
@@ -313,9 +325,8 @@ class FlowKernel:
                 target = Target(nccl_runtime.loaded_version(), "sm_90", _targets.cuda_version(None))
             support = support_build_for(target.nccl, target.arch)
             code = self._code[argtypes] = KernelCode(
-                self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath, lineinfo=self.lineinfo,
-                max_registers=self.max_registers, link=self.link,
-                link_for_features=_targets.feature_libraries(target))
+                self.py_func, argtypes, target, support.ltoir, link_for_features=_targets.feature_libraries(target),
+                **self._codegen)
         return code
 
     # -- requirements ------------------------------------------------------------------------
@@ -367,10 +378,8 @@ class FlowKernel:
         _refuse_another_abi(self.__name__, argtypes, version)
         support = support_build_for(version, arch)
         target = Target(version, arch, _targets.cuda_version(cuda), _targets.gin_backend_named(gin_backend, self.__name__))
-        return compile_kernel(self.py_func, tuple(argtypes), target, support.ltoir,
-                              fastmath=self.fastmath, lineinfo=self.lineinfo, support_arch=support.arch,
-                              max_registers=self.max_registers,
-                              link_for_features=_targets.feature_libraries(target), link=self.link)
+        return compile_kernel(self.py_func, tuple(argtypes), target, support.ltoir, support_arch=support.arch,
+                              link_for_features=_targets.feature_libraries(target), **self._codegen)
 
     @staticmethod
     def argtypes_for(*args, nccl: str | tuple | None = None):
@@ -481,10 +490,8 @@ class FlowKernel:
                 return k, hit[0], hit[1], "disk"
         from .lowering.compiler import compile_kernel  # noqa: PLC0415 - binds numba-cuda: not for a disk hit
 
-        compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, fastmath=self.fastmath,
-                                  max_registers=self.max_registers,
-                                  lineinfo=self.lineinfo, support_arch=support.arch,
-                                  link_for_features=_targets.feature_libraries(target), link=self.link)
+        compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, support_arch=support.arch,
+                                  link_for_features=_targets.feature_libraries(target), **self._codegen)
         meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features), "phases": compiled.phases}
         from .lowering.gin import linked_backend  # noqa: PLC0415
 

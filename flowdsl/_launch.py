@@ -19,7 +19,7 @@ from ._launch_checks import COOPERATIVE, _check_resources, check_features
 from ._launch_params import _packer, _ParameterBuffer
 from ._launch_replay import _driver_launcher, _replay_key, _Replays
 from .errors import UsageError
-from .host.checks import dynamic_shared, launch_shape
+from .host.checks import dynamic_shared, launch_shape, within_launch_bounds
 from .host.streams import stream_handle
 from .host.transfers import host_transfers, simulated_copy_in, simulated_copy_out, simulated_empty_like
 
@@ -129,6 +129,7 @@ class _Launch:
         self.stream = stream
         name = kernel.__name__
         self.dims = launch_shape(self.grid, self.block, name)  # CUDA's limits, on GPUs and the simulator
+        within_launch_bounds(self.dims[1], kernel.launch_bounds, name)
         self.shared = dynamic_shared(shared, name)
         self.replays = _Replays()
 

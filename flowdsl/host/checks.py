@@ -188,6 +188,34 @@ def launch_shape(grid, block, kernel_name: str) -> tuple[tuple[int, int, int], t
     return g, b
 
 
+def launch_bounds(bounds, kernel_name: str) -> tuple[int, ...] | None:
+    """numba-cuda's ``launch_bounds``: ``max_threads`` or ``(max_threads[, min_blocks_per_sm[,
+    max_blocks_per_cluster]])`` as a tuple of positive ints (None: none)."""
+    if bounds is None:
+        return None
+    bounds = (bounds,) if isinstance(bounds, (int, np.integer)) else bounds
+    try:
+        bounds = tuple(bounds)
+    except TypeError:
+        bounds = (bounds,)
+    if len(bounds) > 3:  # numba-cuda's words
+        raise UsageError(f"Cannot make kernel {kernel_name}: Got {len(bounds)} launch bounds: {bounds}. A maximum of "
+                         "three are supported: (max_threads_per_block, min_blocks_per_sm, max_blocks_per_cluster)")
+    if not bounds or not all(isinstance(b, (int, np.integer)) and not isinstance(b, bool) and b > 0 for b in bounds):
+        raise UsageError(f"Cannot make kernel {kernel_name} with launch_bounds={bounds!r}: give positive ints, "
+                         "max_threads_per_block first")
+    return tuple(int(b) for b in bounds)
+
+
+def within_launch_bounds(block: tuple[int, int, int], bounds, kernel_name: str) -> None:
+    """Refuse a block of more threads than the kernel's ``launch_bounds`` allow (the GPU refuses the launch
+    with CUDA_ERROR_INVALID_VALUE; both paths refuse it before)."""
+    if bounds is not None and block[0] * block[1] * block[2] > bounds[0]:
+        raise UsageError(f"Cannot launch {kernel_name} with {block[0] * block[1] * block[2]} threads a block: its "
+                         f"launch_bounds allow at most {bounds[0]} (a GPU refuses it: CUDA_ERROR_INVALID_VALUE). "
+                         f"Launch at most {bounds[0]} threads a block, or raise the bound")
+
+
 #: Dynamic shared memory a launch may ask for without opting in (``cudaFuncAttributeMaxDynamicSharedMemorySize``).
 MAX_DYNAMIC_SHARED = 48 * 1024
 

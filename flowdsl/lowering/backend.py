@@ -129,10 +129,11 @@ class Lowered:
 
 
 def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, lineinfo: bool,
-                 out_of_line=()) -> Lowered:
+                 out_of_line=(), launch_bounds=None) -> Lowered:
     """Type and lower ``pyfunc`` as a kernel over ``argtypes`` for ``cc``, for link-time optimisation.
 
-    ``out_of_line``: ``module.qualname`` of device functions NVVM must not inline.
+    ``out_of_line``: ``module.qualname`` of device functions NVVM must not inline. ``launch_bounds``:
+    numba-cuda's (NVVM annotations that become ``.maxntid`` and the rest in the PTX).
     The public ``numba.cuda.compile(output="ltoir")`` returns bytes only; flowdsl also needs the IR
     (features, CFT gate) and the entry symbol, so this calls the function that ``compile`` wraps.
     """
@@ -150,7 +151,7 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
         with explicit_target(cc):
             library, _ = compiler._compile_pyfunc_with_fixup(
                 pyfunc, types.void(*argtypes), device=False, cc=cc, lto=True, abi="numba",
-                fastmath=fastmath, lineinfo=lineinfo)
+                fastmath=fastmath, lineinfo=lineinfo, launch_bounds=launch_bounds)
     except TypingError as exc:  # a flowdsl error, as the simulator's for the same mistake; numba's words
         if isinstance(exc, KernelTypingError):
             raise

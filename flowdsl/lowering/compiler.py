@@ -63,7 +63,7 @@ def never_inline(qualified_name: str) -> None:
 def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fastmath: bool = False,
                    lineinfo: bool = False, support_arch: str = "", max_registers: int | None = None,
                    link_for_features: Callable[[frozenset], list[tuple[str, bytes]]] | None = None,
-                   link=()) -> CompiledKernel:
+                   link=(), launch_bounds=None) -> CompiledKernel:
     """Type, lower and link ``pyfunc`` for ``argtypes`` on ``target``.
 
     Typing errors (wrong argument types, a feature the target's NCCL lacks)
@@ -79,7 +79,7 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
     clock = _PhaseClock()
     lowered, features, objects = _lowered_for_link(pyfunc, argtypes, target, support_ltoir, fastmath=fastmath,
                                                    lineinfo=lineinfo, link=link, link_for_features=link_for_features,
-                                                   clock=clock)
+                                                   clock=clock, launch_bounds=launch_bounds)
     linker = Linker(*objects, options=LinkerOptions(arch=target.arch, link_time_optimization=True,
                                                     lineinfo=lineinfo or None, max_register_count=max_registers))
     try:
@@ -93,13 +93,13 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
 
 
 def _lowered_for_link(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fastmath: bool, lineinfo: bool,
-                      link, link_for_features, clock=None):
+                      link, link_for_features, clock=None, launch_bounds=None):
     """``(lowered, features, objects)``: ``pyfunc`` typed and lowered for ``target``, the features its code
     uses, and the objects its link takes (its LTO-IR, the support build, what numba-cuda links beside it,
     ``link``, the feature libraries). One path for a compile and for the inspection API."""
     with compiling_for(target):
         lowered = backend.lower_kernel(pyfunc, argtypes, target.cc, fastmath=fastmath, lineinfo=lineinfo,
-                                       out_of_line=_devices.OUT_OF_LINE)
+                                       out_of_line=_devices.OUT_OF_LINE, launch_bounds=launch_bounds)
         features = noted_features() | features_in_code(lowered.ir_text)
         features = _check_cft(lowered.ir_text, target, features)
         features = _gin_backend_of(target, features)
@@ -124,12 +124,14 @@ class KernelCode:
 
     def __init__(self, pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fastmath: bool = False,
                  lineinfo: bool = False, max_registers: int | None = None, link=(),
-                 link_for_features: Callable[[frozenset], list[tuple[str, bytes]]] | None = None):
+                 link_for_features: Callable[[frozenset], list[tuple[str, bytes]]] | None = None,
+                 launch_bounds=None):
         self.pyfunc, self.argtypes, self.target = pyfunc, tuple(argtypes), target
         self.fastmath, self.lineinfo, self.max_registers = fastmath, lineinfo, max_registers
         self._lowered, _, self._objects = _lowered_for_link(pyfunc, self.argtypes, target, support_ltoir,
                                                             fastmath=fastmath, lineinfo=lineinfo, link=link,
-                                                            link_for_features=link_for_features)
+                                                            link_for_features=link_for_features,
+                                                            launch_bounds=launch_bounds)
 
     def llvm(self) -> str:
         """numba's LLVM IR of the kernel and the device functions it calls."""

@@ -62,3 +62,20 @@ def test_a_kernel_called_from_another_kernel_compiles_as_a_device_function():
     compiled = outer.compile((float32[::1], float32[::1]), arch="sm_90", nccl="2.28.9")
     assert [s for s in compiled.function_symbols() if "outer" in s] == [compiled.entry_name]
     assert not [s for s in compiled.function_symbols() if "shifted" in s or "_cubed" in s]
+
+
+def test_launch_bounds_reach_the_linked_ptx_and_bad_ones_are_refused():
+    """numba-cuda's ``launch_bounds``: ``.maxntid`` and ``.minnctapersm`` survive flowdsl's link step; more
+    than three bounds are refused at decoration, in numba-cuda's words."""
+    @flowdsl.kernel((float32[::1],), launch_bounds=(128, 2))
+    def bounded(x):
+        x[cuda.grid(1)] = 1
+
+    ptx = bounded.inspect_lto_ptx((float32[::1],))
+    assert ".maxntid 128, 1, 1" in ptx and ".minnctapersm 2" in ptx
+    plain = flowdsl.kernel((float32[::1],))(bounded.py_func).inspect_lto_ptx((float32[::1],))
+    assert ".maxntid" not in plain
+    with pytest.raises(flowdsl.UsageError, match="Got 4 launch bounds"):
+        flowdsl.kernel(launch_bounds=(128, 2, 4, 8))(bounded.py_func)
+    with pytest.raises(flowdsl.UsageError, match="positive ints"):
+        flowdsl.kernel(launch_bounds=(0,))(bounded.py_func)

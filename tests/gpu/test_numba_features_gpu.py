@@ -213,3 +213,10 @@ def test_a_declared_signature_compiles_at_decoration(comm):
 
     ready = flowdsl.kernel("void(float32[:])")(copy_first)
     assert ready.last_build["source"] in ("compiled", "disk") and len(ready._loaded) == 1
+
+
+def test_launch_bounds_on_the_gpu(comm):
+    from tests.sim.test_numba_conventions import launch_bounds_main
+
+    got, message = launch_bounds_main(comm)
+    assert (got == 1).all() and "256 threads a block" in message

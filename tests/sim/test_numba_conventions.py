@@ -231,3 +231,26 @@ def _device_copy(comm, x):
 def test_a_kernel_called_from_another_kernel_runs_as_a_device_function():
     got, x = run_ranks(kernel_calling_kernels_main, nranks=1)[0]
     np.testing.assert_allclose(got, x * x * x + np.float32(7), rtol=1e-6)
+
+
+def launch_bounds_main(comm):
+    """A launch within a kernel's ``launch_bounds`` runs; one of more threads a block is refused before it runs
+    (a GPU refuses it with CUDA_ERROR_INVALID_VALUE). tests/gpu/test_numba_features_gpu.py runs it on a GPU."""
+    @flowdsl.kernel(launch_bounds=128)
+    def ones(out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = 1
+
+    out = comm.alloc(256, np.int32)
+    out.set(np.zeros(256, np.int32))
+    ones[2, 128](out)
+    comm.synchronize()
+    with pytest.raises(flowdsl.UsageError, match="launch_bounds allow at most 128") as err:
+        ones[1, 256](out)
+    return out.get(), str(err.value)
+
+
+def test_a_launch_beyond_its_launch_bounds_is_refused():
+    got, message = run_ranks(launch_bounds_main, nranks=1)[0]
+    assert (got == 1).all() and "256 threads a block" in message
