@@ -21,21 +21,28 @@ _devices_bound = False
 _devices_lock = threading.Lock()
 
 
-def device(fn=None, *, inline: bool = True):
+def device(fn=None, *, inline: bool = True, fastmath: bool = False):
     """A helper device function callable from flowdsl kernels (compiled per target).
 
     Device functions may not return arrays (numba-cuda restriction without NRT):
     pass output arrays in, or return scalars. ``inline=False`` keeps one copy of a
     large function that many call sites share (NVVM inlines every call otherwise,
-    which multiplies code size and link time). numba-cuda learns of the function when the
+    which multiplies code size and link time). ``fastmath=True`` compiles its own
+    code with fast math (numba-cuda's ``cuda.jit(device=True, fastmath=True)``),
+    whatever its callers use. numba-cuda learns of the function when the
     first flowdsl kernel compiles; a plain ``numba.cuda.jit`` kernel that calls it before
     then needs ``import flowdsl.lowering.bindings`` first.
+
+    numba-cuda's device-dispatcher inspection: ``fn.inspect_asm(signature)`` is the function's PTX
+    alone for argument types ``signature`` (this GPU's arch; sm_90 without one), as NVVM makes it.
     """
     if fn is None:
-        return functools.partial(device, inline=inline)
+        return functools.partial(device, inline=inline, fastmath=fastmath)
     if not inline:
         OUT_OF_LINE.add(f"{fn.__module__}.{fn.__qualname__}")
     fn.__flowdsl_inline__ = inline  # part of the cache key of every kernel that calls it
+    fn.__flowdsl_fastmath__ = bool(fastmath)  # so is this
+    fn.inspect_asm = functools.partial(_inspect_asm, fn)
     fn.py_func = fn
     with _devices_lock:
         if not _devices_bound:  # registered with numba-cuda when something first compiles
@@ -97,7 +104,8 @@ def _register_device(fn) -> None:
     from numba.cuda.extending import overload, register_jitable  # noqa: PLC0415
 
     if fn.py_func is fn:
-        register_jitable(fn)  # an overload of fn itself: fn stays the plain Python function
+        # An overload of fn itself (fn stays the plain Python function), compiled with its own fast-math flag.
+        register_jitable(fastmath=True)(fn) if fn.__flowdsl_fastmath__ else register_jitable(fn)
         return
     impl = fn.py_func  # a kernel object: an overload of the object, implemented by its function
 
@@ -116,3 +124,20 @@ def bind_devices() -> None:
         _PENDING_DEVICES.clear()
     for fn in pending:
         _register_device(fn)
+
+
+def _inspect_asm(fn, signature=None):
+    """``fn.inspect_asm(signature)``: the PTX of ``fn`` alone for argument types ``signature`` (numba-cuda's
+    device dispatcher gives a dict of its compiled signatures without one: a flowdsl device function is
+    compiled inside its callers, so it has none of its own)."""
+    if signature is None:
+        return {}
+    from . import _targets  # noqa: PLC0415
+    from .lowering import compiler  # noqa: PLC0415 - binds numba-cuda
+
+    try:
+        cc = _targets.device_target().cc
+    except Exception:  # noqa: BLE001 - no GPU: the code an sm_90 would run
+        cc = (9, 0)
+    return compiler.backend.device_ptx(fn, tuple(getattr(signature, "args", signature)), cc,
+                                       fastmath=fn.__flowdsl_fastmath__)

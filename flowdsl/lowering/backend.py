@@ -190,6 +190,16 @@ def ptx_of(lowered: Lowered, cc: tuple[int, int]) -> str:
     return ptx.decode().strip("\x00").strip()
 
 
+def device_ptx(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool = False) -> str:
+    """NVVM's PTX of device function ``pyfunc`` alone for ``argtypes`` on ``cc`` (numba-cuda's device
+    dispatcher's ``inspect_asm``)."""
+    from numba.cuda.compiler import compile_ptx  # noqa: PLC0415
+
+    with explicit_target(cc):
+        ptx, _ = compile_ptx(pyfunc, tuple(argtypes), device=True, fastmath=fastmath, cc=cc)
+    return ptx
+
+
 def disassemble(cubin: bytes) -> str:
     """SASS of ``cubin`` with line information (``inspect_sass``), by numba-cuda's nvdisasm runner."""
     from cuda.core import ObjectCode  # noqa: PLC0415

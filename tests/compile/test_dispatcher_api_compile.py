@@ -79,3 +79,30 @@ def test_launch_bounds_reach_the_linked_ptx_and_bad_ones_are_refused():
         flowdsl.kernel(launch_bounds=(128, 2, 4, 8))(bounded.py_func)
     with pytest.raises(flowdsl.UsageError, match="positive ints"):
         flowdsl.kernel(launch_bounds=(0,))(bounded.py_func)
+
+
+@flowdsl.device(fastmath=True)
+def _fast_quotient(x, y):
+    return x / y
+
+
+@flowdsl.device
+def _quotient(x, y):
+    return x / y
+
+
+def test_a_device_function_has_its_own_fast_math_and_inspect_asm():
+    """numba-cuda's ``cuda.jit(device=True, fastmath=True)``: the device function's own code is fast math,
+    whatever its caller's; ``inspect_asm(signature)`` gives its PTX alone."""
+    assert "div.approx" in _fast_quotient.inspect_asm((float32, float32))
+    assert "div.rn.f32" in _quotient.inspect_asm((float32, float32))
+    assert _quotient.inspect_asm() == {}  # compiled inside its callers only: no signature of its own
+
+    @flowdsl.kernel((float32[::1], float32, float32))
+    def both(r, x, y):
+        r[0] = _fast_quotient(x, y)
+        r[1] = _quotient(x, y)
+
+    divisions = [line.split()[0] for line in both.inspect_asm((float32[::1], float32, float32)).splitlines()
+                 if line.strip().startswith("div.")]
+    assert sorted(divisions) == ["div.approx.f32", "div.rn.f32"], divisions
