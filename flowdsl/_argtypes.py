@@ -14,7 +14,7 @@ from .host.arrays import cuda_array_interface
 from ._release import parse_version
 from .errors import UsageError
 
-__all__ = ["argument_type", "array_type", "argtypes_for"]
+__all__ = ["argument_type", "array_type", "argtypes_for", "scalar_types"]
 
 _SCALARS = {int: types.int64, float: types.float64, bool: types.boolean}
 
@@ -98,3 +98,14 @@ def argtypes_for(*args, nccl: str | tuple | None = None) -> tuple:
                                  "Pass a NumPy array (for a device array of its dtype and shape), a scalar, a numba "
                                  "type, \"devcomm\", (\"window\", dtype) or (\"staging\", dtype)") from exc
     return tuple(out)
+
+
+def scalar_types(argtypes):
+    """Per argument, the NumPy type a scalar argument takes under declared ``argtypes`` (None: not a scalar;
+    None for no ``argtypes``)."""
+    if argtypes is None:
+        return None
+    from numba.core import types  # noqa: PLC0415
+    from numba.np.numpy_support import as_dtype  # noqa: PLC0415
+
+    return tuple(as_dtype(t).type if isinstance(t, (types.Number, types.Boolean)) else None for t in argtypes)

@@ -90,24 +90,28 @@ def _declared_argtypes(signature, name: str):
     among them by the arguments)."""
     if signature is None or (isinstance(signature, list) and len(signature) != 1):
         return None
+    return _parsed(signature[0] if isinstance(signature, list) else signature, signature, name)
+
+
+def _declared_candidates(signature, name: str) -> tuple:
+    """The argument types of each signature of a list of two or more (numba-cuda chooses among them by a
+    launch's arguments), else ()."""
+    if not isinstance(signature, list) or len(signature) < 2:
+        return ()
+    return tuple(_parsed(one, signature, name) for one in signature)
+
+
+def _parsed(one, signature, name: str) -> tuple:
     from numba.core import sigutils  # noqa: PLC0415 - numba's own parser of its signatures
 
     try:
-        args, _ = sigutils.normalize_signature(signature[0] if isinstance(signature, list) else signature)
+        args, _ = sigutils.normalize_signature(one)
     except Exception as e:  # noqa: BLE001 - numba says what is wrong with it
         raise UsageError(f"Cannot make kernel {name} with signature {signature!r}: {e}. Write it as numba-cuda "
                          "takes it, e.g. \"void(float32[:], int32)\"") from None
     return tuple(args)
 
 
-def _scalar_types(argtypes):
-    """Per argument, the NumPy type a scalar argument takes under declared ``argtypes`` (None: not a scalar)."""
-    if argtypes is None:
-        return None
-    from numba.core import types  # noqa: PLC0415
-    from numba.np.numpy_support import as_dtype  # noqa: PLC0415
-
-    return tuple(as_dtype(t).type if isinstance(t, (types.Number, types.Boolean)) else None for t in argtypes)
 
 
 def _attribute_pairs(code) -> set[tuple[str, str]]:
@@ -150,11 +154,13 @@ class FlowKernel:
         self.signature = signature
         #: The signature's NumPy scalar type per argument (None: no single signature), applied at launch.
         self._declared = _declared_argtypes(signature, py_func.__name__)
+        #: A list of signatures: a launch takes the one its arguments match (:meth:`_matching`).
+        self._candidates = _declared_candidates(signature, py_func.__name__)
         #: numba-cuda's: made with one signature (not a list of them), or by ``specialize``.
         self.specialized = signature is not None and not isinstance(signature, list)
         #: numba-cuda's: ``specialize``'s kernels by argument types (the same types give the same kernel).
         self.specializations: dict = {}
-        self.scalar_types = _scalar_types(self._declared)
+        self.scalar_types = _argtypes.scalar_types(self._declared)
         self.__name__ = py_func.__name__
         self.__doc__ = py_func.__doc__
         self.__wrapped__ = py_func
@@ -173,7 +179,7 @@ class FlowKernel:
         #: Last compile/load: {"source": "compiled"|"disk", "seconds": float, "key": str,
         #: "phases": CPU seconds per compile step (numba, nvvm, link; empty from disk)}
         self.last_build: dict = {}
-        if self._declared is not None and _launches_on_a_gpu():
+        if (self._declared is not None or self._candidates) and _launches_on_a_gpu():
             self._compile_declared()
 
     def _compile_declared(self) -> None:
@@ -183,7 +189,8 @@ class FlowKernel:
         from .errors import FlowDSLError, KernelTypingError  # noqa: PLC0415
 
         try:
-            self.load(self._declared)
+            for argtypes in self._candidates or (self._declared,):
+                self.load(argtypes)
         except KernelTypingError:
             raise
         except (FlowDSLError, OSError, RuntimeError):
@@ -253,19 +260,43 @@ class FlowKernel:
     def signatures(self) -> list:
         """The argument types this kernel has been compiled for in this process (its declared signature's
         first), as numba-cuda's ``signatures`` lists them."""
-        found = list(self._loaded)
-        if self._declared is not None and self._declared not in found:
-            found.insert(0, self._declared)
-        return found
+        declared = list(self._candidates) or ([self._declared] if self._declared is not None else [])
+        return declared + [argtypes for argtypes in self._loaded if argtypes not in declared]
 
     @property
     def overloads(self) -> dict:
         """``{argument types: loaded kernel}`` for each signature (numba-cuda's ``overloads``; a declared
         signature not launched yet is loaded on this GPU now). The values have numba-cuda's kernel attributes
         (``regs_per_thread``, ``shared_mem_per_block``, ...)."""
-        if self._declared is not None and self._declared not in self._loaded:
-            self.load(self._declared)
+        for argtypes in self._candidates or ((self._declared,) if self._declared is not None else ()):
+            if argtypes not in self._loaded:
+                self.load(argtypes)
         return {argtypes: loaded.numba_kernel for argtypes, loaded in self._loaded.items()}
+
+    def _matching(self, args) -> tuple:
+        """The declared signature (of a list) that ``args`` match, as numba-cuda's dispatcher chooses it: an
+        exact match, else the best by numba's conversion rules; none or a tie is a TypeError in numba's words."""
+        from numba.core import types, typing  # noqa: PLC0415
+        from numba.cuda.descriptor import cuda_target  # noqa: PLC0415
+
+        from .errors import LaunchTypeError  # noqa: PLC0415
+
+        argtypes = tuple(_argtypes.argument_type(self.__name__, i, a) for i, a in enumerate(args))
+        if argtypes in self._candidates:
+            return argtypes
+        context = cuda_target.typing_context
+        cases = [typing.signature(types.none, *c) for c in self._candidates]
+        try:
+            chosen = context.resolve_overload(self.py_func, cases, argtypes, {}, allow_ambiguous=False)
+        except TypeError as e:  # numba's "Ambiguous overloading for ..."
+            raise LaunchTypeError(f"{e}\nCannot launch {self.__name__}: pass arguments of one of its signatures' "
+                                  "types exactly") from None
+        if chosen is None:
+            raise LaunchTypeError(f"No matching definition for argument type(s) {', '.join(map(str, argtypes))}: "
+                                  f"cannot launch {self.__name__}, declared for "
+                                  f"{', '.join(str(c) for c in self._candidates)}. Pass arguments of one of those "
+                                  "types")
+        return tuple(chosen.args)
 
     # inspect_llvm, inspect_asm, inspect_lto_ptx, inspect_sass: made below the class (_inspector)
 

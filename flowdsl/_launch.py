@@ -15,6 +15,7 @@ import functools
 import numpy as np
 
 from . import _stubs
+from ._argtypes import scalar_types
 from ._launch_checks import COOPERATIVE, _check_resources, check_features
 from ._launch_params import _packer, _ParameterBuffer
 from ._launch_replay import _driver_launcher, _replay_key, _Replays
@@ -103,9 +104,9 @@ def _config_key(config):
         return None
     return key
 
-def _as_signature(kernel, args):
-    """``args`` with each scalar cast to the NumPy type the kernel's numba signature gives its place."""
-    types = kernel.scalar_types
+def _as_signature(kernel, args, types):
+    """``args`` with each scalar cast to ``types``: the NumPy type the kernel's numba signature gives its
+    place (None: not a scalar)."""
     if len(args) != len(types):
         raise UsageError(f"Cannot launch {kernel.__name__} with {len(args)} arguments: its signature "
                          f"{kernel.signature!r} has {len(types)}")
@@ -135,7 +136,9 @@ class _Launch:
 
     def __call__(self, *args):
         if self.kernel.scalar_types is not None:  # numba's signature: the scalars take its types
-            args = _as_signature(self.kernel, args)
+            args = _as_signature(self.kernel, args, self.kernel.scalar_types)
+        elif self.kernel._candidates:  # a list of them: those of the one the arguments match
+            args = _as_signature(self.kernel, args, scalar_types(self.kernel._matching(args)))
         # One resolution for the GPU and the simulator: both accept and refuse the same streams.
         stream = stream_handle(self.stream, args, self.kernel._launch_operation)
         if self.kernel.extensions:  # numba-cuda's argument hooks: they may wrap or replace arguments

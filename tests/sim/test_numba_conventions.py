@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from numba import cuda
+from numba import cuda, types
 
 import flowdsl
 import flowdsl.sim
@@ -60,6 +60,35 @@ def test_specialize_keeps_its_kernels_and_refuses_a_specialized_one():
             specialized.specialize(*args)
         assert isinstance(err.value, RuntimeError) and isinstance(err.value, flowdsl.FlowDSLError)
     assert not flowdsl.kernel(["void(int64[:], int32, int32)"])(bits_and_sum).specialized  # a list: numba's rule
+
+
+def add_into(r, x, y):
+    r[0] = x + y
+
+
+def test_a_list_of_signatures_takes_the_one_the_arguments_match():
+    """numba-cuda's dispatch among declared signatures: an exact match, else numba's best conversion; no match
+    or a tie is a TypeError in numba's words (a LaunchTypeError here), on both paths alike."""
+    both = flowdsl.kernel(["void(int64[::1], int64, int64)", "void(float64[::1], float64, float64)"])(add_into)
+    assert both.signatures[:2] == [(types.int64[::1], types.int64, types.int64),
+                                   (types.float64[::1], types.float64, types.float64)]
+    assert not both.specialized
+
+    def main(comm):
+        ints, floats = np.zeros(1, np.int64), np.zeros(1, np.float64)
+        both[1, 1](ints, 1, 2)
+        both[1, 1](floats, 1.5, 2.5)
+        with pytest.raises(flowdsl.errors.LaunchTypeError, match="No matching definition") as none:
+            both[1, 1](np.zeros(1, np.complex128), 1j, 1j)
+        tie = flowdsl.kernel(["(float64[::1], float32, float64)", "(float64[::1], float64, float32)",
+                              "(float64[::1], int64, int64)"])(add_into)
+        with pytest.raises(TypeError, match="Ambiguous overloading") as ambiguous:
+            tie[1, 1](floats, 1.0, 2.0)
+        return ints[0], floats[0], str(none.value), str(ambiguous.value)
+
+    ints, floats, none, ambiguous = run_ranks(main, nranks=1)[0]
+    assert ints == 3 and floats == 4.0
+    assert "complex128" in none and "int64" not in ambiguous.split("\n")[1:3]
 
 
 def test_a_signature_numba_cannot_read_is_refused_naming_it():
