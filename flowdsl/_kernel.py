@@ -35,7 +35,8 @@ __all__ = ["kernel", "device", "FlowKernel", "check_features"]
 
 
 def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
-           max_registers: int | None = None, link=(), extensions=(), launch_bounds=None):
+           max_registers: int | None = None, link=(), extensions=(), launch_bounds=None,
+           shared_memory_carveout=None):
     """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
 
     ``@flowdsl.kernel("void(int32[:], int32)")`` (or ``signature=``), as numba-cuda's ``cuda.jit`` takes
@@ -58,7 +59,9 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
     on an SM, which bandwidth-bound loops need, at the price of spills elsewhere.
     ``launch_bounds``: numba-cuda's, ``max_threads`` or ``(max_threads, min_blocks_per_sm,
     max_blocks_per_cluster)`` (PTX ``.maxntid``, ``.minnctapersm``, ``.maxclusterrank``); a launch of
-    more threads a block is refused.
+    more threads a block is refused. ``shared_memory_carveout``: numba-cuda's, the percent of the L1/shared
+    memory preferred as shared memory (-1 to 100, ``"default"``, ``"MaxL1"``, ``"MaxShared"``), set when the
+    kernel is loaded.
     ``link``: files (``.cu``, ``.ptx``, ``.ltoir``, ``.o``, ``.a``) or numba ``LinkableCode`` objects to
     link beside the kernel, as numba-cuda's ``cuda.jit(link=...)`` takes them (with
     ``cuda.declare_device`` for the functions they define); their contents are part of the cache key.
@@ -71,9 +74,10 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
     if fn is None:
         return lambda f: kernel(f, signature=signature, fastmath=fastmath, lineinfo=lineinfo,
                                 max_registers=max_registers, link=link, extensions=extensions,
-                                launch_bounds=launch_bounds)
+                                launch_bounds=launch_bounds, shared_memory_carveout=shared_memory_carveout)
     return FlowKernel(fn, signature=signature, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers,
-                      link=link, extensions=extensions, launch_bounds=launch_bounds)
+                      link=link, extensions=extensions, launch_bounds=launch_bounds,
+                      shared_memory_carveout=shared_memory_carveout)
 
 
 def _launches_on_a_gpu() -> bool:
@@ -148,9 +152,12 @@ class FlowKernel:
     """A flowdsl kernel: compiled at first launch per argument types, cached on disk."""
 
     def __init__(self, py_func, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
-                 max_registers: int | None = None, link=(), extensions=(), launch_bounds=None):
+                 max_registers: int | None = None, link=(), extensions=(), launch_bounds=None,
+                 shared_memory_carveout=None):
         self.py_func = py_func
         self.launch_bounds = checks.launch_bounds(launch_bounds, py_func.__name__)
+        #: Set on the function when it is loaded (not part of its code).
+        self.shared_memory_carveout = checks.shared_memory_carveout(shared_memory_carveout, py_func.__name__)
         self.signature = signature
         #: The signature's NumPy scalar type per argument (None: no single signature), applied at launch.
         self._declared = _declared_argtypes(signature, py_func.__name__)
@@ -223,7 +230,8 @@ class FlowKernel:
         made = self.specializations.get(types_)
         if made is None:
             made = self.specializations[types_] = FlowKernel(
-                self.py_func, signature=types_, extensions=self.extensions, **self._codegen)
+                self.py_func, signature=types_, extensions=self.extensions,
+                shared_memory_carveout=self.shared_memory_carveout, **self._codegen)
         return made
 
     def forall(self, ntasks: int, tpb: int = 0, stream=None, sharedmem: int = 0):
@@ -542,6 +550,7 @@ class FlowKernel:
         key, cubin, meta, source = self._cached_or_compiled(argtypes, target)
         features = frozenset(meta.get("features", ()))
         loaded = _launch.numba_kernel(meta["entry_name"], cubin, argtypes, features)
+        loaded.shared_memory_carveout = self.shared_memory_carveout  # numba-cuda's bind() sets it on the function
         loaded.bind()  # load the module now, so that the time below includes it
         loaded.flowdsl_features = features
         self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key,

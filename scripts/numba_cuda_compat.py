@@ -54,8 +54,8 @@ def _flowdsl_jit(target):
     import flowdsl
 
     def jit(func_or_sig=None, device=False, **options):
-        known = {k: options[k] for k in ("fastmath", "lineinfo", "max_registers", "link", "launch_bounds")
-                 if options.get(k) is not None}
+        known = {k: options[k] for k in ("fastmath", "lineinfo", "max_registers", "link", "launch_bounds",
+                                         "shared_memory_carveout") if options.get(k) is not None}
 
         def make(fn, signature=None):
             if device:

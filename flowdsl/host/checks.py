@@ -207,6 +207,25 @@ def launch_bounds(bounds, kernel_name: str) -> tuple[int, ...] | None:
     return tuple(int(b) for b in bounds)
 
 
+def shared_memory_carveout(carveout, kernel_name: str) -> int | None:
+    """numba-cuda's ``shared_memory_carveout``: the percent of the unified L1/shared memory preferred as shared
+    memory, -1 (the driver's default) to 100, or ``"default"``, ``"MaxL1"`` (0), ``"MaxShared"`` (100)."""
+    if carveout is None:
+        return None
+    named = {"default": -1, "maxl1": 0, "maxshared": 100}
+    if isinstance(carveout, str):
+        if carveout.lower() not in named:
+            raise UsageError(f"Cannot make kernel {kernel_name}: Invalid carveout value: {carveout}. Must be -1 to "
+                             f"100 or one of {list(named)}")
+        return named[carveout.lower()]
+    if not isinstance(carveout, (int, np.integer)) or isinstance(carveout, bool):
+        raise LaunchTypeError(f"Cannot make kernel {kernel_name}: shared_memory_carveout must be str or int, got "
+                              f"{type(carveout).__name__}")
+    if not -1 <= carveout <= 100:
+        raise UsageError(f"Cannot make kernel {kernel_name}: Carveout must be between -1 and 100, got {carveout}")
+    return int(carveout)
+
+
 def within_launch_bounds(block: tuple[int, int, int], bounds, kernel_name: str) -> None:
     """Refuse a block of more threads than the kernel's ``launch_bounds`` allow (the GPU refuses the launch
     with CUDA_ERROR_INVALID_VALUE; both paths refuse it before)."""

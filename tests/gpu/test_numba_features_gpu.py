@@ -220,3 +220,16 @@ def test_launch_bounds_on_the_gpu(comm):
 
     got, message = launch_bounds_main(comm)
     assert (got == 1).all() and "256 threads a block" in message
+
+
+def test_a_shared_memory_carveout_on_the_gpu(comm):
+    import cupy
+
+    import flowdsl
+    from tests.sim.test_numba_conventions import add_into
+
+    for value in ("MaxL1", "MaxShared", "default", 0, 50, 100, -1):
+        r = cupy.zeros(1, np.int64)
+        flowdsl.kernel(shared_memory_carveout=value)(add_into)[1, 1](r, 2, 3)
+        comm.synchronize()
+        assert int(r.get()[0]) == 5, value

@@ -283,3 +283,16 @@ def launch_bounds_main(comm):
 def test_a_launch_beyond_its_launch_bounds_is_refused():
     got, message = run_ranks(launch_bounds_main, nranks=1)[0]
     assert (got == 1).all() and "256 threads a block" in message
+
+
+def test_a_shared_memory_carveout_is_checked_at_decoration():
+    """numba-cuda's ``shared_memory_carveout``: -1 to 100 or a name, refused otherwise in numba-cuda's words
+    before anything compiles (on a GPU it is set when the kernel is loaded: tests/gpu)."""
+    for value, kept in (("MaxL1", 0), ("MaxShared", 100), ("default", -1), (50, 50), (-1, -1)):
+        assert flowdsl.kernel(shared_memory_carveout=value)(add_into).shared_memory_carveout == kept
+    for value, words in ((150, "must be between -1 and 100"), (-2, "must be between -1 and 100"),
+                         ("InvalidOption", "Invalid carveout value")):
+        with pytest.raises(flowdsl.UsageError, match=words):
+            flowdsl.kernel("void(int64[::1], int64, int64)", shared_memory_carveout=value)(add_into)
+    with pytest.raises(TypeError, match="must be str or int"):
+        flowdsl.kernel(shared_memory_carveout=1.5)(add_into)
