@@ -19,7 +19,7 @@ from ._argtypes import scalar_types
 from ._launch_checks import COOPERATIVE, _check_resources, check_features
 from ._launch_params import _packer, _ParameterBuffer
 from ._launch_replay import _driver_launcher, _replay_key, _Replays
-from .errors import UsageError
+from .errors import LaunchTypeError, UsageError
 from .host.checks import dynamic_shared, launch_shape, within_launch_bounds
 from .host.streams import stream_handle
 from .host.transfers import host_transfers, simulated_copy_in, simulated_copy_out, simulated_empty_like
@@ -110,13 +110,19 @@ def _as_signature(kernel, args, types):
     if len(args) != len(types):
         raise UsageError(f"Cannot launch {kernel.__name__} with {len(args)} arguments: its signature "
                          f"{kernel.signature!r} has {len(types)}")
-    return tuple(_as_scalar(a, t) if t is not None and isinstance(a, (int, float, bool, np.generic)) else a
-                 for a, t in zip(args, types))
+    return tuple(_as_scalar(kernel.__name__, i, a, t)
+                 if t is not None and isinstance(a, (int, float, complex, bool, np.generic)) else a
+                 for i, (a, t) in enumerate(zip(args, types)))
 
 
-def _as_scalar(value, scalar_type):
+def _as_scalar(name: str, index: int, value, scalar_type):
     """``value`` as ``scalar_type``; an int wraps to its width as numba's conversion does (0xFFFFFFFF as an
-    int32 is -1), where NumPy would refuse it."""
+    int32 is -1), where NumPy would refuse it. A complex value for a real type is refused, as numba-cuda's
+    dispatcher refuses it (no implicit conversion drops an imaginary part)."""
+    if np.iscomplexobj(value) and np.dtype(scalar_type).kind != "c":
+        raise LaunchTypeError(f"Cannot launch {name}: argument {index} is the complex {value!r}, and its signature "
+                              f"takes {np.dtype(scalar_type).name} there (no implicit conversion drops an "
+                              "imaginary part). Pass a real value, or declare a complex type")
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and np.dtype(scalar_type).kind in "iu":
         return np.array(int(value) & 0xFFFF_FFFF_FFFF_FFFF, np.uint64).astype(scalar_type)[()]
     return scalar_type(value)

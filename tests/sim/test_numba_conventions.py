@@ -296,3 +296,16 @@ def test_a_shared_memory_carveout_is_checked_at_decoration():
             flowdsl.kernel("void(int64[::1], int64, int64)", shared_memory_carveout=value)(add_into)
     with pytest.raises(TypeError, match="must be str or int"):
         flowdsl.kernel(shared_memory_carveout=1.5)(add_into)
+
+
+def test_a_complex_value_for_a_real_signature_type_is_refused():
+    """numba-cuda's dispatcher does not drop an imaginary part: a complex scalar where the signature says int32
+    is a TypeError (a LaunchTypeError here) before the launch, on both paths."""
+    typed = flowdsl.kernel("(int32[::1], int32, int32)")(add_into)
+
+    def main(comm):
+        with pytest.raises(flowdsl.errors.LaunchTypeError, match="argument 2 is the complex") as err:
+            typed[1, 1](np.zeros(1, np.int32), 12.3, 45.6j)
+        return str(err.value)
+
+    assert "its signature takes int32 there" in run_ranks(main, nranks=1)[0]
