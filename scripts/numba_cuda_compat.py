@@ -148,8 +148,25 @@ def _child(module: str, side: str, target: str) -> dict:
             counts["passed"] += 1
 
     tests = list(_flatten(suite))
-    for test in tests:
+    classes = [type(t) for t in tests]
+    for i, test in enumerate(tests):
         result = unittest.TestResult()
+        kind = classes[i]
+        if i == 0 or classes[i - 1] is not kind:  # the class's fixtures, as a suite runs them (an IPC
+            try:                                   # test's process pool, ...): one test at a time skips them
+                kind.setUpClass()
+                failed_setup = None
+            except unittest.SkipTest as e:
+                failed_setup = ("skip", str(e))
+            except Exception as e:  # noqa: BLE001 - each of the class's tests reports it
+                failed_setup = ("error", f"{type(e).__name__}: {e}")
+        if failed_setup is not None:
+            if failed_setup[0] == "skip":
+                result.skipped.append((test, failed_setup[1]))
+            else:
+                result.errors.append((test, f"setUpClass: {failed_setup[1]}"))
+            record(result)
+            continue
         if side == "flowdsl" and target == "sim":
             import flowdsl.sim
 
@@ -163,6 +180,11 @@ def _child(module: str, side: str, target: str) -> dict:
         else:
             test.run(result)
         record(result)
+        if i + 1 == len(tests) or classes[i + 1] is not kind:
+            try:
+                kind.tearDownClass()
+            except Exception:  # noqa: BLE001, S110 - the tests are counted; a teardown's failure changes none
+                pass
     return {"module": module, "side": side, **counts, "refusals": refusals, "problems": problems}
 
 
