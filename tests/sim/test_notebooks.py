@@ -102,3 +102,21 @@ def test_committed_notebooks_hold_their_outputs(name):
     assert counts == list(range(1, len(code) + 1)), f"{name}: run python scripts/run_notebooks.py ({counts})"
     assert not [c.id for c in code if any(o.output_type == "error" for o in c.outputs)], name
     assert all(c.outputs for c in code if c.id in ("simulate", "planted-bug", "planted-deadlock")), name
+
+
+def _rows_of(comm, line_up=None):  # a benchmark as a notebook defines one
+    return [{"rank": comm.rank}]
+
+
+def test_the_gpu_cells_script_holds_the_definitions_and_the_call(capsys):
+    """The notebook's GPU cell calls ``flowdsl.testing.run_on_gpus``: its script carries the definitions (a
+    kernel's whole cell, functions' own source) and evaluates the call on every rank; without a GPU it says so
+    and returns None."""
+    from flowdsl.testing import gpu_script, run_on_gpus
+
+    script = gpu_script(_rows_of, call="_rows_of(comm, line_up=barrier)", cells=[run_on_gpus])
+    assert "def _rows_of(comm, line_up=None):" in script and "result = _rows_of(comm, line_up=barrier)" in script
+    assert "def run_on_gpus(" in script and "def gpu_script(" in script  # a cell: its whole file here
+    compile(script, "run.py", "exec")  # a script Python takes
+    assert run_on_gpus(_rows_of, call="_rows_of(comm)") is None
+    assert capsys.readouterr().out.startswith("No GPU here: skipping the GPU cells")
