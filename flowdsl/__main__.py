@@ -180,7 +180,9 @@ def _support_lines(nccl) -> list[str]:
         lines.append(text + ("  <- the loaded NCCL" if nccl and version == ".".join(map(str, nccl)) else ""))
     first_use = sorted((cache_dir() / "support").glob("nccl-*/*.ltoir"))
     for path in first_use:
-        lines.append(f"  NCCL {path.parent.name.removeprefix('nccl-')}: {path.stem} (built at first use, {path})")
+        version = path.parent.name.removeprefix("nccl-")
+        unused = " (not used: a prebuilt build of that release is)" if version in info["abis"] else ""
+        lines.append(f"  NCCL {version}: {path.stem} (built at first use, {path}){unused}")
     if nccl and ".".join(map(str, nccl)) not in info["abis"] and not first_use:
         lines.append(f"  the loaded NCCL {'.'.join(map(str, nccl))} has none: one is built at its first kernel "
                      "(needs nvcc and its nvidia-nccl-cu13 headers)")
