@@ -59,6 +59,21 @@ def missing_gin_context(peer):
     :func:`flowdsl.flow.connect` calls it."""
 
 
+@primitive(module="flowdsl.flow", peer=INT, number=INT, remote_number=INT, nranks=INT)
+def bad_connection(peer, number, remote_number, nranks):
+    """Stop the kernel: :func:`flowdsl.flow.connect` was given a peer that is not a world rank, or a connection
+    number past ``flowdsl.flow.MAX_CONNECTIONS``. On the GPU the kernel prints the values, the ranges and the
+    fix and traps (the launch fails); the simulator raises a ``flowdsl.sim.UsageError`` with the same words."""
+
+
+def bad_connection_text(peer, number, remote_number, last_rank) -> str:
+    from ._flow_staging import MAX_CONNECTIONS  # noqa: PLC0415
+
+    return (f"Cannot make a Flow connection to peer {peer} with number {number} and remote_number {remote_number}: "
+            f"the peer must be a world rank, 0 to {last_rank}, and both numbers 0 to {MAX_CONNECTIONS - 1} "
+            "(flowdsl.flow.MAX_CONNECTIONS inboxes a channel). Pass those")
+
+
 def missing_gin_context_text(peer) -> str:
     return (f"Cannot connect to world rank {peer}: it is outside this rank's LSA team, and the Flow processor "
             "has no GIN context (ctx=None) to reach it. Give flow.processor a GIN context, gin.context(comm, 0), "

@@ -82,8 +82,9 @@ from numba import cuda, int64, uint32, uint64
 from . import _flow_wire as wire
 from . import coop, gin, lsa, mem, team, wait
 from ._devices import device
-from ._flow_elements import (E4M3, E5M2, Reduction, combine, combine_packs, finish, finish_pack, from_float,
-                             missing_gin_context, premul, premul_only, premul_pack, reduction, to_float, unscaled)
+from ._flow_elements import (E4M3, E5M2, Reduction, bad_connection, combine, combine_packs, finish, finish_pack,
+                             from_float, missing_gin_context, premul, premul_only, premul_pack, reduction, to_float,
+                             unscaled)
 from ._flow_staging import (CREDIT, LL128_SLOT_BYTES, LL_SLOT_BYTES, MAX_CONNECTIONS, MAX_PARTS, READY, RECEIVED, SENT,
                             Staging, counter_word, flag_word, protocol_slot_words, region_words, staging, staging_words,
                             state_words)
@@ -93,7 +94,7 @@ from .enums import MemoryOrder, Protocol, RedOp, ThreadScope
 __all__ = [
     "MAX_CONNECTIONS", "MAX_PARTS", "LL_SLOT_BYTES", "LL128_SLOT_BYTES", "Processor", "Connection", "Reduction",
     "Staging", "staging", "staging_words", "processor",
-    "connect", "missing_gin_context", "reduction", "to_float", "from_float", "combine", "finish", "combine_packs",
+    "connect", "bad_connection", "missing_gin_context", "reduction", "to_float", "from_float", "combine", "finish", "combine_packs",
     "finish_pack", "premul", "premul_pack", "unscaled", "strong_signal_inc",
     "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "ll_flag", "ll_cleans", "LL_FLAG_CYCLE",
     "E4M3", "E5M2",
@@ -193,6 +194,8 @@ def connect(proc, peer, number, remote_number):
     receive connections with one number are independent (separate counters).
     """
     comm = proc.comm
+    if not (0 <= peer < comm.nranks and 0 <= number < MAX_CONNECTIONS and 0 <= remote_number < MAX_CONNECTIONS):
+        bad_connection(peer, number, remote_number, comm.nranks)  # an inbox past the staging is another's
     first = comm.rank - comm.lsa_rank
     remote = 0 if first <= peer < first + comm.lsa_size else 1
     if remote and proc.ctx is None:  # only GIN reaches it: stop here, naming the fix, not in a step later

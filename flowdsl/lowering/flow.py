@@ -33,7 +33,7 @@ from numba.cuda.extending import (intrinsic, make_attribute_wrapper, overload, o
 
 from .. import flow, gin, mem
 from .._flow_staging import refusal
-from .._flow_elements import (conversion_refusal, missing_gin_context_text, premul_type_refusal, scale_refusal,
+from .._flow_elements import (bad_connection_text, conversion_refusal, missing_gin_context_text, premul_type_refusal, scale_refusal,
                               value_refusal)
 from .._fp8 import E4M3 as _E4M3
 from ..enums import RedOp
@@ -319,6 +319,18 @@ def flow_missing_gin_context(peer):
 
     def impl(peer):
         print(before, peer, after)  # numba-cuda prints through vprintf before the trap ends the kernel
+        _trap()
+    return impl
+
+
+@overload(flow.bad_connection)
+def flow_bad_connection(peer, number, remote_number, nranks):
+    check(flow.bad_connection, peer, number, remote_number, nranks)
+    # Constant strings each (a list of them cannot be a closure value of device code).
+    a, b, c, d, e = (part.strip() for part in bad_connection_text("{}", "{}", "{}", "{}").split("{}"))
+
+    def impl(peer, number, remote_number, nranks):
+        print(a, peer, b, number, c, remote_number, d, nranks - 1, e)
         _trap()
     return impl
 

@@ -4,7 +4,7 @@ GPU's typing checks them). The rest of Flow is device code the simulator runs as
 
 from __future__ import annotations
 
-from .._flow_elements import Reduction, missing_gin_context_text, scale_refusal
+from .._flow_elements import Reduction, bad_connection_text, missing_gin_context_text, scale_refusal
 from ..enums import RedOp
 from .errors import KernelTypingError, UsageError
 from .scheduler import sim_error
@@ -23,3 +23,8 @@ def _flow_reduction(op, nranks, fp8=0, scale=None):
 @implements("flowdsl.flow.missing_gin_context")
 def _flow_missing_gin_context(peer):
     raise sim_error(UsageError, missing_gin_context_text(int(peer)))
+
+
+@implements("flowdsl.flow.bad_connection")
+def _flow_bad_connection(peer, number, remote_number, nranks):
+    raise sim_error(UsageError, bad_connection_text(int(peer), int(number), int(remote_number), int(nranks) - 1))

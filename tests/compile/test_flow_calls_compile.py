@@ -117,3 +117,26 @@ def test_simple_loops_keep_their_vectors_and_touch_no_local_memory(ring_all_redu
         assert loops, f"{step}: no block with eight 16-byte loads in flight before its first store (SIMPLE)"
         for block in loops:
             assert not [line for line in block if re.match(r"(ld|st)\.local", line)], step
+
+def test_a_refused_connection_prints_its_reason_and_traps_on_the_gpu():
+    """The GPU's side of flow.connect's refusals (the simulator raises a UsageError with the same words,
+    tests/sim/test_flow_connections.py): the kernel prints the values and the fix through vprintf, then traps."""
+    from numba import cuda, int64
+
+    import flowdsl
+    from flowdsl import flow
+
+    @flowdsl.kernel((int64, int64))
+    def refuse(peer, n):
+        if cuda.threadIdx.x == 0:
+            if n > 1:
+                flow.bad_connection(peer, 4, 0, n)
+            flow.missing_gin_context(peer)
+
+    ptx = refuse.inspect_lto_ptx((int64, int64))
+    assert "trap;" in ptx and "vprintf" in ptx
+    strings = [line.split("= {", 1)[1] for line in ptx.splitlines() if "__conststring__" in line and "= {" in line]
+    text = " ".join("".join(chr(int(b)) for b in re.findall(r"\d+", s)) for s in strings)
+    for words in ("Cannot make a Flow connection to peer", "both numbers 0 to 3", "Cannot connect to world rank",
+                  "Give flow.processor a GIN context"):
+        assert words in text, words

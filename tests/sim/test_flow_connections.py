@@ -494,6 +494,27 @@ def test_a_connection_across_nodes_without_a_gin_context_is_refused_naming_the_f
     spawn(main, nranks=2)  # one node: every peer is LSA, and ctx=None is right
 
 
+@flowdsl.kernel
+def connect_to(comm, stage, peer, number, remote_number):
+    proc = flow.processor(comm, stage, None, CFG.channels, CFG.nslots, CFG.slot_bytes // 8, Protocol.SIMPLE)
+    flow.connect(proc, peer, number, remote_number)
+
+
+@pytest.mark.parametrize("peer,number,remote", [(2, 0, 0), (-1, 0, 0), (1, 4, 0), (1, 0, 4), (1, -1, 0)])
+def test_a_connection_to_no_rank_or_past_the_inboxes_is_refused_naming_the_ranges(peer, number, remote):
+    """A peer outside the world or a connection number past MAX_CONNECTIONS was taken as it was: a far peer
+    asked for a GIN context, a number past the inboxes wrote another connection's (a data race at best)."""
+    def main(comm):
+        with flow.staging(comm, CFG) as stage, comm.device_communicator() as dcomm:
+            connect_to[1, CFG.threads](dcomm, stage, peer, number, remote)
+            comm.synchronize()
+
+    with pytest.raises(flowdsl.sim.UsageError, match=rf"Cannot make a Flow connection to peer {peer} with number "
+                                                     rf"{number} and remote_number {remote}: the peer must be a world "
+                                                     r"rank, 0 to 1, and both numbers 0 to 3"):
+        spawn(main, nranks=2)
+
+
 def test_ends_with_different_block_sizes_are_reported_with_that_fix():
     def main(comm):
         with flow.staging(comm, CFG) as stage, comm.device_communicator() as dcomm:
