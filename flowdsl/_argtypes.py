@@ -7,7 +7,9 @@ values and the stand-ins ``"devcomm"``, ``("window", dtype)`` and ``("staging", 
 from __future__ import annotations
 
 import functools
+import re
 
+import numpy as np
 from numba.core import types
 
 from .host.arrays import cuda_array_interface
@@ -19,8 +21,10 @@ __all__ = ["argument_type", "array_type", "argtypes_for", "scalar_types"]
 _SCALARS = {int: types.int64, float: types.float64, bool: types.boolean}
 
 
-def argument_type(kernel_name: str, index: int, arg):
-    """numba type of a launch argument, cheaply for the common kinds (the launch hot path)."""
+def argument_type(kernel_name: str, index: int, arg, operation: str = "launch"):
+    """numba type of a launch argument, cheaply for the common kinds (the launch hot path). A simulator's
+    object that is not an array (a device communicator, a window) is ``pyobject``: the simulator types
+    nothing, and its launches take it as it is (``specialize`` and a list of signatures on the simulator)."""
     kind = type(arg)
     ty = _SCALARS.get(kind)
     if ty is not None:
@@ -33,6 +37,8 @@ def argument_type(kernel_name: str, index: int, arg):
     ty = getattr(arg, "_numba_type_", None)
     if ty is not None:
         return ty
+    if getattr(arg, "__flowdsl_sim__", False) and not isinstance(arg, np.ndarray):
+        return types.pyobject
     cai = cuda_array_interface(arg)
     if cai is not None:
         return array_type(cai["typestr"], len(cai["shape"]), cai.get("strides") is None)
@@ -41,10 +47,11 @@ def argument_type(kernel_name: str, index: int, arg):
     try:
         ty = argument_type(arg)
     except Exception as exc:  # noqa: BLE001
-        raise UsageError(f"Cannot launch {kernel_name}: argument {index} ({type(arg).__name__}) has no "
-                         f"kernel type: {exc}") from exc
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # numba's terminal colours
+        raise UsageError(f"Cannot {operation} {kernel_name}: argument {index} ({type(arg).__name__}) has no "
+                         f"kernel type: {plain}") from exc
     if ty is None:
-        raise UsageError(f"Cannot launch {kernel_name}: argument {index} of type {type(arg).__name__} "
+        raise UsageError(f"Cannot {operation} {kernel_name}: argument {index} of type {type(arg).__name__} "
                          "cannot be passed to a kernel (pass device arrays, scalars, windows and "
                          "device communicators)")
     return ty

@@ -226,7 +226,7 @@ class FlowKernel:
             raise AlreadySpecializedError(f"Cannot specialize {self.__name__}: Dispatcher already specialized (it has "
                                           f"its one signature, {self._declared}). Specialize the kernel made "
                                           "without a signature")
-        types_ = tuple(_argtypes.argument_type(self.__name__, i, a) for i, a in enumerate(args))
+        types_ = tuple(_argtypes.argument_type(self.__name__, i, a, "specialize") for i, a in enumerate(args))
         made = self.specializations.get(types_)
         if made is None:
             made = self.specializations[types_] = FlowKernel(

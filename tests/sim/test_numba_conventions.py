@@ -309,3 +309,24 @@ def test_a_complex_value_for_a_real_signature_type_is_refused():
         return str(err.value)
 
     assert "its signature takes int32 there" in run_ranks(main, nranks=1)[0]
+
+
+@flowdsl.kernel
+def _scaled_into(dcomm, win, out, scale):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = scale * (i + dcomm.rank)
+
+
+def test_specialize_takes_the_simulators_own_objects():
+    """A device communicator and a window of the simulator have no numba type (the simulator types nothing):
+    specialize takes them as they are, and types the scalars (it refused them, naming numba's internals)."""
+    def main(comm):
+        out = comm.alloc(4, np.float32)
+        with comm.register(comm.alloc(4, np.float32)) as win, comm.device_communicator() as dcomm:
+            typed = _scaled_into.specialize(dcomm, win, out, np.float32(2))
+            typed[1, 4](dcomm, win, out, 2)  # the Python int takes the specialization's float32
+            comm.synchronize()
+        return out.get()
+
+    assert [list(r) for r in run_ranks(main, nranks=2)] == [[0, 2, 4, 6], [2, 4, 6, 8]]
