@@ -74,6 +74,20 @@ def bad_connection_text(peer, number, remote_number, last_rank) -> str:
             "(flowdsl.flow.MAX_CONNECTIONS inboxes a channel). Pass those")
 
 
+@primitive(module="flowdsl.flow", channels=INT, nslots=INT, slot_words=INT, needed=INT, held=INT)
+def bad_layout(channels, nslots, slot_words, needed, held):
+    """Stop the kernel: :func:`flowdsl.flow.processor` was given a layout its staging window does not hold
+    (or one no staging has). On the GPU the kernel prints the layout, the sizes and the fix and traps; the
+    simulator raises a ``flowdsl.sim.UsageError`` with the same words."""
+
+
+def bad_layout_text(channels, nslots, slot_words, needed, held) -> str:
+    return (f"Cannot build a Flow processor with channels={channels}, nslots={nslots}, slot_words={slot_words}: "
+            f"that layout needs {needed} words of staging and the window holds {held}, or nslots is below 2 or "
+            "slot_words not a positive multiple of 16. Pass the layout flow.staging(comm, config) made: "
+            "config.channels, config.nslots and config.slot_bytes // 8")
+
+
 def missing_gin_context_text(peer) -> str:
     return (f"Cannot connect to world rank {peer}: it is outside this rank's LSA team, and the Flow processor "
             "has no GIN context (ctx=None) to reach it. Give flow.processor a GIN context, gin.context(comm, 0), "

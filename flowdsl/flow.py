@@ -82,9 +82,9 @@ from numba import cuda, int64, uint32, uint64
 from . import _flow_wire as wire
 from . import coop, gin, lsa, mem, team, wait
 from ._devices import device
-from ._flow_elements import (E4M3, E5M2, Reduction, bad_connection, combine, combine_packs, finish, finish_pack,
-                             from_float, missing_gin_context, premul, premul_only, premul_pack, reduction, to_float,
-                             unscaled)
+from ._flow_elements import (E4M3, E5M2, Reduction, bad_connection, bad_layout, combine, combine_packs, finish,
+                             finish_pack, from_float, missing_gin_context, premul, premul_only, premul_pack, reduction,
+                             to_float, unscaled)
 from ._flow_staging import (CREDIT, LL128_SLOT_BYTES, LL_SLOT_BYTES, MAX_CONNECTIONS, MAX_PARTS, READY, RECEIVED, SENT,
                             Staging, counter_word, flag_word, protocol_slot_words, region_words, staging, staging_words,
                             state_words)
@@ -94,7 +94,7 @@ from .enums import MemoryOrder, Protocol, RedOp, ThreadScope
 __all__ = [
     "MAX_CONNECTIONS", "MAX_PARTS", "LL_SLOT_BYTES", "LL128_SLOT_BYTES", "Processor", "Connection", "Reduction",
     "Staging", "staging", "staging_words", "processor",
-    "connect", "bad_connection", "missing_gin_context", "reduction", "to_float", "from_float", "combine", "finish", "combine_packs",
+    "connect", "bad_connection", "bad_layout", "missing_gin_context", "reduction", "to_float", "from_float", "combine", "finish", "combine_packs",
     "finish_pack", "premul", "premul_pack", "unscaled", "strong_signal_inc",
     "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "ll_flag", "ll_cleans", "LL_FLAG_CYCLE",
     "E4M3", "E5M2",
@@ -164,6 +164,10 @@ def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=
     Flow's work (more sit out the steps), and both ends of a connection run as many.
     """
     _require_staging(stage)
+    needed = staging_words(channels, nslots, slot_words, False)
+    held = lsa.local_view(stage).size
+    if needed > held or nslots < 2 or slot_words < 16 or slot_words % 16:  # a layout past the window: refused
+        bad_layout(channels, nslots, slot_words, needed, held)
     if not ll128 and protocol == Protocol.LL128:
         protocol = Protocol.LL
     state = state_words(channels)

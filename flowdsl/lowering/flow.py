@@ -33,8 +33,8 @@ from numba.cuda.extending import (intrinsic, make_attribute_wrapper, overload, o
 
 from .. import flow, gin, mem
 from .._flow_staging import refusal
-from .._flow_elements import (bad_connection_text, conversion_refusal, missing_gin_context_text, premul_type_refusal, scale_refusal,
-                              value_refusal)
+from .._flow_elements import (bad_connection_text, bad_layout_text, conversion_refusal, missing_gin_context_text,
+                              premul_type_refusal, scale_refusal, value_refusal)
 from .._fp8 import E4M3 as _E4M3
 from ..enums import RedOp
 from .gin import STRONG_SIGNAL_FEATURE
@@ -331,6 +331,17 @@ def flow_bad_connection(peer, number, remote_number, nranks):
 
     def impl(peer, number, remote_number, nranks):
         print(a, peer, b, number, c, remote_number, d, nranks - 1, e)
+        _trap()
+    return impl
+
+
+@overload(flow.bad_layout)
+def flow_bad_layout(channels, nslots, slot_words, needed, held):
+    check(flow.bad_layout, channels, nslots, slot_words, needed, held)
+    a, b, c, d, e, f = (part.strip() for part in bad_layout_text("{}", "{}", "{}", "{}", "{}").split("{}"))
+
+    def impl(channels, nslots, slot_words, needed, held):
+        print(a, channels, b, nslots, c, slot_words, d, needed, e, held, f)
         _trap()
     return impl
 

@@ -4,7 +4,8 @@ GPU's typing checks them). The rest of Flow is device code the simulator runs as
 
 from __future__ import annotations
 
-from .._flow_elements import Reduction, bad_connection_text, missing_gin_context_text, scale_refusal
+from .._flow_elements import (Reduction, bad_connection_text, bad_layout_text, missing_gin_context_text,
+                              scale_refusal)
 from ..enums import RedOp
 from .errors import KernelTypingError, UsageError
 from .scheduler import sim_error
@@ -28,3 +29,8 @@ def _flow_missing_gin_context(peer):
 @implements("flowdsl.flow.bad_connection")
 def _flow_bad_connection(peer, number, remote_number, nranks):
     raise sim_error(UsageError, bad_connection_text(int(peer), int(number), int(remote_number), int(nranks) - 1))
+
+
+@implements("flowdsl.flow.bad_layout")
+def _flow_bad_layout(channels, nslots, slot_words, needed, held):
+    raise sim_error(UsageError, bad_layout_text(*(int(v) for v in (channels, nslots, slot_words, needed, held))))

@@ -119,7 +119,7 @@ def test_simple_loops_keep_their_vectors_and_touch_no_local_memory(ring_all_redu
             assert not [line for line in block if re.match(r"(ld|st)\.local", line)], step
 
 def test_a_refused_connection_prints_its_reason_and_traps_on_the_gpu():
-    """The GPU's side of flow.connect's refusals (the simulator raises a UsageError with the same words,
+    """The GPU's side of flow.connect's and flow.processor's refusals (the simulator raises a UsageError with the same words,
     tests/sim/test_flow_connections.py): the kernel prints the values and the fix through vprintf, then traps."""
     from numba import cuda, int64
 
@@ -131,6 +131,8 @@ def test_a_refused_connection_prints_its_reason_and_traps_on_the_gpu():
         if cuda.threadIdx.x == 0:
             if n > 1:
                 flow.bad_connection(peer, 4, 0, n)
+            if n > 2:
+                flow.bad_layout(n, 2, peer, 4096, 1024)
             flow.missing_gin_context(peer)
 
     ptx = refuse.inspect_lto_ptx((int64, int64))
@@ -138,5 +140,6 @@ def test_a_refused_connection_prints_its_reason_and_traps_on_the_gpu():
     strings = [line.split("= {", 1)[1] for line in ptx.splitlines() if "__conststring__" in line and "= {" in line]
     text = " ".join("".join(chr(int(b)) for b in re.findall(r"\d+", s)) for s in strings)
     for words in ("Cannot make a Flow connection to peer", "both numbers 0 to 3", "Cannot connect to world rank",
-                  "Give flow.processor a GIN context"):
+                  "Give flow.processor a GIN context", "Cannot build a Flow processor with channels=",
+                  "config.slot_bytes // 8"):
         assert words in text, words

@@ -515,6 +515,31 @@ def test_a_connection_to_no_rank_or_past_the_inboxes_is_refused_naming_the_range
         spawn(main, nranks=2)
 
 
+@flowdsl.kernel
+def processor_over(comm, stage, channels, nslots, slot_words):
+    flow.processor(comm, stage, None, channels, nslots, slot_words, Protocol.SIMPLE)
+
+
+@pytest.mark.parametrize("layout", [(CFG.channels, CFG.nslots, CFG.slot_bytes),  # bytes for words
+                                    (CFG.channels * 8, CFG.nslots, CFG.slot_bytes // 8),
+                                    (CFG.channels, 1, CFG.slot_bytes // 8), (CFG.channels, CFG.nslots, 20)])
+def test_a_processor_layout_its_staging_does_not_hold_is_refused(layout):
+    """slot_words given in bytes (8 times the window) was taken: its slots ran past the staging window."""
+    channels, nslots, slot_words = layout
+    with pytest.raises(flowdsl.sim.UsageError, match=rf"Cannot build a Flow processor with channels={channels}, "
+                                                     rf"nslots={nslots}, slot_words={slot_words}: that layout needs "
+                                                     r"\d+ words of staging and the window holds \d+"):
+        spawn(lambda comm: _run_processor(comm, layout), nranks=1)
+    fewer = (1, CFG.nslots, CFG.slot_bytes // 8)  # fewer channels than staged: allowed (a smaller grid)
+    spawn(lambda comm: _run_processor(comm, fewer), nranks=1)
+
+
+def _run_processor(comm, layout):
+    with flow.staging(comm, CFG) as stage, comm.device_communicator() as dcomm:
+        processor_over[1, CFG.threads](dcomm, stage, *layout)
+        comm.synchronize()
+
+
 def test_ends_with_different_block_sizes_are_reported_with_that_fix():
     def main(comm):
         with flow.staging(comm, CFG) as stage, comm.device_communicator() as dcomm:
