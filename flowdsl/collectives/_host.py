@@ -239,8 +239,10 @@ def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", r
                          f"Pass nranks * count elements")
     count = s.size // ratio_in
     if d.size != count * ratio_out:
+        per_src = f"src's {s.size} elements / nranks={n}" if ratio_in > 1 else f"src's {s.size} elements"
+        per_dst = f", times nranks={n}" if ratio_out > 1 else ""
         raise UsageError(f"Cannot {operation}: dst has {d.size} elements but {count * ratio_out} are needed "
-                         f"({'nranks * ' if ratio_out > 1 else ''}count with count={count} from src)")
+                         f"({per_src}{per_dst}). Pass a dst of {count * ratio_out} elements")
     redop = _redop(operation, op) if operation in _REDUCING else None
     root = _root(operation, root, n) if operation in _ROOTED else None
     if algorithm not in ALGORITHMS:

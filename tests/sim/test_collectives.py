@@ -294,7 +294,7 @@ def test_bad_input_is_refused_before_launch():
         "src is float32 but dst is float16",
         "dst has 11 elements but 10 are needed",
         "src has 9 elements, not a multiple of nranks=2",
-        "dst has 10 elements but 20 are needed (nranks * count",
+        "dst has 10 elements but 20 are needed (src's 10 elements, times nranks=2). Pass a dst of 20 elements",
         "root 7 is not a rank of this communicator (0..1)",
         "unknown op 'median'. Use one of sum, prod, min, max, avg or flowdsl.collectives.premul_sum(scalar)",
         "unknown algorithm 'fastest'",
