@@ -536,10 +536,10 @@ class _BlockWait:
                 continue
             th = blk.threads[i]
             st = "finished (exited the kernel)" if th.done else (
-                f"waits in {th.waiting.short()} at {where(th)}" if th.waiting is not None else "is runnable")
+                f"waiting in {th.waiting.short()} at {where(th)}" if th.waiting is not None else "runnable")
             groups.setdefault(st, []).append(i)
-        return "\n".join(f"threads {fmt_ids(v)} of the block have not arrived: {k}"
-                         for k, v in sorted(groups.items()))
+        return "\n".join(f"thread{'s' if len(v) > 1 else ''} {fmt_ids(v)} of the block "
+                         f"{'have' if len(v) > 1 else 'has'} not arrived: {k}" for k, v in sorted(groups.items()))
 
 
 def block_sync(t, key, expected, label, value=None, shape=None, members=None, scope=None):

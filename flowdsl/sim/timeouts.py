@@ -105,7 +105,8 @@ def as_timeout(sched, error):
                             expected=int(expected), seen=int(seen)))
     context = f" ({sched.seed_line()})"
     cycle = credit_cycle(records)
-    lines = [DeviceTimeoutError.describe("finish the simulation", **rec, context=context, fix=i == 0 and not cycle)
+    lines = [DeviceTimeoutError.describe("finish the simulation", **rec, context=context if i == 0 else "",
+                                         fix=i == 0 and not cycle)  # the seed once, on the first line
              for i, rec in enumerate(records)]
     if cycle:
         lines.append(cycle)
