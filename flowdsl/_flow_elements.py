@@ -13,7 +13,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import _fp8
-from ._spec import INT, RED_OP
+from ._spec import ARRAY, INT, RED_OP
 from ._stubs import primitive
 from .enums import RedOp
 
@@ -86,6 +86,15 @@ def bad_layout_text(channels, nslots, slot_words, needed, held) -> str:
             f"that layout needs {needed} words of staging and the window holds {held}, or nslots is below 2 or "
             "slot_words not a positive multiple of 16. Pass the layout flow.staging(comm, config) made: "
             "config.channels, config.nslots and config.slot_bytes // 8")
+
+
+@primitive(module="flowdsl.flow", peer=INT, channel=INT, inbox=INT, step=INT, n=INT, data=ARRAY, protocol=INT,
+           sending=INT)
+def step_ends(peer, channel, inbox, step, n, data, protocol, sending):
+    """The simulator's check that the two ends of a Flow step agree: a sending step notes what it sends into
+    inbox ``inbox`` of rank ``peer`` from slot ``step`` on (``n`` elements of ``data``'s type, ``protocol``), and
+    the receiving step that takes them compares its own (``peer``: its own rank). Nothing on a GPU, where ends
+    that disagree move wrong bytes without a sound; the simulator raises a ``flowdsl.sim.UsageError`` naming both."""
 
 
 def missing_gin_context_text(peer) -> str:

@@ -346,6 +346,12 @@ def flow_bad_layout(channels, nslots, slot_words, needed, held):
     return impl
 
 
+@overload(flow.step_ends)
+def flow_step_ends(peer, channel, inbox, step, n, data, protocol, sending):
+    check(flow.step_ends, peer, channel, inbox, step, n, data, protocol, sending)
+    return lambda peer, channel, inbox, step, n, data, protocol, sending: None  # the simulator's check only
+
+
 @overload(flow.to_float)
 def flow_to_float(x):
     if x == types.uint16:  # bfloat16 bits

@@ -1,13 +1,17 @@
-"""What Flow's own primitive does in the simulator: :func:`flowdsl.flow.reduction` makes the
+"""What Flow's own primitives do in the simulator: :func:`flowdsl.flow.reduction` makes the
 :class:`flowdsl.flow.Reduction` the steps read (its arguments checked by its spec first, as the
-GPU's typing checks them). The rest of Flow is device code the simulator runs as it is."""
+GPU's typing checks them); ``connect``'s and ``processor``'s refusals raise with the GPU's words; and
+``step_ends`` checks that the two ends of each step agree (count, element type, protocol), which the GPU
+cannot. The rest of Flow is device code the simulator runs as it is."""
 
 from __future__ import annotations
 
+from . import _state
 from .._flow_elements import (Reduction, bad_connection_text, bad_layout_text, missing_gin_context_text,
                               scale_refusal)
-from ..enums import RedOp
+from ..enums import Protocol, RedOp
 from .errors import KernelTypingError, UsageError
+from .races import user_line
 from .scheduler import sim_error
 from .semantics import implements
 
@@ -34,3 +38,21 @@ def _flow_bad_connection(peer, number, remote_number, nranks):
 @implements("flowdsl.flow.bad_layout")
 def _flow_bad_layout(channels, nslots, slot_words, needed, held):
     raise sim_error(UsageError, bad_layout_text(*(int(v) for v in (channels, nslots, slot_words, needed, held))))
+
+
+@implements("flowdsl.flow.step_ends")
+def _flow_step_ends(peer, channel, inbox, step, n, data, protocol, sending):
+    world = _state.sched.world
+    notes = world.__dict__.setdefault("flow_steps", {})  # (receiving rank, channel, inbox, slot) -> the sender's
+    key = (int(peer), int(channel), int(inbox), int(step))
+    end = (_state.cur.rank, int(n), str(data.dtype), Protocol(int(protocol)).name, user_line())
+    if sending:
+        notes[key] = end
+        return
+    sent = notes.pop(key, None)
+    if sent is not None and sent[1:4] != end[1:4]:
+        raise sim_error(UsageError, (
+            f"The two ends of a Flow step disagree: rank {sent[0]} sent {sent[1]} elements of {sent[2]} ({sent[3]}) "
+            f"at {sent[4]} into inbox {inbox} of channel {channel}, and rank {end[0]} received {end[1]} of {end[2]} "
+            f"({end[3]}) at {end[4]}. Both ends of a connection take the same element count, type and protocol "
+            "in each step (on a GPU the bytes move as they are: wrong values, no error)"))

@@ -133,6 +133,11 @@ def where_now() -> str:
     return f"{here}, inside flowdsl, called from your code at {caller}" if caller else here
 
 
+def user_line() -> str:
+    """The running thread's own line that led here: its call into flowdsl's code, else its innermost line."""
+    return _user_call_site() or _where(_site())
+
+
 def _fix_in_library(caller: str, other) -> str:
     """The fix when this access is flowdsl's code that the user's ``caller`` line called."""
     code = other[3]  # an access's record: (slot, clock, thread, code, instruction offset); a report's site string

@@ -552,3 +552,33 @@ def test_ends_with_different_block_sizes_are_reported_with_that_fix():
         spawn(main, nranks=2)
     assert "the two ends of a connection run different numbers of threads (launch both ends with the same block " \
            "size" in str(err.value), str(err.value)[:1500]
+
+
+@flowdsl.kernel
+def pass_on(comm, stage, x, y, n_send, n_recv, protocol):
+    proc = flow.processor(comm, stage, None, CFG.channels, CFG.nslots, CFG.slot_bytes // 8, protocol, 0)
+    if comm.rank == 0:
+        flow.send(proc, flow.connect(proc, 1, 0, 0), x, 0, n_send)
+    else:
+        flow.recv(proc, flow.connect(proc, 0, 0, 0), y, 0, n_recv)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("mismatch", ["count", "dtype"])
+def test_ends_of_a_step_that_disagree_are_reported_naming_both(protocol, mismatch):
+    """A receive of fewer elements than were sent (in as many slots), or of another element type, moved
+    wrong values without a sound (a GPU cannot tell): the simulator names both ends' calls."""
+    def main(comm):
+        with flow.staging(comm, CFG) as stage, comm.device_communicator() as dcomm:
+            x = comm.alloc(40, np.float32)
+            x.set(np.arange(40, dtype=np.float32))
+            y = comm.alloc(40, np.int32 if mismatch == "dtype" else np.float32)
+            pass_on[1, CFG.threads](dcomm, stage, x, y, 40, 38 if mismatch == "count" else 40, int(protocol))
+            comm.synchronize()
+
+    received = "38 of float32" if mismatch == "count" else "40 of int32"
+    with pytest.raises(flowdsl.sim.UsageError, match=rf"The two ends of a Flow step disagree: rank 0 sent 40 elements "
+                                                     rf"of float32 \({protocol.name}\) at test_flow_connections.py:\d+ "
+                                                     rf"\(pass_on\) into inbox 0 of channel 0, and rank 1 received "
+                                                     rf"{received} \({protocol.name}\) at test_flow_connections.py"):
+        spawn(main, nranks=2)
