@@ -533,6 +533,8 @@ def _run_task(sched, task, body, where) -> bool:
     except BaseException as e:  # noqa: BLE001 - forwarded to spawn()
         if not isinstance(e, SimulationError):
             e.add_note(f"flowdsl.sim: raised {where(_tb_where(e))}; seed={sched.seed} replays it")
+        else:  # its message names the rank and the seed; the host line that raised it, as for the others
+            e.add_note(f"flowdsl.sim: raised {where(_tb_where(e))}")
         sched.fail(task, e)
         return False
     sched.finish(task)

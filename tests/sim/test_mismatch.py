@@ -363,3 +363,16 @@ def test_encoded_refusals_and_strangers_are_named():
     stranger = _agree.decode(np.arange(_agree.WORDS, dtype=np.int64))[0]  # another NCCL call's bytes
     assert stranger is None
     assert "rank 1 sent no flowdsl call signature" in str(_agree.compare([ok, stranger, ok], 0))
+
+
+def test_a_mismatch_report_names_the_line_that_called():
+    """Like every other host error of the simulator, a collective mismatch names the user's line that raised
+    it (its message names the rank and the seed)."""
+    def main(comm):
+        x = comm.alloc(8, np.float32)
+        x.set(np.ones(8, np.float32))
+        coll.all_reduce(comm, x, op="sum" if comm.rank == 0 else "max")
+
+    with pytest.raises(sim.CollectiveMismatchError) as err:
+        run_ranks(main, nranks=2)
+    assert any("test_mismatch.py:" in note for note in err.value.__notes__), err.value.__notes__
