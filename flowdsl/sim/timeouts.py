@@ -104,7 +104,7 @@ def as_timeout(sched, error):
                             primitive=wait.PRIMITIVE_NAMES.get(what, f"wait kind {what}"), index=index, peer=peer,
                             expected=int(expected), seen=int(seen)))
     context = f" ({sched.seed_line()})"
-    cycle = credit_cycle(records)
+    cycle = credit_cycle(records) or crossed_ends(records)
     lines = [DeviceTimeoutError.describe("finish the simulation", **rec, context=context if i == 0 else "",
                                          fix=i == 0 and not cycle)  # the seed once, on the first line
              for i, rec in enumerate(records)]
@@ -115,6 +115,25 @@ def as_timeout(sched, error):
     exc.seed = sched.seed
     exc.rank = records[0]["rank"]
     return exc
+
+
+def crossed_ends(records) -> str:
+    """When a rank waits for a peer's slots while that peer waits for this rank to free one (the two ends of
+    one connection, each waiting for the other), what that means and its fix; else "". Both ends of one
+    connection cannot wait so (the sender's slots would be the receiver's data): the sender fills an inbox the
+    receiver does not read."""
+    credit, ready = wait.PRIMITIVE_NAMES[wait.FLOW_CREDIT], wait.PRIMITIVE_NAMES[wait.FLOW_READY]
+    waits = {(rec["rank"], rec["primitive"]): rec for rec in records if rec["peer"] >= 0}
+    for (rank, kind), rec in sorted(waits.items()):
+        other = waits.get((rec["peer"], credit))
+        if kind == ready and other is not None and other["peer"] == rank:
+            return (f"Rank {rank} waits for slots from rank {rec['peer']} on its inbox {rec['index']}, and rank "
+                    f"{rec['peer']} waits for rank {rank} to free a slot of its connection {other['index']}: each "
+                    "end waits for the other, so no peer is late and a longer wait limit will not help. Either the "
+                    "connection numbers do not match (the sender's remote_number must be the receiver's number, "
+                    "and the receiver's remote_number the sender's number: flow.connect(proc, peer, number, "
+                    "remote_number)), or the two ends are on different channels (flow.processor's channel).")
+    return ""
 
 
 def credit_cycle(records) -> str:

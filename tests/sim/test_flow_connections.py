@@ -582,3 +582,28 @@ def test_ends_of_a_step_that_disagree_are_reported_naming_both(protocol, mismatc
                                                      rf"\(pass_on\) into inbox 0 of channel 0, and rank 1 received "
                                                      rf"{received} \({protocol.name}\) at test_flow_connections.py"):
         spawn(main, nranks=2)
+
+
+@flowdsl.kernel
+def crossed_numbers(comm, stage, x, y):
+    proc = flow.processor(comm, stage, None, CFG.channels, CFG.nslots, CFG.slot_bytes // 8, Protocol.SIMPLE, 0)
+    if comm.rank == 0:
+        flow.send(proc, flow.connect(proc, 1, 0, 1), x, 0, x.size)  # fills rank 1's inbox 1
+    else:
+        flow.recv(proc, flow.connect(proc, 0, 0, 0), y, 0, y.size)  # reads inbox 0
+
+
+def test_ends_whose_connection_numbers_do_not_match_are_reported_as_such():
+    """It was a wait that gave up with "a peer never got there ... or raise the limit": each end waits for the
+    other, and the report now says the numbers do not match (and that no limit helps)."""
+    def main(comm):
+        with flow.staging(comm, CFG) as stage, comm.device_communicator() as dcomm:
+            crossed_numbers[1, CFG.threads](dcomm, stage, comm.alloc(200, np.float32), comm.alloc(200, np.float32))
+            comm.synchronize()
+
+    with pytest.raises(flowdsl.sim.WaitTimeoutError) as err:
+        spawn(main, nranks=2)
+    text = str(err.value)
+    assert "Rank 1 waits for slots from rank 0 on its inbox 0, and rank 0 waits for rank 1 to free a slot" in text
+    assert "the sender's remote_number must be the receiver's number" in text
+    assert "raise the limit" not in text.split("The simulator's report:")[0]
