@@ -12,7 +12,8 @@
 # checkout (an earlier commit), side by side.
 # Stage channel runs benchmarks/flow_channel_bench.py: Flow's loopback per channel beside ../shared/bench/protocols_ref.cu,
 # which must travel in an ignored folder (FLOW_REF=path, default .bench/protocols_ref.cu).
-#   STAGES="tests multigpu sanitize bench channel launch coldstart sweep notebooks" picks stages (default: all); BENCH_ARGS go to
+#   STAGES="tests multigpu sanitize bench channel compat launch coldstart sweep notebooks" picks stages (default: all);
+#   stage compat runs numba-cuda's own tests through @flowdsl.kernel (scripts/numba_cuda_compat.py --target gpu); BENCH_ARGS go to
 #   benchmarks/collectives_bench.py, MULTIGPU_BENCH_ARGS (e.g. --quick) to benchmarks/multigpu_bench.py.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,7 @@ fi
 export NCCL_NVLS_ENABLE=0   # never NVLink multicast on shared machines
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 OUT=${OUT:-/tmp/flowdsl-out}
-STAGES=${STAGES:-tests multigpu sanitize bench channel launch coldstart sweep notebooks}
+STAGES=${STAGES:-tests multigpu sanitize bench channel compat launch coldstart sweep notebooks}
 mkdir -p "$OUT"
 NGPUS=$(nvidia-smi -L | wc -l)
 has() { [[ " $STAGES " == *" $1 "* ]]; }
@@ -97,6 +98,11 @@ fi
 if has channel; then  # Flow per channel beside the CUDA C++ reference of NCCL's protocol designs (same GPU, same call)
   python3 benchmarks/flow_channel_bench.py --ref "${FLOW_REF:-.bench/protocols_ref.cu}" --json "$OUT/channel.json" \
     2>&1 | tee "$OUT/channel.log" | tail -30
+fi
+if has compat; then  # numba-cuda's own test suite through @flowdsl.kernel beside plain numba-cuda, on this GPU
+  timeout "${COMPAT_TIMEOUT:-900}" python3 scripts/numba_cuda_compat.py --target gpu --modules all \
+    --jobs "$(( $(nproc) / 3 > 0 ? $(nproc) / 3 : 1 ))" --json "$OUT/compat.json" > "$OUT/compat.log" 2>&1
+  tail -1 "$OUT/compat.log"
 fi
 if has launch; then  # host cost of launches and of a repeated small collective, against CuPy's RawKernel
   python3 benchmarks/launch_bench.py --json "$OUT/launch.json" 2>&1 | tee "$OUT/launch_bench.log" | tail -12

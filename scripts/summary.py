@@ -55,6 +55,12 @@ def main(out: str) -> None:
             by_proto.setdefault(cell["proto"], []).append(f"{cell['channels']} ch {cell['flowdsl_gbps']:.1f} GB/s ({ratio})")
         for proto, cells in by_proto.items():
             rows.append((f"Flow {proto} per channel (÷ CUDA reference)", ", ".join(cells)))
+    compat = out_dir / "compat.json"
+    if compat.exists():  # scripts/numba_cuda_compat.py --target gpu: numba-cuda's own tests through @flowdsl.kernel
+        totals = json.loads(compat.read_text())["totals"]
+        n, f = totals["numba"]["passed"], totals["flowdsl"]["passed"]
+        rows.append(("numba-cuda's tests through @flowdsl.kernel (goal 0.99x)",
+                     f"flowdsl {f} of numba-cuda's {n} GPU passes ({f / n if n else float('nan'):.3f}x)"))
     for line in (out_dir / "coldstart.log").read_text().splitlines() if (out_dir / "coldstart.log").exists() else []:
         if line.startswith("warm load of the library"):  # benchmarks/cache_load.py --gpu
             rows.append(("warm load of the library (goal 0.2 s)", line.partition(": ")[2]))
