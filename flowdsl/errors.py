@@ -7,11 +7,15 @@ its meaning (numba reports :class:`FeatureUnavailableError` as a typing error), 
 from __future__ import annotations
 
 import functools
+import re
 
-
-__all__ = ["FlowDSLError", "UsageError", "AlreadySpecializedError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
-           "DeviceTimeoutError", "FeatureUnavailableError", "KernelTypingError", "DeviceOnlyError",
+__all__ = ["FlowDSLError", "UsageError", "AlreadySpecializedError", "NoDeviceError", "ResourceClosedError",
+           "CollectiveMismatchError", "DeviceTimeoutError", "FeatureUnavailableError", "KernelTypingError", "DeviceOnlyError",
            "SupportLibraryError", "DriverError", "CacheWarning", "LaunchTypeError"]
+
+
+#: A terminal colour code (numba writes its messages with them).
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class FlowDSLError(Exception):
@@ -162,6 +166,11 @@ def _make_kernel_typing_error() -> type:
         the primitive runs. Also numba's ``TypingError`` (numba's and numba-cuda's classes of that name)
         and a :class:`UsageError`."""
 
+    def __str__(self):
+        # numba's errors colour their messages for a terminal: noise in a log, a notebook or a test's match.
+        return _ANSI.sub("", super(KernelTypingError, self).__str__())
+
+    KernelTypingError.__str__ = __str__
     KernelTypingError.__module__ = __name__
     KernelTypingError.__qualname__ = "KernelTypingError"
     return KernelTypingError

@@ -562,14 +562,18 @@ def _tb_where(e):
     call into flowdsl's collectives is the user's line that made it), else the innermost outside the
     simulator."""
     import os
+    import sysconfig
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
     simulator = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    # Installed libraries and the standard library (an assert of NumPy's testing raises inside NumPy).
+    installed = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep
+                       for k in ("stdlib", "platstdlib", "purelib", "platlib")})
     user = outside_sim = "?"
     tb = e.__traceback__
     while tb is not None:
         fn = tb.tb_frame.f_code.co_filename
         place = f"{os.path.basename(fn)}:{tb.tb_lineno}"
-        if not os.path.abspath(fn).startswith(package):
+        if not os.path.abspath(fn).startswith((package, *installed)):
             user = place
         if not os.path.abspath(fn).startswith(simulator):
             outside_sim = place
