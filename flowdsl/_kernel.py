@@ -345,8 +345,8 @@ class FlowKernel:
         key = tuple(getattr(signature, "args", signature))  # a numba Signature, or argument types
         if key not in self.signatures:
             raise UsageError(f"Cannot inspect {self.__name__} for {key}: it is not compiled for those argument types "
-                             f"(its signatures: {self.signatures}). Launch it with such arguments first, or give it "
-                             "that signature")
+                             f"(its signatures: {self.signatures}). Give it that signature (flowdsl.kernel(signature) "
+                             "or k.specialize(*args)), or launch it on a GPU with such arguments first")
         return key
 
     def _kernel_code(self, argtypes):

@@ -226,8 +226,8 @@ class Window(Closable):
             raise sim_error(WindowAccessError, (
                 f"Cannot {op} of {self.group.name()} on rank {world_rank}: elements "
                 f"{start}..{start + count - 1} ({dt.name}, byte offset {start * isz}, {count * isz} bytes) "
-                f"lie outside the window of {total} elements ({self.group.nbytes} bytes). "
-                "Check the start/count arithmetic"))
+                f"{'start before' if start < 0 or count < 0 else f'end past element {total - 1} of'} the window of "
+                f"{total} elements ({self.group.nbytes} bytes). Check the start/count arithmetic"))
         arr = self.group.bytes[world_rank][start * isz:(start + count) * isz].view(dt)
         rc = _state.race
         if rc is None:

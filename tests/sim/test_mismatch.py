@@ -376,3 +376,13 @@ def test_a_mismatch_report_names_the_line_that_called():
     with pytest.raises(sim.CollectiveMismatchError) as err:
         run_ranks(main, nranks=2)
     assert any("test_mismatch.py:" in note for note in err.value.__notes__), err.value.__notes__
+
+
+def test_a_failed_check_in_main_names_the_users_line_not_numpys():
+    def main(comm):
+        np.testing.assert_allclose(np.zeros(2), np.ones(2))
+
+    with pytest.raises(AssertionError) as err:
+        run_ranks(main, nranks=1)
+    notes = " ".join(err.value.__notes__)
+    assert "test_mismatch.py:" in notes and "utils.py" not in notes, notes
