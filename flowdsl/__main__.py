@@ -198,7 +198,8 @@ def _cft_text(nccl, gpus, nvjitlink: str) -> str:
     if nccl is None or tuple(nccl) < (2, 31, 0):
         missing.append("NCCL >= 2.31")
     elif ".".join(map(str, nccl)) not in builds:
-        missing.append(f"a CFT build for NCCL {'.'.join(map(str, nccl))} (have: {', '.join(builds) or 'none'})")
+        have = f"built for NCCL {', '.join(builds)} only" if builds else "none built"
+        missing.append(f"the CFT library for the loaded NCCL {'.'.join(map(str, nccl))} ({have})")
     try:
         if tuple(int(x) for x in nvjitlink.split(".")[:2]) < (13, 3):
             missing.append(f"nvJitLink >= 13.3 (have {nvjitlink})")
@@ -208,7 +209,7 @@ def _cft_text(nccl, gpus, nvjitlink: str) -> str:
         missing.append("an sm_100 or newer GPU")
     if not missing:
         return "available"
-    return ("not runnable here: needs " + ", ".join(missing) +
+    return ("not runnable here: needs " + "; ".join(missing) +
             ". Kernels using flowdsl.cft compile without one (k.compile(..., arch='sm_100', nccl='2.32.3')) "
             "and run on flowdsl.sim")
 
