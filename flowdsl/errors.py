@@ -111,9 +111,12 @@ class DeviceTimeoutError(FlowDSLError, TimeoutError):
         else:
             after = "(the simulator found that nothing could release it)"
         source = f" from peer rank {peer}" if peer is not None and peer >= 0 else ""
+        advice = (FIX if waited_s is not None else SIMULATED_FIX) if fix else ""
+        if fix and waited_s is None and primitive.startswith("flow "):
+            advice += FLOW_FIX
         return (f"Cannot {operation}: a device-side wait on rank {rank} gave up {after}: block {block} "
                 f"thread {thread} waited for {primitive} {index}{source}: expected {expected}, last seen {seen}"
-                f"{context}." + (FIX if fix else ""))
+                f"{context}." + advice)
 
 
 #: What to do about a wait that gave up (the end of every :class:`DeviceTimeoutError` message).
@@ -121,6 +124,14 @@ FIX = (" A peer never got there: make every rank launch the same kernels and col
        "rank that skipped one, failed, or called another stops its peers here), or raise the limit "
        "(flowdsl.init(wait_timeout=seconds) or FLOWDSL_WAIT_TIMEOUT; 0 turns it off). This communicator's waits "
        "now give up at once: call comm.abort() and create a new one.")
+
+
+#: The same on the simulator, which found that nothing will release the wait: no limit or abort helps.
+SIMULATED_FIX = (" A peer never got there, and none will: make every rank launch the same kernels and collectives "
+                 "in the same order (a rank that skipped one, failed, or called another stops its peers here).")
+#: Added for a Flow wait on the simulator: the two ends of one connection that do not meet.
+FLOW_FIX = (" For a Flow connection: the sender's remote_number must be this connection's number (a sender with "
+            "another fills an inbox nobody reads), both ends on one channel, and as many slots sent as received.")
 
 
 FeatureUnavailableError: type  # made at first use, by __getattr__ below
