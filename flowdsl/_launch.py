@@ -15,7 +15,7 @@ import functools
 import numpy as np
 
 from . import _stubs
-from ._argtypes import argument_type, scalar_types
+from ._argtypes import scalar_types
 from ._launch_checks import COOPERATIVE, _check_resources, check_features
 from ._launch_params import _packer, _ParameterBuffer
 from ._launch_replay import _driver_launcher, _replay_key, _Replays
@@ -115,22 +115,6 @@ def _as_signature(kernel, args, types):
                  for i, (a, t) in enumerate(zip(args, types)))
 
 
-def _arrays_as_declared(kernel, args, declared) -> None:
-    """Refuse an array argument that the kernel's signature does not take there (another element type, number
-    of dimensions, or a layout its ``C``/``F`` array is not), as numba-cuda's dispatcher refuses it."""
-    from numba.core import types  # noqa: PLC0415
-
-    for i, (arg, want) in enumerate(zip(args, declared)):
-        if not isinstance(want, types.Array):
-            continue
-        got = argument_type(kernel.__name__, i, arg)
-        if not (isinstance(got, types.Array) and got.dtype == want.dtype and got.ndim == want.ndim
-                and want.layout in ("A", got.layout)):
-            raise LaunchTypeError(f"Cannot launch {kernel.__name__}: argument {i} is {got}, and its signature "
-                                  f"{kernel.signature!r} takes {want} there (numba-cuda: No matching definition). "
-                                  "Pass an array of that type, or declare the one you pass")
-
-
 def _as_scalar(name: str, index: int, value, scalar_type):
     """``value`` as ``scalar_type``; an int wraps to its width as numba's conversion does (0xFFFFFFFF as an
     int32 is -1), where NumPy would refuse it. A complex value for a real type is refused, as numba-cuda's
@@ -159,7 +143,6 @@ class _Launch:
     def __call__(self, *args):
         if self.kernel.scalar_types is not None:  # numba's signature: the scalars take its types
             args = _as_signature(self.kernel, args, self.kernel.scalar_types)
-            _arrays_as_declared(self.kernel, args, self.kernel._declared)
         elif self.kernel._candidates:  # a list of them: those of the one the arguments match
             args = _as_signature(self.kernel, args, scalar_types(self.kernel._matching(args)))
         # One resolution for the GPU and the simulator: both accept and refuse the same streams.

@@ -330,28 +330,3 @@ def test_specialize_takes_the_simulators_own_objects():
         return out.get()
 
     assert [list(r) for r in run_ranks(main, nranks=2)] == [[0, 2, 4, 6], [2, 4, 6, 8]]
-
-
-def test_an_array_the_signature_does_not_take_is_refused():
-    """numba-cuda refuses an array of another element type, dimension count or layout than its signature's; the
-    simulator ran it (and the GPU compiled the argument's own types)."""
-    def first_plus(r, x, y):
-        r[0] = x[0] + y
-
-    typed = flowdsl.kernel("void(float16[:], float32[:], float32)")(first_plus)
-    contiguous = flowdsl.kernel("void(int64[::1], int64, int64)")(add_into)
-
-    def main(comm):
-        refused = []
-        for kernel, args in ((typed, (np.zeros(2, np.float32), np.zeros(2, np.float32), 1.0)),
-                             (typed, (np.zeros((2, 2), np.float16), np.zeros(2, np.float32), 1.0)),
-                             (contiguous, (np.zeros(4, np.int64)[::2], 1, 2))):
-            with pytest.raises(flowdsl.errors.LaunchTypeError, match="argument 0 is array") as err:
-                kernel[1, 1](*args)
-            refused.append(str(err.value))
-        typed[1, 1](np.zeros(2, np.float16), np.zeros(2, np.float32), 1.0)  # 'A' takes a C array
-        return refused
-
-    refused = run_ranks(main, nranks=1)[0]
-    assert "takes array(float16, 1d, A) there" in refused[0] and "float32" in refused[0]
-    assert "array(float16, 2d" in refused[1] and "takes array(int64, 1d, C)" in refused[2]
