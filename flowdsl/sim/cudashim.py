@@ -28,6 +28,8 @@ import types
 import numpy as np
 from numba import cuda as _nb_cuda
 from numba.core import types as _nb_types
+from numba.core.typing.typeof import Purpose as _Purpose
+from numba.core.typing.typeof import typeof as _typeof
 from numba.cuda.stubs import Stub as _Stub  # the simulator shims numba.cuda, whose stubs user code names
 
 from . import _state, intrinsics
@@ -534,6 +536,7 @@ def _refuse_unmodelled(fn):
 
     found = []
     undefined = []
+    unfrozen = []
 
     def scan(code):
         previous = None
@@ -543,6 +546,8 @@ def _refuse_unmodelled(fn):
                 undefined.append((instr.argval, instr.positions.lineno))
             if instr.opname in ("LOAD_GLOBAL", "LOAD_DEREF", "LOAD_NAME"):
                 v = value(instr.argval)
+                if _cannot_freeze(v):
+                    unfrozen.append((instr.argval, type(v), instr.positions.lineno))
                 if v is _nb_cuda:
                     previous = instr
                     continue
@@ -560,6 +565,12 @@ def _refuse_unmodelled(fn):
         name, line = undefined[0]
         raise sim_error(KernelTypingError, (
             f"NameError: name {name!r} is not defined\n  in {fn.__qualname__} ({fn.__code__.co_filename}:{line})"))
+    if unfrozen:  # numba's typing refuses a global it cannot freeze into the code: so does the simulator
+        name, kind, line = unfrozen[0]
+        raise sim_error(KernelTypingError, (
+            f"Untyped global name {name!r}: Cannot determine Numba type of {kind}\n  in {fn.__qualname__} "
+            f"({fn.__code__.co_filename}:{line}). A kernel takes numbers, tuples, enums and NumPy arrays and "
+            "scalars as constants: read what it needs into such values, or pass it as an argument"))
     if found:
         name, line = found[0]
         others = sorted({n for n, _ in found} - {name})
@@ -568,6 +579,20 @@ def _refuse_unmodelled(fn):
             f"Cannot run {fn.__name__} on the simulator: it calls numba.cuda.{name} at "
             f"{os.path.basename(fn.__code__.co_filename)}:{line} ({fn.__name__}), which the simulator does not model "
             f"yet{also}. Run it on a GPU (flowdsl.init()), or leave that call out of simulated kernels"))
+
+
+def _cannot_freeze(v) -> bool:
+    """Whether numba's typing would refuse ``v`` as a global or closure value of device code: it freezes
+    numbers, strings, tuples, enums and NumPy values as constants, and resolves modules, classes and
+    callables (functions, kernels, numba-cuda's stubs); anything else (a dataclass instance, a dict) has
+    no numba type."""
+    if v is None or id(v) in _REPLACE or callable(v) or isinstance(v, (types.ModuleType, type, _nb_types.Type)):
+        return False
+    try:
+        _typeof(v, _Purpose.constant)
+    except Exception:  # noqa: BLE001 - numba's "cannot determine Numba type"
+        return True
+    return False
 
 
 def _all_names(code):

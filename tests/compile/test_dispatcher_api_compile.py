@@ -106,3 +106,13 @@ def test_a_device_function_has_its_own_fast_math_and_inspect_asm():
     divisions = [line.split()[0] for line in both.inspect_asm((float32[::1], float32, float32)).splitlines()
                  if line.strip().startswith("div.")]
     assert sorted(divisions) == ["div.approx.f32", "div.rn.f32"], divisions
+
+
+def test_a_global_numba_cannot_type_is_a_typing_error_on_the_gpu_path():
+    """The GPU half of tests/sim/test_numba_conventions.py's check: the same words from numba's typing."""
+    from numba import int64
+
+    from tests.sim.test_numba_conventions import _reads_a_config
+
+    with pytest.raises(flowdsl.errors.KernelTypingError, match=r"Untyped global name '_LAYOUT'"):
+        _reads_a_config.compile((int64[::1],), arch="sm_90", nccl="2.28.9")

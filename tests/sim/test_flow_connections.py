@@ -40,6 +40,8 @@ PROTOCOLS = (Protocol.SIMPLE, Protocol.LL, Protocol.LL128)
 # Two 128-byte slots per connection: a step of ~100 elements crosses several slots and waits for credits.
 # Two warps: the second is the sync warp, as on GPUs.
 CFG = FlowConfig(channels=2, nslots=2, slot_bytes=128, threads=64)
+# Its layout as the kernels take it: numbers (a GPU kernel cannot read a FlowConfig global).
+CHANNELS, NSLOTS, SLOT_WORDS = CFG.channels, CFG.nslots, CFG.slot_bytes // 8
 FIRST = ("send", "copy_send")
 MIDDLE = ("recv_reduce_send", "recv_copy_send", "recv_reduce_copy_send")
 LAST = ("recv", "recv_reduce_copy")
@@ -441,7 +443,7 @@ def test_staging_refuses_a_bad_layout():
 
 @flowdsl.kernel
 def _processor_protocol(comm, stage, out, protocol, ll128):
-    proc = flow.processor(comm, stage, None, CFG.channels, CFG.nslots, CFG.slot_bytes // 8, protocol, -1, ll128)
+    proc = flow.processor(comm, stage, None, CHANNELS, NSLOTS, SLOT_WORDS, protocol, -1, ll128)
     if cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
         out[0] = proc.protocol
         out[1] = proc.ll128
@@ -471,7 +473,7 @@ def test_a_processor_built_without_ll128_runs_ll128_requests_as_ll():
 
 @flowdsl.kernel
 def ring_without_gin(comm, stage, x, y, n):
-    proc = flow.processor(comm, stage, None, CFG.channels, CFG.nslots, CFG.slot_bytes // 8, Protocol.SIMPLE)
+    proc = flow.processor(comm, stage, None, CHANNELS, NSLOTS, SLOT_WORDS, Protocol.SIMPLE)
     nxt = flow.connect(proc, (comm.rank + 1) % comm.nranks, 0, 0)
     prv = flow.connect(proc, (comm.rank + comm.nranks - 1) % comm.nranks, 0, 0)
     flow.send(proc, nxt, x, 0, n)
@@ -496,7 +498,7 @@ def test_a_connection_across_nodes_without_a_gin_context_is_refused_naming_the_f
 
 @flowdsl.kernel
 def connect_to(comm, stage, peer, number, remote_number):
-    proc = flow.processor(comm, stage, None, CFG.channels, CFG.nslots, CFG.slot_bytes // 8, Protocol.SIMPLE)
+    proc = flow.processor(comm, stage, None, CHANNELS, NSLOTS, SLOT_WORDS, Protocol.SIMPLE)
     flow.connect(proc, peer, number, remote_number)
 
 
@@ -556,7 +558,7 @@ def test_ends_with_different_block_sizes_are_reported_with_that_fix():
 
 @flowdsl.kernel
 def pass_on(comm, stage, x, y, n_send, n_recv, protocol):
-    proc = flow.processor(comm, stage, None, CFG.channels, CFG.nslots, CFG.slot_bytes // 8, protocol, 0)
+    proc = flow.processor(comm, stage, None, CHANNELS, NSLOTS, SLOT_WORDS, protocol, 0)
     if comm.rank == 0:
         flow.send(proc, flow.connect(proc, 1, 0, 0), x, 0, n_send)
     else:
@@ -586,7 +588,7 @@ def test_ends_of_a_step_that_disagree_are_reported_naming_both(protocol, mismatc
 
 @flowdsl.kernel
 def crossed_numbers(comm, stage, x, y):
-    proc = flow.processor(comm, stage, None, CFG.channels, CFG.nslots, CFG.slot_bytes // 8, Protocol.SIMPLE, 0)
+    proc = flow.processor(comm, stage, None, CHANNELS, NSLOTS, SLOT_WORDS, Protocol.SIMPLE, 0)
     if comm.rank == 0:
         flow.send(proc, flow.connect(proc, 1, 0, 1), x, 0, x.size)  # fills rank 1's inbox 1
     else:

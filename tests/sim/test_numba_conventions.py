@@ -12,6 +12,7 @@ from numba import cuda, types
 
 import flowdsl
 import flowdsl.sim
+from flowdsl.collectives import FlowConfig
 from flowdsl.host import streams
 from flowdsl.testing import run_ranks
 
@@ -330,3 +331,22 @@ def test_specialize_takes_the_simulators_own_objects():
         return out.get()
 
     assert [list(r) for r in run_ranks(main, nranks=2)] == [[0, 2, 4, 6], [2, 4, 6, 8]]
+
+
+_LAYOUT = FlowConfig(channels=1, nslots=2, slot_bytes=128, threads=32)
+
+
+@flowdsl.kernel
+def _reads_a_config(out):
+    out[0] = _LAYOUT.channels  # a dataclass instance: numba cannot freeze it into the code
+
+
+def test_a_global_numba_cannot_type_is_refused_before_the_launch_in_numbas_words():
+    """The GPU's typing refuses a global or closure value it has no numba type for (tests/compile checks the
+    same kernel there); the simulator ran it. Now both refuse it, the simulator before any thread runs."""
+    def main(comm):
+        with pytest.raises(flowdsl.errors.KernelTypingError, match=r"Untyped global name '_LAYOUT': Cannot determine "
+                                                                r"Numba type of <class 'flowdsl.collectives._config"):
+            _reads_a_config[1, 1](comm.alloc(1, np.int64))
+
+    run_ranks(main, nranks=1)
