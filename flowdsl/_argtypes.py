@@ -7,14 +7,13 @@ values and the stand-ins ``"devcomm"``, ``("window", dtype)`` and ``("staging", 
 from __future__ import annotations
 
 import functools
-import re
 
 import numpy as np
 from numba.core import types
 
 from .host.arrays import cuda_array_interface
 from ._release import parse_version
-from .errors import UsageError
+from .errors import UsageError, without_colours
 
 __all__ = ["argument_type", "array_type", "argtypes_for", "scalar_types"]
 
@@ -47,9 +46,8 @@ def argument_type(kernel_name: str, index: int, arg, operation: str = "launch"):
     try:
         ty = argument_type(arg)
     except Exception as exc:  # noqa: BLE001
-        plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # numba's terminal colours
         raise UsageError(f"Cannot {operation} {kernel_name}: argument {index} ({type(arg).__name__}) has no "
-                         f"kernel type: {plain}") from exc
+                         f"kernel type: {without_colours(str(exc))}") from exc
     if ty is None:
         raise UsageError(f"Cannot {operation} {kernel_name}: argument {index} of type {type(arg).__name__} "
                          "cannot be passed to a kernel (pass device arrays, scalars, windows and "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import threading
 
-__all__ = ["device", "register_called_kernels", "bind_devices", "OUT_OF_LINE"]
+__all__ = ["device", "register_called_kernels", "bind_devices", "code_names", "OUT_OF_LINE"]
 
 #: ``module.qualname`` of every device function made with ``inline=False`` (the compiler keeps them out of line).
 OUT_OF_LINE: set[str] = set()
@@ -66,7 +66,7 @@ def register_called_kernels(fn) -> None:
         if code is None or id(f) in seen:
             continue
         seen.add(id(f))
-        values = [f.__globals__.get(name) for name in _names(code)]
+        values = [f.__globals__.get(name) for name in code_names(code)]
         values += [cell.cell_contents for cell in (f.__closure__ or ()) if _filled(cell)]
         for value in values:
             if isinstance(value, FlowKernel):
@@ -83,12 +83,12 @@ def register_called_kernels(fn) -> None:
 _CALLABLE: set = set()
 
 
-def _names(code) -> set:
-    """The global names ``code`` and the code nested in it load."""
+def code_names(code) -> set:
+    """The names ``code`` and the code nested in it use (globals and attributes)."""
     names = set(code.co_names)
     for const in code.co_consts:
         if hasattr(const, "co_names"):
-            names |= _names(const)
+            names |= code_names(const)
     return names
 
 

@@ -59,8 +59,8 @@ def missing_gin_context(peer):
     :func:`flowdsl.flow.connect` calls it."""
 
 
-@primitive(module="flowdsl.flow", peer=INT, number=INT, remote_number=INT, nranks=INT)
-def bad_connection(peer, number, remote_number, nranks):
+@primitive(module="flowdsl.flow", peer=INT, number=INT, remote_number=INT, last_rank=INT)
+def bad_connection(peer, number, remote_number, last_rank):
     """Stop the kernel: :func:`flowdsl.flow.connect` was given a peer that is not a world rank, or a connection
     number past ``flowdsl.flow.MAX_CONNECTIONS``. On the GPU the kernel prints the values, the ranges and the
     fix and traps (the launch fails); the simulator raises a ``flowdsl.sim.UsageError`` with the same words."""

@@ -116,8 +116,6 @@ def _parsed(one, signature, name: str) -> tuple:
     return tuple(args)
 
 
-
-
 def _attribute_pairs(code) -> set[tuple[str, str]]:
     """``(module, attribute)`` pairs the code loads, e.g. ``("lsa", "barrier")`` for ``lsa.barrier``."""
     import dis  # noqa: PLC0415
@@ -220,12 +218,12 @@ class FlowKernel:
     def specialize(self, *args):
         """numba-cuda's ``kernel.specialize(*args)``: the kernel with a signature of ``args``' numba types (its
         launches take their scalars as those types)."""
-        # Typed as a launch types them (CuPy arrays and PyTorch tensors, which numba's typeof does not know,
-        # windows, device communicators), NumPy scalars by numba.
         if self.specialized:
             raise AlreadySpecializedError(f"Cannot specialize {self.__name__}: Dispatcher already specialized (it has "
                                           f"its one signature, {self._declared}). Specialize the kernel made "
                                           "without a signature")
+        # Typed as a launch types them (CuPy arrays and PyTorch tensors, which numba's typeof does not know,
+        # windows, device communicators), NumPy scalars by numba.
         types_ = tuple(_argtypes.argument_type(self.__name__, i, a, "specialize") for i, a in enumerate(args))
         made = self.specializations.get(types_)
         if made is None:

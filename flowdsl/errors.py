@@ -18,6 +18,12 @@ __all__ = ["FlowDSLError", "UsageError", "AlreadySpecializedError", "NoDeviceErr
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+def without_colours(text: str) -> str:
+    """``text`` without terminal colour codes (numba's messages carry them: noise in a log, a notebook or a
+    test's match)."""
+    return _ANSI.sub("", text)
+
+
 class FlowDSLError(Exception):
     """Base class of flowdsl's own errors."""
 
@@ -178,8 +184,7 @@ def _make_kernel_typing_error() -> type:
         and a :class:`UsageError`."""
 
     def __str__(self):
-        # numba's errors colour their messages for a terminal: noise in a log, a notebook or a test's match.
-        return _ANSI.sub("", super(KernelTypingError, self).__str__())
+        return without_colours(super(KernelTypingError, self).__str__())
 
     KernelTypingError.__str__ = __str__
     KernelTypingError.__module__ = __name__

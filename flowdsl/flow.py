@@ -199,7 +199,7 @@ def connect(proc, peer, number, remote_number):
     """
     comm = proc.comm
     if not (0 <= peer < comm.nranks and 0 <= number < MAX_CONNECTIONS and 0 <= remote_number < MAX_CONNECTIONS):
-        bad_connection(peer, number, remote_number, comm.nranks)  # an inbox past the staging is another's
+        bad_connection(peer, number, remote_number, comm.nranks - 1)  # an inbox past the staging is another's
     first = comm.rank - comm.lsa_rank
     remote = 0 if first <= peer < first + comm.lsa_size else 1
     if remote and proc.ctx is None:  # only GIN reaches it: stop here, naming the fix, not in a step later

@@ -193,7 +193,6 @@ def launch_bounds(bounds, kernel_name: str) -> tuple[int, ...] | None:
     max_blocks_per_cluster]])`` as a tuple of positive ints (None: none)."""
     if bounds is None:
         return None
-    bounds = (bounds,) if isinstance(bounds, (int, np.integer)) else bounds
     try:
         bounds = tuple(bounds)
     except TypeError:

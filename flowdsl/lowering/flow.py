@@ -324,13 +324,13 @@ def flow_missing_gin_context(peer):
 
 
 @overload(flow.bad_connection)
-def flow_bad_connection(peer, number, remote_number, nranks):
-    check(flow.bad_connection, peer, number, remote_number, nranks)
+def flow_bad_connection(peer, number, remote_number, last_rank):
+    check(flow.bad_connection, peer, number, remote_number, last_rank)
     # Constant strings each (a list of them cannot be a closure value of device code).
     a, b, c, d, e = (part.strip() for part in bad_connection_text("{}", "{}", "{}", "{}").split("{}"))
 
-    def impl(peer, number, remote_number, nranks):
-        print(a, peer, b, number, c, remote_number, d, nranks - 1, e)
+    def impl(peer, number, remote_number, last_rank):
+        print(a, peer, b, number, c, remote_number, d, last_rank, e)
         _trap()
     return impl
 

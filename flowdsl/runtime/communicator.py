@@ -12,7 +12,7 @@ from ..host.arrays import cuda_array_interface, is_torch, torch_bits
 from .._release import format_version
 from . import nccl
 from ..host import checks, streams
-from .memory import DevComm, SymmetricAllocation, Window, device_pointer, resources_changed
+from .memory import DevComm, SymmetricAllocation, Window, array_at, device_pointer, resources_changed
 from .support import abi_layout
 from .wait_record import GRACE, WaitRecord, aborted_error, resolve_timeout, wait_for_device
 
@@ -266,16 +266,13 @@ class Communicator:
                 shape is not non-negative ints, or ``like`` is not ``"cupy"`` / ``"torch"`` (or
                 PyTorch is not installed), all before anything is allocated.
         """
-        import cupy  # noqa: PLC0415
-
         self._check_open("allocate symmetric memory")
         dtype, shape = checks.alloc_dtype(dtype), checks.alloc_shape(shape)
         like = checks.alloc_like(like)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         allocation = SymmetricAllocation(self, nbytes)
         self._allocations.append(allocation)
-        memory = cupy.cuda.UnownedMemory(allocation.ptr, max(nbytes, 1), owner=allocation)
-        array = cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
+        array = array_at(allocation.ptr, shape, dtype, allocation)
         if like == "torch":
             return checks.torch_module("allocate symmetric memory with like='torch'").from_dlpack(array)
         return array

@@ -20,7 +20,7 @@ from .._release import format_version
 from . import nccl
 from ..host import checks
 
-__all__ = ["Resource", "SymmetricAllocation", "Window", "DevComm", "device_pointer", "GinBackend", "GIN_BACKENDS",
+__all__ = ["Resource", "SymmetricAllocation", "Window", "DevComm", "array_at", "device_pointer", "GinBackend", "GIN_BACKENDS",
            "gin_backend_of", "gin_backends_in"]
 
 
@@ -115,14 +115,14 @@ class SymmetricAllocation(Resource):
         self._buffer.close()
 
 
-def _bytes_at(ptr: int, nbytes: int, owner):
-    """A CuPy uint8 array over ``nbytes`` device bytes at ``ptr`` (kept alive by ``owner``): what a window
-    registers. nccl4py names a buffer's element type, and refuses those NCCL has none for (uint16, which
-    is how bfloat16 travels, int16, bool, ...): a window is bytes whatever its elements."""
+def array_at(ptr: int, shape, dtype, owner):
+    """A CuPy array of ``shape`` and ``dtype`` over device memory at ``ptr`` that ``owner`` keeps alive (a
+    symmetric allocation's buffer; the bytes a window registers: nccl4py names a buffer's element type and
+    refuses those NCCL has none for, uint16 (bfloat16), int16, bool, so a window registers uint8)."""
     import cupy  # noqa: PLC0415
 
-    memory = cupy.cuda.UnownedMemory(ptr, nbytes, owner)
-    return cupy.ndarray((nbytes,), cupy.uint8, cupy.cuda.MemoryPointer(memory, 0))
+    nbytes = max(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, 1)
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(ptr, nbytes, owner), 0))
 
 
 class Window(Resource):
@@ -149,7 +149,7 @@ class Window(Resource):
             # NCCL_WIN_CFT_COUNTED (0x08): CFT counted writes may target it (flowdsl.cft.put_counted).
             flags = WindowFlag.COLL_SYMMETRIC | (WindowFlag(0x08) if cft_counted else WindowFlag.DEFAULT)
             with without_torch_probe():
-                self._nccl_window = comm._nccl.register_window(_bytes_at(ptr, nbytes, array), flags)
+                self._nccl_window = comm._nccl.register_window(array_at(ptr, (nbytes,), np.uint8, array), flags)
         except Exception:
             self._closed = True
             comm._untrack(self)

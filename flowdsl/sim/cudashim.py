@@ -32,6 +32,7 @@ from numba.core.typing.typeof import Purpose as _Purpose
 from numba.core.typing.typeof import typeof as _typeof
 from numba.cuda.stubs import Stub as _Stub  # the simulator shims numba.cuda, whose stubs user code names
 
+from .._devices import code_names
 from . import _state, intrinsics
 from .bf16 import SimBf16
 from .errors import KernelTypingError, UnsupportedFeatureError, UsageError
@@ -466,7 +467,7 @@ def simulate_function(fn, cache):
     for mine, cell in zip(cells or (), fn.__closure__ or ()):
         if mine is not cell:
             mine.cell_contents = _sim_value(cell.cell_contents, cache)
-    names = _all_names(fn.__code__)
+    names = code_names(fn.__code__)
     for k in names:
         if k not in g:
             continue
@@ -593,11 +594,3 @@ def _cannot_freeze(v) -> bool:
     except Exception:  # noqa: BLE001 - numba's "cannot determine Numba type"
         return True
     return False
-
-
-def _all_names(code):
-    names = set(code.co_names)
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            names |= _all_names(c)
-    return names

@@ -31,8 +31,8 @@ def _flow_missing_gin_context(peer):
 
 
 @implements("flowdsl.flow.bad_connection")
-def _flow_bad_connection(peer, number, remote_number, nranks):
-    raise sim_error(UsageError, bad_connection_text(int(peer), int(number), int(remote_number), int(nranks) - 1))
+def _flow_bad_connection(peer, number, remote_number, last_rank):
+    raise sim_error(UsageError, bad_connection_text(int(peer), int(number), int(remote_number), int(last_rank)))
 
 
 @implements("flowdsl.flow.bad_layout")
