@@ -192,6 +192,17 @@ class Spec:
         """``lsa.barrier`` for ``flowdsl.lsa.barrier``."""
         return self.name.removeprefix("flowdsl.")
 
+    @property
+    def signature(self) -> str:
+        """The stub's parameters as a call reads them: ``(comm, coop, index)``."""
+        return str(inspect.Signature([p.replace(annotation=inspect.Parameter.empty) for p in self.params]))
+
+    def refusal_arity(self, reason: str) -> str:
+        """How every layer refuses a call whose arguments the stub's parameters do not bind (``reason`` is
+        Python's: "too many positional arguments", "missing a required argument: 'index'")."""
+        return (f"{self.name}: {reason}. Pass {self.name}{self.signature}, as its stub says (every argument "
+                "the GPU's typing needs)")
+
     def default(self, param: str):
         """The stub's default of ``param`` (``inspect.Parameter.empty`` when it has none)."""
         return next(p.default for p in self.params if p.name == param)

@@ -8,6 +8,9 @@ the words from the primitive's spec (``flowdsl._spec.Spec.refusal``).
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import numpy as np
 from numba import cuda, uint64
 
@@ -154,3 +157,32 @@ CASES = [
 
 #: The arguments every case's kernel takes: a float32 window and array, and an integer.
 ARRAY = np.zeros(16, np.float32)
+
+
+def _arity_case(stub, nargs: int, reason: str):
+    """A kernel body ``(comm, win, arr, n)`` calling ``stub`` with ``nargs`` integer arguments, and the refusal
+    both layers give (the arguments do not bind, so their types never matter)."""
+    name = stub.__flowdsl_primitive__
+    namespace = {"stub": stub}
+    exec(f"def body(comm, win, arr, n):\n    stub({', '.join(['n'] * nargs)})\n", namespace)  # noqa: S102
+    body = namespace["body"]
+    body.__name__ = body.__qualname__ = f"{name.removeprefix('flowdsl.').replace('.', '_')}_{reason.split()[0]}"
+    return body, re.escape(stub.__flowdsl_spec__.refusal_arity(reason))
+
+
+def _arity_cases():
+    from flowdsl._stubs import PRIMITIVES  # noqa: PLC0415
+
+    cases = []
+    for stub in PRIMITIVES.values():
+        params = stub.__flowdsl_spec__.params
+        cases.append(_arity_case(stub, len(params) + 1, "too many positional arguments"))
+        required = [p for p in params if p.default is inspect.Parameter.empty]
+        if required:
+            cases.append(_arity_case(stub, len(required) - 1, f"missing a required argument: '{required[-1].name}'"))
+    return cases
+
+
+#: Every primitive called with one argument too many, and without its last required one: both layers refuse
+#: it naming the primitive and its parameters (:meth:`flowdsl._spec.Spec.refusal_arity`).
+ARITY_CASES = _arity_cases()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import sys
 import threading
 from types import SimpleNamespace
@@ -157,7 +158,7 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
             raise
         code = getattr(pyfunc, "__code__", None)
         where = f"\n  in kernel {pyfunc.__qualname__} ({code.co_filename}:{code.co_firstlineno})" if code else ""
-        raise KernelTypingError(f"{exc}{where}") from exc
+        raise KernelTypingError(f"{_primitive_arity(str(exc))}{exc}{where}") from exc
     modules = _unique_modules(library)
     _mark_never_inline(modules, out_of_line)
     from .declarations import inline_bodies_called_once  # noqa: PLC0415
@@ -206,6 +207,27 @@ def disassemble(cubin: bytes) -> str:
     from numba.cuda.codegen import disassemble_cubin  # noqa: PLC0415
 
     return disassemble_cubin(ObjectCode.from_cubin(cubin))  # it reads the cubin's bytes as ObjectCode.code
+
+
+#: numba's words for an overload whose parameters do not bind a call's arguments (Python's ``bind`` messages),
+#: after the function it typed: ``Function(<function barrier at 0x7f...>)``.
+_ARITY = re.compile(r"Function\(<function \w+ at (0x[0-9a-f]+)>\)(?s:.*?)TypingError: (too many positional arguments|"
+                    r"missing a required argument: '\w+'|got an unexpected keyword argument '\w+'|"
+                    r"multiple values for argument '\w+')")
+
+
+def _primitive_arity(message: str) -> str:
+    """The simulator's refusal of a primitive called with arguments its stub does not take
+    (:meth:`flowdsl._spec.Spec.refusal_arity`), as the first line of numba's, or "" when numba refused
+    something else. numba names the function by its address, which identifies the stub."""
+    from .._stubs import PRIMITIVES  # noqa: PLC0415
+    from ..errors import without_colours  # noqa: PLC0415
+
+    found = _ARITY.search(without_colours(message))
+    if found is None:
+        return ""
+    stub = next((s for s in PRIMITIVES.values() if id(s) == int(found.group(1), 16)), None)
+    return "" if stub is None else f"{stub.__flowdsl_spec__.refusal_arity(found.group(2))}\n\n"
 
 
 def _unique_modules(library) -> list:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from numba.cuda.extending import make_attribute_wrapper, overload, overload_method
 
-from .. import coop
+from .. import coop as coop_api
 from ..enums import CoopKind
 from .checks import check
 from .declarations import extern
@@ -21,53 +21,53 @@ _thread, _warp, _cta = make_coop[CoopKind.THREAD], make_coop[CoopKind.WARP], mak
 _lanes, _warp_span = make_coop[CoopKind.LANES], make_coop[CoopKind.WARP_SPAN]
 
 
-@overload(coop.thread)
+@overload(coop_api.thread)
 def coop_thread():
     return lambda: _thread(0)
 
 
-@overload(coop.warp)
+@overload(coop_api.warp)
 def coop_warp():
     return lambda: _warp(0)
 
 
-@overload(coop.cta)
+@overload(coop_api.cta)
 def coop_cta():
     return lambda: _cta(0)
 
 
-@overload(coop.lanes)
+@overload(coop_api.lanes)
 def coop_lanes(mask):
-    check(coop.lanes, mask)
+    check(coop_api.lanes, mask)
     return lambda mask: _lanes(mask)
 
 
-@overload(coop.warp_span)
+@overload(coop_api.warp_span)
 def coop_warp_span(first_warp, nwarps, id):
-    check(coop.warp_span, first_warp, nwarps, id)
+    check(coop_api.warp_span, first_warp, nwarps, id)
     return lambda first_warp, nwarps, id: _warp_span(
         (first_warp & 0xFF) | ((nwarps & 0xFF) << 8) | ((id & 0xFF) << 16))
 
 
-def _coop_call(stub, c):
-    check(stub, c)
-    fn = extern(stub, c)
-    return lambda c: fn(c._word)
+def _coop_call(stub, coop):
+    check(stub, coop)
+    fn = extern(stub, coop)
+    return lambda coop: fn(coop._word)
 
 
 @overload_method(CoopType, "sync")
-@overload(coop.sync)
-def coop_sync(c):
-    return _coop_call(coop.sync, c)
+@overload(coop_api.sync)
+def coop_sync(coop):
+    return _coop_call(coop_api.sync, coop)
 
 
 @overload_method(CoopType, "thread_rank")
-@overload(coop.thread_rank)
-def coop_thread_rank(c):
-    return _coop_call(coop.thread_rank, c)
+@overload(coop_api.thread_rank)
+def coop_thread_rank(coop):
+    return _coop_call(coop_api.thread_rank, coop)
 
 
 @overload_method(CoopType, "size")
-@overload(coop.size)
-def coop_size(c):
-    return _coop_call(coop.size, c)
+@overload(coop_api.size)
+def coop_size(coop):
+    return _coop_call(coop_api.size, coop)

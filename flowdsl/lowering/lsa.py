@@ -145,7 +145,7 @@ def _register_view(stub, nwhere):
             try:
                 bound = pysig.bind(*args, **kws)
             except TypeError as exc:
-                raise NumbaTypeError(f"flowdsl.lsa.{op}: {exc}") from exc
+                raise NumbaTypeError(spec_of(stub).refusal_arity(str(exc))) from exc
             full = [bound.arguments[name] if name in bound.arguments else types.Omitted(param.default)
                     for name, param in pysig.parameters.items()]
             return signature(_view_type(stub, full), *full).replace(pysig=pysig)

@@ -64,12 +64,6 @@ def _typeof(value) -> str:
 _PLANS: dict[str, tuple] = {}
 
 
-def _without_annotations(signature) -> str:
-    return str(signature.replace(parameters=[p.replace(annotation=inspect.Parameter.empty)
-                                             for p in signature.parameters.values()],
-                                 return_annotation=inspect.Signature.empty))
-
-
 def _dtypes(names):
     """The NumPy dtypes an argument may have, as a set of dtype objects (comparing those is cheaper than
     reading ``dtype.name``, at every primitive call), or None for any."""
@@ -99,8 +93,7 @@ def check_call(name: str, args: tuple, kwargs: dict) -> None:
         try:
             signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise sim_error(KernelTypingError, f"{name}: {exc}. Pass {name}{_without_annotations(signature)}, as "
-                                               "its stub says (every argument the GPU's typing needs)") from None
+            raise sim_error(KernelTypingError, spec_of(name).refusal_arity(str(exc))) from None
     for i, param, is_kind, optional, arg, dtypes in checked:
         if i < len(args):
             value = args[i]

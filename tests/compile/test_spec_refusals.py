@@ -7,7 +7,7 @@ import pytest
 from numba.core.errors import TypingError
 
 import flowdsl
-from tests.spec_refusals import ARRAY, CASES
+from tests.spec_refusals import ARITY_CASES, ARRAY, CASES
 
 pytestmark = pytest.mark.compile
 
@@ -23,3 +23,11 @@ def test_typing_refuses(body, pattern):
     # A flowdsl error (the class the simulator raises for the same mistake), numba's own as its cause.
     assert type(caught.value) is flowdsl.KernelTypingError and isinstance(caught.value, flowdsl.UsageError)
     assert isinstance(caught.value.__cause__, TypingError)
+
+
+@pytest.mark.parametrize("body, pattern", ARITY_CASES, ids=[body.__name__ for body, _ in ARITY_CASES])
+def test_typing_refuses_arguments_the_stub_does_not_take(body, pattern):
+    kernel = flowdsl.kernel(body)
+    argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", ARRAY.dtype), ARRAY, 1, nccl=NCCL)
+    with pytest.raises(flowdsl.KernelTypingError, match=pattern):
+        kernel.compile(argtypes, arch="sm_100", nccl=NCCL, cuda="13.3")

@@ -9,7 +9,7 @@ import pytest
 import flowdsl
 import flowdsl.sim as sim
 from flowdsl._spec import spec_of
-from tests.spec_refusals import ARRAY, CASES
+from tests.spec_refusals import ARITY_CASES, ARRAY, CASES
 
 pytestmark = pytest.mark.sim
 
@@ -44,3 +44,17 @@ def test_refusals_end_with_the_fix():
         sim.spawn(main, nranks=1)
     fix = spec_of(flowdsl.gin.flush).args["ctx"].fix
     assert f"got DevComm. {fix} [" in str(caught.value)
+
+
+@pytest.mark.parametrize("body, pattern", ARITY_CASES, ids=[body.__name__ for body, _ in ARITY_CASES])
+def test_simulator_refuses_arguments_the_stub_does_not_take(body, pattern):
+    kernel = flowdsl.kernel(body)
+
+    def main(comm):
+        buf = comm.alloc(ARRAY.size, ARRAY.dtype)
+        with comm.register(buf) as win, comm.device_communicator() as dc:
+            kernel[1, 1](dc, win, np.zeros_like(ARRAY), 1)
+            comm.synchronize()
+
+    with pytest.raises(flowdsl.KernelTypingError, match=pattern):
+        sim.spawn(main, nranks=1)
