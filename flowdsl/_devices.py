@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Mapping
+from types import SimpleNamespace
 
-__all__ = ["device", "register_called_kernels", "bind_devices", "code_names", "OUT_OF_LINE"]
+__all__ = ["device", "DeclaredOverloads", "register_called_kernels", "bind_devices", "code_names", "OUT_OF_LINE"]
 
 #: ``module.qualname`` of every device function made with ``inline=False`` (the compiler keeps them out of line).
 OUT_OF_LINE: set[str] = set()
@@ -21,7 +23,7 @@ _devices_bound = False
 _devices_lock = threading.Lock()
 
 
-def device(fn=None, *, inline: bool = True, fastmath: bool = False):
+def device(fn=None, *, signature=None, inline: bool = True, fastmath: bool = False):
     """A helper device function callable from flowdsl kernels (compiled per target).
 
     Device functions may not return arrays (numba-cuda restriction without NRT):
@@ -35,14 +37,19 @@ def device(fn=None, *, inline: bool = True, fastmath: bool = False):
 
     numba-cuda's device-dispatcher inspection: ``fn.inspect_asm(signature)`` is the function's PTX
     alone for argument types ``signature`` (this GPU's arch; sm_90 without one), as NVVM makes it.
+    ``signature`` (numba's: ``"float32(float32, float32)"``, a list of them) declares the types it is
+    called with, as ``cuda.jit(signature, device=True)`` does: ``fn.overloads`` lists them
+    (:class:`DeclaredOverloads`; ``cuda.vectorize`` reads their return types there). Calls of other types
+    still compile, inside their callers.
     """
     if fn is None:
-        return functools.partial(device, inline=inline, fastmath=fastmath)
+        return functools.partial(device, signature=signature, inline=inline, fastmath=fastmath)
     if not inline:
         OUT_OF_LINE.add(f"{fn.__module__}.{fn.__qualname__}")
     fn.__flowdsl_inline__ = inline  # part of the cache key of every kernel that calls it
     fn.__flowdsl_fastmath__ = bool(fastmath)  # so is this
     fn.inspect_asm = functools.partial(_inspect_asm, fn)
+    fn.overloads = DeclaredOverloads(fn, signature)
     fn.py_func = fn
     with _devices_lock:
         if not _devices_bound:  # registered with numba-cuda when something first compiles
@@ -50,6 +57,53 @@ def device(fn=None, *, inline: bool = True, fastmath: bool = False):
             return fn
     _register_device(fn)
     return fn
+
+
+class DeclaredOverloads(Mapping):
+    """numba-cuda's ``overloads`` of a device function: argument types -> what compiled them (its
+    ``.signature``), for the signatures declared at decoration. A flowdsl device function is compiled
+    inside its callers, so without a declared signature it lists none. A declared return type is taken
+    as it is; a missing one is what NVVM's compile of the function alone gives (when first read: making
+    a device function imports no numba)."""
+
+    def __init__(self, fn, signature):
+        self._fn, self._declared, self._entries = fn, signature, None
+
+    def _load(self) -> dict:
+        if self._entries is None:
+            from numba.core import sigutils  # noqa: PLC0415 - numba's own parser of its signatures
+            from numba.core.typing.templates import signature as make_signature  # noqa: PLC0415
+
+            declared = self._declared
+            entries = {}
+            for one in (declared if isinstance(declared, list) else [] if declared is None else [declared]):
+                args, returns = sigutils.normalize_signature(one)
+                if returns is None:
+                    returns = _compile_alone(self._fn, tuple(args))[1]
+                entries[tuple(args)] = SimpleNamespace(signature=make_signature(returns, *args))
+            self._entries = entries
+        return self._entries
+
+    def __getitem__(self, args):
+        return self._load()[tuple(args)]
+
+    def __iter__(self):
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
+def _compile_alone(fn, args: tuple):
+    """``fn`` compiled alone for ``args`` (this GPU's arch, sm_90 without one): its PTX and return type."""
+    from . import _targets  # noqa: PLC0415
+    from .lowering import compiler  # noqa: PLC0415 - binds numba-cuda
+
+    try:
+        cc = _targets.device_target().cc
+    except Exception:  # noqa: BLE001 - no GPU: the code an sm_90 would run
+        cc = (9, 0)
+    return compiler.backend.compile_device(fn, args, cc, fastmath=fn.__flowdsl_fastmath__)
 
 
 def register_called_kernels(fn) -> None:
@@ -101,17 +155,33 @@ def _filled(cell) -> bool:
 
 
 def _register_device(fn) -> None:
-    from numba.cuda.extending import overload, register_jitable  # noqa: PLC0415
+    from numba.cuda.extending import overload  # noqa: PLC0415
 
     if fn.py_func is fn:
-        # An overload of fn itself (fn stays the plain Python function), compiled with its own fast-math flag.
-        register_jitable(fastmath=True)(fn) if fn.__flowdsl_fastmath__ else register_jitable(fn)
+        # An overload of fn itself (fn stays the plain Python function), compiled with its own fast-math flag,
+        # as register_jitable does, but from a copy without fn's attributes: numba's dispatcher takes over its
+        # function's __dict__, and fn.overloads (the declared signatures) would stand in for the dispatcher's own.
+        impl = _bare_copy(fn)
+
+        @overload(fn, jit_options={"fastmath": True} if fn.__flowdsl_fastmath__ else {}, inline="never",
+                  strict=False)
+        def _as_jitable(*args, **kwargs):
+            return impl
         return
     impl = fn.py_func  # a kernel object: an overload of the object, implemented by its function
 
     @overload(fn, inline="never", strict=False)
     def _as_device_function(*args):
         return impl
+
+
+def _bare_copy(fn):
+    """``fn``'s code, globals, defaults and closure as a new function without its attributes."""
+    import types  # noqa: PLC0415
+
+    copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__, copy.__qualname__, copy.__module__ = fn.__kwdefaults__, fn.__qualname__, fn.__module__
+    return copy
 
 
 def bind_devices() -> None:
@@ -127,17 +197,9 @@ def bind_devices() -> None:
 
 
 def _inspect_asm(fn, signature=None):
-    """``fn.inspect_asm(signature)``: the PTX of ``fn`` alone for argument types ``signature`` (numba-cuda's
-    device dispatcher gives a dict of its compiled signatures without one: a flowdsl device function is
-    compiled inside its callers, so it has none of its own)."""
+    """``fn.inspect_asm(signature)``: the PTX of ``fn`` alone for argument types ``signature``; without one, as
+    numba-cuda's device dispatcher, a dict of the PTX of each declared signature (a flowdsl device function is
+    compiled inside its callers: it has no others of its own)."""
     if signature is None:
-        return {}
-    from . import _targets  # noqa: PLC0415
-    from .lowering import compiler  # noqa: PLC0415 - binds numba-cuda
-
-    try:
-        cc = _targets.device_target().cc
-    except Exception:  # noqa: BLE001 - no GPU: the code an sm_90 would run
-        cc = (9, 0)
-    return compiler.backend.device_ptx(fn, tuple(getattr(signature, "args", signature)), cc,
-                                       fastmath=fn.__flowdsl_fastmath__)
+        return {args: _compile_alone(fn, args)[0] for args in fn.overloads}
+    return _compile_alone(fn, tuple(getattr(signature, "args", signature)))[0]

@@ -59,7 +59,7 @@ def _flowdsl_jit(target):
 
         def make(fn, signature=None):
             if device:
-                return flowdsl.device(fn, fastmath=bool(known.get("fastmath")))
+                return flowdsl.device(fn, signature=signature, fastmath=bool(known.get("fastmath")))
             k = flowdsl.kernel(fn, signature=signature, **known)
             return _SyncLaunches(k) if target == "sim" else k
         if callable(func_or_sig) and not isinstance(func_or_sig, str):

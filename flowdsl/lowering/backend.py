@@ -191,14 +191,13 @@ def ptx_of(lowered: Lowered, cc: tuple[int, int]) -> str:
     return ptx.decode().strip("\x00").strip()
 
 
-def device_ptx(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool = False) -> str:
-    """NVVM's PTX of device function ``pyfunc`` alone for ``argtypes`` on ``cc`` (numba-cuda's device
-    dispatcher's ``inspect_asm``)."""
+def compile_device(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool = False):
+    """NVVM's PTX of device function ``pyfunc`` alone for ``argtypes`` on ``cc``, and the type it returns
+    (numba-cuda's device dispatcher's ``inspect_asm`` and ``overloads``)."""
     from numba.cuda.compiler import compile_ptx  # noqa: PLC0415
 
     with explicit_target(cc):
-        ptx, _ = compile_ptx(pyfunc, tuple(argtypes), device=True, fastmath=fastmath, cc=cc)
-    return ptx
+        return compile_ptx(pyfunc, tuple(argtypes), device=True, fastmath=fastmath, cc=cc)
 
 
 def disassemble(cubin: bytes) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 
+import numba
 import pytest
 from numba import cuda, float32, float64, int32
 
@@ -106,6 +107,31 @@ def test_a_device_function_has_its_own_fast_math_and_inspect_asm():
     divisions = [line.split()[0] for line in both.inspect_asm((float32[::1], float32, float32)).splitlines()
                  if line.strip().startswith("div.")]
     assert sorted(divisions) == ["div.approx.f32", "div.rn.f32"], divisions
+
+
+@flowdsl.device(signature=["float32(float32, float32)", (int32, int32)])
+def _declared_sum(x, y):
+    return x + y
+
+
+def test_a_device_functions_declared_signatures_are_its_overloads():
+    """numba-cuda's ``cuda.jit(signature, device=True)``: ``overloads`` lists the declared argument types with the
+    declared return type, or the one NVVM infers (``cuda.vectorize`` reads it there); ``inspect_asm()`` the
+    PTX of each; a kernel calls it with other types too."""
+    assert sorted(map(str, _declared_sum.overloads)) == ["(float32, float32)", "(int32, int32)"]
+    assert _declared_sum.overloads[(float32, float32)].signature.return_type == float32
+    assert _declared_sum.overloads[(int32, int32)].signature.return_type == numba.int64  # numba's int32 + int32
+    assert set(_declared_sum.inspect_asm()) == {(float32, float32), (int32, int32)}
+    assert "add.f32" in _declared_sum.inspect_asm()[(float32, float32)]
+    with pytest.raises(KeyError):
+        _declared_sum.overloads[(float64, float64)]
+
+    @flowdsl.kernel((float64[::1],))
+    def other_types(r):
+        r[0] = _declared_sum(r[1], r[2])
+
+    assert "add.f64" in other_types.inspect_asm((float64[::1],)) or "add.rn.f64" in other_types.inspect_asm(
+        (float64[::1],))
 
 
 def test_a_global_numba_cannot_type_is_a_typing_error_on_the_gpu_path():
