@@ -39,11 +39,14 @@ def device(fn=None, *, signature=None, inline: bool = True, fastmath: bool = Fal
     alone for argument types ``signature`` (this GPU's arch; sm_90 without one), as NVVM makes it.
     ``signature`` (numba's: ``"float32(float32, float32)"``, a list of them) declares the types it is
     called with, as ``cuda.jit(signature, device=True)`` does: ``fn.overloads`` lists them
-    (:class:`DeclaredOverloads`; ``cuda.vectorize`` reads their return types there). Calls of other types
+    (``cuda.vectorize`` reads their return types there). Calls of other types
     still compile, inside their callers.
     """
     if fn is None:
         return functools.partial(device, signature=signature, inline=inline, fastmath=fastmath)
+    # A new function each time, as numba-cuda's decorator makes a new dispatcher: the same Python function
+    # made a device function twice (with and without fast math, say) gives two.
+    fn = functools.update_wrapper(_bare_copy(fn), fn)
     if not inline:
         OUT_OF_LINE.add(f"{fn.__module__}.{fn.__qualname__}")
     fn.__flowdsl_inline__ = inline  # part of the cache key of every kernel that calls it

@@ -6,6 +6,7 @@ without a GPU); the resource getters (``get_regs_per_thread``, ...) need a loade
 from __future__ import annotations
 
 import io
+import math
 
 import numba
 import pytest
@@ -132,6 +133,20 @@ def test_a_device_functions_declared_signatures_are_its_overloads():
 
     assert "add.f64" in other_types.inspect_asm((float64[::1],)) or "add.rn.f64" in other_types.inspect_asm(
         (float64[::1],))
+
+
+def _cosine(x):
+    return math.cos(x)
+
+
+def test_one_function_made_a_device_function_twice_gives_two():
+    """As numba-cuda's decorator makes a new dispatcher each time (its test_fastmath decorates one function
+    with and without fast math): the second decoration leaves the first as it was."""
+    fast = flowdsl.device(_cosine, signature=(float32,), fastmath=True)
+    precise = flowdsl.device(_cosine, signature=(float32,))
+    assert fast is not precise and fast is not _cosine
+    assert "cos.approx.ftz.f32" in fast.inspect_asm((float32,))
+    assert "cos.approx.ftz.f32" not in precise.inspect_asm((float32,))
 
 
 def test_a_global_numba_cannot_type_is_a_typing_error_on_the_gpu_path():
