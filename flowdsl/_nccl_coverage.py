@@ -1,0 +1,493 @@
+"""Which flowdsl name provides each public name of NCCL's device API, or why none does.
+
+``docs/nccl_device_surface.txt`` lists NCCL's names (``scripts/nccl_device_surface.py`` generates it
+from NCCL's headers). :data:`COVERAGE` maps each to a :class:`Provided`, the flowdsl name that does
+the same (an attribute such as ``flowdsl.gin.put``, or a ``comm.device_communicator(keyword=...)``
+that sets the same ``ncclDevCommRequirements`` field), or to a :class:`Refused`: not yet (saying
+which work item would add it) or not applicable (saying why). tests/compile/test_nccl_coverage.py
+fails while an entry of the list has neither, and while a flowdsl name does not resolve;
+docs/nccl-coverage.md is this table rendered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Provided", "Refused", "COVERAGE", "CATEGORIES", "PROVIDED", "NOT_YET", "NOT_APPLICABLE", "category",
+           "device_communicator_keyword"]
+
+PROVIDED = "provided"
+NOT_YET = "not yet"
+NOT_APPLICABLE = "not applicable"
+CATEGORIES = (PROVIDED, NOT_YET, NOT_APPLICABLE)
+
+
+@dataclass(frozen=True)
+class Provided:
+    """A flowdsl name that provides the NCCL name, and what differs, if anything."""
+
+    name: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Why flowdsl offers no counterpart: ``category`` is :data:`NOT_YET` or :data:`NOT_APPLICABLE`."""
+
+    category: str
+    reason: str
+
+
+def _keyword(name: str, note: str = "") -> Provided:
+    return Provided(f"comm.device_communicator({name}=...)", note)
+
+
+def device_communicator_keyword(name: str) -> str | None:
+    """The keyword a ``comm.device_communicator(keyword=...)`` name stands for, or None for another name."""
+    prefix = "comm.device_communicator("
+    return name[len(prefix):].split("=", 1)[0] if name.startswith(prefix) else None
+
+
+def _not_yet(reason: str) -> Refused:
+    return Refused(NOT_YET, reason)
+
+
+def _not_applicable(reason: str) -> Refused:
+    return Refused(NOT_APPLICABLE, reason)
+
+
+def _each(entries: str, outcome) -> dict:
+    """``{entry: outcome}`` for each line of ``entries``."""
+    return {entry.strip(): outcome for entry in entries.strip().splitlines()}
+
+
+# ---- reasons shared by several names -----------------------------------------------------------------
+
+MULTIMEM = _not_yet("Multimem (NVLink SHARP multicast memory): its own issue")
+LL_A2A = _not_yet("LL all-to-all sessions (ncclLLA2ASession): not yet")
+RESOURCE_BUFFERS = _not_yet("device resource buffers (resourceRequirementsList, ncclDevResourceHandle): not yet")
+CUSTOM_TEAM_BARRIERS = _not_yet("barriers over other teams than the built-in ones (barrier handles from "
+                                "ncclLsaBarrierCreateRequirement and friends, via resourceRequirementsList): not yet")
+WORLD_GIN_BARRIER = _not_yet("world GIN barrier (ncclGinBarrierSession on ncclTeamTagWorld, worldGinBarrierCount): "
+                             "not yet; gin.hybrid_barrier is a barrier over every rank")
+FENCE_LEVELS = _not_yet("barrier fence levels Put and Get: not yet; flowdsl's GIN and hybrid barriers fence "
+                        "nothing (None): order puts with strong signals, gets with gin.flush")
+ALL_CONTEXTS = _not_yet("barriers fenced over every GIN context (ncclGinAllContexts): not yet")
+SUB_SESSIONS = _not_yet("a hybrid barrier's LSA and GIN sub-sessions: not yet")
+GIN_REQUESTS = _not_yet("asynchronous GIN flush requests (flushAsync, wait on an ncclGinRequest_t): not yet")
+SIGNAL_SHADOWS = _not_yet("GIN signal shadows: not yet")
+DESCRIPTORS = _not_yet("shared-memory GIN descriptors (ncclGin_DescriptorSmem): not yet")
+HOST_SEGMENTS = _not_yet("GIN puts and gets on host (HOST_NUMA) memory: not yet; windows are device memory")
+OPT_FLAGS = _not_yet("GIN option flags: not yet; flowdsl's GIN operations pass ncclGinOptFlagsDefault")
+SHARING_MODES = _not_yet("GIN resource sharing modes other than NCCL's default (GPU): not yet")
+GIN_CONNECTIONS = _not_yet("choosing which ranks GIN connects (ginConnectionType and its custom stride or "
+                           "array): not yet; flowdsl leaves NCCL's default")
+GIN_TUNING = _not_yet("GIN context tuning (exclusive contexts, queue depth, traffic class): not yet; "
+                      "flowdsl leaves NCCL's defaults")
+SIGNAL_KIND_HINTS = _not_yet("declaring that kernels use no strong or no VA signals: not yet; flowdsl leaves "
+                             "NCCL's default (both may be used)")
+GIN_TYPE = _not_yet("choosing the GIN backend of a device communicator (ginType): not yet; NCCL picks, and "
+                    "flowdsl links the build of the backend it picked")
+BACKEND_MASKS = _not_yet("GIN device code for a subset of backends: not yet; a kernel links one backend's build "
+                         "(its device communicator's at launch, FlowKernel.compile(gin_backend=...)) or every "
+                         "backend's")
+CFT_OPERATIONS = _not_yet("CFT reductions (red, pullRed) and putCpMask: not yet")
+CFT_TEAM_MODES = _not_yet("hierarchical CFT team modes: not yet; cft.team is the flat team")
+COOP_UTILITIES = _not_yet("coop utilities (lane masks, coalesced groups, broadcast, compile-time traits): not yet")
+COOP_TILES = _not_yet("tiles of 2 to 16 lanes: not yet; coop.thread() and coop.warp() are the 1- and 32-lane "
+                      "tiles, coop.lanes(mask) any lanes of a warp")
+REDUCE_COPY = _not_yet("NCCL's reduce/copy helpers over source and destination lambdas, other operators, "
+                       "local memory or TMA: not yet; lsa.reduce_sum, lsa.copy and lsa.reduce_sum_copy cover "
+                       "the LSA team's windows")
+NCCL_FLOW = _not_applicable("NCCL's Flow API (experimental in NCCL: 'signatures are not stable') is not wrapped: "
+                            "flowdsl.flow is flowdsl's own Flow, written in flowdsl with its own staging layout "
+                            "and wire format (its protocols: flowdsl.Protocol)")
+WINDOW_OFFSETS = ("flowdsl addresses symmetric memory as a window and an offset, as NCCL's window forms do; "
+                  "there is no ncclSymPtr value")
+INTEGER_ID = "an integer in flowdsl: its calls take and return ids as ints"
+#: The note of every reduce/copy helper flowdsl has.
+WRITTEN_IN_FLOWDSL = ("the LSA team's form over a window (element offsets); flowdsl's own code, written in "
+                      "flowdsl (NCCL before 2.32 has no such helper)")
+LEGACY_SIGNAL = ("NCCL's legacy kind (deprecated for the strong and weak forms): strong or weak as the backend "
+                 "makes it")
+VA_OVERLOAD = "the VA signal overload (window, offset) not yet: flowdsl kernels load a VA signal with flowdsl.mem"
+TIMEOUTS = "its timeout overload: flowdsl's waits are bounded by the communicator's timeout instead (flowdsl.wait)"
+
+
+COVERAGE: dict[str, Provided | Refused] = {
+    # ---- ncclDevCommRequirements: comm.device_communicator(...) keywords --------------------------------
+    "field ncclDevCommRequirements.barrierCount": _keyword("barrier_count", "hybrid barriers (gin.hybrid_barrier)"),
+    "field ncclDevCommRequirements.lsaBarrierCount": _keyword("lsa_barrier_count"),
+    "field ncclDevCommRequirements.railGinBarrierCount": _keyword("rail_gin_barrier_count"),
+    "field ncclDevCommRequirements.ginContextCount": _keyword("gin_context_count"),
+    "field ncclDevCommRequirements.ginSignalCount": _keyword("gin_signal_count"),
+    "field ncclDevCommRequirements.ginCounterCount": _keyword("gin_counter_count"),
+    "field ncclDevCommRequirements.ginForceEnable": _keyword("gin_force_enable"),
+    "field ncclDevCommRequirements.cftCaps": _keyword("cft_caps", "NCCL >= 2.31"),
+    "field ncclDevCommRequirements.cftBarrierCount": _keyword("cft_barrier_count", "NCCL >= 2.31"),
+    "field ncclDevCommRequirements.lsaMultimem": MULTIMEM,
+    "field ncclDevCommRequirements.teamRequirementsList": _not_yet(
+        "team requirements (multimem on other teams): with Multimem, its own issue"),
+    "field ncclDevCommRequirements.resourceRequirementsList": RESOURCE_BUFFERS,
+    "field ncclDevCommRequirements.lsaLLA2ABlockCount": LL_A2A,
+    "field ncclDevCommRequirements.lsaLLA2ASlotCount": LL_A2A,
+    "field ncclDevCommRequirements.worldGinBarrierCount": WORLD_GIN_BARRIER,
+    "field ncclDevCommRequirements.ginConnectionType": GIN_CONNECTIONS,
+    "field ncclDevCommRequirements.ginCustomStride": GIN_CONNECTIONS,
+    "field ncclDevCommRequirements.ginCustomArray": GIN_CONNECTIONS,
+    "field ncclDevCommRequirements.ginCustomArrayCount": GIN_CONNECTIONS,
+    "field ncclDevCommRequirements.ginExclusiveContexts": GIN_TUNING,
+    "field ncclDevCommRequirements.ginQueueDepth": GIN_TUNING,
+    "field ncclDevCommRequirements.ginTrafficClass": GIN_TUNING,
+    "field ncclDevCommRequirements.ginStrongSignalsRequired": SIGNAL_KIND_HINTS,
+    "field ncclDevCommRequirements.ginVaSignalsRequired": SIGNAL_KIND_HINTS,
+    "field ncclDevCommRequirements.ginType": GIN_TYPE,
+    "field ncclDevCommRequirements.useRuntimeVersion": _not_applicable(
+        "flowdsl fills the requirements struct and sizes the device communicator by the loaded NCCL release's "
+        "own layout (flowdsl/runtime/support.py), and its device code is built for that release"),
+
+    # ---- the device communicator, teams and windows (core.h, comm.h) ------------------------------------
+    "type ncclDevComm": Provided("flowdsl.DevComm", "comm.device_communicator(...) makes one; kernels take it"),
+    "type ncclTeam": Provided("flowdsl.team", "a team is a value that flowdsl.team's functions make and take"),
+    "function ncclTeamWorld": Provided("flowdsl.team.world"),
+    "function ncclTeamLsa": Provided("flowdsl.team.lsa"),
+    "function ncclTeamRail": Provided("flowdsl.team.rail"),
+    "function ncclTeamRankToWorld": Provided("flowdsl.team.rank_to_world"),
+    "function ncclTeamRankToLsa": Provided("flowdsl.team.rank_to_lsa"),
+    "function ncclTeamRankIsMember": Provided("flowdsl.team.rank_is_member"),
+    "function ncclTeamRankToTeam": Provided("flowdsl.team.rank_to_team"),
+    "function ncclTeamInnerFactor": Provided("flowdsl.team.inner_factor"),
+    "function ncclTeamOuterFactor": Provided("flowdsl.team.outer_factor"),
+    "function ncclTeamRankInDifference": Provided("flowdsl.team.rank_in_difference"),
+    "function ncclTeamCft": Provided("flowdsl.cft.team", "the flat mode; the hierarchical modes are not yet"),
+    "function ncclTeamCftMultimem": MULTIMEM,
+    "type ncclCftTeamMode_t": CFT_TEAM_MODES,
+    "value ncclCftTeamMode_t::NCCL_CFT_TEAM_FLAT": Provided("flowdsl.cft.team", "the only mode"),
+    "value ncclCftTeamMode_t::NCCL_CFT_TEAM_HIER_LSA": CFT_TEAM_MODES,
+    "value ncclCftTeamMode_t::NCCL_CFT_TEAM_HIER_MULTIMEM": MULTIMEM,
+    "type ncclTeamTagLsa": Provided("flowdsl.lsa.barrier", "lsa.barrier is the LSA team's barrier session"),
+    "type ncclTeamTagRail": Provided("flowdsl.gin.barrier", "gin.barrier is the rail team's GIN barrier session"),
+    "type ncclTeamTagWorld": Provided(
+        "flowdsl.gin.hybrid_barrier",
+        "gin.hybrid_barrier is ncclBarrierSession's world form; the world GIN barrier is not yet"),
+    "function ncclGetLocalPointer": Provided("flowdsl.lsa.get_local_pointer", "typed: lsa.local_view"),
+    "function ncclGetLsaPointer": Provided("flowdsl.lsa.get_lsa_pointer", "typed: lsa.lsa_view"),
+    "function ncclGetPeerPointer": Provided(
+        "flowdsl.lsa.get_peer_pointer",
+        "the team overload is lsa.get_team_pointer; typed: lsa.peer_view, lsa.team_view"),
+    "function ncclGetMultimemPointer": MULTIMEM,
+    "function ncclGetLsaMultimemPointer": MULTIMEM,
+    "function ncclGetCftLeInfo": Provided("flowdsl.cft.le_info"),
+    "function ncclGetPeerLeInfo": Provided("flowdsl.cft.peer_le_info"),
+    "function ncclGetMultimemLeInfo": MULTIMEM,
+    "type ncclWindow_vidmem": _not_applicable(
+        "the layout behind ncclWindow_t, read by NCCL's own code; flowdsl's windows (flowdsl.Window, "
+        "comm.register) are handles"),
+    "type ncclMultimemHandle": MULTIMEM,
+    "type ncclDevResourceHandle": RESOURCE_BUFFERS,
+    **_each("""
+        function ncclGetResourceBuffer
+        function ncclGetResourceBufferOffset
+        function ncclGetResourceBufferLocalPointer
+        function ncclGetResourceBufferLsaPointer
+        function ncclGetResourceBufferPeerPointer
+        function ncclGetResourceBufferCftLeInfo
+        function ncclGetResourceBufferPeerLeInfo
+    """, RESOURCE_BUFFERS),
+    **_each("""
+        function ncclGetResourceBufferMultimemPointer
+        function ncclGetResourceBufferLsaMultimemPointer
+        function ncclGetResourceBufferMultimemLeInfo
+    """, MULTIMEM),
+    "type ncclGinSignal_t": _not_applicable(INTEGER_ID),
+    "type ncclGinCounter_t": _not_applicable(INTEGER_ID),
+    "type ncclCftLeId": _not_applicable(INTEGER_ID + " (cft.le_info returns one)"),
+    "type ncclGinRequest_t": GIN_REQUESTS,
+    "type ncclLsaBarrierHandle": CUSTOM_TEAM_BARRIERS,
+    "type ncclGinBarrierHandle": CUSTOM_TEAM_BARRIERS,
+    "type ncclCftBarrierHandle": CUSTOM_TEAM_BARRIERS,
+    "type ncclLLA2AHandle": LL_A2A,
+    "type ncclGinConnectionType_t": GIN_CONNECTIONS,
+    **_each("""
+        value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_NONE
+        value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_FULL
+        value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_RAIL
+        value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_CUSTOM_STRIDE
+        value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_CUSTOM_ARRAY
+    """, GIN_CONNECTIONS),
+    "type ncclGinType_t": GIN_TYPE,
+    **_each("""
+        value ncclGinType_t::NCCL_GIN_TYPE_NONE
+        value ncclGinType_t::NCCL_GIN_TYPE_PROXY
+        value ncclGinType_t::NCCL_GIN_TYPE_GDAKI
+        value ncclGinType_t::NCCL_GIN_TYPE_GPI
+        value ncclGinType_t::NCCL_GIN_TYPE_EFA_GDA
+    """, GIN_TYPE),
+    "value ncclGinType_t::NCCL_GIN_MAX_TYPES": _not_applicable("a count of the enum's values, not a backend"),
+    "type ncclCftCap_t": _keyword("cft_caps", "its values as an int"),
+    "value ncclCftCap_t::NCCL_CFT_NONE": _keyword("cft_caps", "0, the default"),
+    "value ncclCftCap_t::NCCL_CFT": _keyword("cft_caps", "1; cft_barrier_count > 0 sets it too"),
+    "value ncclCftCap_t::NCCL_CFT_MULTIMEM": MULTIMEM,
+
+    # ---- cooperative groups (coop.h) --------------------------------------------------------------------
+    "type ncclCoopThread": Provided("flowdsl.coop.thread"),
+    "type ncclCoopWarp": Provided("flowdsl.coop.warp"),
+    "type ncclCoopLanes": Provided("flowdsl.coop.lanes"),
+    "type ncclCoopWarpSpan": Provided("flowdsl.coop.warp_span"),
+    "type ncclCoopCta": Provided("flowdsl.coop.cta"),
+    "type ncclCoopTile": COOP_TILES,
+    **{f"method {coop}::thread_rank": Provided("flowdsl.coop.thread_rank")
+       for coop in ("ncclCoopTile", "ncclCoopLanes", "ncclCoopWarpSpan", "ncclCoopCta")},
+    **{f"method {coop}::size": Provided("flowdsl.coop.size")
+       for coop in ("ncclCoopTile", "ncclCoopLanes", "ncclCoopWarpSpan", "ncclCoopCta")},
+    **{f"method {coop}::num_threads": Provided("flowdsl.coop.size", "NCCL's synonym of size")
+       for coop in ("ncclCoopTile", "ncclCoopLanes", "ncclCoopWarpSpan", "ncclCoopCta")},
+    **{f"method {coop}::sync": Provided("flowdsl.coop.sync")
+       for coop in ("ncclCoopTile", "ncclCoopLanes", "ncclCoopWarpSpan", "ncclCoopCta")},
+    **_each("""
+        method ncclCoopTile::laneMask
+        function ncclCoopGetLaneMask
+        function ncclCoopIsThread
+        function ncclCoopWithinWarp
+        function ncclCoopCoalesced
+        function ncclCoopBcast
+    """, COOP_UTILITIES),
+    **_each("""
+        function ncclCoopBcast_Cta_stash
+        function ncclCoopBcast_WarpSpan_stash
+    """, _not_applicable("the shared-memory stash of ncclCoopBcast's CTA and warp-span forms, not called by users")),
+
+    # ---- LSA barriers (lsa_barrier.h) -------------------------------------------------------------------
+    "type ncclLsaBarrierSession": Provided(
+        "flowdsl.lsa.barrier", "the LSA team's barriers; other teams, handles and multimem barriers not yet"),
+    "method ncclLsaBarrierSession::arrive": Provided("flowdsl.lsa.arrive"),
+    "method ncclLsaBarrierSession::wait": Provided("flowdsl.lsa.wait", TIMEOUTS),
+    "method ncclLsaBarrierSession::sync": Provided("flowdsl.lsa.sync", TIMEOUTS),
+
+    # ---- GIN (gin.h) ------------------------------------------------------------------------------------
+    "type ncclGin": Provided("flowdsl.gin.context", "ncclGin(comm, index) with NCCL's default sharing mode"),
+    "type ncclGin_BackendMask": BACKEND_MASKS,
+    "type ncclGin_BackendOne": Provided(
+        "flowdsl.FlowKernel.compile",
+        "compile(..., gin_backend=...) links one backend's GIN code; a launch links its device communicator's"),
+    "type ncclNetDeviceType": Provided("flowdsl.GinBackend", "the GIN backends' values, the same numbers"),
+    "value ncclNetDeviceType::NCCL_NET_DEVICE_GIN_PROXY": Provided("flowdsl.GinBackend.PROXY"),
+    "value ncclNetDeviceType::NCCL_NET_DEVICE_GIN_GDAKI": Provided("flowdsl.GinBackend.GDAKI"),
+    "value ncclNetDeviceType::NCCL_NET_DEVICE_GIN_GPI": Provided("flowdsl.GinBackend.GPI"),
+    "value ncclNetDeviceType::NCCL_NET_DEVICE_GIN_EFA_GDA": Provided("flowdsl.GinBackend.EFA_GDA"),
+    **_each("""
+        value ncclNetDeviceType::NCCL_NET_DEVICE_HOST
+        value ncclNetDeviceType::NCCL_NET_DEVICE_UNPACK
+    """, _not_applicable("network devices that are not GIN backends (the host's network, the unpack offload)")),
+    "type ncclGinResourceSharingMode": SHARING_MODES,
+    "value ncclGinResourceSharingMode::NCCL_GIN_RESOURCE_SHARING_GPU": Provided(
+        "flowdsl.gin.context", "NCCL's default, the only mode gin.context makes"),
+    "value ncclGinResourceSharingMode::NCCL_GIN_RESOURCE_SHARING_CTA": SHARING_MODES,
+    "value ncclGinResourceSharingMode::NCCL_GIN_RESOURCE_SHARING_THREAD": SHARING_MODES,
+    "type ncclGinOptFlags": OPT_FLAGS,
+    "value ncclGinOptFlags::ncclGinOptFlagsDefault": Provided(
+        "flowdsl.gin.put", "every flowdsl GIN operation passes the default"),
+    "value ncclGinOptFlags::ncclGinOptFlagsMaySkipCreditCheck": OPT_FLAGS,
+    "value ncclGinOptFlags::ncclGinOptFlagsAggregateRequests": OPT_FLAGS,
+    "type ncclGinDescriptorSmem": DESCRIPTORS,
+    "type ncclGin_DescriptorSmem": DESCRIPTORS,
+    "type ncclGin_None": Provided("flowdsl.gin.put", "remote=None, local=None (the defaults)"),
+    "type ncclGin_SignalInc": Provided("flowdsl.gin.signal_inc", LEGACY_SIGNAL),
+    "type ncclGin_SignalAdd": Provided("flowdsl.gin.signal_add", LEGACY_SIGNAL),
+    "type ncclGin_StrongSignalInc": Provided("flowdsl.gin.strong_signal_inc"),
+    "type ncclGin_WeakSignalInc": Provided("flowdsl.gin.weak_signal_inc"),
+    "type ncclGin_StrongSignalAdd": Provided("flowdsl.gin.strong_signal_add"),
+    "type ncclGin_WeakSignalAdd": Provided("flowdsl.gin.weak_signal_add"),
+    "type ncclGin_StrongVASignalInc": Provided("flowdsl.gin.strong_va_signal_inc"),
+    "type ncclGin_WeakVASignalInc": Provided("flowdsl.gin.weak_va_signal_inc"),
+    "type ncclGin_StrongVASignalAdd": Provided("flowdsl.gin.strong_va_signal_add"),
+    "type ncclGin_WeakVASignalAdd": Provided("flowdsl.gin.weak_va_signal_add"),
+    **_each("""
+        type ncclGin_VASignalInc
+        type ncclGin_VASignalAdd
+    """, _not_yet("NCCL's legacy VA signals (deprecated for their strong and weak forms): not yet; flowdsl "
+                  "has the strong and weak ones (gin.strong_va_signal_inc, ..., NCCL >= 2.32)")),
+    "type ncclGin_CounterInc": Provided(
+        "flowdsl.gin.counter_inc",
+        "deprecated by NCCL; counter_inc is it before NCCL 2.32, ncclGin_WeakCounterInc after"),
+    "type ncclGin_WeakCounterInc": Provided("flowdsl.gin.counter_inc", "NCCL >= 2.32"),
+    "type ncclGin_SegmentDevice": Provided("flowdsl.gin.put", "the default: windows of device memory"),
+    "type ncclGin_SegmentMixed": HOST_SEGMENTS,
+    "type ncclGin_SegmentHostNuma": HOST_SEGMENTS,
+    "method ncclGin::put": Provided("flowdsl.gin.put", "the window form; " + WINDOW_OFFSETS),
+    "method ncclGin::putValue": Provided("flowdsl.gin.put_value", "the window form"),
+    "method ncclGin::signal": Provided("flowdsl.gin.signal"),
+    "method ncclGin::get": Provided("flowdsl.gin.get", "NCCL >= 2.32"),
+    "method ncclGin::flush": Provided("flowdsl.gin.flush", "its timeout overload not yet"),
+    "method ncclGin::flushAsync": GIN_REQUESTS,
+    "method ncclGin::wait": GIN_REQUESTS,
+    "method ncclGin::readSignal": Provided("flowdsl.gin.read_signal", "signals by id; " + VA_OVERLOAD),
+    "method ncclGin::waitSignal": Provided("flowdsl.gin.wait_signal",
+                                           "signals by id; " + VA_OVERLOAD + "; " + TIMEOUTS),
+    "method ncclGin::resetSignal": Provided("flowdsl.gin.reset_signal", "signals by id; " + VA_OVERLOAD),
+    "method ncclGin::readCounter": Provided("flowdsl.gin.read_counter"),
+    "method ncclGin::waitCounter": Provided("flowdsl.gin.wait_counter", TIMEOUTS),
+    "method ncclGin::resetCounter": Provided("flowdsl.gin.reset_counter"),
+    **_each("""
+        method ncclGin::getSignalShadowPtr
+        method ncclGin::increaseSignalShadow
+        method ncclGin::waitSignalMeetShadow
+        method ncclGin::waitSignalFollowShadow
+    """, SIGNAL_SHADOWS),
+
+    # ---- GIN and hybrid barriers (gin_barrier.h, barrier.h) ---------------------------------------------
+    "type ncclGinBarrierSession": Provided(
+        "flowdsl.gin.barrier", "the rail team's barriers; the world team, other teams and ncclGinAllContexts not yet"),
+    "method ncclGinBarrierSession::sync": Provided(
+        "flowdsl.gin.barrier", "the session's sync(order), fence level None; " + TIMEOUTS),
+    "function ncclGinBarrier": Provided(
+        "flowdsl.gin.barrier", "gin.barrier(ctx, coop, index).sync(order): the rail team's form, fence level None"),
+    "type ncclGinFenceLevel": FENCE_LEVELS,
+    "value ncclGinFenceLevel::None": Provided("flowdsl.gin.barrier", "the fence level of every flowdsl barrier"),
+    "value ncclGinFenceLevel::Relaxed": Provided("flowdsl.gin.barrier", "NCCL's deprecated name of None"),
+    "value ncclGinFenceLevel::Put": FENCE_LEVELS,
+    "value ncclGinFenceLevel::Get": FENCE_LEVELS,
+    "type ncclGinAllContexts": ALL_CONTEXTS,
+    "type ncclBarrierSession": Provided(
+        "flowdsl.gin.hybrid_barrier", "the world form (LSA in a node, GIN across); the LSA and rail forms not yet"),
+    "method ncclBarrierSession::sync": Provided(
+        "flowdsl.gin.hybrid_barrier", "the session's sync(order), fence level None; " + TIMEOUTS),
+    "method ncclBarrierSession::lsaBarrier": SUB_SESSIONS,
+    "method ncclBarrierSession::ginBarrier": SUB_SESSIONS,
+    "function ncclBarrier": Provided(
+        "flowdsl.gin.hybrid_barrier",
+        "gin.hybrid_barrier(ctx, coop, index).sync(order): the world form, fence level None"),
+
+    # ---- CFT (cft.h, cft_barrier.h) ---------------------------------------------------------------------
+    "type ncclCft": Provided("flowdsl.cft.session", "the session's state lives in the storage it is given"),
+    "type ncclCftSmem": Provided("flowdsl.cft.SESSION_WORDS", "cft.session's shared-memory storage, this many u64"),
+    "method ncclCft::put": Provided("flowdsl.cft.put"),
+    "method ncclCft::putCounted": Provided("flowdsl.cft.put_counted", "NCCL >= 2.32"),
+    "method ncclCft::get": Provided("flowdsl.cft.get"),
+    "method ncclCft::submit": Provided("flowdsl.cft.submit"),
+    "method ncclCft::flush": Provided("flowdsl.cft.flush", "returns the report as 0x100 | report"),
+    "method ncclCft::flushSmem": Provided("flowdsl.cft.flush_smem"),
+    "method ncclCft::waitCounted": Provided("flowdsl.cft.wait_counted", "NCCL >= 2.32; " + TIMEOUTS),
+    **_each("""
+        method ncclCft::putCpMask
+        method ncclCft::red
+        method ncclCft::redCounted
+        method ncclCft::pullRed
+    """, CFT_OPERATIONS),
+    **_each("""
+        method ncclCft::putMultimem
+        method ncclCft::putMultimemCounted
+        method ncclCft::putMultimemCpMask
+        method ncclCft::redMultimem
+        method ncclCft::redMultimemCounted
+    """, MULTIMEM),
+    "function ncclMemFence": Provided("flowdsl.cft.fence"),
+    "type ncclMemProxyType": Provided("flowdsl.cft.MemProxyType"),
+    "value ncclMemProxyType::Generic": Provided("flowdsl.cft.MemProxyType.GENERIC"),
+    "value ncclMemProxyType::Fabric": Provided("flowdsl.cft.MemProxyType.FABRIC"),
+    "type ncclMemFenceScope": Provided("flowdsl.cft.MemFenceScope"),
+    "value ncclMemFenceScope::Cta": Provided("flowdsl.cft.MemFenceScope.CTA"),
+    "value ncclMemFenceScope::Sys": Provided("flowdsl.cft.MemFenceScope.SYS"),
+    "type ncclCftBarrierSession": Provided("flowdsl.cft.barrier", "multimem CFT barriers not yet"),
+    "method ncclCftBarrierSession::arrive": Provided("flowdsl.cft.barrier", "the session's arrive"),
+    "method ncclCftBarrierSession::wait": Provided("flowdsl.cft.barrier", "the session's wait; " + TIMEOUTS),
+    "method ncclCftBarrierSession::sync": Provided("flowdsl.cft.barrier", "the session's sync; " + TIMEOUTS),
+
+    # ---- symmetric pointers (ptr.h) ---------------------------------------------------------------------
+    "type ncclSymPtr": _not_applicable(WINDOW_OFFSETS),
+    "method ncclSymPtr::localPtr": Provided("flowdsl.lsa.local_view", "(window, element offset) for the ncclSymPtr"),
+    "method ncclSymPtr::lsaPtr": Provided("flowdsl.lsa.lsa_view", "(window, element offset) for the ncclSymPtr"),
+    "method ncclSymPtr::peerPtr": Provided(
+        "flowdsl.lsa.peer_view", "(window, element offset) for the ncclSymPtr; the team overload is lsa.team_view"),
+    "method ncclSymPtr::multimemPtr": MULTIMEM,
+    "method ncclSymPtr::lsaMultimemPtr": MULTIMEM,
+
+    # ---- reduce and copy helpers (reduce_copy.h) --------------------------------------------------------
+    "function ncclLsaReduceSum": Provided("flowdsl.lsa.reduce_sum", WRITTEN_IN_FLOWDSL),
+    "function ncclLsaCopy": Provided("flowdsl.lsa.copy", WRITTEN_IN_FLOWDSL),
+    "function ncclLsaReduceSumCopy": Provided("flowdsl.lsa.reduce_sum_copy", WRITTEN_IN_FLOWDSL),
+    **_each("""
+        function ncclLsaReduceLsaCopy
+        function ncclLsaReduceSumLsaCopy
+        function ncclLocalReduceSum
+        function ncclLocalCopy
+        function ncclLocalReduceSumCopy
+        function ncclLsaCopyTma
+    """, REDUCE_COPY),
+    **_each("""
+        function ncclLsaReduceMultimemCopy
+        function ncclLsaReduceSumMultimemCopy
+        function ncclMultimemReduceSumLsaCopy
+        function ncclMultimemReduceSumMultimemCopy
+        function ncclMultimemReduceSum
+        function ncclMultimemCopy
+        function ncclMultimemReduceSumCopy
+    """, MULTIMEM),
+
+    # ---- LL all-to-all (ll_a2a.h) -----------------------------------------------------------------------
+    **_each("""
+        type ncclLLA2ASession
+        method ncclLLA2ASession::send
+        method ncclLLA2ASession::bcast
+        method ncclLLA2ASession::recv
+        method ncclLLA2ASession::recvUnrolled
+        method ncclLLA2ASession::recvReduce
+        method ncclLLA2ASession::endEpoch
+    """, LL_A2A),
+
+    # ---- NCCL's Flow (flow.h, lsa_flow.h, gin_flow.h) ---------------------------------------------------
+    **_each("""
+        type ncclFlowConfig
+        type ncclFlowConnState
+        type ncclFlowShmem
+        type ncclFlowProtocol
+        value ncclFlowProtocol::ncclFlowProtocolSimple
+        value ncclFlowProtocol::ncclFlowProtocolLL
+        value ncclFlowProtocol::ncclFlowProtocolLL128
+        value ncclFlowProtocol::ncclFlowProtocolCount
+        type ncclFlowProcessor
+        method ncclFlowProcessor::process
+        method ncclFlowProcessor::close
+        type ncclLsaFlowProcessor
+        function ncclFlowThreadPart
+        type ncclFlowNullPtrFn
+        type ncclFlowSendTag
+        type ncclFlowSend
+        type ncclFlowDirectSend
+        type ncclFlowNoSend
+        type ncclFlowRecvTag
+        type ncclFlowRecv
+        type ncclFlowDirectRecv
+        type ncclFlowNoRecv
+        type ncclLsaFlowConn
+        method ncclLsaFlowConn::waitSend
+        method ncclLsaFlowConn::postSend
+        method ncclLsaFlowConn::waitRecv
+        method ncclLsaFlowConn::postRecv
+        method ncclLsaFlowConn::advanceStep
+        method ncclLsaFlowConn::advanceSlice
+        method ncclLsaFlowConn::stepFlag
+        method ncclLsaFlowConn::close
+        type ncclGinFlowConn
+        method ncclGinFlowConn::waitSend
+        method ncclGinFlowConn::postSend
+        method ncclGinFlowConn::postSendFrom
+        method ncclGinFlowConn::postSendDirect
+        method ncclGinFlowConn::postSendSimple
+        method ncclGinFlowConn::waitRecv
+        method ncclGinFlowConn::postRecv
+        method ncclGinFlowConn::signal
+        method ncclGinFlowConn::advanceStep
+        method ncclGinFlowConn::advanceSlice
+        method ncclGinFlowConn::stepFlag
+        method ncclGinFlowConn::close
+    """, NCCL_FLOW),
+}
+
+
+def category(entry: str) -> str:
+    """:data:`PROVIDED`, the refusal's category, or ``"missing"`` for an entry the table lacks."""
+    outcome = COVERAGE.get(entry)
+    if isinstance(outcome, Provided):
+        return PROVIDED
+    return outcome.category if isinstance(outcome, Refused) else "missing"
