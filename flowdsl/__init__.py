@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._version import __version__
-from .enums import CoopKind, GinBackend, MemoryOrder, Protocol, RedOp, ThreadScope
+from .enums import CoopKind, GinBackend, GinConnectionType, MemoryOrder, Protocol, RedOp, ThreadScope
 from . import cft, coop, lsa, mem, team, gin, wait  # docs/api.md lists the device modules in this order
 from ._devices import device
 from .errors import (CollectiveMismatchError, DeviceOnlyError, DeviceTimeoutError, FlowDSLError, NoDeviceError,
@@ -43,7 +43,7 @@ _LAZY_NAMES = {"kernel": "._kernel", "FlowKernel": "._kernel", "FeatureUnavailab
 __all__ = [
     "__version__", "init", "Communicator", "Window", "DevComm", "kernel", "device", "FlowKernel",
     "coop", "team", "lsa", "gin", "cft", "mem", "flow", "wait", "collectives", "sim", "testing",
-    "MemoryOrder", "ThreadScope", "CoopKind", "Protocol", "RedOp", "GinBackend",
+    "MemoryOrder", "ThreadScope", "CoopKind", "Protocol", "RedOp", "GinBackend", "GinConnectionType",
     "FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
     "DeviceTimeoutError", "FeatureUnavailableError", "KernelTypingError", "DeviceOnlyError",
     "CacheWarning",

@@ -68,8 +68,6 @@ LL_A2A = _not_yet("LL all-to-all sessions (ncclLLA2ASession): not yet")
 RESOURCE_BUFFERS = _not_yet("device resource buffers (resourceRequirementsList, ncclDevResourceHandle): not yet")
 CUSTOM_TEAM_BARRIERS = _not_yet("barriers over other teams than the built-in ones (barrier handles from "
                                 "ncclLsaBarrierCreateRequirement and friends, via resourceRequirementsList): not yet")
-WORLD_GIN_BARRIER = _not_yet("world GIN barrier (ncclGinBarrierSession on ncclTeamTagWorld, worldGinBarrierCount): "
-                             "not yet; gin.hybrid_barrier is a barrier over every rank")
 FENCE_LEVELS = _not_yet("barrier fence levels Put and Get: not yet; flowdsl's GIN and hybrid barriers fence "
                         "nothing (None): order puts with strong signals, gets with gin.flush")
 ALL_CONTEXTS = _not_yet("barriers fenced over every GIN context (ncclGinAllContexts): not yet")
@@ -80,12 +78,8 @@ DESCRIPTORS = _not_yet("shared-memory GIN descriptors (ncclGin_DescriptorSmem): 
 HOST_SEGMENTS = _not_yet("GIN puts and gets on host (HOST_NUMA) memory: not yet; windows are device memory")
 OPT_FLAGS = _not_yet("GIN option flags: not yet; flowdsl's GIN operations pass ncclGinOptFlagsDefault")
 SHARING_MODES = _not_yet("GIN resource sharing modes other than NCCL's default (GPU): not yet")
-GIN_CONNECTIONS = _not_yet("choosing which ranks GIN connects (ginConnectionType and its custom stride or "
-                           "array): not yet; flowdsl leaves NCCL's default")
-GIN_TUNING = _not_yet("GIN context tuning (exclusive contexts, queue depth, traffic class): not yet; "
-                      "flowdsl leaves NCCL's defaults")
-SIGNAL_KIND_HINTS = _not_yet("declaring that kernels use no strong or no VA signals: not yet; flowdsl leaves "
-                             "NCCL's default (both may be used)")
+CUSTOM_ARRAY = _not_yet("GIN connections to a list of peers (ginCustomArray): not yet; gin_connection_type "
+                        "CUSTOM_ARRAY is refused by name (FULL, RAIL and CUSTOM_STRIDE are offered)")
 GIN_TYPE = _not_yet("choosing the GIN backend of a device communicator (ginType): not yet; NCCL picks, and "
                     "flowdsl links the build of the backend it picked")
 BACKEND_MASKS = _not_yet("GIN device code for a subset of backends: not yet; a kernel links one backend's build "
@@ -131,16 +125,22 @@ COVERAGE: dict[str, Provided | Refused] = {
     "field ncclDevCommRequirements.resourceRequirementsList": RESOURCE_BUFFERS,
     "field ncclDevCommRequirements.lsaLLA2ABlockCount": LL_A2A,
     "field ncclDevCommRequirements.lsaLLA2ASlotCount": LL_A2A,
-    "field ncclDevCommRequirements.worldGinBarrierCount": WORLD_GIN_BARRIER,
-    "field ncclDevCommRequirements.ginConnectionType": GIN_CONNECTIONS,
-    "field ncclDevCommRequirements.ginCustomStride": GIN_CONNECTIONS,
-    "field ncclDevCommRequirements.ginCustomArray": GIN_CONNECTIONS,
-    "field ncclDevCommRequirements.ginCustomArrayCount": GIN_CONNECTIONS,
-    "field ncclDevCommRequirements.ginExclusiveContexts": GIN_TUNING,
-    "field ncclDevCommRequirements.ginQueueDepth": GIN_TUNING,
-    "field ncclDevCommRequirements.ginTrafficClass": GIN_TUNING,
-    "field ncclDevCommRequirements.ginStrongSignalsRequired": SIGNAL_KIND_HINTS,
-    "field ncclDevCommRequirements.ginVaSignalsRequired": SIGNAL_KIND_HINTS,
+    "field ncclDevCommRequirements.worldGinBarrierCount": _keyword(
+        "world_gin_barrier_count", "not in NCCL 2.28; refused with gin_connection_type RAIL, as NCCL refuses it; the "
+        "barrier itself is not yet a primitive (gin.hybrid_barrier is a barrier over every rank)"),
+    "field ncclDevCommRequirements.ginConnectionType": _keyword(
+        "gin_connection_type", "a flowdsl.GinConnectionType, not in NCCL 2.28; FULL by default when GIN resources are "
+        "asked for (NCCL refuses them without GIN enabled)"),
+    "field ncclDevCommRequirements.ginCustomStride": _keyword("gin_custom_stride", "not in NCCL 2.28"),
+    "field ncclDevCommRequirements.ginCustomArray": CUSTOM_ARRAY,
+    "field ncclDevCommRequirements.ginCustomArrayCount": CUSTOM_ARRAY,
+    "field ncclDevCommRequirements.ginExclusiveContexts": _keyword("gin_exclusive_contexts", "not in NCCL 2.28"),
+    "field ncclDevCommRequirements.ginQueueDepth": _keyword("gin_queue_depth", "not in NCCL 2.28"),
+    "field ncclDevCommRequirements.ginTrafficClass": _keyword("gin_traffic_class", "not in NCCL 2.28"),
+    "field ncclDevCommRequirements.ginStrongSignalsRequired": _keyword(
+        "gin_strong_signals_required", "not in NCCL 2.28; the simulator does not check that kernels honour it"),
+    "field ncclDevCommRequirements.ginVaSignalsRequired": _keyword(
+        "gin_va_signals_required", "not in NCCL 2.28; the simulator does not check that kernels honour it"),
     "field ncclDevCommRequirements.ginType": GIN_TYPE,
     "field ncclDevCommRequirements.useRuntimeVersion": _not_applicable(
         "flowdsl fills the requirements struct and sizes the device communicator by the loaded NCCL release's "
@@ -207,14 +207,13 @@ COVERAGE: dict[str, Provided | Refused] = {
     "type ncclGinBarrierHandle": CUSTOM_TEAM_BARRIERS,
     "type ncclCftBarrierHandle": CUSTOM_TEAM_BARRIERS,
     "type ncclLLA2AHandle": LL_A2A,
-    "type ncclGinConnectionType_t": GIN_CONNECTIONS,
-    **_each("""
-        value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_NONE
-        value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_FULL
-        value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_RAIL
-        value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_CUSTOM_STRIDE
-        value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_CUSTOM_ARRAY
-    """, GIN_CONNECTIONS),
+    "type ncclGinConnectionType_t": Provided("flowdsl.GinConnectionType"),
+    "value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_NONE": Provided("flowdsl.GinConnectionType.NONE"),
+    "value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_FULL": Provided("flowdsl.GinConnectionType.FULL"),
+    "value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_RAIL": Provided("flowdsl.GinConnectionType.RAIL"),
+    "value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_CUSTOM_STRIDE": Provided(
+        "flowdsl.GinConnectionType.CUSTOM_STRIDE"),
+    "value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_CUSTOM_ARRAY": CUSTOM_ARRAY,
     "type ncclGinType_t": GIN_TYPE,
     **_each("""
         value ncclGinType_t::NCCL_GIN_TYPE_NONE

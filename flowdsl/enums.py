@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["MemoryOrder", "ThreadScope", "CoopKind", "Protocol", "RedOp", "GinBackend", "ConstantEnumMeta"]
+__all__ = ["MemoryOrder", "ThreadScope", "CoopKind", "Protocol", "RedOp", "GinBackend", "GinConnectionType", "ConstantEnumMeta"]
 
 
 class ConstantEnumMeta(enum.EnumMeta):
@@ -83,6 +83,23 @@ class RedOp(enum.IntEnum, metaclass=ConstantEnumMeta):
     MIN = 3
     AVG = 4
     PREMULSUM = 5
+
+
+class GinConnectionType(enum.IntEnum):
+    """Which ranks a device communicator's GIN connects (NCCL's ``ncclGinConnectionType_t``, the
+    ``gin_connection_type`` requirement; NCCL 2.28 has none).
+
+    ``FULL``: every rank (what ``gin_force_enable`` asks, and flowdsl's default when a device
+    communicator asks for GIN resources and names no type); ``RAIL``: the rail team only (no world GIN
+    barrier); ``CUSTOM_STRIDE``: ranks ``gin_custom_stride`` apart. ``NONE``: no GIN. NCCL's
+    ``CUSTOM_ARRAY`` (a list of peers) is not offered.
+    """
+
+    NONE = 0
+    FULL = 1
+    RAIL = 2
+    CUSTOM_STRIDE = 3
+    CUSTOM_ARRAY = 4
 
 
 class GinBackend(enum.IntEnum):

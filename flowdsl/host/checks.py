@@ -15,7 +15,8 @@ import numpy as np
 
 from ..errors import LaunchTypeError, ResourceClosedError, UsageError
 
-__all__ = ["SUPPORTED_DTYPES", "numba_dtype", "DEVICE_REQUIREMENTS", "device_requirements", "ALLOC_LIKE", "GRID_LIMITS", "BLOCK_LIMITS", "MAX_BLOCK_THREADS", "alloc_dtype",
+__all__ = ["SUPPORTED_DTYPES", "numba_dtype", "DEVICE_REQUIREMENTS", "GIN_RESOURCES", "DEFAULTED_REQUIREMENTS",
+           "device_requirements", "ALLOC_LIKE", "GRID_LIMITS", "BLOCK_LIMITS", "MAX_BLOCK_THREADS", "alloc_dtype",
            "alloc_shape", "alloc_like", "torch_module", "communicator_open", "resource_closed", "count_of",
            "contiguous", "register_layout", "host_array_error", "not_a_buffer_error", "NOT_FROM_ALLOC",
            "launch_shape"]
@@ -269,13 +270,27 @@ def _dims(value, what: str, kernel_name: str) -> tuple[int, int, int]:
 
 #: What ``comm.device_communicator(**requirements)`` takes: ``ncclDevCommRequirements``' fields in
 #: snake_case (the GPU runtime maps them to the C names, ``flowdsl.runtime.communicator.REQUIREMENT_FIELDS``).
-DEVICE_REQUIREMENTS = ("lsa_barrier_count", "barrier_count", "rail_gin_barrier_count", "gin_context_count",
-                       "gin_signal_count", "gin_counter_count", "gin_force_enable", "cft_caps", "cft_barrier_count")
+DEVICE_REQUIREMENTS = ("lsa_barrier_count", "barrier_count", "rail_gin_barrier_count", "world_gin_barrier_count",
+                       "gin_context_count", "gin_signal_count", "gin_counter_count", "gin_connection_type",
+                       "gin_custom_stride", "gin_exclusive_contexts", "gin_queue_depth", "gin_traffic_class",
+                       "gin_strong_signals_required", "gin_va_signals_required", "gin_force_enable", "cft_caps",
+                       "cft_barrier_count")
+#: The requirements that ask NCCL for GIN resources (NCCL >= 2.29 creates none without GIN enabled:
+#: ``ncclGinResourcesRequested`` in its ``src/dev_runtime.cc``).
+GIN_RESOURCES = ("gin_signal_count", "gin_counter_count", "barrier_count", "rail_gin_barrier_count",
+                 "world_gin_barrier_count")
+#: Requirements :func:`device_requirements` may fill in (a release without the field leaves it out).
+DEFAULTED_REQUIREMENTS = ("gin_connection_type",)
 
 
 def device_requirements(requirements: dict, for_kernel=None, grid=None) -> dict:
     """A device communicator's requirements, checked: known names, values >= 0, with what
-    ``for_kernel`` needs at ``grid`` added (the larger of the two for each)."""
+    ``for_kernel`` needs at ``grid`` added (the larger of the two for each), and NCCL's rules for GIN:
+    GIN resources need GIN enabled, so a request for them that names no ``gin_connection_type`` (nor
+    ``gin_force_enable``, which NCCL takes as ``FULL``) gets ``FULL``; one that names ``NONE`` is refused
+    as NCCL refuses it, and so is a world GIN barrier over ``RAIL`` connections."""
+    from ..enums import GinConnectionType  # noqa: PLC0415
+
     unknown = sorted(set(requirements) - set(DEVICE_REQUIREMENTS))
     if unknown:
         raise UsageError(f"Cannot create a device communicator: unknown requirement(s) {', '.join(unknown)}. "
@@ -285,7 +300,31 @@ def device_requirements(requirements: dict, for_kernel=None, grid=None) -> dict:
         for key, value in for_kernel.requirements(grid).items():
             out[key] = max(out.get(key, 0), value)
     for key, value in out.items():
-        if int(value) < 0:
+        if key != "gin_traffic_class" and int(value) < 0:
             raise UsageError(f"Cannot create a device communicator: {key} must be >= 0, got {value}. Pass a count "
                              "of 0 or more")
+    kind = out.get("gin_connection_type")
+    if kind is not None:
+        if int(kind) not in GinConnectionType._value2member_map_:
+            raise UsageError(f"Cannot create a device communicator: gin_connection_type {kind!r} is not a "
+                             f"flowdsl.GinConnectionType. Pass one of {', '.join(GinConnectionType.__members__)}")
+        kind = out["gin_connection_type"] = GinConnectionType(int(kind))
+        if kind is GinConnectionType.CUSTOM_ARRAY:
+            raise UsageError("Cannot create a device communicator with gin_connection_type CUSTOM_ARRAY: flowdsl "
+                             "does not pass NCCL a list of peers (ginCustomArray). Use FULL, RAIL or CUSTOM_STRIDE "
+                             "with gin_custom_stride")
+    asked = [f"{key}={out[key]}" for key in GIN_RESOURCES if int(out.get(key, 0)) > 0]
+    if asked and kind is None and not out.get("gin_force_enable"):
+        kind = out["gin_connection_type"] = GinConnectionType.FULL  # as NCCL takes gin_force_enable
+    if asked and kind is GinConnectionType.NONE and not out.get("gin_force_enable"):
+        raise UsageError(f"Cannot create a device communicator: it asks for GIN resources ({', '.join(asked)}) "
+                         "with gin_connection_type NONE, which NCCL refuses (\"User requested GIN resources but "
+                         "did not request GIN to be enabled!\"). Pass gin_connection_type=GinConnectionType.FULL "
+                         "(or RAIL), or ask for no GIN resources")
+    if int(out.get("world_gin_barrier_count", 0)) > 0 and kind is GinConnectionType.RAIL:
+        raise UsageError("Cannot create a device communicator: a world GIN barrier (world_gin_barrier_count="
+                         f"{out['world_gin_barrier_count']}) needs GIN connections to every rank, and "
+                         "gin_connection_type RAIL connects the rail team only, which NCCL refuses (\"Cannot create "
+                         "worldGinBarrier with NCCL_GIN_CONNECTION_RAIL.\"). Pass gin_connection_type="
+                         "GinConnectionType.FULL, or use rail barriers (rail_gin_barrier_count)")
     return out

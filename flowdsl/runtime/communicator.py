@@ -16,7 +16,7 @@ from .memory import DevComm, SymmetricAllocation, Window, array_at, device_point
 from .support import abi_layout
 from .wait_record import GRACE, WaitRecord, aborted_error, resolve_timeout, wait_for_device
 
-__all__ = ["init", "Communicator", "REQUIREMENT_FIELDS"]
+__all__ = ["init", "Communicator", "REQUIREMENT_FIELDS", "requirement_fields"]
 
 #: keyword of device_communicator() -> field of ncclDevCommRequirements.
 REQUIREMENT_FIELDS = {
@@ -29,7 +29,34 @@ REQUIREMENT_FIELDS = {
     "gin_force_enable": "ginForceEnable",
     "cft_caps": "cftCaps",
     "cft_barrier_count": "cftBarrierCount",
+    "world_gin_barrier_count": "worldGinBarrierCount",
+    "gin_connection_type": "ginConnectionType",
+    "gin_custom_stride": "ginCustomStride",
+    "gin_exclusive_contexts": "ginExclusiveContexts",
+    "gin_queue_depth": "ginQueueDepth",
+    "gin_traffic_class": "ginTrafficClass",
+    "gin_strong_signals_required": "ginStrongSignalsRequired",
+    "gin_va_signals_required": "ginVaSignalsRequired",
 }
+
+def requirement_fields(requirements: dict, given, layout: dict, version) -> dict:
+    """``ncclDevCommRequirements``' fields to write for checked ``requirements`` (``given``: the keys the user
+    passed), in the layout of NCCL ``version``: a default for a field this release lacks is left out (NCCL 2.28
+    enables GIN itself), a field the user asked for is refused naming the release that has it."""
+    requirements = dict(requirements)
+    if requirements.get("cft_barrier_count"):
+        requirements["cft_caps"] = int(requirements.get("cft_caps", 0)) | 1  # NCCL_CFT
+    fields = {}
+    for key, value in requirements.items():
+        field_name = REQUIREMENT_FIELDS[key]
+        if field_name in layout["requirements_fields"]:
+            fields[field_name] = int(value)
+        elif key in given or key not in checks.DEFAULTED_REQUIREMENTS:
+            raise UsageError(f"Cannot create a device communicator with {key}: NCCL {format_version(version)} has "
+                             f"no {field_name} (NCCL 2.28 has neither CFT nor the GIN connection fields nor the world "
+                             "GIN barrier). Install nvidia-nccl-cu13>=2.32.3.")
+    return fields
+
 
 #: The environment variable that turns the collectives' cross-rank check on (``1``) for every communicator.
 CHECK_COLLECTIVES_ENV = "FLOWDSL_CHECK_COLLECTIVES"
@@ -337,22 +364,21 @@ class Communicator:
             for_kernel: A ``@flowdsl.kernel``; requirements it needs are derived from it
                 (e.g. one LSA barrier per block of ``grid`` when it uses ``lsa.barrier``).
             grid: The launch grid of ``for_kernel``.
-            **requirements: ``lsa_barrier_count``, ``barrier_count``,
-                ``rail_gin_barrier_count``, ``gin_context_count``, ``gin_signal_count``,
-                ``gin_counter_count``, ``gin_force_enable``, ``cft_barrier_count``,
-                ``cft_caps`` (NCCL >= 2.31; ``cft_barrier_count`` > 0 also asks for CFT, ``cft_caps=1``).
+            **requirements: ``ncclDevCommRequirements``' fields in snake_case
+                (``flowdsl.host.checks.DEVICE_REQUIREMENTS``): ``lsa_barrier_count``, ``barrier_count``,
+                ``rail_gin_barrier_count``, ``world_gin_barrier_count``, ``gin_context_count``,
+                ``gin_signal_count``, ``gin_counter_count``, ``gin_connection_type`` (a
+                :class:`flowdsl.GinConnectionType`; FULL by default when GIN resources are asked for),
+                ``gin_custom_stride``, ``gin_exclusive_contexts``, ``gin_queue_depth``, ``gin_traffic_class``,
+                ``gin_strong_signals_required``, ``gin_va_signals_required``, ``gin_force_enable``,
+                ``cft_barrier_count``, ``cft_caps`` (NCCL >= 2.31; ``cft_barrier_count`` > 0 also asks for CFT,
+                ``cft_caps=1``).
         """
         self._check_open("create a device communicator")
+        given = set(requirements)
         requirements = checks.device_requirements(requirements, for_kernel, grid)
-        if requirements.get("cft_barrier_count"):
-            requirements["cft_caps"] = int(requirements.get("cft_caps", 0)) | 1  # NCCL_CFT
         layout = abi_layout(self.nccl_version)
-        for key in requirements:
-            if REQUIREMENT_FIELDS[key] not in layout["requirements_fields"]:
-                raise UsageError(f"Cannot create a device communicator with {key}: NCCL "
-                                 f"{format_version(self.nccl_version)} has no {REQUIREMENT_FIELDS[key]} "
-                                 "(CFT needs NCCL >= 2.31). Install nvidia-nccl-cu13>=2.32.3.")
-        fields = {REQUIREMENT_FIELDS[k]: int(v) for k, v in requirements.items()}
+        fields = requirement_fields(requirements, given, layout, self.nccl_version)
         return DevComm(self, fields, layout, self.nccl_version)
 
     # -- synchronisation, timeouts and teardown -------------------------------------------------

@@ -93,6 +93,16 @@ template <typename C> auto gin_types(long) -> decltype(&C::ginTypes, void()) {
   std::printf("\"gin_types\": [%zu, %zu], ", offsetof(C, ginContextCount), offsetof(C, ginTypes));
 }
 template <typename C> void gin_types(...) {}
+// Requirement fields of later releases (GIN connection shapes, the world GIN barrier, ...): printed where
+// the release has them.
+#define OPTIONAL_FIELD(f)                                                                        \
+  template <typename R> auto optional_##f(int) -> decltype(&R::f, void()) {                      \
+    std::printf("\"%s\": [%zu, %zu],", #f, offsetof(R, f), sizeof(((R*)0)->f));               \
+  }                                                                                              \
+  template <typename R> void optional_##f(...) {}
+OPTIONAL_FIELD(ginConnectionType) OPTIONAL_FIELD(ginExclusiveContexts) OPTIONAL_FIELD(ginQueueDepth)
+OPTIONAL_FIELD(ginTrafficClass) OPTIONAL_FIELD(worldGinBarrierCount) OPTIONAL_FIELD(ginStrongSignalsRequired)
+OPTIONAL_FIELD(ginVaSignalsRequired) OPTIONAL_FIELD(ginCustomStride)
 int main() {
   // Static storage, so that padding bytes are zero and the manifest is reproducible.
 #ifdef NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER
@@ -107,6 +117,11 @@ int main() {
   FIELD(lsaMultimem); FIELD(barrierCount); FIELD(lsaBarrierCount); FIELD(railGinBarrierCount);
   FIELD(lsaLLA2ABlockCount); FIELD(lsaLLA2ASlotCount); FIELD(ginForceEnable);
   FIELD(ginContextCount); FIELD(ginSignalCount);
+  optional_ginConnectionType<ncclDevCommRequirements>(0); optional_ginExclusiveContexts<ncclDevCommRequirements>(0);
+  optional_ginQueueDepth<ncclDevCommRequirements>(0); optional_ginTrafficClass<ncclDevCommRequirements>(0);
+  optional_worldGinBarrierCount<ncclDevCommRequirements>(0);
+  optional_ginStrongSignalsRequired<ncclDevCommRequirements>(0);
+  optional_ginVaSignalsRequired<ncclDevCommRequirements>(0); optional_ginCustomStride<ncclDevCommRequirements>(0);
   std::printf("\"ginCounterCount\": [%zu, %zu]}, \"requirements_initializer\": \"",
               offsetof(ncclDevCommRequirements, ginCounterCount), sizeof(int));
   const unsigned char* p = (const unsigned char*)&reqs;

@@ -122,3 +122,27 @@ def test_the_gpu_runtime_maps_every_requirement_the_contract_takes():
     from flowdsl.runtime.communicator import REQUIREMENT_FIELDS
 
     assert set(REQUIREMENT_FIELDS) == set(DEVICE_REQUIREMENTS)
+
+
+def test_requirement_fields_follow_the_loaded_releases_layout():
+    """What the GPU runtime writes into ncclDevCommRequirements: the connection type flowdsl fills in is left
+    out where the release has no such field (NCCL 2.28 enables GIN itself), one the user names is refused."""
+    import json
+    from pathlib import Path
+
+    import flowdsl
+    from flowdsl.host.checks import device_requirements
+    from flowdsl.runtime.communicator import requirement_fields
+
+    manifest = json.loads((Path(flowdsl.__file__).parents[1] / "prebuilt/build/manifest.json").read_text())
+    old, new = (manifest["abis"][v]["layout"] for v in ("2.28.9", "2.32.3"))
+    asked = {"gin_signal_count": 2}
+    checked = device_requirements(asked)
+    assert requirement_fields(checked, set(asked), new, (2, 32, 3)) == {"ginSignalCount": 2, "ginConnectionType": 1}
+    assert requirement_fields(checked, set(asked), old, (2, 28, 9)) == {"ginSignalCount": 2}
+    named = {"gin_signal_count": 2, "gin_connection_type": flowdsl.GinConnectionType.RAIL}
+    with pytest.raises(flowdsl.UsageError, match="NCCL 2.28.9 has no ginConnectionType"):
+        requirement_fields(device_requirements(named), set(named), old, (2, 28, 9))
+    world = {"world_gin_barrier_count": 1, "gin_queue_depth": 64, "gin_exclusive_contexts": True}
+    assert requirement_fields(device_requirements(world), set(world), new, (2, 32, 3)) == {
+        "worldGinBarrierCount": 1, "ginQueueDepth": 64, "ginExclusiveContexts": 1, "ginConnectionType": 1}
