@@ -371,7 +371,8 @@ class FlowKernel:
         """Device-communicator requirements this kernel implies for a launch over ``grid``.
 
         Barrier sessions get one barrier per block (the usual ``index=blockIdx.x``):
-        ``lsa.barrier`` an LSA barrier, ``gin.barrier`` a rail GIN barrier,
+        ``lsa.barrier`` an LSA barrier, ``gin.rail_barrier`` a rail GIN barrier, ``gin.world_barrier`` a
+        world GIN barrier,
         ``gin.hybrid_barrier`` both (``barrier_count``), ``cft.barrier`` a CFT barrier
         (``cft_barrier_count``). GIN signal and counter counts depend on run-time ids:
         pass ``gin_signal_count`` / ``gin_counter_count``.
@@ -383,8 +384,10 @@ class FlowKernel:
         reqs = {}
         if ("lsa", "barrier") in pairs:
             reqs["lsa_barrier_count"] = blocks
-        if ("gin", "barrier") in pairs:
+        if ("gin", "rail_barrier") in pairs:
             reqs["rail_gin_barrier_count"] = blocks
+        if ("gin", "world_barrier") in pairs:
+            reqs["world_gin_barrier_count"] = blocks
         if ("gin", "hybrid_barrier") in pairs:
             reqs["barrier_count"] = blocks
         if ("cft", "barrier") in pairs:

@@ -126,8 +126,8 @@ COVERAGE: dict[str, Provided | Refused] = {
     "field ncclDevCommRequirements.lsaLLA2ABlockCount": LL_A2A,
     "field ncclDevCommRequirements.lsaLLA2ASlotCount": LL_A2A,
     "field ncclDevCommRequirements.worldGinBarrierCount": _keyword(
-        "world_gin_barrier_count", "not in NCCL 2.28; refused with gin_connection_type RAIL, as NCCL refuses it; the "
-        "barrier itself is not yet a primitive (gin.hybrid_barrier is a barrier over every rank)"),
+        "world_gin_barrier_count", "not in NCCL 2.28; gin.world_barrier's count; refused with gin_connection_type "
+        "RAIL, as NCCL refuses it"),
     "field ncclDevCommRequirements.ginConnectionType": _keyword(
         "gin_connection_type", "a flowdsl.GinConnectionType, not in NCCL 2.28; FULL by default when GIN resources are "
         "asked for (NCCL refuses them without GIN enabled)"),
@@ -166,10 +166,10 @@ COVERAGE: dict[str, Provided | Refused] = {
     "value ncclCftTeamMode_t::NCCL_CFT_TEAM_HIER_LSA": CFT_TEAM_MODES,
     "value ncclCftTeamMode_t::NCCL_CFT_TEAM_HIER_MULTIMEM": MULTIMEM,
     "type ncclTeamTagLsa": Provided("flowdsl.lsa.barrier", "lsa.barrier is the LSA team's barrier session"),
-    "type ncclTeamTagRail": Provided("flowdsl.gin.barrier", "gin.barrier is the rail team's GIN barrier session"),
+    "type ncclTeamTagRail": Provided("flowdsl.gin.rail_barrier", "gin.rail_barrier is the rail team's GIN barrier session"),
     "type ncclTeamTagWorld": Provided(
-        "flowdsl.gin.hybrid_barrier",
-        "gin.hybrid_barrier is ncclBarrierSession's world form; the world GIN barrier is not yet"),
+        "flowdsl.gin.world_barrier",
+        "gin.world_barrier is the world team's GIN barrier session, gin.hybrid_barrier ncclBarrierSession's world form"),
     "function ncclGetLocalPointer": Provided("flowdsl.lsa.get_local_pointer", "typed: lsa.local_view"),
     "function ncclGetLsaPointer": Provided("flowdsl.lsa.get_lsa_pointer", "typed: lsa.lsa_view"),
     "function ncclGetPeerPointer": Provided(
@@ -336,14 +336,16 @@ COVERAGE: dict[str, Provided | Refused] = {
 
     # ---- GIN and hybrid barriers (gin_barrier.h, barrier.h) ---------------------------------------------
     "type ncclGinBarrierSession": Provided(
-        "flowdsl.gin.barrier", "the rail team's barriers; the world team, other teams and ncclGinAllContexts not yet"),
+        "flowdsl.gin.rail_barrier", "gin.rail_barrier and gin.world_barrier (NCCL >= 2.30): the rail and world "
+        "teams' barriers; other teams and ncclGinAllContexts not yet"),
     "method ncclGinBarrierSession::sync": Provided(
-        "flowdsl.gin.barrier", "the session's sync(order), fence level None; " + TIMEOUTS),
+        "flowdsl.gin.rail_barrier", "the session's sync(order), fence level None; " + TIMEOUTS),
     "function ncclGinBarrier": Provided(
-        "flowdsl.gin.barrier", "gin.barrier(ctx, coop, index).sync(order): the rail team's form, fence level None"),
+        "flowdsl.gin.rail_barrier", "gin.rail_barrier(ctx, coop, index).sync(order) and gin.world_barrier(...): the "
+        "rail and world teams' forms, fence level None"),
     "type ncclGinFenceLevel": FENCE_LEVELS,
-    "value ncclGinFenceLevel::None": Provided("flowdsl.gin.barrier", "the fence level of every flowdsl barrier"),
-    "value ncclGinFenceLevel::Relaxed": Provided("flowdsl.gin.barrier", "NCCL's deprecated name of None"),
+    "value ncclGinFenceLevel::None": Provided("flowdsl.gin.rail_barrier", "the fence level of every flowdsl barrier"),
+    "value ncclGinFenceLevel::Relaxed": Provided("flowdsl.gin.rail_barrier", "NCCL's deprecated name of None"),
     "value ncclGinFenceLevel::Put": FENCE_LEVELS,
     "value ncclGinFenceLevel::Get": FENCE_LEVELS,
     "type ncclGinAllContexts": ALL_CONTEXTS,

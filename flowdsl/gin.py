@@ -25,8 +25,9 @@ Operations: :func:`context`, :func:`put`, :func:`put_value`, :func:`signal`,
 :func:`get` (NCCL >= 2.32), :func:`flush`, :func:`read_signal`,
 :func:`wait_signal`, :func:`reset_signal`, :func:`read_counter`,
 :func:`wait_counter`, :func:`reset_counter`.
-Barriers: :func:`barrier` (the rail team over GIN) and :func:`hybrid_barrier`
-(every rank: LSA inside a node, GIN across), each a session with ``sync(order)``.
+Barriers, each named by its team as NCCL's are and each a session with ``sync(order)``:
+:func:`rail_barrier` (the rail team over GIN), :func:`world_barrier` (every rank over GIN,
+NCCL >= 2.30) and :func:`hybrid_barrier` (every rank: LSA inside a node, GIN across).
 Offsets and sizes are in bytes, as in NCCL.
 """
 
@@ -39,12 +40,14 @@ __all__ = [
     "context", "signal_inc", "signal_add", "strong_signal_inc", "weak_signal_inc", "strong_signal_add",
     "weak_signal_add", "strong_va_signal_inc", "weak_va_signal_inc", "strong_va_signal_add",
     "weak_va_signal_add", "counter_inc", "put", "put_value", "signal", "get", "flush", "read_signal",
-    "wait_signal", "reset_signal", "read_counter", "wait_counter", "reset_counter", "barrier",
-    "hybrid_barrier",
+    "wait_signal", "reset_signal", "read_counter", "wait_counter", "reset_counter", "rail_barrier",
+    "world_barrier", "hybrid_barrier",
 ]
 
 #: Strong, weak and VA signals, and get.
 NCCL_2_32 = Gate(nccl=(2, 32, 0))
+#: The world team's GIN barrier (``worldGinBarrierCount``): NCCL 2.30; of flowdsl's builds, 2.32.3 on.
+NCCL_2_30 = Gate(nccl=(2, 30, 0))
 #: The threads that issue a put, put_value, signal or get together (default: the calling thread).
 ISSUING_COOP = COOP.but("a coop (flowdsl.coop.thread(), .warp(), .cta(), ...)")
 
@@ -178,13 +181,34 @@ def reset_counter(ctx, counter):
     """Set counter ``counter`` to 0. Must not race with puts that count on it."""
 
 
-@primitive(extern="flowdsl_gin_barrier_sync", ctx=GIN_CONTEXT, coop=COOP.but("a coop"))
-def barrier(ctx, coop, index):
-    """A GIN barrier session on the rail team (``ncclGinBarrierSession``, ``ncclTeamTagRail``).
+@primitive(extern="flowdsl_gin_rail_barrier_sync", ctx=GIN_CONTEXT, coop=COOP.but("a coop"))
+def rail_barrier(ctx, coop, index):
+    """A GIN barrier session on the rail team (``ncclGinBarrierSession`` on ``ncclTeamTagRail``): the ranks of
+    this LSA rank on every node.
 
     ``index`` must be below the device communicator's ``rail_gin_barrier_count``.
     The session's ``sync(order)`` is collective on ``coop``.
     """
+
+
+@primitive(extern="flowdsl_gin_world_barrier_sync", gate=NCCL_2_30, ctx=GIN_CONTEXT, coop=COOP.but("a coop"))
+def world_barrier(ctx, coop, index):
+    """A GIN barrier session on the world team (``ncclGinBarrierSession`` on ``ncclTeamTagWorld``): every rank,
+    each arrival a GIN signal, also between ranks of one node (needs GIN connections to every rank:
+    ``gin_connection_type`` FULL, flowdsl's default).
+
+    ``index`` must be below the device communicator's ``world_gin_barrier_count``.
+    The session's ``sync(order)`` is collective on ``coop``.
+    """
+
+
+def __getattr__(name: str):
+    if name == "barrier":  # the rail team's barrier had this name: a port of NCCL's world barrier took it
+        raise AttributeError("flowdsl.gin has no barrier: name the team, as NCCL does. flowdsl.gin.rail_barrier is "
+                             "NCCL's rail GIN barrier (ncclTeamTagRail), flowdsl.gin.world_barrier its world GIN "
+                             "barrier (ncclTeamTagWorld), flowdsl.gin.hybrid_barrier its ncclBarrierSession over "
+                             "every rank (LSA inside a node, GIN across)")
+    raise AttributeError(f"module 'flowdsl.gin' has no attribute {name!r}")
 
 
 @primitive(extern="flowdsl_hybrid_barrier_sync", ctx=GIN_CONTEXT, coop=COOP.but("a coop"))

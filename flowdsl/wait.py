@@ -40,7 +40,7 @@ from ._stubs import primitive
 
 __all__ = ["poll", "accepted", "GAVE_UP", "CHECK_EVERY", "PRIMITIVE_NAMES", "USER", "FLOW_CREDIT", "FLOW_READY", "LL_LINE",
            "LL128_LINE", "LSA_BARRIER", "GIN_SIGNAL", "GIN_COUNTER", "GIN_BARRIER", "HYBRID_BARRIER", "CFT_COUNTER",
-           "CFT_BARRIER"]
+           "CFT_BARRIER", "WORLD_GIN_BARRIER"]
 
 #: Tells the simulator that this module's functions are device code.
 __flowdsl_device_module__ = True
@@ -63,6 +63,7 @@ GIN_BARRIER = 8
 HYBRID_BARRIER = 9
 CFT_COUNTER = 10
 CFT_BARRIER = 11
+WORLD_GIN_BARRIER = 12
 
 #: Record code -> what the diagnosis calls it (the ``index`` field says which one).
 PRIMITIVE_NAMES = {
@@ -74,10 +75,11 @@ PRIMITIVE_NAMES = {
     LSA_BARRIER: "lsa barrier wait, barrier",
     GIN_SIGNAL: "gin.wait_signal, signal",
     GIN_COUNTER: "gin.wait_counter, counter",
-    GIN_BARRIER: "gin barrier sync, barrier",
+    GIN_BARRIER: "gin rail barrier sync, barrier",
     HYBRID_BARRIER: "gin hybrid barrier sync, barrier",
     CFT_COUNTER: "cft.wait_counted, counter at byte offset",
     CFT_BARRIER: "cft barrier wait, barrier",
+    WORLD_GIN_BARRIER: "gin world barrier sync, barrier",
 }
 
 

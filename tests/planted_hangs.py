@@ -121,7 +121,7 @@ def absent_at_gin_barrier(comm, absent, hybrid):
         if hybrid == 1:
             gin.hybrid_barrier(ctx, coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
         else:
-            gin.barrier(ctx, coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
+            gin.rail_barrier(ctx, coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
 
 
 def skip_gin_barrier(absent: int = 1, hybrid: bool = False, abort: bool = False):

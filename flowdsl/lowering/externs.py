@@ -231,8 +231,10 @@ EXTERNS: tuple[Extern, ...] = (
     _gin("flowdsl_gin_flush", "void", [_COMM, ("int", "ctx"), ("order", "order")], "ncclGin::flush.", coop=True),
     *_gin_ids("signal"),
     *_gin_ids("counter"),
-    _gin("flowdsl_gin_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
+    _gin("flowdsl_gin_rail_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
          "ncclGinBarrierSession (rail team)::sync, bounded.", coop=True),
+    _gin("flowdsl_gin_world_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
+         "ncclGinBarrierSession (world team)::sync, bounded.", coop=True),
     _gin("flowdsl_hybrid_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
          "ncclBarrierSession (world: LSA inside, GIN across)::sync, bounded.", coop=True),
     # CFT (the separate "cft" library): teams, logical endpoints, sessions, counted writes, barriers.

@@ -99,15 +99,16 @@ class LocalActionType(types.Type):
 
 
 class GinBarrierSessionType(types.Type):
-    """A GIN (rail) or hybrid (world) barrier session."""
+    """A barrier session opened by ``opened_by`` (``gin.rail_barrier``, ``gin.world_barrier`` or
+    ``gin.hybrid_barrier``), whose ``sync`` calls that primitive's support function."""
 
-    def __init__(self, ctx: GinContextType, coop: CoopType, hybrid: bool):
-        self.ctx, self.coop, self.hybrid = ctx, coop, hybrid
-        super().__init__(name=f"{'Hybrid' if hybrid else 'Gin'}BarrierSession({ctx.comm}, {coop})")
+    def __init__(self, ctx: GinContextType, coop: CoopType, opened_by: str):
+        self.ctx, self.coop, self.opened_by = ctx, coop, opened_by
+        super().__init__(name=f"BarrierSession({opened_by}, {ctx.comm}, {coop})")
 
     @property
     def key(self):
-        return self.ctx, self.coop, self.hybrid
+        return self.ctx, self.coop, self.opened_by
 
 
 local_action_type = LocalActionType()
@@ -137,9 +138,10 @@ _make_context = struct_maker(lambda comm, index: GinContextType(comm), ("comm", 
 _make_local = struct_maker(local_action_type, ("counter",))
 _REMOTE_FIELDS = ("signal", "win", "offset", "value")
 _make_remote = {kind: struct_maker(RemoteActionType(kind), _REMOTE_FIELDS) for kind in REMOTE_KINDS}
-_make_barrier = struct_maker(lambda ctx, coop, index: GinBarrierSessionType(ctx, coop, False), ("ctx", "coop", "index"))
-_make_hybrid_barrier = struct_maker(lambda ctx, coop, index: GinBarrierSessionType(ctx, coop, True),
-                                    ("ctx", "coop", "index"))
+#: A session maker for each barrier primitive (its name is the session type's ``opened_by``).
+_BARRIERS = ("rail_barrier", "world_barrier", "hybrid_barrier")
+_make_barrier = {name: struct_maker(lambda ctx, coop, index, name=name: GinBarrierSessionType(ctx, coop, name),
+                                    ("ctx", "coop", "index")) for name in _BARRIERS}
 
 
 @intrinsic
@@ -400,20 +402,21 @@ def gin_reset_counter(ctx, counter):
 
 # ---- barriers ----------------------------------------------------------------------------------------
 
-@overload(gin.barrier)
-def gin_barrier(ctx, coop, index):
-    check(gin.barrier, ctx, coop)
-    return lambda ctx, coop, index: _make_barrier(ctx, coop, index)
+def _barrier_opener(name):
+    stub, make = getattr(gin, name), _make_barrier[name]
+
+    @overload(stub)
+    def gin_barrier(ctx, coop, index):
+        check(stub, ctx, coop)
+        return lambda ctx, coop, index: make(ctx, coop, index)
 
 
-@overload(gin.hybrid_barrier)
-def gin_hybrid_barrier(ctx, coop, index):
-    check(gin.hybrid_barrier, ctx, coop)
-    return lambda ctx, coop, index: _make_hybrid_barrier(ctx, coop, index)
+for _barrier in _BARRIERS:
+    _barrier_opener(_barrier)
 
 
 @overload_method(GinBarrierSessionType, "sync")
 def gin_barrier_sync(session, order):
-    sync = _out_of_line(extern_symbol(gin.hybrid_barrier if session.hybrid else gin.barrier, session.coop))
+    sync = _out_of_line(extern_symbol(getattr(gin, session.opened_by), session.coop))
     return lambda session, order: sync((session.coop._word, session.ctx.comm, session.ctx.index,
                                         session.index, enum_value(order)))

@@ -68,13 +68,23 @@ class GinContext:
     def __repr__(self):
         return f"<sim GIN context {self.index} of {self.comm!r}>"
 
+class TeamBarriers:
+    """The GIN barriers of one team for every rank: ``inbox[rank][index][member]`` is the last epoch that
+    member's arrival brought, ``epoch[rank][index]`` the rank's own, ``cond[rank][index]`` its waits."""
+
+    def __init__(self, nranks: int, count: int, members: int):
+        self.inbox = [[[0] * members for _ in range(count)] for _ in range(nranks)]
+        self.epoch = [[0] * count for _ in range(nranks)]
+        self.cond = [[Cond() for _ in range(count)] for _ in range(nranks)]
+
+
 class GinState:
     """GIN state of one device communicator (shared by its ranks).
 
     Counts come from the device communicator's requirements: ``gin_context_count``
     (default 4), ``gin_signal_count``, ``gin_counter_count``,
     ``rail_gin_barrier_count`` (and ``barrier_count``, which sets both LSA and GIN
-    barrier counts for hybrid barriers).
+    barrier counts for hybrid barriers), ``world_gin_barrier_count``.
     """
 
     def __init__(self, group):
@@ -93,9 +103,11 @@ class GinState:
         self.sig_cond = [Cond() for _ in range(n)]
         self.ctr_cond = [Cond() for _ in range(n)]
         self.nodes = world.nodes
-        self.rail_inbox = [[[0] * world.nodes for _ in range(self.nrail)] for _ in range(n)]
-        self.rail_epoch = [[0] * self.nrail for _ in range(n)]
-        self.rail_cond = [[Cond() for _ in range(self.nrail)] for _ in range(n)]
+        self.nworld = int(reqs.get("world_gin_barrier_count", 0))
+        # GIN barriers by team: each rank's inbox holds, per barrier, the last arrival of each team member
+        # (the rail team's by node, the world team's by rank), its own epoch, and what its waits block on.
+        self.barriers = {"rail": TeamBarriers(n, self.nrail, world.nodes),
+                         "world": TeamBarriers(n, self.nworld, n)}
         self.bar_pending = [[] for _ in range(n)]
 
 
@@ -458,61 +470,80 @@ def _gin_reset_counter(ctx, counter):
 
 # ---------------------------------------------------------------- barriers
 class GinBarrierSession:
-    """A rail GIN barrier session (``ncclGinBarrierSession`` on the rail team)."""
+    """A GIN barrier session over the rail team or the world team (``ncclGinBarrierSession`` on
+    ``ncclTeamTagRail`` / ``ncclTeamTagWorld``)."""
 
-    __slots__ = ("ctx", "coop", "index", "epoch")
+    __slots__ = ("ctx", "coop", "index", "epoch", "team")
 
-    def __init__(self, ctx, coop, index, epoch):
-        self.ctx, self.coop, self.index, self.epoch = ctx, coop, index, epoch
+    def __init__(self, ctx, coop, index, epoch, team="rail"):
+        self.ctx, self.coop, self.index, self.epoch, self.team = ctx, coop, index, epoch, team
 
     def sync(self, order=MemoryOrder.SEQ_CST):
-        _rail_sync(self, order)
+        _gin_barrier_sync(self, order, "GIN_BARRIER" if self.team == "rail" else "WORLD_GIN_BARRIER")
 
 
-def _rail_sync(s, order, what="GIN_BARRIER"):
-    """Arrive at every rail peer (a strongly ordered message on the context), wait for all, observe."""
+def _team_members(comm, team: str, nodes: int) -> list[tuple[int, int]]:
+    """``(slot in the inbox, world rank)`` of each member of ``team`` but this rank: the rail team's by node
+    (this LSA rank on every node), the world team's by rank."""
+    ls = comm.lsa_size
+    if team == "rail":
+        node = comm.rank // ls
+        return [(p, comm.lsa_rank + p * ls) for p in range(nodes) if p != node]
+    return [(r, r) for r in range(comm.nranks) if r != comm.rank]
+
+
+def _gin_barrier_sync(s, order, what):
+    """Arrive at every other member of the team (a strongly ordered message on the context), wait for all,
+    observe."""
     t = current()
     ctx, st = s.ctx, s.ctx.state
     comm = ctx.comm
+    bars = st.barriers[s.team]
     coop_sync(s.coop)
     val = s.epoch + 1
-    node, ls = comm.rank // comm.lsa_size, comm.lsa_size
+    me = comm.rank // comm.lsa_size if s.team == "rail" else comm.rank
+    members = _team_members(comm, s.team, st.nodes)
     net = _net()
     if s.coop.trank == 0:
         rc = _state.race
         published = rc.release_vc(t, order) if rc is not None else None  # the arrival releases per its order
-        for p in range(st.nodes):
-            if p != node:
-                op = Op("bar", t.rank, comm.lsa_rank + p * ls, ctx.index, st)
-                op.bar, op.read, op.race_vc = (s.index, node, val), True, published
-                net.issue(op, ("bar", t.rank), t.name())
-    box = st.rail_inbox[t.rank][s.index]
+        for _, rank in members:
+            op = Op("bar", t.rank, rank, ctx.index, st)
+            op.bar, op.read, op.race_vc = (s.team, s.index, me, val), True, published
+            net.issue(op, ("bar", t.rank), t.name())
+    box = bars.inbox[t.rank][s.index]
     sched = _state.sched
-    while any(v < val for p, v in enumerate(box) if p != node):
-        def detail(sch, box=box, node=node, val=val, comm=comm):
-            return "\n".join(f"rail peer rank {comm.lsa_rank + p * ls} (node {p}) has not arrived (its arrival "
-                             f"count here is {v}, need {val}): {sch.rank_summary(comm.lsa_rank + p * ls)}"
-                             for p, v in enumerate(box) if p != node and v < val)
-        w = Wait(f"gin rail barrier {s.index} wait (epoch {s.epoch} -> {val})", detail)
-        late = next(p for p, v in enumerate(box) if p != node and v < val)
-        cond = st.rail_cond[t.rank][s.index]
-        if note_bounded(t, what, comm.lsa_rank + late * ls, s.index, val, box[late], w, cond, comm):
+    while any(box[slot] < val for slot, _ in members):
+        def detail(sch, box=box, val=val, members=members, team=s.team):
+            return "\n".join(f"{team} peer rank {rank} has not arrived (its arrival count here is {box[slot]}, "
+                             f"need {val}): {sch.rank_summary(rank)}" for slot, rank in members if box[slot] < val)
+        w = Wait(f"gin {s.team} barrier {s.index} wait (epoch {s.epoch} -> {val})", detail)
+        late_slot, late = next((slot, rank) for slot, rank in members if box[slot] < val)
+        cond = bars.cond[t.rank][s.index]
+        if note_bounded(t, what, late, s.index, val, box[late_slot], w, cond, comm):
             break  # comm.abort(): the wait gives up
         cond.waiters.append(t)
         sched.block(t, w)
     net.observe(t.rank, st.bar_pending[t.rank])
-    _race_acquire(t, ("rail", st.group.did, t.rank, s.index), order)
+    _race_acquire(t, (s.team, st.group.did, t.rank, s.index), order)
     coop_sync(s.coop)
     s.epoch = val
     if s.coop.trank == 0:
-        st.rail_epoch[t.rank][s.index] = val
+        bars.epoch[t.rank][s.index] = val
 
 
-@implements("flowdsl.gin.barrier")
+@implements("flowdsl.gin.rail_barrier")
 def _gin_barrier(ctx, coop, index):
     st = ctx.state
     index = barrier_index(index, st.nrail, "GIN rail barrier", "rail_gin_barrier_count")
-    return GinBarrierSession(ctx, coop, index, st.rail_epoch[current().rank][index])
+    return GinBarrierSession(ctx, coop, index, st.barriers["rail"].epoch[current().rank][index])
+
+
+@implements("flowdsl.gin.world_barrier")
+def _gin_world_barrier(ctx, coop, index):
+    st = ctx.state
+    index = barrier_index(index, st.nworld, "GIN world barrier", "world_gin_barrier_count")
+    return GinBarrierSession(ctx, coop, index, st.barriers["world"].epoch[current().rank][index], "world")
 
 
 class HybridBarrierSession:
@@ -526,7 +557,7 @@ class HybridBarrierSession:
     def sync(self, order=MemoryOrder.SEQ_CST):
         lsa_arrive(self.lsa, order)
         lsa_wait(self.lsa, order)
-        _rail_sync(self.rail, order, "HYBRID_BARRIER")
+        _gin_barrier_sync(self.rail, order, "HYBRID_BARRIER")
 
 
 @implements("flowdsl.gin.hybrid_barrier")
@@ -545,7 +576,8 @@ def _gin_hybrid_barrier(ctx, coop, index):
         _grow_lsa(g, nlsa)
     lsa_s = lsa_barrier(ctx.comm, coop, index)
     assert isinstance(lsa_s, BarrierSession)
-    return HybridBarrierSession(lsa_s, GinBarrierSession(ctx, coop, index, st.rail_epoch[current().rank][index]))
+    return HybridBarrierSession(lsa_s, GinBarrierSession(ctx, coop, index,
+                                                         st.barriers["rail"].epoch[current().rank][index]))
 
 
 def _grow_lsa(g, n):

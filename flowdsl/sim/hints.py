@@ -21,6 +21,8 @@ _HOST_COLLECTIVES = ("Call the same host collectives (comm.register, comm.device
 _LSA_BARRIER = ("LSA barrier: every rank of the LSA team must arrive at the same barrier index with the same coop "
                 "(as many times: a skipped or extra sync leaves the epochs apart).")
 _RAIL_BARRIER = ("GIN rail barrier: every rank of the rail team must arrive at the same barrier index, as many times.")
+_WORLD_BARRIER = ("GIN world barrier: every rank must arrive at the same barrier index, as many times (ranks of one "
+                  "node too: the rail barrier, gin.rail_barrier, awaits one rank per node).")
 _CFT_BARRIER = "CFT barrier: every rank of the CFT team must arrive at the same barrier index, as many times."
 _BLOCK_BARRIER = ("Block or warp barrier: every thread of the coop (the CTA, the warp's mask) must reach the same "
                   "barrier; threads that returned or took another branch never arrive.")
@@ -44,7 +46,7 @@ _SPIN = "Make sure some thread stores the value the spin loop waits for (with fl
 
 #: (prefix of a wait label, hint), in report order.
 _WAITS = (
-    ("lsa barrier", _LSA_BARRIER), ("gin rail barrier", _RAIL_BARRIER), ("cft barrier", _CFT_BARRIER),
+    ("lsa barrier", _LSA_BARRIER), ("gin rail barrier", _RAIL_BARRIER), ("gin world barrier", _WORLD_BARRIER), ("cft barrier", _CFT_BARRIER),
     ("coop.sync", _BLOCK_BARRIER), ("cuda.sync", _BLOCK_BARRIER), ("cuda.", _BLOCK_BARRIER),
     ("gin.wait_signal", _SIGNAL), ("gin.wait_counter", _COUNTER), ("gin.flush", _FLUSH),
     ("cft.wait_counted", _CFT_COUNTED), ("cft", _CFT_SESSION),

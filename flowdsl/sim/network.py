@@ -276,14 +276,15 @@ class Network:
             agent = rc.net_event(op)
             published = rc.release(agent)
         if op.bar is not None:
-            index, node, val = op.bar
-            box = st.rail_inbox[op.dst][index]
+            team, index, member, val = op.bar
+            bars = st.barriers[team]
+            box = bars.inbox[op.dst][index]
             if rc is not None:
-                rc.release_to(("rail", st.group.did, op.dst, index), published)
-            if box[node] < val:
-                box[node] = val
+                rc.release_to((team, st.group.did, op.dst, index), published)
+            if box[member] < val:
+                box[member] = val
             st.bar_pending[op.dst].append(rec)
-            st.rail_cond[op.dst][index].notify(sched)
+            bars.cond[op.dst][index].notify(sched)
             return
         a = op.remote
         if a.kind == "sig":

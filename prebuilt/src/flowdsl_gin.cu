@@ -213,8 +213,8 @@ FLOWDSL_FOR_EACH_REMOTE(FLOWDSL_GIN_PUT_VALUE)
 FLOWDSL_FOR_EACH_SIGNAL(FLOWDSL_GIN_SIGNAL)
 
 #define FLOWDSL_GIN_BARRIERS(K)                                                                       \
-  FLOWDSL_API void flowdsl_gin_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,     \
-                                                 uint32_t index, int order) {                         \
+  FLOWDSL_API void flowdsl_gin_rail_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx, \
+                                                      uint32_t index, int order) {                    \
     auto c = coop_##K(coop);                                                                          \
     ncclGinBarrierSession<decltype(c)> s{c, ncclGin(*comm, ctx), ncclTeamTagRail(), index};          \
     bounded_gin_barrier_sync(s, comm, (cuda::memory_order)order, kGinBarrier, index);                 \
@@ -222,6 +222,17 @@ FLOWDSL_FOR_EACH_SIGNAL(FLOWDSL_GIN_SIGNAL)
   FLOWDSL_API void flowdsl_hybrid_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,  \
                                                     uint32_t index, int order) {                      \
     bounded_hybrid_barrier_sync(coop_##K(coop), comm, ctx, index, (cuda::memory_order)order);         \
+  }
+// The world team's GIN barrier (NCCL 2.30's worldGinBarrier): the same bounded sync over every rank.
+// Its wait-record code, flowdsl.wait.WORLD_GIN_BARRIER, is the one the other codes of flowdsl_internal.cuh's
+// enum leave free (defined here: the CFT library, built by another toolkit, shares that header).
+constexpr int kWorldGinBarrier = 12;
+#define FLOWDSL_GIN_WORLD_BARRIER(K)                                                                  \
+  FLOWDSL_API void flowdsl_gin_world_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx, \
+                                                       uint32_t index, int order) {                   \
+    auto c = coop_##K(coop);                                                                          \
+    ncclGinBarrierSession<decltype(c)> s{c, ncclGin(*comm, ctx), ncclTeamTagWorld(), index};         \
+    bounded_gin_barrier_sync(s, comm, (cuda::memory_order)order, kWorldGinBarrier, index);            \
   }
 
 // Signals and counters are waited for, read and reset alike (ncclGin's *Signal and *Counter).
@@ -262,4 +273,8 @@ FLOWDSL_GIN_READ_RESET(counter, Counter)
             local_offset, bytes, coop_##K(coop));                                                     \
   }
 FLOWDSL_FOR_EACH_COOP(FLOWDSL_GIN_GET_FUNCS)
+#endif
+
+#if NCCL_VERSION_CODE >= 23000
+FLOWDSL_FOR_EACH_COOP(FLOWDSL_GIN_WORLD_BARRIER)
 #endif

@@ -66,7 +66,7 @@ def barriers_and_signals(comm, flags):
     ctx = gin.context(comm, 0)
     gin.wait_signal(ctx, cta, 0, uint64(flags[0]))
     gin.wait_counter(ctx, cta, 0, uint64(flags[1]))
-    gin.barrier(ctx, cta, 0).sync(MemoryOrder.ACQ_REL)
+    gin.rail_barrier(ctx, cta, 0).sync(MemoryOrder.ACQ_REL)
     gin.hybrid_barrier(ctx, cta, 0).sync(MemoryOrder.ACQ_REL)
 
 
@@ -82,7 +82,7 @@ def test_support_library_waits_poll_the_timer(linked_ptx, nccl):
 
 @flowdsl.kernel
 def rail_barrier(comm):
-    gin.barrier(gin.context(comm, 0), coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
+    gin.rail_barrier(gin.context(comm, 0), coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
 
 
 @flowdsl.kernel

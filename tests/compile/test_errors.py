@@ -196,7 +196,7 @@ def test_requirements_are_derived_from_the_kernel():
     def uses_all(comm, win):
         lsa.barrier(comm, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQUIRE)
         ctx = gin.context(comm)
-        gin.barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQUIRE)
+        gin.rail_barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQUIRE)
         gin.hybrid_barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQUIRE)
 
     @flowdsl.kernel

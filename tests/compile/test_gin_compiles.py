@@ -38,13 +38,13 @@ def gin_legacy(comm, win, out):
     out[1] = gin.read_counter(ctx, 1)
     gin.reset_signal(ctx, 0)
     gin.reset_counter(ctx, 0)
-    gin.barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQ_REL)
+    gin.rail_barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQ_REL)
     gin.hybrid_barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQ_REL)
 
 
 @flowdsl.kernel
 def gin_2_32(comm, win, out):
-    """The primitives of NCCL 2.32: strong/weak and VA signals, get."""
+    """The primitives of NCCL 2.32: strong/weak and VA signals, get (and NCCL 2.30's world GIN barrier)."""
     ctx = gin.context(comm, 1)
     world = team.world(comm)
     peer = (comm.rank + 1) % comm.nranks
@@ -59,6 +59,8 @@ def gin_2_32(comm, win, out):
     gin.get(ctx, world, peer, win, 0, win, 512, 64, coop=coop.warp())
     gin.flush(ctx, coop.warp())
     out[0] = gin.read_signal(ctx, 0)
+    gin.world_barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQ_REL)  # NCCL 2.30's
+    gin.world_barrier(ctx, coop.warp(), 0).sync(MemoryOrder.RELAXED)
 
 
 ARGS = ("devcomm", ("window", np.uint64), np.zeros(4, np.uint64))
@@ -107,3 +109,13 @@ def test_gin_typing_errors_name_the_argument():
 
     with pytest.raises(TypingError, match=r"flowdsl.gin.flush requires a GIN context, got DevComm"):
         no_context.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.32.3"), arch="sm_90", nccl="2.32.3")
+
+
+def test_the_world_gin_barrier_is_refused_for_nccl_2_28():
+    @flowdsl.kernel
+    def world_barrier(comm, win, out):
+        gin.world_barrier(gin.context(comm), coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
+
+    with pytest.raises(TypingError, match=r"flowdsl.gin.world_barrier requires NCCL >= 2.30.0, but this kernel is "
+                                          r"compiled for NCCL 2.28.9"):
+        world_barrier.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.28.9"), arch="sm_90", nccl="2.28.9")

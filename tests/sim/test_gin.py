@@ -152,7 +152,7 @@ def _ctx4(comm, win):
 
 @flowdsl.kernel
 def _rail2(comm, win):
-    gin.barrier(gin.context(comm, 0), coop.cta(), 2).sync(MemoryOrder.ACQ_REL)
+    gin.rail_barrier(gin.context(comm, 0), coop.cta(), 2).sync(MemoryOrder.ACQ_REL)
 
 
 @flowdsl.kernel
@@ -264,7 +264,7 @@ def _ops(comm, src, dst, flag, out, it):
     gin.wait_signal(ctx, th, 1, 3)
     gin.reset_counter(ctx, 0)
     out[6] = gin.read_counter(ctx, 0)
-    bar = gin.barrier(ctx, coop.cta(), 0)
+    bar = gin.rail_barrier(ctx, coop.cta(), 0)
     bar.sync(MemoryOrder.ACQ_REL)
     bar.sync(MemoryOrder.ACQ_REL)
 

@@ -175,7 +175,7 @@ def test_poll_needs_a_device_communicator():
         sim.spawn(main, nranks=1)
 
 
-@pytest.mark.parametrize("hybrid,primitive", [(False, "gin barrier sync, barrier"),
+@pytest.mark.parametrize("hybrid,primitive", [(False, "gin rail barrier sync, barrier"),
                                               (True, "gin hybrid barrier sync, barrier")])
 def test_a_rank_absent_at_a_gin_barrier_leaves_its_rail_peers_with_the_diagnosis(hybrid, primitive):
     # 2 nodes of 2: rank 1's rail peer is rank 3 (node 1); rank 0's LSA peer (rank 1) is absent too,
