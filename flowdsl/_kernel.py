@@ -273,11 +273,16 @@ class FlowKernel:
     def overloads(self) -> dict:
         """``{argument types: loaded kernel}`` for each signature (numba-cuda's ``overloads``; a declared
         signature not launched yet is loaded on this GPU now). The values have numba-cuda's kernel attributes
-        (``regs_per_thread``, ``shared_mem_per_block``, ...)."""
+        (``regs_per_thread``, ``shared_mem_per_block``, ...) and its typing (``_type_annotation.typemap``,
+        typed again the first time it is read here)."""
         for argtypes in self._candidates or ((self._declared,) if self._declared is not None else ()):
             if argtypes not in self._loaded:
                 self.load(argtypes)
-        return {argtypes: loaded.numba_kernel for argtypes, loaded in self._loaded.items()}
+        kernels = {argtypes: loaded.numba_kernel for argtypes, loaded in self._loaded.items()}
+        for argtypes, kernel in kernels.items():
+            if getattr(kernel, "_type_annotation", None) is None:  # a kernel loaded from its cubin: no typing kept
+                kernel._type_annotation = self._kernel_code(argtypes).type_annotation()
+        return kernels
 
     def _matching(self, args) -> tuple:
         """The declared signature (of a list) that ``args`` match, as numba-cuda's dispatcher chooses it: an

@@ -168,15 +168,16 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
     return Lowered(library)
 
 
-def type_annotation(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, lineinfo: bool) -> str:
-    """numba's source annotated with its IR and types (``inspect_types``), from a typing of its own."""
+def type_annotation(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, lineinfo: bool):
+    """numba's ``TypeAnnotation`` of the kernel (its ``typemap``; as text, ``inspect_types``'s source annotated
+    with its IR and types), from a typing of its own."""
     from numba.core import types  # noqa: PLC0415
     from numba.cuda import compiler  # noqa: PLC0415
 
     with explicit_target(cc):
         cres = compiler.compile_cuda(pyfunc, types.void, tuple(argtypes), lineinfo=lineinfo, fastmath=fastmath,
                                      cc=cc, lto=True, abi="numba")
-    return str(cres.type_annotation)
+    return cres.type_annotation
 
 
 def ptx_of(lowered: Lowered, cc: tuple[int, int]) -> str:

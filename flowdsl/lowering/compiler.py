@@ -151,6 +151,10 @@ class KernelCode:
 
     def types(self) -> str:
         """numba's annotated source (``inspect_types``)."""
+        return str(self.type_annotation())
+
+    def type_annotation(self):
+        """numba's ``TypeAnnotation`` of the kernel (``typemap``: each variable's type)."""
         with compiling_for(self.target):
             return backend.type_annotation(self.pyfunc, self.argtypes, self.target.cc, fastmath=self.fastmath,
                                            lineinfo=self.lineinfo)

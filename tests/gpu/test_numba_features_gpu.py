@@ -137,6 +137,9 @@ def test_the_dispatcher_api_on_a_loaded_kernel(comm):
     assert store_scaled.get_shared_mem_per_block(SIG) == 0
     sass = store_scaled.inspect_sass(SIG)
     assert "store_scaled" in sass and "EXIT" in sass
+    # numba-cuda's tests read a kernel's typing there (test_sm_creation, test_localmem)
+    typemap = store_scaled.overloads[SIG]._type_annotation.typemap
+    assert str(typemap["x"]) == "array(float32, 1d, C)" and str(typemap["y"]) == "int32"
 
 
 def test_element_conversions_on_the_gpu_bit_for_bit(comm):
