@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Mapping
-from types import SimpleNamespace
 
 __all__ = ["device", "DeclaredOverloads", "register_called_kernels", "bind_devices", "code_names", "OUT_OF_LINE"]
 
@@ -35,8 +34,9 @@ def device(fn=None, *, signature=None, inline: bool = True, fastmath: bool = Fal
     first flowdsl kernel compiles; a plain ``numba.cuda.jit`` kernel that calls it before
     then needs ``import flowdsl.lowering.bindings`` first.
 
-    numba-cuda's device-dispatcher inspection: ``fn.inspect_asm(signature)`` is the function's PTX
-    alone for argument types ``signature`` (this GPU's arch; sm_90 without one), as NVVM makes it.
+    numba-cuda's device-dispatcher API: ``fn.compile_device(argtypes)`` is numba's compile of the function
+    alone (this GPU's arch; sm_90 without one), ``fn.inspect_asm(signature)`` and ``fn.inspect_llvm(signature)``
+    its PTX and LLVM IR; ``inspect_sass`` is refused, as numba-cuda refuses it for a device function.
     ``signature`` (numba's: ``"float32(float32, float32)"``, a list of them) declares the types it is
     called with, as ``cuda.jit(signature, device=True)`` does: ``fn.overloads`` lists them
     (``cuda.vectorize`` reads their return types there). Calls of other types
@@ -51,8 +51,11 @@ def device(fn=None, *, signature=None, inline: bool = True, fastmath: bool = Fal
         OUT_OF_LINE.add(f"{fn.__module__}.{fn.__qualname__}")
     fn.__flowdsl_inline__ = inline  # part of the cache key of every kernel that calls it
     fn.__flowdsl_fastmath__ = bool(fastmath)  # so is this
-    fn.inspect_asm = functools.partial(_inspect_asm, fn)
     fn.overloads = DeclaredOverloads(fn, signature)
+    fn.compile_device = lambda args, return_type=None: fn.overloads.compile(tuple(args), return_type)
+    fn.inspect_asm = functools.partial(_inspect_asm, fn)
+    fn.inspect_llvm = functools.partial(_inspect_llvm, fn)
+    fn.inspect_sass = functools.partial(_inspect_sass, fn)
     fn.py_func = fn
     with _devices_lock:
         if not _devices_bound:  # registered with numba-cuda when something first compiles
@@ -63,11 +66,10 @@ def device(fn=None, *, signature=None, inline: bool = True, fastmath: bool = Fal
 
 
 class DeclaredOverloads(Mapping):
-    """numba-cuda's ``overloads`` of a device function: argument types -> what compiled them (its
-    ``.signature``), for the signatures declared at decoration. A flowdsl device function is compiled
-    inside its callers, so without a declared signature it lists none. A declared return type is taken
-    as it is; a missing one is what NVVM's compile of the function alone gives (when first read: making
-    a device function imports no numba)."""
+    """numba-cuda's ``overloads`` of a device function: argument types -> numba's compile result of the function
+    alone (``.signature``, ``.fndesc``, ``.library``), for the signatures declared at decoration and those
+    ``compile_device`` compiled. A flowdsl device function is compiled inside its callers, so it lists no others.
+    The declared ones are compiled when first read (making a device function imports no numba)."""
 
     def __init__(self, fn, signature):
         self._fn, self._declared, self._entries = fn, signature, None
@@ -75,17 +77,20 @@ class DeclaredOverloads(Mapping):
     def _load(self) -> dict:
         if self._entries is None:
             from numba.core import sigutils  # noqa: PLC0415 - numba's own parser of its signatures
-            from numba.core.typing.templates import signature as make_signature  # noqa: PLC0415
 
             declared = self._declared
-            entries = {}
+            self._entries = {}
             for one in (declared if isinstance(declared, list) else [] if declared is None else [declared]):
                 args, returns = sigutils.normalize_signature(one)
-                if returns is None:
-                    returns = _compile_alone(self._fn, tuple(args))[1]
-                entries[tuple(args)] = SimpleNamespace(signature=make_signature(returns, *args))
-            self._entries = entries
+                self.compile(tuple(args), returns)
         return self._entries
+
+    def compile(self, args: tuple, return_type=None):
+        """numba's compile result for ``args`` (``compile_device``), compiled once."""
+        entries = self._load()
+        if args not in entries:
+            entries[args] = _compile_alone(self._fn, args, return_type)
+        return entries[args]
 
     def __getitem__(self, args):
         return self._load()[tuple(args)]
@@ -97,16 +102,20 @@ class DeclaredOverloads(Mapping):
         return len(self._load())
 
 
-def _compile_alone(fn, args: tuple):
-    """``fn`` compiled alone for ``args`` (this GPU's arch, sm_90 without one): its PTX and return type."""
-    from . import _targets  # noqa: PLC0415
+def _compile_alone(fn, args: tuple, return_type=None):
+    """numba's compile result of ``fn`` alone for ``args`` (this GPU's arch, sm_90 without one)."""
     from .lowering import compiler  # noqa: PLC0415 - binds numba-cuda
 
+    return compiler.backend.compile_device(fn, args, _device_cc(), return_type, fastmath=fn.__flowdsl_fastmath__)
+
+
+def _device_cc() -> tuple[int, int]:
+    from . import _targets  # noqa: PLC0415
+
     try:
-        cc = _targets.device_target().cc
+        return _targets.device_target().cc
     except Exception:  # noqa: BLE001 - no GPU: the code an sm_90 would run
-        cc = (9, 0)
-    return compiler.backend.compile_device(fn, args, cc, fastmath=fn.__flowdsl_fastmath__)
+        return (9, 0)
 
 
 def register_called_kernels(fn) -> None:
@@ -201,8 +210,19 @@ def bind_devices() -> None:
 
 def _inspect_asm(fn, signature=None):
     """``fn.inspect_asm(signature)``: the PTX of ``fn`` alone for argument types ``signature``; without one, as
-    numba-cuda's device dispatcher, a dict of the PTX of each declared signature (a flowdsl device function is
-    compiled inside its callers: it has no others of its own)."""
+    numba-cuda's device dispatcher, a dict of the PTX of each signature in ``fn.overloads``."""
     if signature is None:
-        return {args: _compile_alone(fn, args)[0] for args in fn.overloads}
-    return _compile_alone(fn, tuple(getattr(signature, "args", signature)))[0]
+        return {args: cres.library.get_asm_str(_device_cc()) for args, cres in fn.overloads.items()}
+    return fn.overloads.compile(tuple(getattr(signature, "args", signature))).library.get_asm_str(_device_cc())
+
+
+def _inspect_llvm(fn, signature=None):
+    """``fn.inspect_llvm(signature)``: numba's LLVM IR of ``fn`` alone (a dict of each without a signature)."""
+    if signature is None:
+        return {args: cres.library.get_llvm_str() for args, cres in fn.overloads.items()}
+    return fn.overloads.compile(tuple(getattr(signature, "args", signature))).library.get_llvm_str()
+
+
+def _inspect_sass(fn, signature=None):
+    raise RuntimeError(f"Cannot inspect SASS of a device function ({fn.__qualname__}): SASS is a kernel's, after "
+                       "linking. Inspect a kernel that calls it (k.inspect_sass(signature))")

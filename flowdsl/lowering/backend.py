@@ -192,13 +192,15 @@ def ptx_of(lowered: Lowered, cc: tuple[int, int]) -> str:
     return ptx.decode().strip("\x00").strip()
 
 
-def compile_device(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool = False):
-    """NVVM's PTX of device function ``pyfunc`` alone for ``argtypes`` on ``cc``, and the type it returns
-    (numba-cuda's device dispatcher's ``inspect_asm`` and ``overloads``)."""
-    from numba.cuda.compiler import compile_ptx  # noqa: PLC0415
+def compile_device(pyfunc, argtypes, cc: tuple[int, int], return_type=None, *, fastmath: bool = False):
+    """numba's compile result of device function ``pyfunc`` alone for ``argtypes`` on ``cc`` (numba-cuda's
+    device dispatcher's ``compile_device``: its ``library`` gives the PTX and LLVM IR, ``signature`` the
+    return type, inferred unless ``return_type`` is given)."""
+    from numba.cuda.compiler import compile_cuda  # noqa: PLC0415
 
     with explicit_target(cc):
-        return compile_ptx(pyfunc, tuple(argtypes), device=True, fastmath=fastmath, cc=cc)
+        return compile_cuda(pyfunc, return_type, tuple(argtypes), fastmath=fastmath, cc=cc,
+                            nvvm_options={"opt": 3, "fastmath": fastmath})
 
 
 def disassemble(cubin: bytes) -> str:

@@ -98,7 +98,7 @@ def test_a_device_function_has_its_own_fast_math_and_inspect_asm():
     whatever its caller's; ``inspect_asm(signature)`` gives its PTX alone."""
     assert "div.approx" in _fast_quotient.inspect_asm((float32, float32))
     assert "div.rn.f32" in _quotient.inspect_asm((float32, float32))
-    assert _quotient.inspect_asm() == {}  # compiled inside its callers only: no signature of its own
+    assert set(_quotient.inspect_asm()) <= {(float32, float32), (int32, int32)}  # those compiled alone
 
     @flowdsl.kernel((float32[::1], float32, float32))
     def both(r, x, y):
@@ -133,6 +133,18 @@ def test_a_device_functions_declared_signatures_are_its_overloads():
 
     assert "add.f64" in other_types.inspect_asm((float64[::1],)) or "add.rn.f64" in other_types.inspect_asm(
         (float64[::1],))
+
+
+def test_a_device_function_compiles_alone_as_numba_cudas_device_dispatcher():
+    """compile_device gives numba's compile result; inspect_asm and inspect_llvm name its mangled function;
+    inspect_sass is refused in numba-cuda's words (numba-cuda's test_device_func)."""
+    cres = _quotient.compile_device((int32, int32))
+    assert "_quotient" in cres.fndesc.mangled_name and cres.signature.return_type == float64
+    assert _quotient.compile_device((int32, int32)) is cres  # compiled once
+    assert cres.fndesc.mangled_name in _quotient.inspect_asm((int32, int32))
+    assert cres.fndesc.mangled_name in _quotient.inspect_llvm((int32, int32))
+    with pytest.raises(RuntimeError, match="Cannot inspect SASS of a device function"):
+        _quotient.inspect_sass((int32, int32))
 
 
 def _cosine(x):
