@@ -113,7 +113,9 @@ COVERAGE: dict[str, Provided | Refused] = {
     "field ncclDevCommRequirements.barrierCount": _keyword("barrier_count", "hybrid barriers (gin.hybrid_barrier)"),
     "field ncclDevCommRequirements.lsaBarrierCount": _keyword("lsa_barrier_count"),
     "field ncclDevCommRequirements.railGinBarrierCount": _keyword("rail_gin_barrier_count"),
-    "field ncclDevCommRequirements.ginContextCount": _keyword("gin_context_count"),
+    "field ncclDevCommRequirements.ginContextCount": _keyword(
+        "gin_context_count", "NCCL's hint: the count to use is the device communicator's, dc.gin_context_count on "
+        "the host and comm.gin_context_count in kernels"),
     "field ncclDevCommRequirements.ginSignalCount": _keyword("gin_signal_count"),
     "field ncclDevCommRequirements.ginCounterCount": _keyword("gin_counter_count"),
     "field ncclDevCommRequirements.ginForceEnable": _keyword("gin_force_enable"),

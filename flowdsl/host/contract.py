@@ -81,3 +81,5 @@ class DevComm(Resource, Protocol):
 
     rank: int
     nranks: int
+    #: The GIN contexts a kernel may use (NCCL's ``ginContextCount``; the requirement is a hint).
+    gin_context_count: int

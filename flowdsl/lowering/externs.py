@@ -174,6 +174,7 @@ EXTERNS: tuple[Extern, ...] = (
     _e("flowdsl_comm_nranks", "int", [_COMM], "Number of world ranks."),
     _e("flowdsl_comm_lsa_rank", "int", [_COMM], "Rank within this rank's LSA team."),
     _e("flowdsl_comm_lsa_size", "int", [_COMM], "Number of ranks in this rank's LSA team."),
+    _e("flowdsl_comm_gin_context_count", "int", [_COMM], "GIN contexts a kernel may use (ncclDevComm::ginContextCount)."),
     # Bounded waits (flowdsl.wait): the timer and the device communicator's wait record (its last word).
     _e("flowdsl_wait_check", "uint64", [("ptr", "record"), ("uint64", "state"), ("int", "what"), ("int", "peer"),
                                         ("uint32", "index"), ("uint64", "expected"), ("uint64", "seen")],

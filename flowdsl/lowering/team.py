@@ -25,7 +25,7 @@ def _overload_comm_field(name: str) -> None:
         return lambda comm: fn(devcomm_ptr(comm))
 
 
-for _field in ("rank", "nranks", "lsa_rank", "lsa_size"):
+for _field in ("rank", "nranks", "lsa_rank", "lsa_size", "gin_context_count"):
     _overload_comm_field(_field)
 
 

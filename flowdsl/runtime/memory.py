@@ -206,6 +206,14 @@ def gin_backends_in(raw: bytes, layout: dict) -> frozenset | None:
     return frozenset(GIN_BACKENDS.get(t) for t in raw[types_at:types_at + raw[count_at]])
 
 
+def gin_context_count_in(raw: bytes, layout: dict) -> int:
+    """The ``ginContextCount`` an ``ncclDevComm`` struct records (0 when the layout does not say where)."""
+    if "gin_context_count" not in layout:
+        return 0
+    offset, size = layout["gin_context_count"]
+    return int.from_bytes(raw[offset:offset + size], "little")
+
+
 class DevComm(Resource):
     """A device communicator (``ncclDevComm``) created for the loaded NCCL's device ABI.
 
@@ -239,6 +247,9 @@ class DevComm(Resource):
             raise
         raw = bytes(self._struct)
         backends = gin_backends_in(raw, layout)
+        #: The GIN contexts a kernel may use (``ncclDevComm::ginContextCount``; the requirement is NCCL's hint),
+        #: as kernels read it: ``comm.gin_context_count``.
+        self.gin_context_count = gin_context_count_in(raw, layout)
         #: The GIN backend of its connections (None: no GIN connection, or not one backend for all). A
         #: kernel that uses GIN is linked for it at its first launch with this device communicator.
         self.gin_backend = gin_backend_of(comm) if backends is None else (

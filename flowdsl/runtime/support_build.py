@@ -93,6 +93,11 @@ template <typename C> auto gin_types(long) -> decltype(&C::ginTypes, void()) {
   std::printf("\"gin_types\": [%zu, %zu], ", offsetof(C, ginContextCount), offsetof(C, ginTypes));
 }
 template <typename C> void gin_types(...) {}
+// The GIN contexts a kernel may use (uint8 in NCCL 2.28, uint32 later): [offset, size].
+template <typename C> auto gin_context_count(int) -> decltype(&C::ginContextCount, void()) {
+  std::printf("\"gin_context_count\": [%zu, %zu], ", offsetof(C, ginContextCount), sizeof(((C*)0)->ginContextCount));
+}
+template <typename C> void gin_context_count(...) {}
 // Requirement fields of later releases (GIN connection shapes, the world GIN barrier, ...): printed where
 // the release has them.
 #define OPTIONAL_FIELD(f)                                                                        \
@@ -113,6 +118,7 @@ int main() {
   std::printf("{\"version_code\": %d, \"dev_comm_size\": %zu, \"dev_comm_align\": %zu, ",
               NCCL_VERSION_CODE, sizeof(ncclDevComm), alignof(ncclDevComm));
   gin_types<ncclDevComm>(0);
+  gin_context_count<ncclDevComm>(0);
   std::printf("\"requirements_size\": %zu, \"requirements_fields\": {", sizeof(reqs));
   FIELD(lsaMultimem); FIELD(barrierCount); FIELD(lsaBarrierCount); FIELD(railGinBarrierCount);
   FIELD(lsaLLA2ABlockCount); FIELD(lsaLLA2ASlotCount); FIELD(ginForceEnable);

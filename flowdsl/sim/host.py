@@ -86,6 +86,8 @@ class DevComm(Closable):
         lsa_barrier_count: Number of LSA barriers.
         gin_backend: The simulated GIN backend (``spawn(gin_backend=...)``), a
             :class:`flowdsl.GinBackend` as on GPUs.
+        gin_context_count: The GIN contexts a kernel may use (``gin_context_count``, default 4), as
+            kernels read it: ``comm.gin_context_count``.
     """
 
     __flowdsl_sim__ = True
@@ -100,6 +102,9 @@ class DevComm(Closable):
         self.lsa_size = comm.lsa_size
         self.lsa_barrier_count = group.lsa_barrier_count
         self.gin_backend = GinBackend.from_option(comm.world.net.backend)
+        from .gin import gin_state  # noqa: PLC0415 - the GIN model loads with the first device communicator
+
+        self.gin_context_count = gin_state(self).contexts
         self.closed = False
 
     @property

@@ -23,6 +23,9 @@ FLOWDSL_API int flowdsl_comm_lsa_rank(const ncclDevComm* comm);
 // Number of ranks in this rank's LSA team. (NCCL >= 2.28.9)
 FLOWDSL_API int flowdsl_comm_lsa_size(const ncclDevComm* comm);
 
+// GIN contexts a kernel may use (ncclDevComm::ginContextCount). (NCCL >= 2.28.9)
+FLOWDSL_API int flowdsl_comm_gin_context_count(const ncclDevComm* comm);
+
 // One check of a bounded wait (flowdsl.wait.poll): the wait's next state, or all ones to give up. (NCCL >= 2.28.9)
 FLOWDSL_API uint64_t flowdsl_wait_check(void* record, uint64_t state, int what, int peer, uint32_t index, uint64_t expected, uint64_t seen);
 

@@ -55,6 +55,7 @@ FLOWDSL_API int flowdsl_comm_rank(const ncclDevComm* comm) { return comm->rank; 
 FLOWDSL_API int flowdsl_comm_nranks(const ncclDevComm* comm) { return comm->nRanks; }
 FLOWDSL_API int flowdsl_comm_lsa_rank(const ncclDevComm* comm) { return comm->lsaRank; }
 FLOWDSL_API int flowdsl_comm_lsa_size(const ncclDevComm* comm) { return comm->lsaSize; }
+FLOWDSL_API int flowdsl_comm_gin_context_count(const ncclDevComm* comm) { return comm->ginContextCount; }
 
 // ---- coops ------------------------------------------------------------------
 #define FLOWDSL_COOP_FUNCS(K)                                                         \

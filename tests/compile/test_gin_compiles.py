@@ -36,6 +36,7 @@ def gin_legacy(comm, win, out):
     out[0] = gin.read_signal(ctx, 2) + gin.read_signal(ctx, 3, 32, MemoryOrder.RELAXED)
     gin.wait_counter(ctx, coop.warp_span(0, 2, 3), 0, 1)
     out[1] = gin.read_counter(ctx, 1)
+    out[2] = comm.gin_context_count
     gin.reset_signal(ctx, 0)
     gin.reset_counter(ctx, 0)
     gin.rail_barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQ_REL)

@@ -27,3 +27,18 @@ def test_gpu_objects_are_instances_of_the_contract_and_the_barrier_returns(comm)
     with pytest.raises(flowdsl.UsageError, match="Cannot create a device communicator: lsa_barrier_count must be "
                                                  ">= 0, got -1"):
         comm.device_communicator(lsa_barrier_count=-1)
+
+
+def test_the_gin_context_count_is_the_device_communicators_on_host_and_in_kernels(comm):
+    """NCCL's ginContextCount, read from the struct on the host and by comm.gin_context_count in a kernel."""
+    import flowdsl
+
+    @flowdsl.kernel
+    def read_count(dc, out):
+        out[0] = dc.gin_context_count
+
+    out = comm.alloc(1, np.int32)
+    with comm.device_communicator(gin_context_count=2) as dc:
+        read_count[1, 1](dc, out)
+        comm.synchronize()
+        assert int(out.get()[0]) == dc.gin_context_count >= 0

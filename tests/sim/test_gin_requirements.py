@@ -6,6 +6,7 @@ and refuses the connection type it cannot pass (``CUSTOM_ARRAY``)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import flowdsl
@@ -58,3 +59,21 @@ def test_connection_types_flowdsl_cannot_pass_are_refused_by_name():
     with pytest.raises(sim.UsageError, match="gin_connection_type 9 is not a flowdsl.GinConnectionType"):
         _requirements(gin_connection_type=9)
     assert isinstance(sim.UsageError("x"), flowdsl.UsageError)
+
+
+@flowdsl.kernel
+def _read_gin_context_count(comm, out):
+    out[0] = comm.gin_context_count
+
+
+@pytest.mark.parametrize("asked, count", [({}, 4), ({"gin_context_count": 2}, 2)])
+def test_the_gin_context_count_is_read_on_host_and_in_kernels(asked, count):
+    """What a kernel that spreads its blocks over contexts needs (NCCL's ginContextCount: the requirement is a
+    hint, the device communicator's count is the one to use)."""
+    def main(comm):
+        out = comm.alloc(1, np.int32)
+        with comm.device_communicator(**asked) as dc:
+            _read_gin_context_count[1, 1](dc, out)
+            comm.synchronize()
+            return dc.gin_context_count, int(out.get()[0])
+    assert sim.spawn(main, nranks=2, nodes=2) == [(count, count)] * 2
