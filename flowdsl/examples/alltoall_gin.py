@@ -6,10 +6,11 @@ is for rank ``p``). The kernel issues one GIN put per peer (spread over the
 grid's threads) that writes the block into the peer's receive window at
 ``rank * count``, carrying a weak signal increment on the signal of one block;
 the block ``receiving_cta`` of each rank waits until that signal has risen by
-``nranks`` (one increment per sender, each covering its own put). A world
-barrier (hybrid: LSA inside a node, GIN across nodes) before the puts keeps a
-fast rank from writing into a peer that still reads an earlier result, and one
-after the flush keeps the windows alive until every peer is done.
+``nranks`` (one increment per sender, each covering its own put). The world
+GIN barrier (``gin.world_barrier``, as NCCL's example: ``ncclGinBarrierSession``
+on ``ncclTeamTagWorld``, ``world_gin_barrier_count``) before the puts keeps a
+fast rank from writing into a peer that still reads an earlier result, and once
+more after the flush keeps the windows alive until every peer is done.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from numba import cuda
 import flowdsl
 from flowdsl import MemoryOrder, coop, gin, team
 
-__all__ = ["alltoall_gin", "run", "run_alltoall", "signal_round", "open_round", "put_blocks"]
+__all__ = ["alltoall_gin", "run", "run_alltoall", "signal_round", "put_blocks"]
 
 
 @flowdsl.device
@@ -30,18 +31,6 @@ def signal_round(comm):
     ctx = gin.context(comm, 0)
     sig = cuda.blockIdx.x
     return ctx, sig, gin.read_signal(ctx, sig)
-
-
-@flowdsl.device
-def open_round(comm):
-    """How both all-to-alls start: :func:`signal_round`, then the world barrier (hybrid: LSA inside a
-    node, GIN across) on the CTA, passed so that no peer still reads an earlier result. Returns
-    ``(ctx, sig, base, cta, bar)``; the kernel syncs ``bar`` again once it is done."""
-    ctx, sig, base = signal_round(comm)
-    cta = coop.cta()
-    bar = gin.hybrid_barrier(ctx, cta, cuda.blockIdx.x)
-    bar.sync(MemoryOrder.ACQUIRE)
-    return ctx, sig, base, cta, bar
 
 
 @flowdsl.device
@@ -56,7 +45,10 @@ def put_blocks(ctx, world, first, last, send_win, recv_win, size, sig):
 
 @flowdsl.kernel
 def alltoall_gin(comm, send_win, recv_win, count, itemsize):
-    ctx, sig, base, cta, bar = open_round(comm)
+    ctx, sig, base = signal_round(comm)
+    cta = coop.cta()
+    bar = gin.world_barrier(ctx, cta, cuda.blockIdx.x)
+    bar.sync(MemoryOrder.ACQUIRE)  # no peer still reads an earlier result
     world = team.world(comm)
     put_blocks(ctx, world, 0, world.nranks, send_win, recv_win, count * itemsize, sig)
     # The senders' thread `world.rank` (same on every rank) issues the put to this rank: its block
@@ -74,12 +66,13 @@ def run(comm, count: int = 256, blocks: int = 2, threads: int = 32, seed: int = 
     ``result`` is this rank's receive buffer (block ``s`` came from rank ``s``);
     ``reference`` is what NumPy computes from every rank's (seeded) inputs.
     """
-    return run_alltoall(alltoall_gin, comm, count, blocks, threads, seed)
+    return run_alltoall(alltoall_gin, comm, count, blocks, threads, seed, world_gin_barrier_count=blocks)
 
 
-def run_alltoall(kernel, comm, count: int, blocks: int, threads: int, seed: int):
-    """Run all-to-all ``kernel`` (this module's signature) on ``comm`` over seeded float32 inputs;
-    return ``(result, reference)`` for this rank, as :func:`run` says."""
+def run_alltoall(kernel, comm, count: int, blocks: int, threads: int, seed: int, **barriers):
+    """Run all-to-all ``kernel`` (this module's signature) on ``comm`` over seeded float32 inputs, with one GIN
+    signal per block and the barrier counts ``barriers``; return ``(result, reference)`` for this rank, as
+    :func:`run` says."""
     n = comm.nranks
     rng = np.random.default_rng(seed)
     inputs = rng.standard_normal((n, n, count)).astype(np.float32)  # inputs[src][dst]
@@ -88,7 +81,7 @@ def run_alltoall(kernel, comm, count: int, blocks: int, threads: int, seed: int)
     recv = comm.alloc(n * count, np.float32)
     recv.set(np.full(n * count, np.nan, np.float32))
     with comm.register(send) as swin, comm.register(recv) as rwin, \
-            comm.device_communicator(barrier_count=blocks, gin_signal_count=blocks) as dcomm:
+            comm.device_communicator(gin_signal_count=blocks, **barriers) as dcomm:
         kernel[blocks, threads](dcomm, swin, rwin, count, 4)
         comm.synchronize()
         result = recv.get()

@@ -6,8 +6,9 @@ rank holds ``nranks`` blocks of ``count`` elements (block ``p`` is for rank
 receive window at ``rank * count``, each carrying a weak signal increment;
 peers of the node (the LSA team, this rank included) get it by plain stores
 through LSA views. The block ``receiving_cta`` waits for one signal increment
-per remote peer; the closing world barrier (hybrid: LSA inside, GIN across)
-publishes the LSA stores.
+per remote peer. Its barriers are NCCL's example's: ``ncclBarrierSession`` over
+the world (``gin.hybrid_barrier``: LSA inside the node, GIN across, ``barrier_count``);
+the closing one publishes the LSA stores.
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ from __future__ import annotations
 from numba import cuda
 
 import flowdsl
-from flowdsl import MemoryOrder, gin, lsa, team
-from flowdsl.examples.alltoall_gin import open_round, put_blocks, run_alltoall
+from flowdsl import MemoryOrder, coop, gin, lsa, team
+from flowdsl.examples.alltoall_gin import put_blocks, run_alltoall, signal_round
 
 __all__ = ["alltoall_hybrid", "run"]
 
 
 @flowdsl.kernel
 def alltoall_hybrid(comm, send_win, recv_win, count, itemsize):
-    ctx, sig, base, cta, bar = open_round(comm)
+    ctx, sig, base = signal_round(comm)
+    cta = coop.cta()
+    bar = gin.hybrid_barrier(ctx, cta, cuda.blockIdx.x)
+    bar.sync(MemoryOrder.ACQUIRE)  # no peer still reads an earlier result
     world = team.world(comm)
     local = team.lsa(comm)
     start_lsa = world.rank - local.rank
@@ -48,4 +52,4 @@ def alltoall_hybrid(comm, send_win, recv_win, count, itemsize):
 
 def run(comm, count: int = 256, blocks: int = 2, threads: int = 32, seed: int = 0):
     """Run the hybrid all-to-all on ``comm``; return ``(result, reference)`` for this rank."""
-    return run_alltoall(alltoall_hybrid, comm, count, blocks, threads, seed)
+    return run_alltoall(alltoall_hybrid, comm, count, blocks, threads, seed, barrier_count=blocks)
