@@ -224,5 +224,7 @@ def _inspect_llvm(fn, signature=None):
 
 
 def _inspect_sass(fn, signature=None):
-    raise RuntimeError(f"Cannot inspect SASS of a device function ({fn.__qualname__}): SASS is a kernel's, after "
-                       "linking. Inspect a kernel that calls it (k.inspect_sass(signature))")
+    from .errors import NotInspectableError  # noqa: PLC0415
+
+    raise NotInspectableError(f"Cannot inspect SASS of a device function ({fn.__qualname__}): SASS is a kernel's, "
+                              "after linking. Inspect a kernel that calls it (k.inspect_sass(signature))")

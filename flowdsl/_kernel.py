@@ -379,7 +379,8 @@ class FlowKernel:
         ``lsa.barrier`` an LSA barrier, ``gin.rail_barrier`` a rail GIN barrier, ``gin.world_barrier`` a
         world GIN barrier,
         ``gin.hybrid_barrier`` both (``barrier_count``), ``cft.barrier`` a CFT barrier
-        (``cft_barrier_count``). GIN signal and counter counts depend on run-time ids:
+        (``cft_barrier_count``); a kernel that makes a GIN context asks for GIN (``gin_connection_type`` FULL,
+        unless another type is named). GIN signal and counter counts depend on run-time ids:
         pass ``gin_signal_count`` / ``gin_counter_count``.
         """
         pairs = _attribute_pairs(self.py_func.__code__)
@@ -393,6 +394,10 @@ class FlowKernel:
             reqs["rail_gin_barrier_count"] = blocks
         if ("gin", "world_barrier") in pairs:
             reqs["world_gin_barrier_count"] = blocks
+        if ("gin", "context") in pairs:  # NCCL >= 2.29 enables GIN only when asked
+            from .enums import GinConnectionType  # noqa: PLC0415
+
+            reqs["gin_connection_type"] = GinConnectionType.FULL
         if ("gin", "hybrid_barrier") in pairs:
             reqs["barrier_count"] = blocks
         if ("cft", "barrier") in pairs:

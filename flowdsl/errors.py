@@ -11,7 +11,7 @@ import re
 
 __all__ = ["FlowDSLError", "UsageError", "AlreadySpecializedError", "NoDeviceError", "ResourceClosedError",
            "CollectiveMismatchError", "DeviceTimeoutError", "FeatureUnavailableError", "KernelTypingError", "DeviceOnlyError",
-           "SupportLibraryError", "DriverError", "CacheWarning", "LaunchTypeError"]
+           "SupportLibraryError", "DriverError", "CacheWarning", "LaunchTypeError", "NotInspectableError"]
 
 
 #: A terminal colour code (numba writes its messages with them).
@@ -38,6 +38,11 @@ class UsageError(FlowDSLError, ValueError):
 
 class AlreadySpecializedError(UsageError, RuntimeError):
     """``specialize`` of a kernel that has its one signature already (numba-cuda raises a RuntimeError)."""
+
+
+class NotInspectableError(UsageError, RuntimeError):
+    """Code that has no such form to show (the SASS of a device function: it is linked into kernels only);
+    a RuntimeError, as numba-cuda raises it."""
 
 
 class LaunchTypeError(UsageError, TypeError):

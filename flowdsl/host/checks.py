@@ -298,7 +298,14 @@ def device_requirements(requirements: dict, for_kernel=None, grid=None) -> dict:
     out = dict(requirements)
     if for_kernel is not None:
         for key, value in for_kernel.requirements(grid).items():
-            out[key] = max(out.get(key, 0), value)
+            if key == "gin_connection_type":  # a type, not a count: the one named stands
+                if int(out.get(key, value)) == 0 and not out.get("gin_force_enable"):
+                    raise UsageError(f"Cannot create a device communicator for {for_kernel.__name__}: it uses GIN, "
+                                     "and gin_connection_type NONE leaves GIN off. Name another type (FULL, RAIL, "
+                                     "CUSTOM_STRIDE) or leave it out")
+                out.setdefault(key, value)
+            else:
+                out[key] = max(out.get(key, 0), value)
     for key, value in out.items():
         if key != "gin_traffic_class" and int(value) < 0:
             raise UsageError(f"Cannot create a device communicator: {key} must be >= 0, got {value}. Pass a count "

@@ -63,6 +63,13 @@ class GinContext:
 
     def __init__(self, comm, index):
         self.comm, self.state = comm, gin_state(comm)
+        if not self.state.enabled:
+            raise sim_error(GinResourceError, (
+                f"Cannot make GIN context {int(index)}: the device communicator has no GIN (NCCL >= 2.29 enables GIN "
+                "only when asked: a gin_connection_type, gin_force_enable, or GIN resources such as "
+                "gin_signal_count, for which flowdsl asks for FULL). Create it with "
+                "comm.device_communicator(for_kernel=k, grid=g) (a kernel that uses GIN asks for it) or "
+                "gin_connection_type=flowdsl.GinConnectionType.FULL"))
         self.index = _check_id(index, self.state.contexts, "context", f"make GIN context {int(index)}", "index")
 
     def __repr__(self):
@@ -92,7 +99,10 @@ class GinState:
         world = group.world
         n = world.nranks
         self.group = group
-        self.contexts = int(reqs.get("gin_context_count", DEFAULT_CONTEXTS) or DEFAULT_CONTEXTS)
+        # NCCL >= 2.29 enables GIN only when asked (a connection type, or gin_force_enable; flowdsl asks for FULL
+        # where GIN resources are requested): without it the device communicator has no GIN context.
+        self.enabled = bool(int(reqs.get("gin_connection_type", 0)) or reqs.get("gin_force_enable"))
+        self.contexts = int(reqs.get("gin_context_count", DEFAULT_CONTEXTS) or DEFAULT_CONTEXTS) if self.enabled else 0
         self.nsignals = int(reqs.get("gin_signal_count", 0))
         self.ncounters = int(reqs.get("gin_counter_count", 0))
         both = int(reqs.get("barrier_count", 0))

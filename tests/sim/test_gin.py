@@ -180,8 +180,10 @@ def _one(kern, nodes=2, **reqs):
      "signal id 5 is beyond the 4 signals the device communicator was created with (gin_signal_count=4)"),
     (_ctr3, dict(gin_counter_count=2), sim.GinResourceError,
      "counter id 3 is beyond the 2 counters the device communicator was created with (gin_counter_count=2)"),
-    (_ctx4, {}, sim.GinResourceError,
+    (_ctx4, dict(gin_connection_type=flowdsl.GinConnectionType.FULL), sim.GinResourceError,
      "context index 4 is beyond the 4 contexts the device communicator was created with (gin_context_count=4)"),
+    (_ctx4, {}, sim.GinResourceError,  # NCCL >= 2.29 enables GIN only when asked
+     "Cannot make GIN context 4: the device communicator has no GIN (NCCL >= 2.29 enables GIN only when asked"),
     (_rail2, dict(rail_gin_barrier_count=2), sim.BarrierIndexError,
      "Cannot open GIN rail barrier 2: the device communicator has rail_gin_barrier_count=2"),
     (_hybrid1, dict(lsa_barrier_count=2, rail_gin_barrier_count=1), sim.BarrierIndexError,

@@ -66,10 +66,11 @@ def _read_gin_context_count(comm, out):
     out[0] = comm.gin_context_count
 
 
-@pytest.mark.parametrize("asked, count", [({}, 4), ({"gin_context_count": 2}, 2)])
+@pytest.mark.parametrize("asked, count", [({"gin_signal_count": 1}, 4), ({"gin_signal_count": 1, "gin_context_count": 2}, 2),
+                                          ({"gin_connection_type": GinConnectionType.RAIL}, 4), ({}, 0)])
 def test_the_gin_context_count_is_read_on_host_and_in_kernels(asked, count):
     """What a kernel that spreads its blocks over contexts needs (NCCL's ginContextCount: the requirement is a
-    hint, the device communicator's count is the one to use)."""
+    hint, the device communicator's count is the one to use); none where GIN is not enabled."""
     def main(comm):
         out = comm.alloc(1, np.int32)
         with comm.device_communicator(**asked) as dc:

@@ -87,7 +87,34 @@ def test_a_rank_that_never_arrives_is_named():
 
 
 def test_the_kernel_derives_its_world_barriers():
-    assert _world_barrier_unless_last.requirements(8) == {"world_gin_barrier_count": 8}
+    assert _world_barrier_unless_last.requirements(8) == {"world_gin_barrier_count": 8,
+                                                          "gin_connection_type": flowdsl.GinConnectionType.FULL}
+
+
+@flowdsl.kernel
+def _put_only(comm, win):
+    ctx = gin.context(comm, 0)
+    world = team.world(comm)
+    gin.put(ctx, world, (world.rank + 1) % world.nranks, win, 8, win, 0, 4)  # bytes 0-3 here to 8-11 there
+    gin.flush(ctx, coop.cta())
+
+
+def test_a_kernel_that_uses_gin_asks_for_it_and_refuses_it_off():
+    """NCCL >= 2.29 enables GIN only when asked: a kernel that makes a GIN context asks for FULL connections
+    (a put with no signal, counter or barrier asks for no GIN resource), unless another type is named; NONE is
+    refused naming the kernel."""
+    def main(comm, **asked):
+        buf = comm.alloc(4, np.float32)
+        with comm.register(buf) as win, comm.device_communicator(for_kernel=_put_only, grid=1, **asked) as dc:
+            _put_only[1, 1](dc, win)
+            comm.synchronize()
+            return dict(dc.group.reqs)["gin_connection_type"]
+    assert run_ranks(main, nranks=2, nodes=2) == [flowdsl.GinConnectionType.FULL] * 2
+    rail = flowdsl.GinConnectionType.RAIL
+    assert run_ranks(lambda comm: main(comm, gin_connection_type=rail), nranks=2, nodes=2) == [rail] * 2
+    with pytest.raises(sim.UsageError, match="Cannot create a device communicator for _put_only: it uses GIN, and "
+                                             "gin_connection_type NONE leaves GIN off"):
+        run_ranks(lambda comm: main(comm, gin_connection_type=flowdsl.GinConnectionType.NONE), nranks=2, nodes=2)
 
 
 def test_the_old_name_is_refused_naming_the_teams():
