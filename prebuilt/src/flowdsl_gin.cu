@@ -212,29 +212,21 @@ FLOWDSL_FOR_EACH_REMOTE(FLOWDSL_GIN_PUT)
 FLOWDSL_FOR_EACH_REMOTE(FLOWDSL_GIN_PUT_VALUE)
 FLOWDSL_FOR_EACH_SIGNAL(FLOWDSL_GIN_SIGNAL)
 
-#define FLOWDSL_GIN_BARRIERS(K)                                                                       \
-  FLOWDSL_API void flowdsl_gin_rail_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx, \
-                                                      uint32_t index, int order) {                    \
+// A GIN barrier session on a built-in team (NCCL's ncclTeamTag<Team>), synced with flowdsl's bounded wait;
+// `what` is its wait-record code.
+#define FLOWDSL_GIN_TEAM_BARRIER(K, team, Tag, what)                                                  \
+  FLOWDSL_API void flowdsl_gin_##team##_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx, \
+                                                          uint32_t index, int order) {                \
     auto c = coop_##K(coop);                                                                          \
-    ncclGinBarrierSession<decltype(c)> s{c, ncclGin(*comm, ctx), ncclTeamTagRail(), index};          \
-    bounded_gin_barrier_sync(s, comm, (cuda::memory_order)order, kGinBarrier, index);                 \
-  }                                                                                                   \
+    ncclGinBarrierSession<decltype(c)> s{c, ncclGin(*comm, ctx), Tag(), index};                      \
+    bounded_gin_barrier_sync(s, comm, (cuda::memory_order)order, what, index);                        \
+  }
+#define FLOWDSL_GIN_BARRIERS(K)                                                                       \
+  FLOWDSL_GIN_TEAM_BARRIER(K, rail, ncclTeamTagRail, kGinBarrier)                                     \
   FLOWDSL_API void flowdsl_hybrid_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,  \
                                                     uint32_t index, int order) {                      \
     bounded_hybrid_barrier_sync(coop_##K(coop), comm, ctx, index, (cuda::memory_order)order);         \
   }
-// The world team's GIN barrier (NCCL 2.30's worldGinBarrier): the same bounded sync over every rank.
-// Its wait-record code, flowdsl.wait.WORLD_GIN_BARRIER, is the one the other codes of flowdsl_internal.cuh's
-// enum leave free (defined here: the CFT library, built by another toolkit, shares that header).
-constexpr int kWorldGinBarrier = 12;
-#define FLOWDSL_GIN_WORLD_BARRIER(K)                                                                  \
-  FLOWDSL_API void flowdsl_gin_world_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx, \
-                                                       uint32_t index, int order) {                   \
-    auto c = coop_##K(coop);                                                                          \
-    ncclGinBarrierSession<decltype(c)> s{c, ncclGin(*comm, ctx), ncclTeamTagWorld(), index};         \
-    bounded_gin_barrier_sync(s, comm, (cuda::memory_order)order, kWorldGinBarrier, index);            \
-  }
-
 // Signals and counters are waited for, read and reset alike (ncclGin's *Signal and *Counter).
 #define FLOWDSL_GIN_WAIT(K, kind, Counter, what)                                                      \
   FLOWDSL_API void flowdsl_gin_wait_##kind##__##K(uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t id, \
@@ -276,5 +268,10 @@ FLOWDSL_FOR_EACH_COOP(FLOWDSL_GIN_GET_FUNCS)
 #endif
 
 #if NCCL_VERSION_CODE >= 23000
+// The world team's GIN barrier (NCCL 2.30's worldGinBarrier): the same bounded sync over every rank.
+// Its wait-record code, flowdsl.wait.WORLD_GIN_BARRIER, is the one the other codes of flowdsl_internal.cuh's
+// enum leave free (defined here: the CFT library, built by another toolkit, shares that header).
+constexpr int kWorldGinBarrier = 12;
+#define FLOWDSL_GIN_WORLD_BARRIER(K) FLOWDSL_GIN_TEAM_BARRIER(K, world, ncclTeamTagWorld, kWorldGinBarrier)
 FLOWDSL_FOR_EACH_COOP(FLOWDSL_GIN_WORLD_BARRIER)
 #endif
