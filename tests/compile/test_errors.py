@@ -204,7 +204,8 @@ def test_requirements_are_derived_from_the_kernel():
         lsa.barrier(comm, coop.warp(), 0).sync(MemoryOrder.ACQUIRE)
 
     assert uses_all.requirements((4, 2)) == {"lsa_barrier_count": 8, "rail_gin_barrier_count": 8,
-                                             "barrier_count": 8}
+                                             "barrier_count": 8,  # and GIN, which NCCL >= 2.29 enables when asked
+                                             "gin_connection_type": flowdsl.GinConnectionType.FULL}
     assert lsa_only.requirements(16) == {"lsa_barrier_count": 16}
 
 
