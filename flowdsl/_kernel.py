@@ -275,14 +275,18 @@ class FlowKernel:
         signature not launched yet is loaded on this GPU now). The values have numba-cuda's kernel attributes
         (``regs_per_thread``, ``shared_mem_per_block``, ...) and its typing (``_type_annotation.typemap``,
         typed again the first time it is read here)."""
-        for argtypes in self._candidates or ((self._declared,) if self._declared is not None else ()):
-            if argtypes not in self._loaded:
-                self.load(argtypes)
-        kernels = {argtypes: loaded.numba_kernel for argtypes, loaded in self._loaded.items()}
+        kernels = self._loaded_kernels()
         for argtypes, kernel in kernels.items():
             if getattr(kernel, "_type_annotation", None) is None:  # a kernel loaded from its cubin: no typing kept
                 kernel._type_annotation = self._kernel_code(argtypes).type_annotation()
         return kernels
+
+    def _loaded_kernels(self) -> dict:
+        """``{argument types: loaded numba-cuda kernel}``, a declared signature not launched yet loaded now."""
+        for argtypes in self._candidates or ((self._declared,) if self._declared is not None else ()):
+            if argtypes not in self._loaded:
+                self.load(argtypes)
+        return {argtypes: loaded.numba_kernel for argtypes, loaded in self._loaded.items()}
 
     def _matching(self, args) -> tuple:
         """The declared signature (of a list) that ``args`` match, as numba-cuda's dispatcher chooses it: an
@@ -328,7 +332,7 @@ class FlowKernel:
         """cuda.core's attribute of each loaded kernel under numba-cuda's ``name`` (``regs_per_thread``, ...)."""
         from ._launch import _kernel_function  # noqa: PLC0415
 
-        kernels = self.overloads
+        kernels = self._loaded_kernels()  # not overloads: the getters need no typing
         attribute = _CORE_ATTRIBUTES[name]
 
         def value(kernel):

@@ -102,10 +102,13 @@ class DevComm(Closable):
         self.lsa_size = comm.lsa_size
         self.lsa_barrier_count = group.lsa_barrier_count
         self.gin_backend = GinBackend.from_option(comm.world.net.backend)
-        from .gin import gin_state  # noqa: PLC0415 - the GIN model loads with the first device communicator
-
-        self.gin_context_count = gin_state(self).contexts
         self.closed = False
+
+    @property
+    def gin_context_count(self) -> int:
+        from .gin import gin_state  # noqa: PLC0415 - GIN state is made at first use, as its primitives make it
+
+        return gin_state(self).contexts
 
     @property
     def communicator(self):
