@@ -60,7 +60,7 @@ ENTRY_FORMAT = 2
 _ROOT = Path(__file__).parent
 
 #: flowdsl sources that cannot change a compiled kernel (host side, simulator, examples, tests).
-_HOST_ONLY = ("sim/", "runtime/", "examples/", "__main__.py", "testing.py", "collectives/_host.py",
+_HOST_ONLY = ("sim/", "runtime/", "examples/", "__main__.py", "testing.py", "torch.py", "collectives/_host.py",
               "collectives/_config.py", "collectives/_library.py", "collectives/cost.py", "collectives/check.py", "collectives/__init__.py",
               "_cache.py")
 

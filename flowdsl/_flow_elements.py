@@ -122,18 +122,21 @@ def _float_to_bf16(value):
 
 
 def to_float(x):
-    """Element ``x`` as a float32 to compute with: float16 widened, uint16 read as bfloat16 bits (flowdsl's
-    and NCCL's bfloat16 elements), float32 as it is. Exact for all three."""
+    """Element ``x`` as the float to compute with: float16 widened to float32, uint16 read as bfloat16 bits
+    (flowdsl's and NCCL's bfloat16 elements) into float32, float32 and float64 as they are. Exact for all."""
     if isinstance(x, np.uint16):
         return _bf16_to_float(x)
     if isinstance(x, (np.float16, np.float32)):
         return np.float32(x)
+    if isinstance(x, np.float64):  # a float64 kernel computes in float64 (gradient checks use it)
+        return x
     raise _element_refusal("to_float", x)
 
 
 def from_float(value, like):
-    """float32 ``value`` as an element of ``like``'s type, rounded to nearest even: float16, bfloat16 bits for
-    a uint16 ``like``, float32 as it is. ``like`` gives only the type (pass the element being replaced)."""
+    """``value`` as an element of ``like``'s type, rounded to nearest even: float16, bfloat16 bits for a
+    uint16 ``like``, float32 (from float32), float64 (from the value as it is). ``like`` gives only the type
+    (pass the element being replaced)."""
     if not isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, bool):
         raise _value_refusal(value)
     if isinstance(like, np.uint16):
@@ -143,6 +146,8 @@ def from_float(value, like):
             return np.float16(np.float32(value))
     if isinstance(like, np.float32):
         return np.float32(value)
+    if isinstance(like, np.float64):
+        return np.float64(value)
     raise _element_refusal("from_float", like)
 
 
@@ -173,7 +178,7 @@ def value_refusal(got) -> str:
 
 
 def conversion_refusal(name: str, element) -> str:
-    return (f"flowdsl.flow.{name} requires a float32, float16 or bfloat16 (uint16 bits) element, got {element}. "
+    return (f"flowdsl.flow.{name} requires a float64, float32, float16 or bfloat16 (uint16 bits) element, got {element}. "
             "Convert other types with numba's casts (float32(x))")
 
 

@@ -123,10 +123,10 @@ def _state(comm, config: FlowConfig, operation: str = "run a collective", stream
 class _Buffer:
     """What the launch needs of one array argument."""
 
-    __slots__ = ("array", "dtype", "size", "ptr", "device", "name", "host_view")
+    __slots__ = ("array", "dtype", "size", "ptr", "device", "name")
 
     def __init__(self, array, name, operation, sim=False):
-        self.array, self.name, self.host_view = array, name, None
+        self.array, self.name = array, name
         cai = getattr(array, "__cuda_array_interface__", None) if not is_torch(array) else None
         if is_torch(array):
             self._from_torch(array, operation, sim)  # torch has no __cuda_array_interface__ for fp8
@@ -160,8 +160,6 @@ class _Buffer:
         self._check_contiguous(t.shape, [s * t.element_size() for s in t.stride()], t.element_size(), operation)
         self.dtype = _TORCH_DTYPES.get(str(t.dtype), str(t.dtype).removeprefix("torch."))
         self.size, self.ptr, self.device = t.numel(), t.data_ptr(), t.device.index
-        if not t.is_cuda:
-            self.host_view = _torch_storage(t, self.dtype).numpy()
 
     def _from_cai(self, array, cai, operation):
         shape, strides = cai["shape"], cai.get("strides")
@@ -175,9 +173,8 @@ class _Buffer:
 
     def kernel_array(self):
         """The array as the kernel sees it: 1-D, bfloat16 as uint16, fp8 as uint8 (a CPU tensor on the
-        simulator: a NumPy view of its memory)."""
-        if self.host_view is not None:
-            return self.host_view.reshape(-1)
+        simulator stays a tensor: the simulator's launch takes it as the rank's device memory, as a GPU
+        launch takes a CUDA tensor; a NumPy view of it would be a host array, copied in and out)."""
         a = self.array
         if "torch" in type(a).__module__:
             a = _torch_storage(a, self.dtype)

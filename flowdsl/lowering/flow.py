@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import math
 
-from numba import float32, int32, uint8, uint16, uint64
+from numba import float32, float64, int32, uint8, uint16, uint64
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.errors import NumbaTypeError
@@ -358,6 +358,8 @@ def flow_to_float(x):
         return lambda x: to_float(x)
     if x in (types.float16, types.float32):
         return lambda x: float32(x)
+    if x == types.float64:
+        return lambda x: x
     raise NumbaTypeError(conversion_refusal("to_float", x))
 
 
@@ -370,6 +372,8 @@ def flow_from_float(value, like):
     if like in (types.float16, types.float32):
         ty = like
         return lambda value, like: ty(float32(value))
+    if like == types.float64:
+        return lambda value, like: float64(value)
     raise NumbaTypeError(conversion_refusal("from_float", like))
 
 

@@ -83,7 +83,7 @@ def test_an_element_type_without_a_float32_form_is_refused_on_both_paths():
     def ints(x):
         x[0] = flow.to_float(x[1])
 
-    message = r"flowdsl.flow.to_float requires a float32, float16 or bfloat16 \(uint16 bits\) element, got int32"
+    message = r"flowdsl.flow.to_float requires a float64, float32, float16 or bfloat16 \(uint16 bits\) element, got int32"
     with pytest.raises(flowdsl.KernelTypingError, match=message):
         ints.compile((types.int32[::1],), arch="sm_90", nccl="2.28.9")
 
@@ -110,3 +110,29 @@ def test_an_array_where_from_float_takes_a_number_is_refused_in_the_same_words()
         comm.synchronize()
     with pytest.raises(flowdsl.KernelTypingError, match=message):
         run_ranks(main, nranks=1)
+
+
+@flowdsl.kernel
+def float64_through(x, y):
+    i = cuda.grid(1)
+    if i < x.size:
+        y[i] = flow.from_float(flow.to_float(x[i]) * 3.0 + 0.1, y[i])
+
+
+def test_float64_is_computed_in_float64_on_both_paths():
+    """A float64 element stays float64 (``torch.autograd.gradcheck`` runs kernels in float64): the GPU's typing
+    returns float64 from ``to_float`` and the simulator's result equals NumPy's float64 arithmetic bit for bit."""
+    from numba import types
+
+    assert float64_through.compile((types.float64[::1], types.float64[::1]), arch="sm_90", nccl="2.28.9").cubin
+    x = np.random.default_rng(3).standard_normal(200)
+
+    def main(comm):
+        src, dst = comm.alloc(x.size, np.float64), comm.alloc(x.size, np.float64)
+        src.set(x)
+        float64_through[2, 128](src, dst)
+        comm.synchronize()
+        return dst.get()
+    got = run_ranks(main, nranks=1)[0]
+    assert np.array_equal(got, x * 3.0 + 0.1)
+    assert not np.array_equal(got, (x.astype(np.float32) * np.float32(3.0) + np.float32(0.1)).astype(np.float64))
