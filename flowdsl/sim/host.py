@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import gc
-import threading
 
 import sys
 
@@ -23,12 +22,12 @@ from .errors import CollectiveMismatchError, SimulationError, UnsupportedFeature
 from .network import Network
 from .memory import Closable, SymBuffer, Window, WindowGroup, poisoned
 from .races import RaceDetector, enabled_by_default
-from .scheduler import Block, Cond, HostTask, KernelThread, Launch, Scheduler, Wait, fmt_ids, sim_error
+from .scheduler import Block, Cond, HostTask, HostThread, KernelThread, Launch, Scheduler, Wait, fmt_ids, sim_error
 
 __all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch"]
 
 _OPTIONS = {"livelock_rounds": 100, "max_steps": None, "gin_delivery": "ordered", "gin_backend": "proxy",
-            "races": None}
+            "races": None, "host_threads": False}
 
 
 class _Collective:
@@ -172,6 +171,12 @@ class SimComm(Closable):
             raise sim_error(UsageError, f"Cannot {op}: call it from rank {self.rank}'s host code "
                             "(the main function given to flowdsl.sim.spawn), not from a kernel or another rank")
         return t
+
+    @property
+    def host_threads(self) -> bool:
+        """Whether each rank's host code runs on an OS thread of its own (``spawn(..., host_threads=True)``),
+        keeping its own thread-local state, as PyTorch needs."""
+        return self.world.sched.host_threads
 
     def alloc(self, shape, dtype=np.float32, *, like="cupy"):
         """A symmetric buffer of ``shape``/``dtype`` filled with poison (NaN or 0xA5 bytes).
@@ -332,7 +337,7 @@ class SimComm(Closable):
             return
         self.aborted = True
         sched = self.world.sched
-        if threading.get_ident() != sched.thread or not isinstance(_state.cur, HostTask):
+        if not sched.on_simulation_thread() or not isinstance(_state.cur, HostTask):
             # From another thread (a watchdog, as on GPUs) or outside this rank's host code: the waits wake
             # on the simulation's thread, and the host code's next call raises ResourceClosedError.
             sched.abort_requests.append(self)
@@ -660,7 +665,10 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
             strong and weak signals, legacy signals strong; ``"efa_gda"``: weak
             signals only), ``races`` (detect data races: ``True``/``False``; default
             on, unless the environment variable ``FLOWDSL_SIM_RACES=0``; see
-            ``flowdsl.sim.races``).
+            ``flowdsl.sim.races``), ``host_threads`` (``True``: each rank's ``main`` runs on an
+            OS thread of its own, one at a time as before, so that it keeps its own thread-local
+            state: what PyTorch programs need, ``flowdsl.torch``'s operators among them; default
+            ``False``, greenlets on the caller's thread).
 
     Returns:
         ``[main(comm_0), main(comm_1), ...]``.
@@ -680,6 +688,7 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
     nranks = checks.count_of(nranks, "nranks", f"spawn {nranks!r} ranks")
     nodes = checks.count_of(nodes, "nodes", f"spawn {nranks} ranks on {nodes!r} nodes")
     sched = Scheduler(seed=seed, livelock_rounds=opts["livelock_rounds"], max_steps=opts["max_steps"])
+    sched.host_threads = bool(opts["host_threads"])
     world = World(nranks, nodes, sched)
     sched.world = world
     world.net = sched.net = Network(seed, opts["gin_delivery"], opts["gin_backend"], world)
@@ -708,6 +717,9 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
                     "seed": sched.seed}  # counters only: the scheduler holds the whole world
     finally:
         gc.set_threshold(*thresholds)
+        for h in hosts:  # a rank's thread left waiting (a failure ended the run) unwinds
+            if isinstance(h.gl, HostThread):
+                h.gl.kill()
         if sched.race is not None:
             sched.race.close()
         _state.sched = None

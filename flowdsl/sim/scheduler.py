@@ -6,6 +6,13 @@ host collective) or a spin point (``flowdsl.mem`` loads and atomics), then
 hands control back to the scheduler, which picks the next runnable task with a
 ``random.Random(seed)``. The same seed therefore replays the same interleaving.
 
+A rank's host ``main`` may run on an OS thread of its own instead (``spawn(...,
+host_threads=True)``, :class:`HostThread`): still one task at a time, handed on
+explicitly, so the same seed replays the same interleaving; but each rank keeps its
+own thread-local state, which libraries with native frames need (PyTorch's grad mode
+and dispatcher, pybind11's argument-loader stack: interleaved on one thread, a rank
+blocked inside a torch operator and another entering one corrupt both).
+
 When no task is runnable but some wait, the scheduler raises a
 :class:`~flowdsl.sim.errors.DeadlockError` that says who waits on what and who
 was expected to release it; spinning without progress for a bounded number of
@@ -27,8 +34,64 @@ from .timeouts import as_timeout
 
 __all__ = [
     "Scheduler", "Task", "HostTask", "KernelThread", "Block", "Launch",
-    "GroupBarrier", "Cond", "Wait", "where", "fmt_ids", "sim_error",
+    "GroupBarrier", "Cond", "Wait", "where", "fmt_ids", "sim_error", "HostThread",
 ]
+
+#: The HostThread running on this OS thread (unset on the simulation's own thread).
+_local = threading.local()
+
+
+class HostThread:
+    """A host task on an OS thread of its own, driven as the scheduler drives a greenlet: ``resume`` lets
+    it run, and it runs until it hands control on (:meth:`Scheduler.transfer`) or returns (control goes to
+    the scheduler, as a finished greenlet's goes to its parent). Only one task runs at any time."""
+
+    def __init__(self, sched, run):
+        self.sched, self.run = sched, run
+        self.go = threading.Semaphore(0)
+        self.started = self.dead = self.killed = False
+        self.thread = threading.Thread(target=self._main, name="flowdsl.sim host", daemon=True)
+
+    def _main(self):
+        _local.host = self
+        self.go.acquire()
+        try:
+            if not self.killed:
+                self.run()
+        except greenlet.GreenletExit:
+            pass
+        finally:
+            self.dead = True
+            if not self.killed:  # back to the scheduler, as a greenlet returns to its parent
+                self.sched.hand_to_main(self.sched.gl)
+
+    def resume(self):
+        if not self.started:
+            self.started = True
+            self.thread.start()
+        self.go.release()
+
+    def wait(self):
+        """Block this thread until it is resumed; a killed one unwinds (as a collected greenlet does)."""
+        self.go.acquire()
+        if self.killed:
+            raise greenlet.GreenletExit
+
+    @property
+    def gr_frame(self):
+        """The frame where it waits (None while it is not started or has returned)."""
+        if not self.started or self.dead:
+            return None
+        import sys  # noqa: PLC0415
+
+        return sys._current_frames().get(self.thread.ident)
+
+    def kill(self):
+        """End a thread left waiting (the simulation is over): it unwinds from its wait."""
+        if self.started and not self.dead:
+            self.killed = True
+            self.go.release()
+            self.thread.join(timeout=10)
 
 _SIM_DIR = os.path.dirname(os.path.abspath(__file__))
 _STUBS_FILE = os.path.join(os.path.dirname(_SIM_DIR), "_stubs.py")
@@ -212,6 +275,9 @@ class Scheduler:
         self.failure = None
         self.next = None
         self.gl = None
+        self.host_threads = False  # host tasks on OS threads (HostThread) instead of greenlets
+        self._main_go = threading.Semaphore(0)
+        self._main_dest = None
         self.world = None
         self.net = None
         self.race = None
@@ -246,6 +312,40 @@ class Scheduler:
         self.stale = 0
         self.switch_away(task)
 
+    # ---- handing control on: greenlets on this thread, HostThreads on theirs ------------------------
+    def transfer(self, dest):
+        """Run ``dest`` (a greenlet or a :class:`HostThread`) until control comes back to the caller."""
+        me = getattr(_local, "host", None)
+        if me is None:  # on the simulation's thread, in a greenlet
+            if isinstance(dest, HostThread):
+                dest.resume()
+                self._wait_on_main()
+            else:
+                dest.switch()
+        elif isinstance(dest, HostThread):
+            dest.resume()
+            me.wait()
+        else:
+            self.hand_to_main(dest)
+            me.wait()
+
+    def hand_to_main(self, dest):
+        """Let the simulation's thread run greenlet ``dest`` (from a HostThread)."""
+        self._main_dest = dest
+        self._main_go.release()
+
+    def _wait_on_main(self):
+        """The simulation's thread waits until a HostThread hands it a greenlet to run, and runs it."""
+        self._main_go.acquire()
+        dest, self._main_dest = self._main_dest, None
+        if dest is not greenlet.getcurrent():
+            dest.switch()
+
+    def on_simulation_thread(self) -> bool:
+        """Whether the caller runs as part of the simulation (its thread, or a rank's HostThread)."""
+        host = getattr(_local, "host", None)
+        return threading.get_ident() == self.thread or (host is not None and host.sched is self)
+
     def switch_away(self, me):
         """Run the next task chosen by the seeded RNG (directly, without the scheduler loop).
 
@@ -259,7 +359,7 @@ class Scheduler:
             net.maybe_step(self.rr)
         n = len(rn)
         if n == 0 or self.failure is not None or (self.max_steps is not None and self.steps >= self.max_steps):
-            self.gl.switch()
+            self.transfer(self.gl)
             return
         i = int(self.rr() * n)
         t = rn[i]
@@ -273,9 +373,9 @@ class Scheduler:
         if gl is None:
             # Start new greenlets from the scheduler's own (shallow) stack.
             self.next = t
-            self.gl.switch()
+            self.transfer(self.gl)
             return
-        gl.switch()
+        self.transfer(gl)
 
     def yield_spin(self, task, key):
         """A spin point: stay runnable, let others run; ``key`` identifies what was read.
@@ -329,8 +429,9 @@ class Scheduler:
             _state.cur = t
             gl = t.gl
             if gl is None:
-                gl = t.gl = greenlet.greenlet(t.run, self.gl)
-            gl.switch()
+                gl = t.gl = HostThread(self, t.run) if self.host_threads and isinstance(t, HostTask) \
+                    else greenlet.greenlet(t.run, self.gl)
+            self.transfer(gl)
             _state.cur = None
             if self.failure is not None:
                 task, exc = self.failure
