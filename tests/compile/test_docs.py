@@ -29,6 +29,8 @@ DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NEEDS_A_GPU = {
     # torch.cuda.graph capture needs a CUDA device (and torch).
     "docs/collectives.md § Streams and CUDA graphs #1": "torch CUDA-graph capture needs a GPU",
+    "README.md § In a model #1": "a tensor-parallel layer on CUDA tensors",
+    "docs/torch.md § In a PyTorch model #1": "CUDA tensors on flowdsl.init()'s GPU",
 }
 
 
@@ -138,6 +140,9 @@ def _env() -> dict:
 @pytest.mark.sim
 @pytest.mark.parametrize("block_id", [b for b in BLOCKS if b not in NEEDS_A_GPU])
 def test_block_runs_as_written(block_id, tmp_path, monkeypatch):
+    if re.search(r"^import torch", BLOCKS[block_id], re.M):
+        pytest.importorskip("torch", reason=f"{block_id} needs PyTorch (pip install -e '.[test,torch]'; CI runs "
+                                            "it in the venv of tests/torch)")
     monkeypatch.chdir(tmp_path)  # a block that writes files writes them here
     _run_block(block_id, BLOCKS[block_id], tmp_path)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 from pathlib import Path
@@ -42,10 +43,15 @@ _BUILTIN_EXCEPTIONS = {name for name, value in vars(builtins).items()
                        if isinstance(value, type) and issubclass(value, BaseException)}
 
 
+#: Modules for PyTorch users, importable only where torch is installed (the CI venv of tests/torch has it).
+_NEED_TORCH = ("flowdsl.torch", "flowdsl.examples.tp_mlp")
+
+
 def _modules():
     names = ["flowdsl"]
+    has_torch = importlib.util.find_spec("torch") is not None
     for info in pkgutil.walk_packages([str(PACKAGE)], prefix="flowdsl."):
-        if info.name != "flowdsl.__main__":
+        if info.name != "flowdsl.__main__" and (has_torch or info.name not in _NEED_TORCH):
             names.append(info.name)
     return names
 

@@ -192,3 +192,21 @@ def test_an_unknown_name_and_ranks_sharing_a_thread_are_refused():
         ft.all_reduce(torch.ones(2), group=comm)
     with pytest.raises(flowdsl.UsageError, match=r"share one thread.*spawn\(\.\.\., host_threads=True\)"):
         run_ranks(interleaved, nranks=2)
+
+
+def test_grad_mode_is_each_ranks_own_on_host_threads_and_leaks_between_greenlets():
+    """Why the operators need host threads: rank 0 blocked under ``torch.no_grad()`` turned autograd off for
+    rank 1 when both shared a thread (greenlets), in some interleavings; on threads of their own, never."""
+    def main(comm):
+        if comm.rank == 0:
+            with torch.no_grad():
+                comm.barrier()
+            return None
+        seen = torch.is_grad_enabled()
+        comm.barrier()
+        return seen
+
+    on_threads = [run_ranks(main, nranks=2, seed=s, host_threads=True)[1] for s in range(4)]
+    on_greenlets = [run_ranks(main, nranks=2, seed=s)[1] for s in range(4)]
+    assert on_threads == [True] * 4
+    assert False in on_greenlets
