@@ -155,6 +155,19 @@ def test_element_conversions_on_the_gpu_bit_for_bit(comm):
     check([o.get() for o in outs], expected(values, bf16, f16))
 
 
+def test_float64_elements_are_computed_in_float64_on_the_gpu(comm):
+    import cupy
+
+    from tests.sim.test_element_conversions import float64_through
+
+    x = np.random.default_rng(3).standard_normal(200)
+    y = cupy.full(200, np.nan)
+    float64_through[2, 128](cupy.asarray(x), y)
+    comm.synchronize()
+    # float64 throughout (ptxas may fuse the multiply-add: one rounding fewer than NumPy's)
+    np.testing.assert_allclose(y.get(), x * 3.0 + 0.1, rtol=1e-15, atol=1e-15)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_rmsnorm_in_each_element_type_matches_numpy(comm, dtype):
     from flowdsl.examples import rmsnorm_lsa
