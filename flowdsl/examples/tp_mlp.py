@@ -11,7 +11,8 @@ rank's sum. :func:`flowdsl.torch.custom_op` makes each kernel an operator with a
 the first linear is row-parallel (each rank multiplies its slice of the features, the partial sums are
 reduced by the fused operator), the rows are then split over the ranks (sequence parallel), and the
 all-gather makes the output whole again on every rank. ``backend="torch"`` runs the same layer with
-``torch.distributed``'s collectives and ``torch.nn.functional.rms_norm``, for comparison.
+``torch.distributed.nn``'s collectives (which have autograd) and ``torch.nn.functional.rms_norm``, for
+comparison.
 
 Run it on GPUs with ``torchrun --nproc-per-node N python -m flowdsl.examples.tp_mlp`` (or one process),
 on the simulator with ``flowdsl.sim.spawn(main, N, host_threads=True)`` and CPU tensors.
@@ -243,15 +244,13 @@ class TensorParallelMLP(torch.nn.Module):
         if self.backend == "flowdsl":
             y = rmsnorm_reduce_scatter(partial, self.norm_weight, self.eps, group=self.group)
             return flowdsl.torch.all_gather(torch.nn.functional.gelu(y @ self.w2), group=self.group)
-        import torch.distributed as dist  # noqa: PLC0415
+        from torch.distributed import nn as dist_nn  # noqa: PLC0415 - its collectives have autograd
 
         summed = partial.new_empty((partial.shape[0] // self.nranks, partial.shape[1]))
-        dist.reduce_scatter_tensor(summed, partial.contiguous())
+        summed = dist_nn.functional.reduce_scatter(summed, list(partial.chunk(self.nranks)))
         y = torch.nn.functional.rms_norm(summed, (summed.shape[1],), self.norm_weight, self.eps)
         z = torch.nn.functional.gelu(y @ self.w2)
-        out = z.new_empty((z.shape[0] * self.nranks, z.shape[1]))
-        dist.all_gather_into_tensor(out, z.contiguous())
-        return out
+        return torch.cat(dist_nn.functional.all_gather(z.contiguous()))
 
 
 def reference(x, w1, w2, norm_weight, eps=1e-6):
