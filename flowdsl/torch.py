@@ -389,6 +389,10 @@ def custom_op(name: str, fn=None, *, mutates_args, device_types=None):
         @functools.wraps(fn)
         def by_name(group, *args, **kwargs):
             comm = communicator(group)
+            # The operator's autograd is what register_autograd says, so fn sees plain tensors: a kernel
+            # launch cannot take one that requires grad (torch refuses it its __cuda_array_interface__).
+            args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+            kwargs = {k: a.detach() if isinstance(a, torch.Tensor) else a for k, a in kwargs.items()}
             result = fn(comm, *args, **kwargs)
             if any(isinstance(a, torch.Tensor) and a.device.type == "cpu" for a in (*args, *kwargs.values())):
                 comm.synchronize()  # CPU tensors: done when the operator returns (see _complete)
