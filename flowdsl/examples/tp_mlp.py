@@ -125,6 +125,10 @@ def _window(comm, x):
     windows = comm.__dict__.setdefault("_tp_mlp_windows", {})
     key = (tuple(x.shape), x.dtype)
     if key not in windows:
+        if x.is_cuda and torch.cuda.is_current_stream_capturing():
+            raise flowdsl.UsageError(f"Cannot make rmsnorm_reduce_scatter's window for {tuple(x.shape)} {x.dtype} "
+                                     "while a CUDA graph is being captured: it allocates and registers memory. Call "
+                                     "the layer once with this shape before capturing (a warm-up)")
         import numpy as np  # noqa: PLC0415
 
         storage = {torch.bfloat16: np.uint16, torch.float16: np.float16, torch.float32: np.float32,

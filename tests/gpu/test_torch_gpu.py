@@ -82,3 +82,16 @@ def test_a_tensor_on_the_cpu_is_refused_naming_the_device(comm):
 
     with pytest.raises(flowdsl.UsageError, match=r"input is on cpu; the communicator's ranks use CUDA device"):
         ft.all_reduce(torch.ones(4), group=comm)
+
+
+def test_a_capture_without_warm_up_is_refused_naming_the_warm_up(comm, device):
+    import flowdsl
+    from flowdsl.examples import tp_mlp
+
+    x, w1, w2, gamma = tp_mlp.inputs(96, 64, torch.float32, device, seed=5)  # a shape no other test used
+    layer = tp_mlp.TensorParallelMLP(comm, w1, w2, gamma)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(flowdsl.UsageError, match="while a CUDA graph is being captured.*warm-up"):
+        with torch.no_grad(), torch.cuda.graph(graph):
+            layer(x)
+    torch.testing.assert_close(layer(x).double(), tp_mlp.reference(x, w1, w2, gamma), rtol=1e-4, atol=1e-4)
