@@ -332,6 +332,33 @@ def type_to_numpy(ty):
     return as_dtype(ty)
 
 
+# -- what is bound ---------------------------------------------------------------------------------
+
+def resolve_stub(stub) -> bool:
+    """Whether numba-cuda's typing binds ``stub`` (an ``@overload`` of it is registered): tests check every
+    primitive has a lowering."""
+    from numba.cuda.descriptor import cuda_target  # noqa: PLC0415
+
+    context = cuda_target.typing_context
+    context.refresh()
+    try:
+        return context.resolve_value_type(stub) is not None
+    except ValueError:  # "Cannot determine Numba type of <class 'function'>"
+        return False
+
+
+def overloaded_methods():
+    """``(numba type class, method name, overload function)`` of every ``@overload_method`` registered for
+    the CUDA target (read from numba-cuda's typing registry, whose method templates say ``is_method`` and keep
+    the function as ``_overload_func``)."""
+    from numba.cuda.typing.templates import builtin_registry  # noqa: PLC0415
+
+    for template in builtin_registry.attributes:
+        fn = getattr(template, "_overload_func", None)
+        if fn is not None and getattr(template, "is_method", False) and isinstance(getattr(template, "key", None), type):
+            yield template.key, template._attr, fn
+
+
 # -- what the disk cache keys by -----------------------------------------------------------------
 
 def versions() -> dict:

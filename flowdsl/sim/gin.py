@@ -488,7 +488,7 @@ class GinBarrierSession:
     def __init__(self, ctx, coop, index, epoch, team="rail"):
         self.ctx, self.coop, self.index, self.epoch, self.team = ctx, coop, index, epoch, team
 
-    def sync(self, order=MemoryOrder.SEQ_CST):
+    def sync(self, order):  # no default: the GPU's typing requires one
         _gin_barrier_sync(self, order, "GIN_BARRIER" if self.team == "rail" else "WORLD_GIN_BARRIER")
 
 
@@ -564,7 +564,7 @@ class HybridBarrierSession:
     def __init__(self, lsa_session, rail_session):
         self.lsa, self.rail = lsa_session, rail_session
 
-    def sync(self, order=MemoryOrder.SEQ_CST):
+    def sync(self, order):  # no default: the GPU's typing requires one
         lsa_arrive(self.lsa, order)
         lsa_wait(self.lsa, order)
         _gin_barrier_sync(self.rail, order, "HYBRID_BARRIER")

@@ -7,6 +7,7 @@ naming what changed and where the adapter uses it. Compile-only: no GPU.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import threading
 from types import SimpleNamespace
@@ -184,6 +185,18 @@ def test_device_only_functions_are_stubs():
 def test_populate_array_takes_the_view_fields():
     missing = {"data", "shape", "strides", "itemsize", "meminfo"} - set(_parameters(backend.populate_array))
     assert not missing, f"numba.cuda.np.arrayobj.populate_array no longer takes {sorted(missing)} (lsa views)"
+
+
+def test_overload_method_templates_keep_their_type_name_and_function():
+    """``overloaded_methods`` reads numba-cuda's typing registry: each ``@overload_method`` template keeps
+    ``key`` (the type class), ``_attr`` and ``_overload_func``; ``resolve_stub`` binds an overloaded stub."""
+    importlib.import_module("flowdsl.lowering.bindings")  # binds every stub
+    from flowdsl import lsa
+    from flowdsl.lowering.types import CoopType
+
+    found = {(typ, attr): fn.__name__ for typ, attr, fn in backend.overloaded_methods()}
+    assert found.get((CoopType, "sync")) == "coop_sync", "numba-cuda's method templates changed (overloaded_methods)"
+    assert backend.resolve_stub(lsa.sync) and not backend.resolve_stub(_kernel)
 
 
 def test_unknown_names_are_refused():

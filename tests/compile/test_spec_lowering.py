@@ -5,6 +5,8 @@ primitive needs only its stub (here reusing an existing C function) to compile; 
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -81,3 +83,79 @@ def test_what_a_spec_cannot_lower_is_refused_naming_the_fix():
         SPECS.pop(spec_of(stub).name)
     with pytest.raises(FlowDSLError, match=r"returns='value': a primitive lowered from its spec calls extern="):
         make_spec(body, returns="value", win=WINDOW)
+
+
+# ---- every stub has its lowering, simulation and extern row ------------------------------------------
+
+def test_every_stub_has_a_lowering_a_simulation_and_its_extern_rows():
+    """numba-cuda's typing resolves each stub to an overload (an unbound stub is "Cannot determine Numba
+    type"), the simulator implements it, and the C name its spec calls is a row of the extern table (or, for a
+    session opener such as cft.barrier, the stem of its methods' rows ``<extern>_<method>``)."""
+    importlib.import_module("flowdsl.lowering.bindings")  # binds every stub
+    import flowdsl.sim as sim
+    from flowdsl.lowering import externs
+    from flowdsl.lowering.backend import resolve_stub
+
+    rows = {row.name for row in externs.EXTERNS}
+    unlowered = [name for name, stub in sorted(PRIMITIVES.items()) if not resolve_stub(stub)]
+    unsimulated = sorted(set(PRIMITIVES) - set(sim.SEMANTICS))
+    no_row = [f"{name}: {spec_of(name).extern}" for name in sorted(PRIMITIVES) if spec_of(name).extern
+              and spec_of(name).extern not in rows and not any(r.startswith(spec_of(name).extern + "_") for r in rows)]
+    assert (unlowered, unsimulated, no_row) == ([], [], [])
+
+
+def test_the_completeness_check_finds_a_stub_without_lowering():
+    from flowdsl.lowering.backend import resolve_stub
+
+    def unbound(comm):
+        """Nobody lowers this."""
+    unbound.__module__ = "flowdsl.unlowered"
+    stub = primitive(unbound)
+    try:
+        assert not resolve_stub(stub)
+    finally:
+        PRIMITIVES.pop(stub.__flowdsl_primitive__)
+        SPECS.pop(stub.__flowdsl_primitive__)
+
+
+def _lowered_methods():
+    """{(type name, method): the lowering's function} of every method flowdsl gives a numba type."""
+    importlib.import_module("flowdsl.lowering.bindings")  # binds every stub
+    from flowdsl.lowering.backend import overloaded_methods
+
+    return {(typ.__name__, attr): fn for typ, attr, fn in overloaded_methods() if fn.__module__.startswith("flowdsl.")}
+
+
+def test_every_session_method_takes_the_gpus_parameters_on_the_simulator():
+    """A method of a session or coop (``gin.rail_barrier(...).sync(order)``) has no stub of its own: the
+    simulator's class must take the parameters the GPU's typing takes, defaults included (its GIN barriers'
+    ``sync`` defaulted ``order`` to SEQ_CST, so ``.sync()`` ran on the simulator and failed to compile)."""
+    import inspect
+
+    from flowdsl.sim import cft, coop, gin, lsa
+
+    simulated = {"CoopType": (coop.Coop,), "LsaBarrierSessionType": (lsa.BarrierSession,),
+                 "GinBarrierSessionType": (gin.GinBarrierSession, gin.HybridBarrierSession),
+                 "CftBarrierSessionType": (cft.CftBarrierSession,)}
+
+    def params(fn, skip_first):
+        ps = list(inspect.signature(fn).parameters.values())[1 if skip_first else 0:]
+        return [(p.name, p.kind, p.default) for p in ps]
+
+    lowered = _lowered_methods()
+    assert {t for t, _ in lowered} == set(simulated), "a lowered type's simulator classes are not listed"
+    differ = []
+    for (typ, attr), fn in sorted(lowered.items()):
+        for cls in simulated[typ]:
+            method = getattr(cls, attr, None)
+            if method is None:
+                differ.append(f"{cls.__name__} has no {attr}")
+                continue
+            sim_params = params(method, True)
+            if [k for _, k, _ in sim_params] == [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]:
+                # it forwards to the stub flowdsl.<module>.<attr>, whose parameters the simulator checks
+                stub = PRIMITIVES.get(f"{cls.__module__.replace('.sim', '')}.{attr}")
+                sim_params = None if stub is None else params(stub, True)
+            if sim_params != params(fn, True):
+                differ.append(f"{cls.__name__}.{attr}: simulator {sim_params}, GPU {params(fn, True)}")
+    assert differ == []
