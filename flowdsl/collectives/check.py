@@ -207,6 +207,19 @@ PROTOCOLS = (None, Protocol.SIMPLE, Protocol.LL, Protocol.LL128)
 #: Collectives that take an ``op``.
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 _ROOTED = ("broadcast", "reduce")
+
+
+def call_kwargs(collective, dtype, op, root, algorithm, config, *, torch=False) -> dict:
+    """A collective call's keyword arguments: ``dtype=`` where uint8 arrays carry fp8 codes (a torch tensor
+    says it itself), ``op=`` where given, ``root=`` for the rooted collectives."""
+    kwargs = {"algorithm": algorithm, "config": config}
+    if dtype in _FP8 and not torch:
+        kwargs["dtype"] = dtype
+    if op is not None:
+        kwargs["op"] = op
+    if collective in _ROOTED:
+        kwargs["root"] = root
+    return kwargs
 _TORCH_VIEWS = ("bfloat16", *_FP8)  # stored as uint16 / uint8, passed to torch as its own dtype
 #: Where premulsum's scalars live, rotating over its calls: a host immediate on every rank, a device
 #: array on every rank, or mixed (even ranks host, odd ranks device: NCCL lets each rank choose).
@@ -269,14 +282,8 @@ class Case:
     def call_kwargs(self) -> dict:
         """The keyword arguments of the call (``dtype=`` where uint8 arrays carry fp8 codes; for premulsum
         ``op="premulsum"``, which :func:`run_case` replaces by this rank's :func:`premul_op`)."""
-        kwargs = {"algorithm": self.algorithm, "config": self.config}
-        if self.dtype in _FP8 and self.like != "torch":  # a uint8 array cannot say it holds fp8
-            kwargs["dtype"] = self.dtype
-        if self.op is not None:
-            kwargs["op"] = self.op
-        if self.collective in _ROOTED:
-            kwargs["root"] = self.root
-        return kwargs
+        return call_kwargs(self.collective, self.dtype, self.op, self.root, self.algorithm, self.config,
+                           torch=self.like == "torch")
 
 
 def cases(nranks: int, *, counts, dtypes=DTYPES, algorithms=None, collectives=None, ops=tuple(OPS),

@@ -114,14 +114,7 @@ class Call:
 
     def kwargs(self) -> dict:
         """The call's keyword arguments."""
-        kw = {"algorithm": self.algorithm, "config": self.config}
-        if self.dtype in _FP8:  # uint8 arrays cannot say they hold fp8
-            kw["dtype"] = self.dtype
-        if self.op is not None:
-            kw["op"] = self.op
-        if self.collective in _ROOTED:
-            kw["root"] = self.root
-        return kw
+        return check.call_kwargs(self.collective, self.dtype, self.op, self.root, self.algorithm, self.config)
 
     def arrays_key(self) -> tuple:
         """Calls with the same key can run on the same arrays."""

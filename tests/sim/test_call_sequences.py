@@ -281,3 +281,18 @@ def test_config_pool_is_small():
     calls = sequences.generate(8, 200, 2)
     shapes = {dataclasses.replace(c.config, protocol=None) for c in calls}
     assert len(shapes) <= sequences._SHAPES
+
+
+def test_a_sequence_call_and_a_check_case_pass_the_same_keywords():
+    """Both build their keywords with check.call_kwargs: fp8 in uint8 arrays names its dtype (a torch tensor
+    says it itself), op only where given, root only for the rooted collectives."""
+    from flowdsl.collectives import check
+
+    config = coll.FlowConfig()
+    call = sequences.Call(0, "ring", "reduce", "float8_e4m3fn", "sum", 8, 1, "in-place", config, 0, 0)
+    case = check.Case("ring", "reduce", "float8_e4m3fn", "sum", False, 8, root=1, config=config)
+    want = {"algorithm": "ring", "config": config, "dtype": "float8_e4m3fn", "op": "sum", "root": 1}
+    assert call.kwargs() == case.call_kwargs() == want
+    assert "dtype" not in dataclasses.replace(case, like="torch").call_kwargs()
+    gather = sequences.Call(0, "ring", "all_gather", "float32", None, 8, 0, "in-place", config, 0, 0)
+    assert gather.kwargs() == {"algorithm": "ring", "config": config}
