@@ -83,3 +83,65 @@ def test_every_argument_kind_is_registered_once_by_each_layer():
     assert set(KIND_TYPES.kinds()) == set(spec.KINDS) and set(KIND_CHECKS.kinds()) == set(spec.KINDS)
     with pytest.raises(flowdsl.FlowDSLError, match="Cannot register argument kind 'coop' for the simulator twice"):
         KIND_CHECKS.register("coop", lambda v: True)
+
+
+def _import_time_edges():
+    """{module: modules of the package it imports when it is imported} (imports in function bodies left out:
+    they run later, when the module graph is complete)."""
+    modules = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in PACKAGE.rglob("*.py")}
+    edges = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        todo, found = list(ast.parse(path.read_text()).body), set()
+        while todo:
+            node = todo.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            todo.extend(ast.iter_child_nodes(node))
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                parts = package.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1]) if node.level else ""
+                module = ".".join(filter(None, [base, node.module]))
+                subs = {f"{module}.{a.name}" for a in node.names} & set(modules)
+                found |= subs or {module}  # `from . import lsa` imports flowdsl.lsa, not flowdsl's __init__ again
+        edges[name] = {m for m in found if m in modules and m != name}
+    return edges
+
+
+def _cycles(edges):
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+                on.discard(component[-1])
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_when_modules_are_imported():
+    """Importing any module of the package never comes back to a module still being imported."""
+    edges = _import_time_edges()
+    assert edges["flowdsl.lowering.lsa"] >= {"flowdsl.lsa", "flowdsl.lowering.types"}  # the walk sees imports
+    assert _cycles(edges) == []
+    assert _cycles({**edges, "flowdsl.errors": {"flowdsl.lowering.lsa"}}) != []  # and would see a cycle
