@@ -106,8 +106,8 @@ def check_tensor(operation: str, name: str, t, comm) -> None:
     ``torch.compile`` says it while it traces, and by the eager path before anything is launched."""
     if not isinstance(t, torch.Tensor):
         raise UsageError(f"Cannot {operation}: {name} is a {type(t).__name__}, not a torch.Tensor")
-    sim = bool(getattr(comm, "__flowdsl_sim__", False))
-    if sim and comm.nranks > 1 and not comm.host_threads:
+    sim = comm.memory_device == "cpu"  # the simulator: CPU tensors stand for the rank's GPU memory
+    if not comm.own_thread:
         raise UsageError(f"Cannot {operation} through torch on simulated ranks that share one thread: torch keeps "
                          "state per OS thread (grad mode, its dispatcher's frames), which ranks interleaved on one "
                          "thread corrupt. Run them with flowdsl.sim.spawn(..., host_threads=True)")

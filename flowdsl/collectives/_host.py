@@ -60,7 +60,7 @@ class _FlowState:
         if self._one_shot is None:
             from .programs import one_shot_words  # noqa: PLC0415
 
-            if stream is not None and not getattr(self.comm, "__flowdsl_sim__", False):
+            if stream is not None and self.comm.cuda_graphs:
                 refuse_during_capture(stream, operation, "the first one-shot call allocates and registers its "
                                       "window (not capturable)")
             buffer = self.comm.alloc(one_shot_words(self.comm.nranks), np.uint64)
@@ -107,7 +107,7 @@ def _state(comm, config: FlowConfig, operation: str = "run a collective", stream
     states = comm.__dict__.setdefault("_flowdsl_collectives", {})
     st = states.get(config)
     if st is None:
-        if stream is not None and not getattr(comm, "__flowdsl_sim__", False):
+        if stream is not None and comm.cuda_graphs:
             refuse_during_capture(stream, operation, "the first call on this communicator (and config) "
                                   "allocates and registers its staging window and creates a device communicator "
                                   "(not capturable)")
@@ -209,7 +209,7 @@ def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", r
     if _closed(comm):
         raise UsageError(_CLOSED)
     _refuse_after_a_timeout(comm)
-    sim = bool(getattr(comm, "__flowdsl_sim__", False))
+    sim = getattr(comm, "memory_device", "cuda") == "cpu"  # host memory stands for the rank's GPU memory
     s = _Buffer(src, "src", operation, sim)
     d = s if dst is None or dst is src else _Buffer(dst, "dst", operation, sim)
     if dtype is not None:

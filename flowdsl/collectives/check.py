@@ -440,7 +440,7 @@ def run_case(comm, case: Case) -> Outcome:
     from .. import collectives  # noqa: PLC0415
 
     n, r = comm.nranks, comm.rank
-    on_sim = getattr(comm, "__flowdsl_sim__", False)
+    on_sim = comm.memory_device == "cpu"
     if case.like == "torch" and on_sim:
         raise UsageError(f"Cannot run {case.label} on the simulator: its buffers are NumPy arrays, not torch "
                          "tensors. Use like=None there")

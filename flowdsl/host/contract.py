@@ -22,6 +22,15 @@ class Communicator(Protocol):
     nranks: int
     #: Whether the collectives compare each call's arguments across ranks before launching it.
     check_collectives: bool
+    #: Where this rank's memory is, as torch names devices: ``"cuda"`` on GPUs; ``"cpu"`` on the simulator,
+    #: where host memory (``comm.alloc``'s arrays, CPU tensors) stands for the rank's GPU memory.
+    memory_device: str
+    #: Whether work on this rank's streams can be captured in CUDA graphs (what is not capturable is then
+    #: refused during a capture); False on the simulator, whose ranks have no CUDA streams.
+    cuda_graphs: bool
+    #: Whether the rank's host code has an OS thread of its own, with its own thread-local state (a process
+    #: per GPU; on the simulator with ``spawn(..., host_threads=True)`` or one rank): what torch needs.
+    own_thread: bool
 
     @property
     def nccl(self) -> Any:

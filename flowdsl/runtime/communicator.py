@@ -235,6 +235,10 @@ class Communicator:
     """
 
     check_collectives = False
+    #: The contract's: a GPU rank's memory, streams that CUDA graphs capture, a process of its own.
+    memory_device = "cuda"
+    cuda_graphs = True
+    own_thread = True
 
     def __init__(self, nranks: int, rank: int, unique_id: bytes, device: int = 0, *,
                  wait_timeout: float | None = None):

@@ -138,6 +138,8 @@ class SimComm(Closable):
     #: The collectives compare every call's arguments across ranks on the simulator, always (a
     #: mismatch is a CollectiveMismatchError naming both calls); on GPUs with ``init(check_collectives=True)``.
     check_collectives = True
+    memory_device = "cpu"
+    cuda_graphs = False
     #: NCCL's host communicator on GPUs; the simulator has none (``algorithm="nccl"`` is refused there).
     nccl = None
 
@@ -173,10 +175,10 @@ class SimComm(Closable):
         return t
 
     @property
-    def host_threads(self) -> bool:
-        """Whether each rank's host code runs on an OS thread of its own (``spawn(..., host_threads=True)``),
-        keeping its own thread-local state, as PyTorch needs."""
-        return self.world.sched.host_threads
+    def own_thread(self) -> bool:
+        """Whether this rank's host code has an OS thread of its own (``spawn(..., host_threads=True)``, or the
+        only rank), keeping its own thread-local state, as PyTorch needs."""
+        return self.world.sched.host_threads or self.nranks == 1
 
     def alloc(self, shape, dtype=np.float32, *, like="cupy"):
         """A symmetric buffer of ``shape``/``dtype`` filled with poison (NaN or 0xA5 bytes).

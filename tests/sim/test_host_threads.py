@@ -23,7 +23,7 @@ def _all_reduce_program(comm):
     out = comm.alloc(1000, np.float32)
     collectives.all_reduce(comm, x, out, algorithm="ring")
     comm.synchronize()
-    return out.get(), comm.host_threads, threading.get_ident()
+    return out.get(), comm.own_thread, threading.get_ident()
 
 
 def test_collectives_give_the_same_values_on_host_threads():
