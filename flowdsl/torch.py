@@ -43,7 +43,7 @@ from .collectives._config import DTYPES
 from .errors import UsageError
 
 __all__ = ["register", "communicator", "custom_op", "check_tensor", "rows_per_rank", "all_reduce", "all_reduce_", "all_gather", "all_gather_into",
-           "reduce_scatter", "reduce_scatter_into", "broadcast", "broadcast_", "OPS"]
+           "reduce_scatter", "reduce_scatter_into", "broadcast", "broadcast_", "reduce", "reduce_", "OPS"]
 
 #: The reduction operators the operators take (``op=``), as :func:`flowdsl.collectives.all_reduce` names them.
 OPS = ("sum", "prod", "min", "max", "avg")
@@ -280,6 +280,35 @@ def _(input, root, group):
     check_tensor("broadcast", "input", input, communicator(group))
 
 
+@torch.library.custom_op("flowdsl::reduce", mutates_args=())
+def _reduce(input: torch.Tensor, op: str, root: int, group: str) -> torch.Tensor:
+    comm = _resolved("reduce", group, input)
+    out = torch.empty_like(input)
+    collectives.reduce(comm, input, out, op=op, root=root)
+    _complete(comm, out)
+    return out
+
+
+@_reduce.register_fake
+def _(input, op, root, group):
+    _check_op("reduce", op)
+    check_tensor("reduce", "input", input, communicator(group))
+    return torch.empty_like(input)
+
+
+@torch.library.custom_op("flowdsl::reduce_", mutates_args=("input",))
+def _reduce_(input: torch.Tensor, op: str, root: int, group: str) -> None:
+    comm = _resolved("reduce", group, input)
+    collectives.reduce(comm, input, op=op, root=root)
+    _complete(comm, input)
+
+
+@_reduce_.register_fake
+def _(input, op, root, group):
+    _check_op("reduce", op)
+    check_tensor("reduce", "input", input, communicator(group))
+
+
 # Autograd, with torch.distributed.nn.functional's convention (the loss is the sum of the ranks' losses):
 # an all-reduce's gradient is the all-reduce of the gradients, all-gather and sum reduce-scatter are each
 # other's. Other reductions have no gradient here (torch.distributed's have none either).
@@ -353,6 +382,18 @@ def broadcast(input, root: int = 0, *, group) -> torch.Tensor:
 def broadcast_(input, root: int = 0, *, group) -> torch.Tensor:
     """Rank ``root``'s ``input`` into ``input`` on every rank; returns it."""
     _broadcast_(input, int(root), _name(group))
+    return input
+
+
+def reduce(input, op: str = "sum", root: int = 0, *, group) -> torch.Tensor:
+    """``op`` over ranks of ``input`` on rank ``root`` (a new tensor; its contents on other ranks are
+    undefined, as NCCL's reduce leaves them)."""
+    return _reduce(input, str(op), int(root), _name(group))
+
+
+def reduce_(input, op: str = "sum", root: int = 0, *, group) -> torch.Tensor:
+    """``op`` over ranks of ``input``, into ``input`` on rank ``root``; returns it."""
+    _reduce_(input, str(op), int(root), _name(group))
     return input
 
 

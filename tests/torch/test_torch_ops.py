@@ -43,7 +43,7 @@ def test_functional_collectives_match_numpy(dtype):
         x = as_torch(rank_input(comm.rank, shape, "float32" if dtype == "bfloat16" else dtype))
         g = ft.register(comm)
         outs = (ft.all_reduce(x, group=g), ft.all_reduce(x, "max", group=comm), ft.all_gather(x, group=g),
-                ft.reduce_scatter(x, group=g), ft.broadcast(x, 1, group=g))
+                ft.reduce_scatter(x, group=g), ft.broadcast(x, 1, group=g), ft.reduce(x, "min", 2, group=g))
         return [o.double().numpy() for o in outs]
 
     results = ranks(main)
@@ -51,7 +51,8 @@ def test_functional_collectives_match_numpy(dtype):
           for r in range(NRANKS)]
     total = np.sum(xs, axis=0)
     tol = dict(rtol=2e-2, atol=5e-2) if dtype == "bfloat16" else dict(rtol=1e-5, atol=1e-5)
-    for r, (ar, mx, ag, rs, bc) in enumerate(results):
+    np.testing.assert_array_equal(results[2][5], np.min(xs, axis=0))  # reduce's root
+    for r, (ar, mx, ag, rs, bc, _) in enumerate(results):
         np.testing.assert_allclose(ar, total, **tol)
         np.testing.assert_array_equal(mx, np.max(xs, axis=0))
         np.testing.assert_array_equal(ag, np.concatenate(xs))
