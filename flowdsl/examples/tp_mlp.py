@@ -41,18 +41,34 @@ THREADS = 256
 BLOCKS = 32
 
 
+@flowdsl.device
+def block_sum(partial, value):
+    """``value`` summed over the block's threads, for every thread; ``partial``: shared scratch of a slot per
+    thread (a power of two of them)."""
+    t = cuda.threadIdx.x
+    partial[t] = value
+    cuda.syncthreads()
+    stride = cuda.blockDim.x // 2
+    while stride > 0:
+        if t < stride:
+            partial[t] += partial[t + stride]
+        cuda.syncthreads()
+        stride //= 2
+    total = partial[0]
+    cuda.syncthreads()  # every thread has read it before the scratch is written again
+    return total
+
+
 @flowdsl.kernel
 def rmsnorm_reduce_scatter_kernel(comm, win, weight, out, summed, rstd, rows, hidden, eps):
     partial = cuda.shared.array(THREADS, float64)
-    cta = coop.cta()
-    bar = lsa.barrier(comm, cta, cuda.blockIdx.x)
+    bar = lsa.barrier(comm, coop.cta(), cuda.blockIdx.x)
     bar.sync(MemoryOrder.ACQ_REL)  # every rank's input is in its window
-    t = cuda.threadIdx.x
     for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
         token = comm.rank * rows + r
         mine = lsa.local_view(win, token * hidden, hidden)
         sq = float64(0.0)
-        for i in range(t, hidden, cuda.blockDim.x):
+        for i in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
             acc = flow.to_float(mine[i])
             for peer in range(comm.lsa_size):
                 if peer != comm.lsa_rank:
@@ -60,20 +76,11 @@ def rmsnorm_reduce_scatter_kernel(comm, win, weight, out, summed, rstd, rows, hi
             summed[r, i] = flow.from_float(acc, summed[r, i])  # rounded once, as a reduce-scatter returns it
             x = flow.to_float(summed[r, i])
             sq += x * x
-        partial[t] = sq
-        cta.sync()
-        stride = cuda.blockDim.x // 2
-        while stride > 0:
-            if t < stride:
-                partial[t] += partial[t + stride]
-            cta.sync()
-            stride //= 2
-        scale = 1.0 / math.sqrt(partial[0] / hidden + eps)
-        if t == 0:
+        scale = 1.0 / math.sqrt(block_sum(partial, sq) / hidden + eps)
+        if cuda.threadIdx.x == 0:
             rstd[r] = flow.from_float(scale, rstd[r])
-        for i in range(t, hidden, cuda.blockDim.x):
+        for i in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
             out[r, i] = flow.from_float(flow.to_float(summed[r, i]) * scale * flow.to_float(weight[i]), out[r, i])
-        cta.sync()  # partial[0] is read before the next row's sums overwrite it
     bar.sync(MemoryOrder.ACQ_REL)  # every peer has read this window before its next input lands
 
 
@@ -82,25 +89,15 @@ def rmsnorm_backward_kernel(grad_out, summed, rstd, weight, grad_summed, rows, h
     """``d loss / d summed`` of ``out = summed * rstd * weight``: ``rstd * (g - xhat * mean(g * xhat))`` with
     ``g = grad_out * weight`` and ``xhat = summed * rstd``."""
     partial = cuda.shared.array(THREADS, float64)
-    t = cuda.threadIdx.x
     for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
         s = flow.to_float(rstd[r])
         dot = float64(0.0)
-        for i in range(t, hidden, cuda.blockDim.x):
+        for i in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
             dot += flow.to_float(grad_out[r, i]) * flow.to_float(weight[i]) * flow.to_float(summed[r, i]) * s
-        partial[t] = dot
-        cuda.syncthreads()
-        stride = cuda.blockDim.x // 2
-        while stride > 0:
-            if t < stride:
-                partial[t] += partial[t + stride]
-            cuda.syncthreads()
-            stride //= 2
-        mean = partial[0] / hidden
-        for i in range(t, hidden, cuda.blockDim.x):
+        mean = block_sum(partial, dot) / hidden
+        for i in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
             g = flow.to_float(grad_out[r, i]) * flow.to_float(weight[i])
             grad_summed[r, i] = flow.from_float(s * (g - flow.to_float(summed[r, i]) * s * mean), grad_summed[r, i])
-        cuda.syncthreads()
 
 
 # ---- the operators -----------------------------------------------------------------------------
