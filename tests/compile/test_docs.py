@@ -142,7 +142,7 @@ def _env() -> dict:
 def test_block_runs_as_written(block_id, tmp_path, monkeypatch):
     if re.search(r"^import torch", BLOCKS[block_id], re.M):
         pytest.importorskip("torch", reason=f"{block_id} needs PyTorch (pip install -e '.[test,torch]'; CI runs "
-                                            "it in the venv of tests/torch)")
+                                            "it in the venv of tests/with_torch)")
     monkeypatch.chdir(tmp_path)  # a block that writes files writes them here
     _run_block(block_id, BLOCKS[block_id], tmp_path)
 

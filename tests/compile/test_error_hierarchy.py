@@ -43,7 +43,7 @@ _BUILTIN_EXCEPTIONS = {name for name, value in vars(builtins).items()
                        if isinstance(value, type) and issubclass(value, BaseException)}
 
 
-#: Modules for PyTorch users, importable only where torch is installed (the CI venv of tests/torch has it).
+#: Modules for PyTorch users, importable only where torch is installed (the CI venv of tests/with_torch has it).
 _NEED_TORCH = ("flowdsl.torch", "flowdsl.examples.tp_mlp")
 
 

@@ -1,7 +1,7 @@
 """flowdsl.torch on a GPU (one rank): the collectives and the fused RMSNorm + ReduceScatter operator of
 ``flowdsl/examples/tp_mlp.py`` under ``torch.compile(fullgraph=True)`` (Inductor), in a CUDA graph replayed 100
 times, and the layer's gradients against autograd of an unfused torch reference. At one rank the collectives
-are local copies; the simulator's tests (tests/torch) run several ranks, the multi-GPU ones several GPUs."""
+are local copies; the simulator's tests (tests/with_torch) run several ranks, the multi-GPU ones several GPUs."""
 
 from __future__ import annotations
 
