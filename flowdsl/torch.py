@@ -151,11 +151,11 @@ def rows_per_rank(operation: str, t, nranks: int) -> int:
     return t.shape[0] // nranks
 
 
-def _complete(comm, t) -> None:
+def _complete(comm, *values) -> None:
     """A CPU tensor's work is done when its operator returns (torch's CPU operators run on the host, in
-    program order): on the simulator, where CPU tensors stand for device memory, wait for the rank's
-    kernels. CUDA tensors are stream-ordered, as every torch operator on them."""
-    if t.device.type == "cpu":
+    program order): where any of ``values`` is a CPU tensor (the simulator, where they stand for device
+    memory), wait for the rank's kernels. CUDA tensors are stream-ordered, as every torch operator on them."""
+    if any(isinstance(v, torch.Tensor) and v.device.type == "cpu" for v in values):
         comm.synchronize()
 
 
@@ -435,8 +435,7 @@ def custom_op(name: str, fn=None, *, mutates_args, device_types=None):
             args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
             kwargs = {k: a.detach() if isinstance(a, torch.Tensor) else a for k, a in kwargs.items()}
             result = fn(comm, *args, **kwargs)
-            if any(isinstance(a, torch.Tensor) and a.device.type == "cpu" for a in (*args, *kwargs.values())):
-                comm.synchronize()  # CPU tensors: done when the operator returns (see _complete)
+            _complete(comm, *args, *kwargs.values())
             return result
         by_name.__signature__ = inspect.signature(fn).replace(
             parameters=[params[0].replace(annotation=str), *params[1:]])

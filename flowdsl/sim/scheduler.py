@@ -315,6 +315,9 @@ class Scheduler:
     # ---- handing control on: greenlets on this thread, HostThreads on theirs ------------------------
     def transfer(self, dest):
         """Run ``dest`` (a greenlet or a :class:`HostThread`) until control comes back to the caller."""
+        if not self.host_threads:  # every task a greenlet: the simulator's hot path, as it always was
+            dest.switch()
+            return
         me = getattr(_local, "host", None)
         if me is None:  # on the simulation's thread, in a greenlet
             if isinstance(dest, HostThread):
