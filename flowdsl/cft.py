@@ -37,7 +37,7 @@ import enum
 
 from ._spec import CFT_SESSION, COMM, COOP, ENUM, SHARED_ARRAY, TEAM, WINDOW, Gate
 from ._stubs import primitive
-from .enums import ConstantEnumMeta
+from .enums import ConstantEnumMeta, MemoryOrder
 
 __all__ = [
     "SESSION_WORDS", "MemProxyType", "MemFenceScope", "team", "le_info", "peer_le_info", "session", "put",
@@ -139,29 +139,28 @@ def close(session):
 
 
 @primitive(extern="flowdsl_cft_read_counter", gate=COUNTED_GATE, win=COUNTED_WINDOW, order=ORDER_ENUM)
-def read_counter(win, offset, order=None):
-    """The u64 counter at byte ``offset`` of this rank's counted ``win`` (``order`` default relaxed).
+def read_counter(win, offset, order=MemoryOrder.RELAXED):
+    """The u64 counter at byte ``offset`` of this rank's counted ``win``.
 
     It does not order the data the counter covers: :func:`fence` before reading it.
     """
 
 
 @primitive(extern="flowdsl_cft_wait_counted", gate=COUNTED_GATE, session=CFT_SESSION, win=COUNTED_WINDOW, order=ORDER_ENUM, consumer=PROXY_ENUM)
-def wait_counted(session, win, offset, expected, order=None, consumer=None):
+def wait_counted(session, win, offset, expected, order=MemoryOrder.ACQUIRE, consumer=MemProxyType.GENERIC):
     """Wait until the counter at byte ``offset`` of this rank's ``win`` reaches ``expected`` bytes, then fence.
 
-    ``order`` (default ``MemoryOrder.ACQUIRE``) and ``consumer`` (default
-    ``MemProxyType.GENERIC``) choose the fence from the fabric to whoever
-    reads the data next (``ncclCft::waitCounted``).
+    ``order`` and ``consumer`` choose the fence from the fabric to whoever reads the data next
+    (``ncclCft::waitCounted``).
     """
 
 
 @primitive(extern="flowdsl_cft_mem_fence", gate=GATE, coop=COOP.but("a coop"), order=ORDER_ENUM, producer=PROXY_ENUM, consumer=PROXY_ENUM, scope=ENUM.but("a flowdsl.cft.MemFenceScope", "Pass a flowdsl.cft.MemFenceScope"))
-def fence(coop, order=None, producer=None, consumer=None, scope=None):
+def fence(coop, order=MemoryOrder.ACQUIRE, producer=MemProxyType.FABRIC, consumer=MemProxyType.GENERIC,
+          scope=MemFenceScope.SYS):
     """``ncclMemFence``: order ``producer``'s memory accesses before ``consumer``'s.
 
-    Defaults (``ACQUIRE``, ``FABRIC`` to ``GENERIC``, ``SYS``) are the receiver-side
-    fence between reading a counter (:func:`read_counter`) and reading the data it counts.
+    The defaults are the receiver-side fence between reading a counter (:func:`read_counter`) and reading the data it counts.
     """
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from ._spec import COMM, COOP, GIN_CONTEXT, LOCAL, ORDER, REMOTE, TEAM, WINDOW, Gate
 from ._stubs import primitive
+from .enums import MemoryOrder
 
 __all__ = [
     "context", "signal_inc", "signal_add", "strong_signal_inc", "weak_signal_inc", "strong_signal_add",
@@ -144,20 +145,20 @@ def get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nby
 
 
 @primitive(extern="flowdsl_gin_flush", ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
-def flush(ctx, coop, order=None):
+def flush(ctx, coop, order=MemoryOrder.ACQUIRE):
     """Wait until every operation this coop issued on ``ctx`` has consumed its source (and gets landed).
 
-    ``order`` defaults to ``MemoryOrder.ACQUIRE``. It does not mean puts have landed at the peer.
+    It does not mean puts have landed at the peer.
     """
 
 
 @primitive(extern="flowdsl_gin_read_signal", ctx=GIN_CONTEXT, order=ORDER)
-def read_signal(ctx, signal, bits=64, order=None):
+def read_signal(ctx, signal, bits=64, order=MemoryOrder.ACQUIRE):
     """Current value of signal ``signal`` (low ``bits`` bits)."""
 
 
 @primitive(extern="flowdsl_gin_wait_signal", ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
-def wait_signal(ctx, coop, signal, least, bits=64, order=None):
+def wait_signal(ctx, coop, signal, least, bits=64, order=MemoryOrder.ACQUIRE):
     """Wait until signal ``signal`` reaches ``least`` (rolling comparison over ``bits`` bits)."""
 
 
@@ -167,12 +168,12 @@ def reset_signal(ctx, signal):
 
 
 @primitive(extern="flowdsl_gin_read_counter", ctx=GIN_CONTEXT, order=ORDER)
-def read_counter(ctx, counter, bits=56, order=None):
+def read_counter(ctx, counter, bits=56, order=MemoryOrder.ACQUIRE):
     """Current value of counter ``counter`` (counters have 56 bits)."""
 
 
 @primitive(extern="flowdsl_gin_wait_counter", ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
-def wait_counter(ctx, coop, counter, least, bits=56, order=None):
+def wait_counter(ctx, coop, counter, least, bits=56, order=MemoryOrder.ACQUIRE):
     """Wait until counter ``counter`` reaches ``least``."""
 
 

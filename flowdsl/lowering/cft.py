@@ -29,8 +29,7 @@ from numba.cuda.extending import make_attribute_wrapper, overload, overload_meth
 
 from .. import cft
 from .._spec import SPECS, spec_of
-from ..enums import MemoryOrder
-from .checks import KIND_TYPES, check
+from .checks import KIND_TYPES, check, stub_default
 from .declarations import extern
 from .intrinsics import array_ptr, devcomm_ptr, enum_value, struct_maker, value_or
 from .target import note_feature
@@ -99,11 +98,7 @@ KIND_TYPES.register("cft_session", CftSessionType)
 _make_session = struct_maker(lambda comm, coop, storage: CftSessionType(comm, coop), ("comm", "coop", "storage"))
 _make_barrier = struct_maker(lambda comm, coop, index: CftBarrierSessionType(comm, coop), ("comm", "coop", "index"))
 
-_ACQUIRE = int(MemoryOrder.ACQUIRE)
-_RELAXED = int(MemoryOrder.RELAXED)
-_GENERIC = int(cft.MemProxyType.GENERIC)
-_FABRIC = int(cft.MemProxyType.FABRIC)
-_SYS = int(cft.MemFenceScope.SYS)
+_GENERIC = int(cft.MemProxyType.GENERIC)  # the barrier session methods' producer and consumer
 
 
 # ---- teams and logical endpoints -------------------------------------------------------------------
@@ -190,16 +185,19 @@ for _stub in (cft.submit, cft.flush, cft.flush_smem, cft.close):
 @overload(cft.read_counter)
 def cft_read_counter(win, offset, order=None):
     fn = _checked(cft.read_counter, win, offset, order)
-    return lambda win, offset, order=None: fn(win._handle, offset, value_or(order, _RELAXED))
+    order_default = stub_default(cft.read_counter, "order")
+    return lambda win, offset, order=None: fn(win._handle, offset, value_or(order, order_default))
 
 
 @overload(cft.wait_counted)
 def cft_wait_counted(session, win, offset, expected, order=None, consumer=None):
     fn = _session_checked(cft.wait_counted, session, win, offset, expected, order, consumer)
 
+    order_default, consumer_default = (stub_default(cft.wait_counted, p) for p in ("order", "consumer"))
+
     def impl(session, win, offset, expected, order=None, consumer=None):
         fn(session.coop._word, devcomm_ptr(session.comm), session.storage, win._handle, offset, expected,
-           value_or(order, _ACQUIRE), value_or(consumer, _GENERIC))
+           value_or(order, order_default), value_or(consumer, consumer_default))
     return impl
 
 
@@ -207,9 +205,12 @@ def cft_wait_counted(session, win, offset, expected, order=None, consumer=None):
 def cft_fence(coop, order=None, producer=None, consumer=None, scope=None):
     fn = _checked(cft.fence, coop, order, producer, consumer, scope, coop=coop)
 
+    order_default, producer_default, consumer_default, scope_default = (
+        stub_default(cft.fence, p) for p in ("order", "producer", "consumer", "scope"))
+
     def impl(coop, order=None, producer=None, consumer=None, scope=None):
-        fn(coop._word, value_or(order, _ACQUIRE), value_or(producer, _FABRIC), value_or(consumer, _GENERIC),
-           value_or(scope, _SYS))
+        fn(coop._word, value_or(order, order_default), value_or(producer, producer_default),
+           value_or(consumer, consumer_default), value_or(scope, scope_default))
     return impl
 
 

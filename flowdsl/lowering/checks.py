@@ -19,7 +19,7 @@ from .._spec import Gate, KindRegistry, spec_of
 from .target import require
 from .types import CoopType, DevCommType, LsaBarrierSessionType, TeamType, WindowType
 
-__all__ = ["check", "require_gate", "expect", "expect_int", "is_omitted", "KIND_TYPES"]
+__all__ = ["check", "require_gate", "expect", "expect_int", "is_omitted", "stub_default", "KIND_TYPES"]
 
 _INTEGERS = (types.Integer, types.IntegerLiteral)
 _ENUMS = (types.Integer, types.IntegerLiteral, types.IntEnumMember)
@@ -48,6 +48,12 @@ def is_omitted(ty) -> bool:
     """Whether an optional argument was left out (or passed as None); an overload's typer sees a left-out
     argument as its default's Python value."""
     return not isinstance(ty, types.Type) or isinstance(ty, (types.Omitted, types.NoneType))
+
+
+def stub_default(stub, param: str) -> int:
+    """The value of enum parameter ``param`` of ``stub`` when a call leaves it out: the stub's default, as
+    the int the C call takes (the simulator's implementation has the same default: one source)."""
+    return int(spec_of(stub).default(param))
 
 
 def require_gate(name: str, gate: Gate) -> None:

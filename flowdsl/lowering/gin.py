@@ -30,8 +30,8 @@ from numba.cuda.extending import intrinsic, make_attribute_wrapper, overload, ov
 
 from .. import gin
 from .._spec import spec_of
-from ..enums import CoopKind, GinBackend, MemoryOrder
-from .checks import KIND_TYPES, check, is_omitted, require_gate
+from ..enums import CoopKind, GinBackend
+from .checks import KIND_TYPES, check, is_omitted, require_gate, stub_default
 from .declarations import SIGNATURES, call_out_of_line, extern, extern_symbol
 from .externs import PAYLOAD_SUFFIX, REMOTE_VARIANTS
 from .intrinsics import devcomm_ptr, enum_value, struct_maker, value_or
@@ -170,9 +170,6 @@ def _payload_bits(typingctx, value):
 
 def _size_of(value):
     return 1 if isinstance(value, types.Boolean) else value.bitwidth // 8
-
-
-_ACQUIRE = int(MemoryOrder.ACQUIRE)
 
 
 def _coop_kind(coop) -> CoopKind:
@@ -349,7 +346,8 @@ def gin_get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset,
 def gin_flush(ctx, coop, order=None):
     check(gin.flush, ctx, coop, order)
     fn = extern(gin.flush, coop)
-    return lambda ctx, coop, order=None: fn(coop._word, devcomm_ptr(ctx.comm), ctx.index, value_or(order, _ACQUIRE))
+    default = stub_default(gin.flush, "order")
+    return lambda ctx, coop, order=None: fn(coop._word, devcomm_ptr(ctx.comm), ctx.index, value_or(order, default))
 
 
 # ---- signals and counters --------------------------------------------------------------------------
@@ -358,32 +356,36 @@ def gin_flush(ctx, coop, order=None):
 def gin_read_signal(ctx, signal, bits=64, order=None):
     check(gin.read_signal, ctx, signal, bits, order)
     fn = extern(gin.read_signal)
+    default = stub_default(gin.read_signal, "order")
     return lambda ctx, signal, bits=64, order=None: fn(devcomm_ptr(ctx.comm), ctx.index, signal, bits,
-                                                       value_or(order, _ACQUIRE))
+                                                       value_or(order, default))
 
 
 @overload(gin.read_counter)
 def gin_read_counter(ctx, counter, bits=56, order=None):
     check(gin.read_counter, ctx, counter, bits, order)
     fn = extern(gin.read_counter)
+    default = stub_default(gin.read_counter, "order")
     return lambda ctx, counter, bits=56, order=None: fn(devcomm_ptr(ctx.comm), ctx.index, counter, bits,
-                                                        value_or(order, _ACQUIRE))
+                                                        value_or(order, default))
 
 
 @overload(gin.wait_signal)
 def gin_wait_signal(ctx, coop, signal, least, bits=64, order=None):
     check(gin.wait_signal, ctx, coop, signal, least, bits, order)
     fn = extern(gin.wait_signal, coop)
+    default = stub_default(gin.wait_signal, "order")
     return lambda ctx, coop, signal, least, bits=64, order=None: fn(
-        coop._word, devcomm_ptr(ctx.comm), ctx.index, signal, least, bits, value_or(order, _ACQUIRE))
+        coop._word, devcomm_ptr(ctx.comm), ctx.index, signal, least, bits, value_or(order, default))
 
 
 @overload(gin.wait_counter)
 def gin_wait_counter(ctx, coop, counter, least, bits=56, order=None):
     check(gin.wait_counter, ctx, coop, counter, least, bits, order)
     fn = extern(gin.wait_counter, coop)
+    default = stub_default(gin.wait_counter, "order")
     return lambda ctx, coop, counter, least, bits=56, order=None: fn(
-        coop._word, devcomm_ptr(ctx.comm), ctx.index, counter, least, bits, value_or(order, _ACQUIRE))
+        coop._word, devcomm_ptr(ctx.comm), ctx.index, counter, least, bits, value_or(order, default))
 
 
 @overload(gin.reset_signal)

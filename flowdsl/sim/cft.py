@@ -33,7 +33,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..cft import MemProxyType
+from ..cft import MemFenceScope, MemProxyType
 from ..enums import MemoryOrder
 from . import _state
 from .errors import CftCoverageError, UsageError, WindowAccessError
@@ -41,7 +41,7 @@ from .checks import KIND_CHECKS, barrier_index
 from .coop import coop_sync
 from .gin import roll_ge
 from .network import Op
-from .memory import Window, raw
+from .memory import raw
 from .races import net_what, where_now
 from .scheduler import Cond, Wait, sim_error
 from .semantics import current, implements
@@ -450,18 +450,18 @@ def _race_counter(t, g, offset, order):
 
 
 @implements("flowdsl.cft.read_counter")
-def _cft_read_counter(win, offset, order=None):
+def _cft_read_counter(win, offset, order=MemoryOrder.RELAXED):
     g, offset = _counter(win, offset, "read a CFT counter")
     t = current()
     v = _value(g, t.rank, offset)
     _state.sched.yield_spin(t, ("cft-counter", g.wid, t.rank, offset, v))
     _observe(t.rank, g, offset, False, f"flowdsl.cft.read_counter by {t.name()}")
-    _race_counter(t, g, offset, MemoryOrder.RELAXED if order is None else order)
+    _race_counter(t, g, offset, MemoryOrder(int(order)))
     return _value(g, t.rank, offset)
 
 
 @implements("flowdsl.cft.wait_counted")
-def _cft_wait_counted(session, win, offset, expected, order=None, consumer=None):
+def _cft_wait_counted(session, win, offset, expected, order=MemoryOrder.ACQUIRE, consumer=MemProxyType.GENERIC):
     _session(session, "wait for a CFT counter")
     g, offset = _counter(win, offset, "wait for a CFT counter")
     t = current()
@@ -476,7 +476,7 @@ def _cft_wait_counted(session, win, offset, expected, order=None, consumer=None)
             break  # comm.abort(): the wait gives up
         cond.waiters.append(t)
         sched.block(t, w)
-    order = MemoryOrder.ACQUIRE if order is None else MemoryOrder(int(order))
+    order = MemoryOrder(int(order))
     _observe(t.rank, g, offset, order in _ACQUIRING, f"a relaxed flowdsl.cft.wait_counted by {t.name()}")
     _race_counter(t, g, offset, order)
     coop_sync(session.coop)
@@ -490,9 +490,10 @@ def _fence(rank, order, producer):
 
 
 @implements("flowdsl.cft.fence")
-def _cft_fence(coop, order=None, producer=None, consumer=None, scope=None):
-    order = MemoryOrder.ACQUIRE if order is None else MemoryOrder(int(order))
-    producer = MemProxyType.FABRIC if producer is None else MemProxyType(int(producer))
+def _cft_fence(coop, order=MemoryOrder.ACQUIRE, producer=MemProxyType.FABRIC, consumer=MemProxyType.GENERIC,
+               scope=MemFenceScope.SYS):
+    order = MemoryOrder(int(order))
+    producer = MemProxyType(int(producer))
     _fence(current().rank, order, producer)
     if _state.race is not None:
         _state.race.fence(current(), order)

@@ -367,7 +367,7 @@ def _gin_get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset
 
 
 @implements("flowdsl.gin.flush")
-def _gin_flush(ctx, coop, order=None):
+def _gin_flush(ctx, coop, order=MemoryOrder.ACQUIRE):
     t = current()
     net = _net()
     key = _issuer(t, coop)
@@ -410,7 +410,7 @@ def _wait_rolled(t, values, cond, ident, least, bits, code, wait, comm):
 
 
 @implements("flowdsl.gin.read_signal")
-def _gin_read_signal(ctx, signal, bits=64, order=None):
+def _gin_read_signal(ctx, signal, bits=64, order=MemoryOrder.ACQUIRE):
     st = ctx.state
     sig = _check_signal(st, signal, "read a signal")
     t, did = current(), st.group.did
@@ -420,7 +420,7 @@ def _gin_read_signal(ctx, signal, bits=64, order=None):
 
 
 @implements("flowdsl.gin.read_counter")
-def _gin_read_counter(ctx, counter, bits=56, order=None):
+def _gin_read_counter(ctx, counter, bits=56, order=MemoryOrder.ACQUIRE):
     st = ctx.state
     c = _check_counter(st, counter, "read a counter")
     t, did = current(), st.group.did
@@ -429,7 +429,7 @@ def _gin_read_counter(ctx, counter, bits=56, order=None):
 
 
 @implements("flowdsl.gin.wait_signal")
-def _gin_wait_signal(ctx, coop, signal, least, bits=64, order=None):
+def _gin_wait_signal(ctx, coop, signal, least, bits=64, order=MemoryOrder.ACQUIRE):
     st = ctx.state
     sig = _check_signal(st, signal, "wait for a signal")
     t = current()
@@ -448,7 +448,7 @@ def _gin_wait_signal(ctx, coop, signal, least, bits=64, order=None):
 
 
 @implements("flowdsl.gin.wait_counter")
-def _gin_wait_counter(ctx, coop, counter, least, bits=56, order=None):
+def _gin_wait_counter(ctx, coop, counter, least, bits=56, order=MemoryOrder.ACQUIRE):
     st = ctx.state
     c = _check_counter(st, counter, "wait for a counter")
     t = current()
@@ -605,4 +605,4 @@ def _race_acquire(t, key, order):
     """``t`` waited for or read a signal, counter, flush or barrier ``key`` (acquiring unless ``order`` is relaxed)."""
     rc = _state.race
     if rc is not None:
-        rc.acquire_from(t, key, MemoryOrder.ACQUIRE if order is None else order)
+        rc.acquire_from(t, key, MemoryOrder(int(order)))

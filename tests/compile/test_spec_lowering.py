@@ -159,3 +159,19 @@ def test_every_session_method_takes_the_gpus_parameters_on_the_simulator():
             if sim_params != params(fn, True):
                 differ.append(f"{cls.__name__}.{attr}: simulator {sim_params}, GPU {params(fn, True)}")
     assert differ == []
+
+
+def test_an_enum_parameter_left_out_means_the_stubs_default():
+    """What an omitted order, proxy or scope means is the stub's default (a member, in the spec), which the
+    lowering reads (``checks.stub_default``) and the simulator's implementation repeats in its signature
+    (``tests/sim/test_semantics.py`` compares them): a ``None`` default left each layer to pick its own."""
+    import enum
+    import inspect
+
+    vague = [f"{name}({p.name}=None)" for name, spec in sorted(SPECS.items()) for p in spec.params
+             if p.name in spec.args and spec.args[p.name].kind in ("order", "enum", "scope") and p.default is None]
+    assert vague == []
+    defaults = {(name, p.name): p.default for name, spec in SPECS.items() for p in spec.params
+                if p.name in spec.args and spec.args[p.name].kind in ("order", "enum", "scope")
+                and p.default is not inspect.Parameter.empty}
+    assert defaults and all(isinstance(d, enum.IntEnum) for d in defaults.values()), defaults
