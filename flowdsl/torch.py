@@ -159,9 +159,26 @@ def _complete(comm, *values) -> None:
         comm.synchronize()
 
 
+def _plain(values):
+    """Tensors as a kernel launch takes them. An operator's autograd is its registered formula, so its body
+    sees plain tensors: a launch cannot take one that requires grad (torch refuses it its
+    ``__cuda_array_interface__``), and torch 2.11 hands an operator's body such tensors where 2.14 does not."""
+    return [v.detach() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _detaching(fn):
+    """``fn`` called with its tensor arguments detached (:func:`_plain`); its signature is ``fn``'s, which
+    ``torch.library.custom_op`` reads for the schema."""
+    @functools.wraps(fn)
+    def body(*args, **kwargs):
+        return fn(*_plain(args), **dict(zip(kwargs, _plain(kwargs.values()))))
+    return body
+
+
 # ---- the collectives as operators --------------------------------------------------------------
 
 @torch.library.custom_op("flowdsl::all_reduce", mutates_args=())
+@_detaching
 def _all_reduce(input: torch.Tensor, op: str, group: str) -> torch.Tensor:
     comm = _resolved("all_reduce", group, input)
     out = torch.empty_like(input)
@@ -179,6 +196,7 @@ def _(input, op, group):
 
 
 @torch.library.custom_op("flowdsl::all_reduce_", mutates_args=("input",))
+@_detaching
 def _all_reduce_(input: torch.Tensor, op: str, group: str) -> None:
     comm = _resolved("all_reduce", group, input)
     collectives.all_reduce(comm, input, op=op)
@@ -192,6 +210,7 @@ def _(input, op, group):
 
 
 @torch.library.custom_op("flowdsl::all_gather", mutates_args=())
+@_detaching
 def _all_gather(input: torch.Tensor, group: str) -> torch.Tensor:
     comm = _resolved("all_gather", group, input)
     out = input.new_empty((comm.nranks * input.shape[0], *input.shape[1:]) if input.dim() else (comm.nranks,))
@@ -208,6 +227,7 @@ def _(input, group):
 
 
 @torch.library.custom_op("flowdsl::all_gather_into", mutates_args=("output",))
+@_detaching
 def _all_gather_into(output: torch.Tensor, input: torch.Tensor, group: str) -> None:
     comm = _resolved("all_gather", group, input, output)
     collectives.all_gather(comm, input, output)
@@ -222,6 +242,7 @@ def _(output, input, group):
 
 
 @torch.library.custom_op("flowdsl::reduce_scatter", mutates_args=())
+@_detaching
 def _reduce_scatter(input: torch.Tensor, op: str, group: str) -> torch.Tensor:
     comm = _resolved("reduce_scatter", group, input)
     out = input.new_empty((input.shape[0] // comm.nranks, *input.shape[1:]))
@@ -239,6 +260,7 @@ def _(input, op, group):
 
 
 @torch.library.custom_op("flowdsl::reduce_scatter_into", mutates_args=("output",))
+@_detaching
 def _reduce_scatter_into(output: torch.Tensor, input: torch.Tensor, op: str, group: str) -> None:
     comm = _resolved("reduce_scatter", group, input, output)
     collectives.reduce_scatter(comm, input, output, op=op)
@@ -254,6 +276,7 @@ def _(output, input, op, group):
 
 
 @torch.library.custom_op("flowdsl::broadcast", mutates_args=())
+@_detaching
 def _broadcast(input: torch.Tensor, root: int, group: str) -> torch.Tensor:
     comm = _resolved("broadcast", group, input)
     out = torch.empty_like(input)
@@ -269,6 +292,7 @@ def _(input, root, group):
 
 
 @torch.library.custom_op("flowdsl::broadcast_", mutates_args=("input",))
+@_detaching
 def _broadcast_(input: torch.Tensor, root: int, group: str) -> None:
     comm = _resolved("broadcast", group, input)
     collectives.broadcast(comm, input, root=root)
@@ -281,6 +305,7 @@ def _(input, root, group):
 
 
 @torch.library.custom_op("flowdsl::reduce", mutates_args=())
+@_detaching
 def _reduce(input: torch.Tensor, op: str, root: int, group: str) -> torch.Tensor:
     comm = _resolved("reduce", group, input)
     out = torch.empty_like(input)
@@ -297,6 +322,7 @@ def _(input, op, root, group):
 
 
 @torch.library.custom_op("flowdsl::reduce_", mutates_args=("input",))
+@_detaching
 def _reduce_(input: torch.Tensor, op: str, root: int, group: str) -> None:
     comm = _resolved("reduce", group, input)
     collectives.reduce(comm, input, op=op, root=root)
@@ -430,10 +456,7 @@ def custom_op(name: str, fn=None, *, mutates_args, device_types=None):
         @functools.wraps(fn)
         def by_name(group, *args, **kwargs):
             comm = communicator(group)
-            # The operator's autograd is what register_autograd says, so fn sees plain tensors: a kernel
-            # launch cannot take one that requires grad (torch refuses it its __cuda_array_interface__).
-            args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
-            kwargs = {k: a.detach() if isinstance(a, torch.Tensor) else a for k, a in kwargs.items()}
+            args, kwargs = _plain(args), dict(zip(kwargs, _plain(kwargs.values())))  # autograd: register_autograd's
             result = fn(comm, *args, **kwargs)
             _complete(comm, *args, *kwargs.values())
             return result
