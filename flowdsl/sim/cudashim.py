@@ -468,6 +468,8 @@ def simulate_function(fn, cache):
         if mine is not cell:
             mine.cell_contents = _sim_value(cell.cell_contents, cache)
     names = code_names(fn.__code__)
+    if "round" in names and "round" not in g:  # the builtin, as numba-cuda computes it (not NumPy's)
+        g["round"] = intrinsics.round_
     for k in names:
         if k not in g:
             continue

@@ -4,11 +4,14 @@ Each takes what a simulated kernel holds (NumPy scalars, or Python ints and floa
 int64 and float64) and returns the type numba-cuda's typing gives: ``popc``, ``clz`` the argument's
 type, ``brev`` its unsigned type of at least 32 bits, ``ffs`` and ``lanemask_lt`` uint32, ``fma`` and
 ``cbrt`` the float type. ``fma`` rounds once, as the instruction does (the product and sum exact, then
-one rounding to the result type), which ``a * b + c`` in NumPy does not.
+one rounding to the result type), which ``a * b + c`` in NumPy does not. The builtin ``round`` is numba-cuda's
+(:func:`round_`), not NumPy's, whose float32 ``round(x, n)`` rounds ``x * 10**n`` in float32.
 """
 
 from __future__ import annotations
 
+import builtins
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -16,8 +19,34 @@ import numpy as np
 from .errors import UsageError
 from .scheduler import sim_error
 
-__all__ = ["popc", "brev", "clz", "ffs", "fma", "cbrt", "selp", "lanemask_lt", "atomic_max", "atomic_min",
+__all__ = ["round_", "popc", "brev", "clz", "ffs", "fma", "cbrt", "selp", "lanemask_lt", "atomic_max", "atomic_min",
            "atomic_nanmax", "atomic_nanmin", "Fp16"]
+
+
+def round_(x, ndigits=None):
+    """The builtin ``round`` as numba-cuda lowers it for floats: alone, ``llrint`` of ``x`` as a double (an int,
+    half to even); with ``ndigits``, CPython's fallback ``double_round`` in double precision whatever ``x``'s
+    type (a float32 ``x`` is widened first, and the result narrowed back). Integers are Python's."""
+    if not isinstance(x, (float, np.floating)):
+        return builtins.round(x) if ndigits is None else builtins.round(x, ndigits)
+    if ndigits is None:
+        return int(np.rint(np.float64(x)))
+    xd, n = float(x), int(ndigits)
+    if math.isinf(xd) or math.isnan(xd):
+        return x
+    if n >= 0:
+        pow1, pow2 = (10.0 ** (n - 22), 1e22) if n > 22 else (10.0 ** n, 1.0)
+        y = (xd * pow1) * pow2
+        if math.isinf(y):
+            return x
+    else:
+        pow1 = 10.0 ** (-n)
+        y = xd / pow1
+    z = float(np.rint(y))
+    if math.fabs(y - z) == 0.5:
+        z = 2.0 * float(np.rint(y / 2.0))
+    z = (z / pow2) / pow1 if n >= 0 else z * pow1
+    return type(x)(z) if isinstance(x, np.floating) else z
 
 
 def _integer(x, name):

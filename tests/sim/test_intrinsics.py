@@ -200,3 +200,34 @@ def test_fp16_in_a_simulated_kernel_against_float64():
         np.testing.assert_array_equal(out[:, 3], (x / y).astype(np.float16))
     ordered = ~(np.isnan(a) | np.isnan(b))
     assert (flags[:, 1] == (ordered & (a != b))).all() and not flags[0, 1]  # hne(NaN, x) is false
+
+
+@flowdsl.kernel
+def round_probe(x32, x64, digits, out32, out64, whole):
+    i = cuda.grid(1)
+    if i < x32.size:
+        out32[i] = round(x32[i], digits[i])
+        out64[i] = round(x64[i], digits[i])
+        whole[i] = round(x32[i] * 8)
+
+
+def test_round_is_numba_cudas_not_numpys():
+    """``round(x, n)`` of a float32 is computed in double on the GPU (numba-cuda's lowering), where NumPy's
+    float32 ``round`` rounds ``x * 10**n`` in float32: 0.3425f to 3 digits is 0.343 on a GPU, 0.342 in NumPy
+    (the simulator gave NumPy's). Reference: Python's correctly rounded ``round`` of the value as a double."""
+    rng = np.random.default_rng(7)
+    x32 = np.concatenate([[0.3425, 2.5, -1.5, 0.125], rng.random(60) * 100 - 50]).astype(np.float32)
+    x64 = x32.astype(np.float64) + rng.random(x32.size) * 1e-9
+    digits = np.concatenate([[3, 0, 0, 2], rng.integers(-2, 6, 60)]).astype(np.int32)
+
+    def main(comm):
+        out32, out64, whole = np.zeros_like(x32), np.zeros_like(x64), np.zeros(x32.size, np.int64)
+        round_probe[1, 64](x32, x64, digits, out32, out64, whole)
+        comm.synchronize()
+        return out32, out64, whole
+
+    out32, out64, whole = run_ranks(main, nranks=1)[0]
+    np.testing.assert_array_equal(out32, [np.float32(round(float(x), int(n))) for x, n in zip(x32, digits)])
+    np.testing.assert_array_equal(out64, [round(float(x), int(n)) for x, n in zip(x64, digits)])
+    np.testing.assert_array_equal(whole, [round(float(x) * 8) for x in x32])  # halves to even
+    assert out32[0] == np.float32(0.343) and round(np.float32(0.3425), 3) == np.float32(0.342)
