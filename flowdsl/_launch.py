@@ -16,7 +16,8 @@ import numpy as np
 
 from . import _stubs
 from ._argtypes import scalar_types
-from ._launch_checks import COOPERATIVE, _check_resources, check_features
+from ._features import COOPERATIVE
+from ._launch_checks import _check_resources, check_features
 from ._launch_params import _packer, _ParameterBuffer
 from ._launch_replay import _driver_launcher, _replay_key, _Replays
 from .errors import LaunchTypeError, UsageError

@@ -8,11 +8,7 @@ import functools
 
 from .errors import UsageError
 
-__all__ = ["check_features", "COOPERATIVE"]
-
-#: Recorded on a compiled kernel that syncs its whole grid (``cuda.cg.this_grid().sync()``): it must be
-#: launched cooperatively (every block resident at once), which numba-cuda's launcher does.
-COOPERATIVE = "cooperative"
+__all__ = ["check_features"]
 
 
 @functools.cache

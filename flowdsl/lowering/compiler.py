@@ -18,7 +18,7 @@ from ..errors import UsageError
 from . import backend
 from . import bindings  # noqa: F401 - the device surface is bound before anything compiles
 from .elf import function_symbols
-from .._launch_checks import COOPERATIVE
+from .._features import COOPERATIVE
 from .target import Target, compiling_for, noted_features
 
 __all__ = ["CompiledKernel", "KernelCode", "compile_kernel", "elf_function_symbols"]
