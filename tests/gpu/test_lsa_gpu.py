@@ -25,6 +25,25 @@ def test_allgather_lsa_matches_numpy(comm, count, dtype):
     np.testing.assert_array_equal(result, reference)
 
 
+@pytest.mark.parametrize("count", [1, 4097, 1 << 20])
+def test_allreduce_lsa_matches_numpy_bit_for_bit(comm, count):
+    """NCCL's 01_allreduce_lsa as a flowdsl program (its grid: 16 blocks of 512 threads)."""
+    from flowdsl.examples import allreduce_lsa
+
+    result, reference = allreduce_lsa.run(comm, count=count, blocks=16, threads=512, seed=count)
+    np.testing.assert_array_equal(result, reference)
+
+
+@pytest.mark.parametrize("variant", ["run", "run_poison"], ids=["barrier", "poison"])
+def test_alltoall_lsa_matches_numpy_in_every_call(comm, variant):
+    """NCCL's two LSA all-to-alls (contrib/custom_algos) as flowdsl programs, 5 calls (the poison one's windows
+    rotate, and its calls past the second meet at no barrier)."""
+    from flowdsl.examples import alltoall_lsa
+
+    for result, reference in getattr(alltoall_lsa, variant)(comm, count=1 << 16, blocks=8, threads=256, calls=5):
+        np.testing.assert_array_equal(result, reference)
+
+
 def test_torch_buffers_share_the_symmetric_memory(comm):
     torch = pytest.importorskip("torch")
     import flowdsl

@@ -3,9 +3,11 @@
 import numpy as np
 import pytest
 
+import flowdsl
+
 from flowdsl.testing import assert_ranks_close, for_seeds, run_ranks
 
-from flowdsl.examples import allgather_lsa, rmsnorm_lsa
+from flowdsl.examples import allgather_lsa, allreduce_lsa, alltoall_lsa, rmsnorm_lsa
 
 pytestmark = pytest.mark.sim
 
@@ -53,3 +55,53 @@ def test_rmsnorm_two_nodes_is_per_node():
         return comm.lsa_size, comm.lsa_rank, result
     out = run_ranks(main, nranks=4, nodes=2)
     assert [o[:2] for o in out] == [(2, 0), (2, 1), (2, 0), (2, 1)]
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3, 4])
+def test_allreduce_lsa_matches_numpy_bit_for_bit(nranks):
+    """NCCL's 01_allreduce_lsa: the same float32 sums, in the same order, as NumPy's."""
+    for result, reference in run_ranks(lambda c: allreduce_lsa.run(c, count=1000, seed=nranks), nranks=nranks,
+                                       seed=nranks):
+        np.testing.assert_array_equal(result, reference)
+
+
+@for_seeds(3)
+def test_allreduce_lsa_under_seeds(seed):
+    for result, reference in run_ranks(lambda c: allreduce_lsa.run(c, count=300, blocks=2, threads=32), nranks=4,
+                                       seed=seed):
+        np.testing.assert_array_equal(result, reference)
+
+
+def test_allreduce_lsa_refuses_two_nodes_naming_why():
+    with pytest.raises(flowdsl.UsageError, match="on 4 ranks in LSA teams of 2: it reads every rank's memory"):
+        run_ranks(allreduce_lsa.run, nranks=4, nodes=2)
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 3, 4])
+@pytest.mark.parametrize("variant", ["run", "run_poison"], ids=["barrier", "poison"])
+def test_alltoall_lsa_matches_numpy_in_every_call(variant, nranks):
+    """NCCL's two LSA all-to-alls (contrib/custom_algos), several calls on one window set, race-checked: the
+    poison variant's calls past the second meet at no barrier, and its windows rotate."""
+    run = getattr(alltoall_lsa, variant)
+    for calls in flowdsl.sim.spawn(lambda c: run(c, count=40, blocks=2, threads=64, calls=5), nranks=nranks,
+                                   seed=nranks, races=True):
+        assert len(calls) == 5
+        for result, reference in calls:
+            np.testing.assert_array_equal(result, reference)
+
+
+def test_alltoall_lsa_poison_with_a_plain_store_is_a_data_race(monkeypatch):
+    """The receiver polls each element's last word while the sender writes it: the element must be one 16-byte
+    relaxed store (atomic, whole); a plain store there is a data race, and the simulator names both accesses."""
+    from flowdsl.sim import DataRaceError
+
+    push = alltoall_lsa.push.py_func
+
+    @flowdsl.device
+    def plain_push(comm, send, win, count, relaxed):
+        push(comm, send, win, count, False)
+
+    monkeypatch.setattr(alltoall_lsa, "push", plain_push)
+    with pytest.raises(DataRaceError, match=r"(?s)atomic read .*alltoall_lsa_poison.*write .*\(push\)"):
+        flowdsl.sim.spawn(lambda c: alltoall_lsa.run_poison(c, count=40, blocks=2, threads=64), nranks=2,
+                          seed=1, races=True)

@@ -349,11 +349,14 @@ def test_flow_staging_used_correctly_is_race_free(protocol):
 
 # ---------------------------------------------------------------- every example is race-free
 def _examples():
-    from flowdsl.examples import (allgather_direct, allgather_lsa, allreduce_bias_gelu, alltoall_cft, alltoall_gin,
-                                  alltoall_hybrid, moe_gin, rmsnorm_lsa)
+    from flowdsl.examples import (allgather_direct, allgather_lsa, allreduce_bias_gelu, allreduce_lsa, alltoall_cft,
+                                  alltoall_gin, alltoall_hybrid, alltoall_lsa, moe_gin, rmsnorm_lsa)
     return {
         "rmsnorm_lsa": (lambda c: rmsnorm_lsa.run(c, tokens_per_rank=2, hidden=64), 3, 1),
         "allgather_lsa": (lambda c: allgather_lsa.run(c, count=300, blocks=2), 3, 1),
+        "allreduce_lsa": (lambda c: allreduce_lsa.run(c, count=300, blocks=2, threads=32), 3, 1),
+        "alltoall_lsa": (lambda c: alltoall_lsa.run(c, count=37, blocks=2, threads=64)[-1], 3, 1),
+        "alltoall_lsa_poison": (lambda c: alltoall_lsa.run_poison(c, count=37, blocks=2, threads=64)[-1], 3, 1),
         "allgather_direct": (lambda c: allgather_direct.run(c, count=301), 4, 2),
         "allreduce_bias_gelu_simple": (lambda c: allreduce_bias_gelu.run(c, count=301), 4, 2),
         "allreduce_bias_gelu_ll": (lambda c: allreduce_bias_gelu.run(c, count=301, protocol=Protocol.LL), 3, 1),
