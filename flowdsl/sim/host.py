@@ -18,7 +18,8 @@ from .cudashim import simulate_function
 from ..enums import GinBackend
 from ..errors import ResourceClosedError
 from ..errors import UsageError as _UsageErrorBase
-from .errors import CollectiveMismatchError, SimulationError, UnsupportedFeatureError, UsageError
+from .errors import (CollectiveMismatchError, DeadlockError, LivelockError, SimulationError, UnsupportedFeatureError,
+                     UsageError)
 from .network import Network
 from .memory import Closable, SymBuffer, Window, WindowGroup, poisoned
 from .races import RaceDetector, enabled_by_default
@@ -270,6 +271,15 @@ class SimComm(Closable):
             w.sched.block(t, Wait("comm.synchronize()", lambda s, r=self.rank: f"rank {r}: {s.rank_summary(r)}"))
         if w.sched.race is not None:
             w.sched.race.synchronize(t, self.rank)
+        self._raise_kernel_error()
+
+    def _raise_kernel_error(self):
+        """An exception a kernel thread of this rank raised, raised here once its kernels are done (numba-cuda
+        delivers a kernel's exception to the host that waits for it: its simulator always, a GPU in debug
+        mode)."""
+        err, self.world.kernel_errors[self.rank] = self.world.kernel_errors[self.rank], None
+        if err is not None:
+            raise err
 
     def free(self, buf) -> None:
         """Release a buffer from :meth:`alloc` now (windows over it must be closed first), as on GPUs:
@@ -366,6 +376,8 @@ class World:
         self.launches = [[] for _ in range(nranks)]
         self.queue = [[] for _ in range(nranks)]
         self.sync_conds = [Cond() for _ in range(nranks)]
+        #: per rank, the first exception a kernel thread raised that the host has not been given yet
+        self.kernel_errors = [None] * nranks
         self.nlaunch = [0] * nranks
         self.nwindows = 0
         self.ndevcomms = 0
@@ -527,10 +539,11 @@ def _address(arr) -> int:
     return arr.__array_interface__["data"][0]
 
 
-def _run_task(sched, task, body, where) -> bool:
+def _run_task(sched, task, body, where, raised=None) -> bool:
     """Run ``body()`` as ``task`` and finish it: True when it returned. An exception goes to the scheduler
     (``spawn`` raises it); one the simulator did not raise gets a note of where (``where(place)``, ``place``
-    its file and line) and of the seed that replays it. A greenlet's exit passes on."""
+    its file and line) and of the seed that replays it. A greenlet's exit passes on. ``raised``: where a
+    kernel thread's own exception goes instead (one the simulator did not raise); the thread then ends."""
     try:
         body()
     except greenlet.GreenletExit:
@@ -546,6 +559,10 @@ def _run_task(sched, task, body, where) -> bool:
         sched.fail(task, err)
         return False
     except BaseException as e:  # noqa: BLE001 - forwarded to spawn()
+        if raised is not None and isinstance(e, Exception) and not isinstance(e, SimulationError):
+            raised(e)
+            sched.finish(task)
+            return True
         if not isinstance(e, SimulationError):
             e.add_note(f"flowdsl.sim: raised {where(_tb_where(e))}; seed={sched.seed} replays it")
         else:  # its message names the rank and the seed; the host line that raised it, as for the others
@@ -556,12 +573,34 @@ def _run_task(sched, task, body, where) -> bool:
     return True
 
 
+def _kernel_exception(t, e, where, seed):
+    """``e``, raised by kernel thread ``t``, as numba-cuda gives it to the host: the same class, its message
+    led by the thread's and block's indices (``tid=[3, 0, 0] ctaid=[0, 0, 0]: ...``), noting where it was
+    raised and the seed that replays it."""
+    b = (*t.blk.idx, 0, 0)[:3]  # a 1-D launch's blocks keep their x alone
+    lead = f"tid={[t.tx, t.ty, t.tz]} ctaid={list(b)}"
+    try:
+        out = type(e)(f"{lead}: {e}" if str(e) else lead)
+    except Exception:  # noqa: BLE001 - a class that takes other arguments: the exception itself
+        out = e
+    for note in getattr(e, "__notes__", []):
+        out.add_note(note)
+    out.add_note(f"flowdsl.sim: raised {where(_tb_where(e))}; seed={seed} replays it")
+    out.__cause__ = None if out is e else e.__cause__
+    return out.with_traceback(e.__traceback__)
+
+
 def _thread_runner(t, fn, args, world):
     sched = world.sched
 
     def run():
-        if not _run_task(sched, t, lambda: fn(*args),
-                         lambda place: f"in {t.name()} of kernel {t.launch.name!r} at {place}"):
+        where = lambda place: f"in {t.name()} of kernel {t.launch.name!r} at {place}"  # noqa: E731
+
+        def raised(e):  # the thread ends; its launch goes on, and the rank's host gets the first such exception
+            if world.kernel_errors[t.rank] is None:
+                world.kernel_errors[t.rank] = _kernel_exception(t, e, where, sched.seed)
+
+        if not _run_task(sched, t, lambda: fn(*args), where, raised):
             return
         if sched.race is not None:
             sched.race.thread_done(t)
@@ -712,7 +751,15 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
     thresholds = gc.get_threshold()
     gc.set_threshold(max(thresholds[0], 200_000), *thresholds[1:])  # fewer GC passes over many greenlets
     try:
-        sched.run()
+        try:
+            sched.run()
+        except (DeadlockError, LivelockError) as stuck:
+            # A kernel thread that raised left its block's barriers short: its exception is the cause.
+            raised = next((e for e in sched.world.kernel_errors if e is not None), None)
+            if raised is None:
+                raise
+            raised.add_note(f"flowdsl.sim: the simulation then could not go on: {str(stuck).splitlines()[0]}")
+            raise raised from None
         results = [h.result for h in hosts]
         global last_run
         last_run = {"steps": sched.steps, "threads": sum(1 for t in sched.tasks if isinstance(t, KernelThread)),
@@ -748,6 +795,7 @@ def _host_runner(h, main, comm, sched):
         h.result = main(comm)
         if sched.world.pending(comm.rank):
             comm.synchronize()
+        comm._raise_kernel_error()  # one no synchronize took
         sched.world.host_returned(comm.rank)
 
     def run():

@@ -350,3 +350,59 @@ def test_a_global_numba_cannot_type_is_refused_before_the_launch_in_numbas_words
             _reads_a_config[1, 1](comm.alloc(1, np.int64))
 
     run_ranks(main, nranks=1)
+
+
+class _KernelError(Exception):
+    pass
+
+
+@flowdsl.kernel
+def _raises(x, out):
+    if x == 1:
+        raise _KernelError
+    if x == 2:
+        raise _KernelError("foo")
+    out[cuda.threadIdx.x] = x
+
+
+def test_an_exception_raised_in_a_kernel_reaches_the_synchronize_as_numba_cuda_delivers_it():
+    """numba-cuda gives a kernel's exception to the host that waits for it (its simulator always, a GPU in
+    debug mode): the same class, led by the thread's and block's indices; the rank goes on."""
+    def main(comm):
+        out = comm.alloc(4, np.int32)
+        got = []
+        for x in (1, 2):
+            _raises[1, 1](x, out)
+            with pytest.raises(_KernelError) as err:
+                comm.synchronize()
+            got.append(str(err.value))
+            assert any("_raises" in note and "seed=" in note for note in err.value.__notes__)
+        _raises[1, 4](3, out)
+        comm.synchronize()
+        return got, out.get().tolist()
+
+    assert run_ranks(main, nranks=1)[0] == (["tid=[0, 0, 0] ctaid=[0, 0, 0]",
+                                             "tid=[0, 0, 0] ctaid=[0, 0, 0]: foo"], [3, 3, 3, 3])
+
+
+def test_a_kernel_exception_left_unsynchronized_ends_the_rank_and_one_that_stops_a_barrier_is_the_cause():
+    @flowdsl.kernel
+    def stops_a_barrier(out):
+        if cuda.threadIdx.x == 3:
+            raise _KernelError("thread 3")
+        cuda.syncthreads()  # the other threads wait here for thread 3, which has left
+        out[cuda.threadIdx.x] = 1
+
+    def unsynchronized(comm):
+        _raises[1, 1](2, comm.alloc(1, np.int32))  # main returns without waiting
+
+    with pytest.raises(_KernelError, match=r"tid=\[0, 0, 0\] ctaid=\[0, 0, 0\]: foo"):
+        run_ranks(unsynchronized, nranks=2)
+
+    def stuck(comm):
+        stops_a_barrier[1, 8](comm.alloc(8, np.int32))
+        comm.synchronize()
+
+    with pytest.raises(_KernelError, match=r"tid=\[3, 0, 0\] ctaid=\[0, 0, 0\]: thread 3") as err:
+        run_ranks(stuck, nranks=1)
+    assert any("could not go on" in note for note in err.value.__notes__), err.value.__notes__
