@@ -10,6 +10,7 @@ communicator.
 from __future__ import annotations
 
 import functools
+import reprlib
 import weakref
 from collections.abc import Callable
 from typing import NamedTuple
@@ -204,7 +205,7 @@ def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", r
            dtype=None):
     """Check the arguments; return (src, dst, count, redop, root, scalar) (``scalar``: premulsum's, else None)."""
     if comm is None or not hasattr(comm, "alloc"):
-        raise UsageError(f"Cannot {operation}: {comm!r} is not a flowdsl communicator. Pass the one "
+        raise UsageError(f"Cannot {operation}: {_named(comm)} is not a flowdsl communicator. Pass the one "
                          "from flowdsl.init() (or the simulator's)")
     if _closed(comm):
         raise UsageError(_CLOSED)
@@ -539,10 +540,16 @@ def _check_one_shot(comm, st, count, kernel_dtype):
                          f"{per} {kernel_dtype} elements per rank. Use 'ring', 'tree' or 'auto' for larger messages")
 
 
+def _named(value) -> str:
+    """What an error calls a value passed in the communicator's place: its type and a short repr (an array's
+    whole repr is lines of numbers)."""
+    return f"a {type(value).__module__}.{type(value).__qualname__} ({reprlib.repr(value)})"
+
+
 def _nranks(comm):
     nranks = getattr(comm, "nranks", None)
     if nranks is None:
-        raise UsageError(f"Cannot run a collective: {comm!r} is not a flowdsl communicator. Pass the one "
+        raise UsageError(f"Cannot run a collective: {_named(comm)} is not a flowdsl communicator. Pass the one "
                          "from flowdsl.init() (or the simulator's)")
     return nranks
 

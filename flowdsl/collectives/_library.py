@@ -170,7 +170,8 @@ def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin
             done = int(30 * i / len(entries))
             algorithm, collective, op, dtype = entry
             sys.stderr.write(f"\rprecompile [{'#' * done}{'.' * (30 - done)}] {i}/{len(entries)} "
-                             f"{algorithm} {collective} {op.name.lower()} {dtype}        ")
+                             f"{algorithm} {collective}{'' if collective in _NO_OP else ' ' + op.name.lower()} "
+                             f"{dtype}        ")
             sys.stderr.flush()
 
     # Found here, the cached kernels start no worker (a worker's start-up is seconds).

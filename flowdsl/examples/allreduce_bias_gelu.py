@@ -101,3 +101,9 @@ def run(comm, count=1000, channels=2, threads=64, nslots=2, slot_bytes=512, prot
     s = np.sum(xs, axis=0, dtype=np.float64) + b
     reference = 0.5 * s * (1.0 + np.tanh(0.7978845608028654 * (s + 0.044715 * s ** 3)))
     return result, reference
+
+
+if __name__ == "__main__":
+    from flowdsl.examples import _cli
+
+    _cli.entry("allreduce_bias_gelu", run, "an all-reduce fused with a bias and GELU, over Flow", ranks=4, nodes=2)

@@ -55,3 +55,9 @@ def run(comm, count: int = 4096, blocks: int = 4, threads: int = 128, seed: int 
     for x in inputs:  # the kernel's order: peer 0 first
         reference += x
     return result, reference
+
+
+if __name__ == "__main__":
+    from flowdsl.examples import _cli
+
+    _cli.entry("allreduce_lsa", run, "every rank summed every rank's input over LSA and wrote the sums into every rank's window (NCCL's 01_allreduce_lsa)")

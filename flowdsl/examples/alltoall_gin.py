@@ -86,3 +86,9 @@ def run_alltoall(kernel, comm, count: int, blocks: int, threads: int, seed: int,
         comm.synchronize()
         result = recv.get()
     return result, inputs[:, comm.rank, :].reshape(-1)
+
+
+if __name__ == "__main__":
+    from flowdsl.examples import _cli
+
+    _cli.entry("alltoall_gin", run, "every rank put its block for each peer into that peer's window over GIN (NCCL's 02_alltoall_gin)", ranks=4, nodes=2)

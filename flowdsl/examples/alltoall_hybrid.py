@@ -53,3 +53,9 @@ def alltoall_hybrid(comm, send_win, recv_win, count, itemsize):
 def run(comm, count: int = 256, blocks: int = 2, threads: int = 32, seed: int = 0):
     """Run the hybrid all-to-all on ``comm``; return ``(result, reference)`` for this rank."""
     return run_alltoall(alltoall_hybrid, comm, count, blocks, threads, seed, barrier_count=blocks)
+
+
+if __name__ == "__main__":
+    from flowdsl.examples import _cli
+
+    _cli.entry("alltoall_hybrid", run, "all-to-all over LSA within a node and GIN across nodes (NCCL's 03_alltoall_hybrid)", ranks=4, nodes=2)

@@ -51,3 +51,9 @@ def run(comm, protocol=Protocol.SIMPLE, dtype="float32", op="sum", n=100_003, se
         result = dst.get() if hasattr(dst, "get") else np.array(dst)
     expected = check.reference("all_reduce", [x, x], dtype, op)[0]
     return result, expected
+
+
+if __name__ == "__main__":
+    from flowdsl.examples import _cli
+
+    _cli.entry("flow_loopback", run, "a rank sent to itself through a Flow connection", ranks=1, nodes=1)

@@ -158,3 +158,9 @@ def run(comm, tokens: int = 12, hidden: int = 32, experts_per_rank: int = 2, thr
         for w in wins:
             w.close()
     return result, x * (route[:, None] + 1).astype(np.float32)
+
+
+if __name__ == "__main__":
+    from flowdsl.examples import _cli
+
+    _cli.entry("moe_gin", run, "MoE dispatch, experts and combine over GIN", ranks=4, nodes=2)

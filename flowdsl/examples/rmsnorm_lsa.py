@@ -122,3 +122,9 @@ def run(comm, tokens_per_rank: int = 8, hidden: int = 512, eps: float = 1e-6, se
         comm.synchronize()
         result = to_float32(buf.get(), dtype)
     return result, reference([to_float32(x, dtype) for x in inputs], eps).astype(np.float32)
+
+
+if __name__ == "__main__":
+    from flowdsl.examples import _cli
+
+    _cli.entry("rmsnorm_lsa", run, "reduce-scatter, RMSNorm and all-gather fused in one LSA kernel (NCCL's 07 01_rmsnorm_lsa)")

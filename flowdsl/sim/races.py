@@ -811,6 +811,11 @@ def _describe(obj, idx, off, world):
     return f"byte offset {off} of an array"
 
 
+#: Where both threads add into one element, ordering them is not the fix an accumulation wants.
+_ATOMIC_UPDATE = (" If both threads update the element (a sum, a count), make each update one atomic instead, "
+                  "which needs no ordering: cuda.atomic.add, or flowdsl.mem.atomic_add / red_add.")
+
+
 def _fix(t, other, kind, other_kind):
     o = other[2]
     if t.acqp is not None and _ordered(other, _View(t.slot, t.acqp)):
@@ -831,11 +836,11 @@ def _fix(t, other, kind, other_kind):
     if same_block:
         return ("Fix: both threads are in one block: put a barrier between the two accesses "
                 "(cuda.syncthreads(), or coop.sync() of a coop holding both threads), or publish with "
-                "flowdsl.mem.store_release and read the flag with flowdsl.mem.load_acquire.")
+                "flowdsl.mem.store_release and read the flag with flowdsl.mem.load_acquire." + _ATOMIC_UPDATE)
     if getattr(t, "rank", None) == getattr(o, "rank", None):
         return ("Fix: the threads are in different blocks, which no block barrier orders: publish with "
                 "flowdsl.mem.store_release (or a release fence before a relaxed store) and read the flag "
-                "with flowdsl.mem.load_acquire (or an acquire fence after a relaxed load).")
+                "with flowdsl.mem.load_acquire (or an acquire fence after a relaxed load)." + _ATOMIC_UPDATE)
     return ("Fix: order the accesses across ranks: an LSA barrier between them whose arrive releases and "
             "whose wait acquires (lsa.barrier(...).sync(MemoryOrder.ACQ_REL)), or a flag written with "
             "flowdsl.mem.store_release and read with flowdsl.mem.load_acquire, or a GIN signal waited "

@@ -105,3 +105,30 @@ def test_alltoall_lsa_poison_with_a_plain_store_is_a_data_race(monkeypatch):
     with pytest.raises(DataRaceError, match=r"(?s)atomic read .*alltoall_lsa_poison.*write .*\(push\)"):
         flowdsl.sim.spawn(lambda c: alltoall_lsa.run_poison(c, count=40, blocks=2, threads=64), nranks=2,
                           seed=1, races=True)
+
+
+_EXAMPLES = sorted(p.stem for p in __import__("pathlib").Path(flowdsl.__file__).parent.joinpath("examples").glob("*.py")
+                   if not p.stem.startswith("_"))
+
+
+def test_every_example_runs_from_the_command_line():
+    """``python -m flowdsl.examples.<name>`` runs each one (a newcomer found ten that printed nothing)."""
+    import pathlib
+
+    root = pathlib.Path(flowdsl.__file__).parent / "examples"
+    silent = [name for name in _EXAMPLES if 'if __name__ == "__main__":' not in (root / f"{name}.py").read_text()]
+    assert silent == []
+
+
+@pytest.mark.filterwarnings("ignore:'flowdsl.examples.* found in sys.modules:RuntimeWarning")  # run again as __main__
+@pytest.mark.parametrize("name", [n for n in _EXAMPLES if n not in ("allgather_lsa", "tp_mlp")])
+def test_an_examples_command_line_says_it_matched_numpy(name, capsys, monkeypatch):
+    import runpy
+
+    monkeypatch.setattr("sys.argv", [name, "--sim"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module(f"flowdsl.examples.{name}", run_name="__main__")
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{name}: ") and "on the CPU simulator" in out and out.rstrip().endswith(
+        "every result equal to NumPy's: OK"), out

@@ -211,3 +211,12 @@ def test_grad_mode_is_each_ranks_own_on_host_threads_and_leaks_between_greenlets
     on_greenlets = [run_ranks(main, nranks=2, seed=s)[1] for s in range(4)]
     assert on_threads == [True] * 4
     assert False in on_greenlets
+
+
+def test_the_mlp_example_checks_itself_on_the_simulator_without_a_gpu(capsys):
+    """``python -m flowdsl.examples.tp_mlp`` without a GPU runs the layer on simulated ranks (it had ended in a
+    NoDeviceError traceback)."""
+    from flowdsl.examples import tp_mlp
+
+    assert tp_mlp.check_on_simulator(nranks=2)
+    assert capsys.readouterr().out.rstrip().startswith("tp_mlp: no GPU found: the layer on 2 simulated ranks")
