@@ -292,14 +292,16 @@ class FlowKernel:
         """The declared signature (of a list) that ``args`` match, as numba-cuda's dispatcher chooses it: an
         exact match, else the best by numba's conversion rules; none or a tie is a TypeError in numba's words."""
         from numba.core import types, typing  # noqa: PLC0415
-        from numba.cuda.descriptor import cuda_target  # noqa: PLC0415
+        # numba's conversion rules (numba.core.typeconv), which its CUDA typing context shares: the CPU
+        # context's, which imports where numba-cuda's own simulator stands in for numba.cuda too.
+        from numba.core.registry import cpu_target  # noqa: PLC0415
 
         from .errors import LaunchTypeError  # noqa: PLC0415
 
         argtypes = tuple(_argtypes.argument_type(self.__name__, i, a) for i, a in enumerate(args))
         if argtypes in self._candidates:
             return argtypes
-        context = cuda_target.typing_context
+        context = cpu_target.typing_context
         cases = [typing.signature(types.none, *c) for c in self._candidates]
         try:
             chosen = context.resolve_overload(self.py_func, cases, argtypes, {}, allow_ambiguous=False)
