@@ -9,7 +9,7 @@ from numba import cuda, int64, uint64
 import flowdsl
 import flowdsl.sim as sim
 from flowdsl import MemoryOrder, ThreadScope, coop, gin, lsa, mem, team
-from flowdsl.examples import alltoall_gin, alltoall_hybrid, moe_gin
+from flowdsl.examples import alltoall_gin, alltoall_hybrid, moe_gin, rmsnorm_gin
 from flowdsl.testing import assert_ranks_close, run_ranks
 
 pytestmark = pytest.mark.sim
@@ -61,6 +61,15 @@ def test_alltoall_other_shapes(example, shape):
     for d in DELIVERIES:
         assert_ranks_close(run_ranks(lambda c: example.run(c, count=48), nranks=n, nodes=nodes, seed=5,
                                      gin_delivery=d), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("delivery", DELIVERIES)
+@pytest.mark.parametrize("shape", [(1, 1), (2, 1), (4, 2), (4, 4)], ids=["1", "1x2", "2x2", "4x1"])
+def test_rmsnorm_gin_matches_numpy(shape, delivery):
+    """NCCL's 07 03_rmsnorm_gin: reduce-scatter by puts, RMSNorm, all-gather by puts, world GIN barriers between."""
+    n, nodes = shape
+    assert_ranks_close(run_ranks(lambda c: rmsnorm_gin.run(c, tokens=3, hidden=40, seed=n), nranks=n, nodes=nodes,
+                                 seed=n, gin_delivery=delivery), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("delivery", DELIVERIES)
