@@ -29,13 +29,14 @@ from . import host as _host
 from . import cft, coop, flow, gin, lsa, mem, team, wait  # noqa: F401 - each registers its primitives' semantics
 from .errors import (BarrierIndexError, CftCoverageError, CollectiveMismatchError, DataRaceError, DeadlockError,
                      GinBackendError, GinCoverageError, GinResourceError, IndexAccessError, LivelockError, SimulationError,
-                     StaleDataError, UnsupportedFeatureError, UsageError, WaitTimeoutError, WindowAccessError)
+                     StaleDataError, StalledError, UnsupportedFeatureError, UsageError, WaitTimeoutError,
+                     WindowAccessError)
 from .host import launch, spawn
 from .semantics import SEMANTICS, dispatch, implements
 
 __all__ = [
     "spawn", "SEMANTICS", "implements", "last_stats",
-    "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
+    "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError", "StalledError",
     "WindowAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
     "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "DataRaceError",
     "WaitTimeoutError", "StaleDataError", "IndexAccessError",

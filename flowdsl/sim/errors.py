@@ -42,6 +42,17 @@ class LivelockError(DeadlockError):
     """Threads keep spinning (``flowdsl.mem`` loads/atomics) without any progress."""
 
 
+class StalledError(LivelockError):
+    """A simulated kernel thread ran ``stall_seconds`` (a :func:`flowdsl.sim.spawn` option) without reaching a
+    point where the simulator switches threads: a loop spinning on a plain load (``flowdsl.sim.watchdog``)."""
+
+    #: The message of the next one raised (an exception raised asynchronously is made without arguments).
+    text = ""
+
+    def __init__(self, *args):
+        super().__init__(*(args or (StalledError.text,)))
+
+
 class WaitTimeoutError(LivelockError, DeviceTimeoutError):
     """Threads are stuck in bounded waits (:mod:`flowdsl.wait`): on a GPU they would time out.
 

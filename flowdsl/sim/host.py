@@ -18,17 +18,18 @@ from .cudashim import simulate_function
 from ..enums import GinBackend
 from ..errors import ResourceClosedError
 from ..errors import UsageError as _UsageErrorBase
-from .errors import (CollectiveMismatchError, DeadlockError, LivelockError, SimulationError, UnsupportedFeatureError,
-                     UsageError)
+from .errors import (CollectiveMismatchError, DeadlockError, LivelockError, SimulationError, StalledError,
+                     UnsupportedFeatureError, UsageError)
 from .network import Network
 from .memory import Closable, SymBuffer, Window, WindowGroup, poisoned
 from .races import RaceDetector, enabled_by_default
+from .watchdog import Watchdog
 from .scheduler import Block, Cond, HostTask, HostThread, KernelThread, Launch, Scheduler, Wait, fmt_ids, sim_error
 
 __all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch"]
 
 _OPTIONS = {"livelock_rounds": 100, "max_steps": None, "gin_delivery": "ordered", "gin_backend": "proxy",
-            "races": None, "host_threads": False}
+            "races": None, "host_threads": False, "stall_seconds": 30.0}
 
 
 class _Collective:
@@ -709,7 +710,9 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
             ``flowdsl.sim.races``), ``host_threads`` (``True``: each rank's ``main`` runs on an
             OS thread of its own, one at a time as before, so that it keeps its own thread-local
             state: what PyTorch programs need, ``flowdsl.torch``'s operators among them; default
-            ``False``, greenlets on the caller's thread).
+            ``False``, greenlets on the caller's thread), ``stall_seconds`` (seconds a kernel thread may
+            run without reaching a point where the simulator switches threads, such as a loop spinning on a
+            plain load, before :class:`flowdsl.sim.watchdog.StalledError`; default 30, 0: never).
 
     Returns:
         ``[main(comm_0), main(comm_1), ...]``.
@@ -752,7 +755,10 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
     gc.set_threshold(max(thresholds[0], 200_000), *thresholds[1:])  # fewer GC passes over many greenlets
     try:
         try:
-            sched.run()
+            with Watchdog(sched, opts["stall_seconds"]):
+                sched.run()
+        except StalledError:
+            raise
         except (DeadlockError, LivelockError) as stuck:
             # A kernel thread that raised left its block's barriers short: its exception is the cause.
             raised = next((e for e in sched.world.kernel_errors if e is not None), None)

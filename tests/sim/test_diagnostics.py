@@ -197,3 +197,29 @@ def test_collective_mismatch_and_host_deadlock():
         run_ranks(missing, nranks=2, seed=1)
     assert ("rank 0 waits in comm.barrier() (host collective #0), and rank 1 returned from main without calling "
             "it") in str(ei.value)
+
+
+@flowdsl.kernel
+def _spins_on_a_plain_load(flags):
+    while flags[0] == 0:  # a plain load: the simulator never gets to switch threads
+        pass
+
+
+def test_a_spin_on_a_plain_load_is_stopped_naming_the_thread_and_the_fix():
+    """It ran at 100 % CPU for ever (max_steps and the livelock check count switches, and there are none)."""
+    import time
+
+    def main(comm):
+        flags = comm.alloc(1, np.int32)
+        flags.set(np.zeros(1, np.int32))
+        _spins_on_a_plain_load[1, 1](flags)
+        comm.synchronize()
+
+    start = time.monotonic()
+    with pytest.raises(sim.StalledError) as err:
+        run_ranks(main, nranks=1, stall_seconds=1)
+    assert time.monotonic() - start < 10
+    assert isinstance(err.value, sim.LivelockError)
+    assert "rank 0 block 0 thread 0 of kernel '_spins_on_a_plain_load' ran 1 s without reaching" in str(err.value)
+    assert "read the flag with flowdsl.mem.load_acquire" in str(err.value)
+    assert any("test_diagnostics.py:" in note for note in err.value.__notes__), err.value.__notes__
