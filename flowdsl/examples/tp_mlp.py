@@ -276,13 +276,28 @@ def main(comm=None, tokens=4096, hidden=4096, dtype=torch.bfloat16, steps=20):
     """On GPUs: both backends' step time (forward and backward) and peak memory, one line each."""
     comm = comm or flowdsl.init()
     device = torch.device("cuda", comm.device)
-    x, w1, w2, g = inputs(tokens, hidden, dtype, device)
-    if not torch.distributed.is_initialized():
+    made_group = not torch.distributed.is_initialized()
+    if made_group:
         import os  # noqa: PLC0415
 
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29533")
         torch.distributed.init_process_group("nccl", rank=comm.rank, world_size=comm.nranks, device_id=device)
+    try:
+        rows = _timed_steps(comm, device, tokens, hidden, dtype, steps)
+    finally:
+        if made_group:  # torch warns of a group left open at exit
+            torch.distributed.destroy_process_group()
+    if comm.rank == 0:
+        for backend, ms, mib in rows:
+            print(f"tp_mlp {comm.nranks} rank(s) {tokens}x{hidden} {str(dtype).removeprefix('torch.')} {backend:8s} "
+                  f"step {ms:8.3f} ms  peak {mib:8.1f} MiB  (flowdsl / torch: {rows[0][1] / rows[1][1]:.2f})")
+    return rows
+
+
+def _timed_steps(comm, device, tokens, hidden, dtype, steps):
+    """``[(backend, ms per step, peak MiB)]`` of both backends, forward and backward."""
+    x, w1, w2, g = inputs(tokens, hidden, dtype, device)
     rows = []
     for backend in ("flowdsl", "torch"):
         layer = TensorParallelMLP(comm, w1, w2, g, backend=backend)
@@ -297,10 +312,6 @@ def main(comm=None, tokens=4096, hidden=4096, dtype=torch.bfloat16, steps=20):
         torch.cuda.synchronize(device)
         ms = (time.perf_counter() - t0) / steps * 1e3
         rows.append((backend, ms, torch.cuda.max_memory_allocated(device) / 2**20))
-    if comm.rank == 0:
-        for backend, ms, mib in rows:
-            print(f"tp_mlp {comm.nranks} rank(s) {tokens}x{hidden} {str(dtype).removeprefix('torch.')} {backend:8s} "
-                  f"step {ms:8.3f} ms  peak {mib:8.1f} MiB  (flowdsl / torch: {rows[0][1] / rows[1][1]:.2f})")
     return rows
 
 
