@@ -8,12 +8,12 @@ and out-of-place calls, and so do the programs: in place only skips a rank's loc
 Before anything is launched the ranks exchange their signatures and, where they differ, every rank raises the same
 :class:`~flowdsl.errors.CollectiveMismatchError` naming the argument and the ranks:
 
-- on the simulator always, through a host rendezvous of the simulated ranks
-  (``SimComm._rendezvous``);
+- through the host contract's ``comm.exchange`` (:class:`Agreement`, one class for both), a 128-byte encoded
+  signature per rank;
+- on the simulator always (a host rendezvous of the simulated ranks);
 - on GPUs when the communicator was made with ``flowdsl.init(check_collectives=True)`` (or
-  ``FLOWDSL_CHECK_COLLECTIVES=1``): a 128-byte encoded signature per rank, all-gathered with
-  NCCL on the call's stream (:class:`NcclAgreement`). It waits for the stream, so it costs a
-  round trip per call: a debugging aid, off by default.
+  ``FLOWDSL_CHECK_COLLECTIVES=1``): all-gathered with NCCL on the call's stream. It waits for the
+  stream, so it costs a round trip per call: a debugging aid, off by default.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ import numpy as np
 
 from ..enums import Protocol, RedOp
 from ..errors import CollectiveMismatchError, UsageError
-from ..runtime.nccl import without_torch_probe
 
-__all__ = ["COLLECTIVES", "Signature", "encode", "decode", "compare", "agreement", "NcclAgreement"]
+__all__ = ["COLLECTIVES", "Signature", "encode", "decode", "compare", "agreement", "Agreement"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 #: The arguments compared, in the order a message lists them.
@@ -132,9 +131,11 @@ def compare(signatures: list, call: int | None = None) -> CollectiveMismatchErro
     refusing = [r for r, s in enumerate(signatures) if s.refused]
     if refusing:
         name = signatures[refusing[0]].collective
-        return _error(name, {}, f"Cannot {name}{where}: {_ranks(refusing)} refused {'their' if len(refusing) > 1 else 'its'} "
-                      "arguments (the UsageError raised there says why), so no rank runs this call. Fix the "
-                      "call there")
+        error = _error(name, {}, f"Cannot {name}{where}: {_ranks(refusing)} refused "
+                       f"{'their' if len(refusing) > 1 else 'its'} arguments (the UsageError raised there says why), "
+                       "so no rank runs this call. Fix the call there")
+        error.refused_by = refusing
+        return error
     differences = {}
     for field in FIELDS:
         values: dict = {}
@@ -163,87 +164,45 @@ def _error(collective, differences, message) -> CollectiveMismatchError:
     return e
 
 
-# ---- who exchanges the signatures ----------------------------------------------------------------
+# ---- the exchange ---------------------------------------------------------------------------------
 
 def agreement(comm):
-    """The communicator's signature exchange: the simulator's rendezvous, NCCL's all-gather when
-    the GPU check is on, or None (nothing is checked across ranks)."""
+    """The communicator's check of collective calls across ranks (:class:`Agreement`), or None where its
+    calls are not compared (a GPU communicator made without ``check_collectives``)."""
     d = getattr(comm, "__dict__", None)
     if d is None:
         return None
     found = d.get("_flowdsl_agreement", False)
     if found is False:
-        if getattr(comm, "__flowdsl_sim__", False):
-            found = _SimAgreement(comm)
-        elif getattr(comm, "check_collectives", False) and getattr(comm, "nccl", None) is not None:
-            found = NcclAgreement(comm)
-        else:
-            found = None
-        d["_flowdsl_agreement"] = found
+        found = d["_flowdsl_agreement"] = Agreement(comm) if getattr(comm, "check_collectives", False) else None
     return found
 
 
-class _SimAgreement:
-    """The simulated ranks meet in a host rendezvous and compare their signatures."""
+class Agreement:
+    """The ranks exchange each call's encoded signature (``comm.exchange``, the host contract's all-gather:
+    NCCL's on the call's stream on GPUs, a host rendezvous on the simulator) and compare them; every rank
+    raises the same :class:`~flowdsl.errors.CollectiveMismatchError` where they differ.
 
-    def __init__(self, comm):
-        self.comm, self.calls = comm, 0
-
-    def __call__(self, sig: Signature, stream=None, planned=False) -> None:
-        call, self.calls = self.calls, self.calls + 1
-        signatures = self.comm._rendezvous(f"flowdsl.collectives.{sig.collective}", sig)
-        error = compare(signatures, call)
-        if error is not None:
-            from ..sim.errors import CollectiveMismatchError as SimMismatch  # noqa: PLC0415
-            from ..sim.scheduler import sim_error  # noqa: PLC0415
-
-            named = sim_error(SimMismatch, str(error))  # names the rank and the seed
-            named.collective, named.differences = error.collective, error.differences
-            raise named
-
-    def refused(self, collective: str, stream=None) -> None:
-        """Nothing to tell: a rank's own error ends the whole simulation."""
-
-
-class NcclAgreement:
-    """GPU ranks all-gather their encoded signatures with NCCL on the call's stream, then compare.
-
-    NCCL orders it with the launches on that stream; reading the result back waits for the
-    stream. During CUDA-graph capture a call whose arrays were checked before (a planned call)
-    is not checked again; a first call is refused.
+    On GPUs the exchange waits for the stream: during CUDA-graph capture a call whose arrays were checked
+    before (a planned call) is not checked again, and a first call is refused.
     """
 
     def __init__(self, comm):
-        import cupy  # noqa: PLC0415
-
         self.comm, self.calls = comm, 0
-        with cupy.cuda.Device(comm.device):
-            self._send = cupy.zeros(WORDS, np.int64)
-            self._recv = cupy.zeros(WORDS * comm.nranks, np.int64)
-        self._host = np.zeros(WORDS * comm.nranks, np.int64)
-        self._streams = {}
 
-    def _stream(self, handle):
-        import cupy  # noqa: PLC0415
-
-        stream = self._streams.get(handle)
-        if stream is None:
-            stream = self._streams[handle] = cupy.cuda.ExternalStream(int(handle or 0), self.comm.device)
-        return stream
-
-    def _exchange(self, words, handle) -> list:
-        stream = self._stream(handle)
-        self._send.set(words, stream=stream)
-        with without_torch_probe():
-            self.comm.nccl.allgather(self._send, self._recv, stream=int(handle or 0))
-        self._recv.get(stream=stream, out=self._host)
-        stream.synchronize()
-        return [decode(self._host[r * WORDS:(r + 1) * WORDS]) for r in range(self.comm.nranks)]
-
-    def __call__(self, sig: Signature, stream=None, planned=False) -> None:
+    def _capturing(self, stream) -> bool:
+        if not getattr(self.comm, "cuda_graphs", False):
+            return False
         from ..host.streams import is_capturing  # noqa: PLC0415
 
-        if is_capturing(stream or 0):
+        return is_capturing(stream or 0)
+
+    def _exchange(self, sig: Signature, call: int, stream) -> list:
+        rows = self.comm.exchange(encode(sig, call), stream, label=f"flowdsl.collectives.{sig.collective}")
+        return [decode(row)[0] for row in rows]
+
+    def __call__(self, sig: Signature, stream=None, planned=False) -> None:
+        if self._capturing(stream):
             if planned:
                 return  # checked when it was first called (the warm-up before a capture)
             raise UsageError(f"Cannot check {sig.collective}'s arguments across ranks during CUDA-graph capture: "
@@ -251,16 +210,13 @@ class NcclAgreement:
                              "capturing (that call is checked), or create the communicator with "
                              "check_collectives=False")
         call, self.calls = self.calls, self.calls + 1
-        gathered = self._exchange(encode(sig, call), stream)
-        error = compare([s for s, _ in gathered], call)
+        error = compare(self._exchange(sig, call, stream), call)
         if error is not None:
             raise error
 
     def refused(self, collective: str, stream=None) -> None:
-        """Tell the other ranks this rank refused its arguments, so that they raise instead of hanging."""
-        from ..host.streams import is_capturing  # noqa: PLC0415
-
-        if is_capturing(stream or 0):
+        """Tell the other ranks this rank refused its arguments, so that they raise instead of waiting."""
+        if self._capturing(stream):
             return
         call, self.calls = self.calls, self.calls + 1
-        self._exchange(encode(refused(collective), call), stream)
+        self._exchange(refused(collective), call, stream)

@@ -38,8 +38,9 @@ def allreduce_lsa(comm, send_win, recv_win, count):
 def run(comm, count: int = 4096, blocks: int = 4, threads: int = 128, seed: int = 0):
     """Run the all-reduce on ``comm`` (its ranks one LSA team); return ``(result, reference)`` for this rank:
     the receive window, and NumPy's float32 sum of every rank's (seeded) input in rank order."""
-    if comm.lsa_size != comm.nranks:
-        raise flowdsl.UsageError(f"Cannot run allreduce_lsa on {comm.nranks} ranks in LSA teams of {comm.lsa_size}: "
+    lsa_size = getattr(comm, "lsa_size", comm.nranks)  # the simulator's; a GPU communicator does not tell yet
+    if lsa_size != comm.nranks:
+        raise flowdsl.UsageError(f"Cannot run allreduce_lsa on {comm.nranks} ranks in LSA teams of {lsa_size}: "
                                  "it reads every rank's memory directly. Run it within one node")
     rng = np.random.default_rng(seed)
     inputs = rng.standard_normal((comm.nranks, count)).astype(np.float32)

@@ -110,8 +110,9 @@ def _inputs(comm, count, seed):
 
 
 def _check_one_team(comm, name):
-    if comm.lsa_size != comm.nranks:
-        raise flowdsl.UsageError(f"Cannot run {name} on {comm.nranks} ranks in LSA teams of {comm.lsa_size}: it "
+    lsa_size = getattr(comm, "lsa_size", comm.nranks)  # the simulator's; a GPU communicator does not tell yet
+    if lsa_size != comm.nranks:
+        raise flowdsl.UsageError(f"Cannot run {name} on {comm.nranks} ranks in LSA teams of {lsa_size}: it "
                                  "writes every rank's memory directly. Run it within one node")
 
 

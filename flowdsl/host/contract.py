@@ -58,6 +58,13 @@ class Communicator(Protocol):
 
     def barrier(self) -> None: ...
 
+    def exchange(self, words, stream=None, *, label: str = "comm.exchange()") -> np.ndarray:
+        """Every rank's ``words`` (a small int64 host array, one length on every rank), as an ``(nranks,
+        len)`` array: an all-gather the host waits for, ordered on ``stream`` (a handle; GPUs: NCCL's, read
+        back; the simulator: a host rendezvous). Collective: every rank calls it. ``label`` names the call in
+        the simulator's reports. The collectives compare their calls' signatures through it."""
+        ...
+
     def device_error(self) -> Exception | None: ...
 
     def abort(self) -> None: ...

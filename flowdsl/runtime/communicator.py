@@ -427,6 +427,31 @@ class Communicator:
             self._nccl.allreduce(token, token, NcclRedOp.SUM, stream=cupy.cuda.get_current_stream().ptr)
         self.synchronize()
 
+    def exchange(self, words, stream=None, *, label: str = "comm.exchange()") -> np.ndarray:
+        """Every rank's ``words`` (int64, one length on every rank) as an ``(nranks, len)`` array: NCCL's
+        all-gather on ``stream`` (a handle), read back, the stream waited for. Collective."""
+        self._check_open(f"call {label}")
+        import cupy  # noqa: PLC0415
+
+        words = np.ascontiguousarray(words, np.int64).reshape(-1)
+        buffers = self.__dict__.setdefault("_exchange_buffers", {})
+        if words.size not in buffers:
+            with cupy.cuda.Device(self.device):
+                buffers[words.size] = (cupy.zeros(words.size, np.int64), cupy.zeros(words.size * self.nranks, np.int64))
+        send, recv = buffers[words.size]
+        handle = int(stream or 0)
+        wrapped = self.__dict__.setdefault("_exchange_streams", {})
+        cupy_stream = wrapped.get(handle)
+        if cupy_stream is None:
+            cupy_stream = wrapped[handle] = cupy.cuda.ExternalStream(handle, self.device)
+        send.set(words, stream=cupy_stream)
+        with nccl.without_torch_probe():
+            self._nccl.allgather(send, recv, stream=handle)
+        out = np.empty(words.size * self.nranks, np.int64)
+        recv.get(stream=cupy_stream, out=out)
+        cupy_stream.synchronize()
+        return out.reshape(self.nranks, words.size)
+
     def synchronize(self) -> None:
         """Wait for all work on this rank's device.
 

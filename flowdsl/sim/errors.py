@@ -79,8 +79,9 @@ class BarrierIndexError(SimulationError, IndexError):
 
 class CollectiveMismatchError(SimulationError, _CollectiveMismatchError):
     """Ranks called host collectives differently at the same position (``comm.register`` on one rank,
-    ``comm.barrier`` on another; ``all_reduce`` of 4099 elements on one, 4100 on another), or a rank
-    returned from its program while the others wait in one. A :class:`flowdsl.CollectiveMismatchError`."""
+    ``comm.barrier`` on another), or a rank returned from its program while the others wait in one. A
+    :class:`flowdsl.CollectiveMismatchError`; a collective called with other arguments on some rank raises
+    that class itself, as on GPUs (the collectives' one check, through ``comm.exchange``)."""
 
 
 class UsageError(SimulationError, _UsageError, TypeError):

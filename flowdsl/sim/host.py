@@ -308,13 +308,16 @@ class SimComm(Closable):
         self._open("enter the host barrier")
         self.world.collective(self.rank, "barrier", None)
 
-    def _rendezvous(self, label, value) -> list:
-        """Every rank's ``value`` (by rank), once all ranks called it: a host all-gather.
-
-        The collectives compare their call signatures through it (``label``:
-        ``"flowdsl.collectives.all_reduce"``) before anything is launched."""
+    def exchange(self, words, stream=None, *, label: str = "comm.exchange()") -> np.ndarray:
+        """Every rank's ``words`` as an ``(nranks, len)`` array, once every rank called it (a host
+        rendezvous; ``stream`` is the rank's one stream). Collective."""
         self._open(f"call {label}")
-        return list(self.world.collective(self.rank, "collective", value, label).values)
+        mine = np.ascontiguousarray(words, np.int64).reshape(-1).copy()
+        rows = list(self.world.collective(self.rank, "collective", mine, label).values)
+        if len({row.size for row in rows}) > 1:
+            raise sim_error(UsageError, f"Cannot finish {label}: the ranks exchanged {sorted({r.size for r in rows})} "
+                            "words. Exchange the same number on every rank")
+        return np.stack(rows)
 
     def close(self):
         """Close the communicator, its device communicators and windows (idempotent); later

@@ -273,6 +273,9 @@ class Scheduler:
         self.livelock_rounds = livelock_rounds
         self.max_steps = max_steps
         self.failure = None
+        #: a rank's failure that another rank's own error explains (the rank that refused its collective's
+        #: arguments): raised only if that error never comes
+        self.deferred = None
         self.next = None
         self.gl = None
         self.host_threads = False  # host tasks on OS threads (HostThread) instead of greenlets
@@ -400,6 +403,11 @@ class Scheduler:
 
     def fail(self, task, exc):
         if self.failure is None:
+            if getattr(exc, "refused_by", None):
+                # Another rank refused the call: its UsageError says what is wrong; let it run to raise it.
+                self.deferred = self.deferred or (task, exc)
+                self.finish(task)
+                return
             self.failure = (task, exc)
 
     # ---- main loop -------------------------------------------------------
@@ -421,6 +429,8 @@ class Scheduler:
                     if net is not None and net.inflight:
                         net.step()  # everyone waits: the network makes progress
                         continue
+                    if self.deferred is not None:
+                        raise self.deferred[1]
                     if self.live == 0:
                         return
                     raise self._deadlock_error()

@@ -146,3 +146,33 @@ def test_requirement_fields_follow_the_loaded_releases_layout():
     world = {"world_gin_barrier_count": 1, "gin_queue_depth": 64, "gin_exclusive_contexts": True}
     assert requirement_fields(device_requirements(world), set(world), new, (2, 32, 3)) == {
         "worldGinBarrierCount": 1, "ginQueueDepth": 64, "ginExclusiveContexts": 1, "ginConnectionType": 1}
+
+
+#: Public members one communicator has and the other lacks, each with why: a new one fails the test below, so
+#: that host code written on one side cannot quietly depend on something the other does not offer.
+_ONE_SIDED = {
+    "sim": {
+        "lsa_rank": "not yet on GPUs: NCCL keeps it in the device communicator (the GPU run of the LSA examples "
+                    "found a host check that read it)",
+        "lsa_size": "as lsa_rank",
+        "node": "the simulated world's node of this rank (GPUs: not yet, as lsa_rank)",
+        "nodes": "the simulated world's node count",
+        "world": "the simulated world itself",
+    },
+    "gpu": {
+        "device": "the CUDA device ordinal (the simulator has no devices)",
+        "nccl_version": "the loaded libnccl's release (the simulator models the device API of every release)",
+    },
+}
+
+
+def test_what_only_one_communicator_offers_is_listed_with_its_reason():
+    from flowdsl.runtime.communicator import Communicator
+    from flowdsl.sim import host
+
+    def public(cls):
+        names = {n for n in dir(cls) if not n.startswith("_")}
+        return names | set(re.findall(r"self\.([a-z]\w*)\s*(?::[^=]*)?=", inspect.getsource(cls.__init__)))
+
+    gpu, sim = public(Communicator), public(host.SimComm)
+    assert {"sim": sim - gpu, "gpu": gpu - sim} == {side: set(names) for side, names in _ONE_SIDED.items()}

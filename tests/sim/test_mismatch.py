@@ -52,7 +52,8 @@ def test_count_differs_names_the_ranks_and_values_before_any_launch():
             in str(err)
         assert "Pass the same count on every rank" in str(err)
         assert err.collective == "all_reduce" and err.differences == {"count": {4099: [0, 2], 4100: [1]}}
-        assert isinstance(err, sim.CollectiveMismatchError) and f"seed={seed}" in str(err)
+        # The GPU's class (one check, comm.exchange, on both); the simulator notes the rank and the seed
+        assert type(err) is flowdsl.CollectiveMismatchError and f"seed={seed}" in " ".join(err.__notes__)
         assert launched == 0
 
 
@@ -367,13 +368,13 @@ def test_encoded_refusals_and_strangers_are_named():
 
 def test_a_mismatch_report_names_the_line_that_called():
     """Like every other host error of the simulator, a collective mismatch names the user's line that raised
-    it (its message names the rank and the seed)."""
+    it (its notes name the rank and the seed)."""
     def main(comm):
         x = comm.alloc(8, np.float32)
         x.set(np.ones(8, np.float32))
         coll.all_reduce(comm, x, op="sum" if comm.rank == 0 else "max")
 
-    with pytest.raises(sim.CollectiveMismatchError) as err:
+    with pytest.raises(flowdsl.CollectiveMismatchError) as err:
         run_ranks(main, nranks=2)
     assert any("test_mismatch.py:" in note for note in err.value.__notes__), err.value.__notes__
 
@@ -386,3 +387,25 @@ def test_a_failed_check_in_main_names_the_users_line_not_numpys():
         run_ranks(main, nranks=1)
     notes = " ".join(err.value.__notes__)
     assert "test_mismatch.py:" in notes and "utils.py" not in notes, notes
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_rank_that_refuses_its_arguments_tells_the_others_and_its_own_error_is_the_report(seed):
+    """One check on both paths (comm.exchange): the refusing rank tells the others, which raise
+    CollectiveMismatchError instead of waiting (as on GPUs); the simulator reports the refusing rank's own
+    UsageError, which says what is wrong, not another rank's pointer to it."""
+    seen = {}
+
+    def main(comm):
+        x = comm.alloc(8, np.float32)
+        x.set(np.ones(8, np.float32))
+        try:
+            coll.all_reduce(comm, x, op="median" if comm.rank == 1 else "sum")
+        except flowdsl.CollectiveMismatchError as e:
+            seen[comm.rank] = (str(e), e.refused_by)
+            raise
+
+    with pytest.raises(flowdsl.UsageError, match="unknown op 'median'"):
+        run_ranks(main, nranks=3, seed=seed)
+    assert set(seen) <= {0, 2}, seen  # those the scheduler ran before rank 1 raised
+    assert all("rank 1 refused its arguments" in text and refused == [1] for text, refused in seen.values())
