@@ -30,12 +30,17 @@ class Watchdog:
         self._stop = threading.Event()
 
     def __enter__(self):
+        self._thread = None
         if self.seconds > 0:
-            threading.Thread(target=self._watch, name="flowdsl.sim watchdog", daemon=True).start()
+            self._thread = threading.Thread(target=self._watch, name="flowdsl.sim watchdog", daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc):
         self._stop.set()
+        if self._thread is not None:  # gone when spawn returns: it holds the scheduler, and with it the world
+            self._thread.join()
+        self._thread = self.sched = None
 
     def _watch(self):
         sched = self.sched
