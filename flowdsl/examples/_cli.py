@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["main"]
+__all__ = ["main", "run_somewhere"]
 
 
 def _pairs(returned):
@@ -20,11 +20,25 @@ def _pairs(returned):
     return list(returned) if isinstance(returned, list) else [returned]
 
 
+def run_somewhere(run, sim: bool, ranks: int, nodes: int = 1):
+    """``run(comm)`` on this process's GPU rank, or (no GPU, or ``sim``) on ``ranks`` simulated ranks over
+    ``nodes``: ``(results by rank here, ranks, where it ran)``."""
+    import flowdsl  # noqa: PLC0415
+
+    if not sim:
+        try:
+            with flowdsl.init() as comm:
+                return ([run(comm)], comm.nranks,
+                        f"on GPU (NCCL {'.'.join(map(str, comm.nccl_version))}, rank {comm.rank} shown)")
+        except flowdsl.NoDeviceError:
+            pass
+    return (flowdsl.sim.spawn(run, nranks=ranks, nodes=nodes), ranks,
+            f"on the CPU simulator ({nodes} node{'s' if nodes > 1 else ''}{', --sim' if sim else ', no GPU found'})")
+
+
 def main(name: str, run, what: str, argv=None, ranks: int = 4, nodes: int = 1, tolerance: float = 1e-5) -> int:
     """Run ``run(comm)`` and print one line: where it ran and whether every result matched its reference
     (within ``tolerance``, relative and absolute). ``what``: what the example does, for that line."""
-    import flowdsl  # noqa: PLC0415
-
     parser = argparse.ArgumentParser(prog=f"python -m flowdsl.examples.{name}",
                                      description=f"{name}: {what}. Checked against NumPy: on the GPU(s), or on "
                                                  "simulated ranks on the CPU without one.")
@@ -32,19 +46,7 @@ def main(name: str, run, what: str, argv=None, ranks: int = 4, nodes: int = 1, t
     parser.add_argument("--ranks", type=int, default=ranks, help=f"simulated ranks (default {ranks})")
     parser.add_argument("--nodes", type=int, default=nodes, help=f"simulated nodes (default {nodes})")
     args = parser.parse_args(argv)
-    results = None
-    if not args.sim:
-        try:
-            with flowdsl.init() as comm:
-                results, nranks = [run(comm)], comm.nranks
-                where = f"on GPU (NCCL {'.'.join(map(str, comm.nccl_version))}, rank {comm.rank} shown)"
-        except flowdsl.NoDeviceError:
-            pass
-    if results is None:  # no GPU, or --sim: the same program on simulated ranks
-        results = flowdsl.sim.spawn(run, nranks=args.ranks, nodes=args.nodes)
-        nranks = args.ranks
-        where = (f"on the CPU simulator ({args.nodes} node{'s' if args.nodes > 1 else ''}"
-                 f"{', --sim' if args.sim else ', no GPU found'})")
+    results, nranks, where = run_somewhere(run, args.sim, args.ranks, args.nodes)
     ok = all(np.allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=tolerance,
                          atol=tolerance)
              for returned in results for got, want in _pairs(returned))

@@ -83,4 +83,5 @@ def run(comm, count=1000, chunk=96, blocks=2, threads=32, nslots=2, seed=0):
 if __name__ == "__main__":
     from flowdsl.examples import _cli
 
-    _cli.entry("allgather_direct", run, "every rank gathered every rank's block through Flow's direct steps", ranks=4, nodes=2)
+    _cli.entry("allgather_direct", run,
+               "every rank gathered every rank's block through Flow's direct steps", ranks=4, nodes=2)

@@ -70,18 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", type=int, default=4, help="simulated ranks (default 4)")
     parser.add_argument("--count", type=int, default=4096, help="elements each rank contributes (default 4096)")
     args = parser.parse_args(argv)
-    program = lambda comm: run(comm, count=args.count)  # noqa: E731
-    results = None
-    if not args.sim:
-        try:
-            with flowdsl.init() as comm:
-                results, nranks = [program(comm)], comm.nranks
-                where = f"on GPU (NCCL {'.'.join(map(str, comm.nccl_version))}, rank {comm.rank} shown)"
-        except flowdsl.NoDeviceError:
-            pass
-    if results is None:  # no GPU, or --sim: the same program on simulated ranks
-        results, nranks = flowdsl.sim.spawn(program, nranks=args.ranks), args.ranks
-        where = "on the CPU simulator" + (" (--sim)" if args.sim else " (no GPU found)")
+    from flowdsl.examples._cli import run_somewhere  # noqa: PLC0415
+
+    results, nranks, where = run_somewhere(lambda comm: run(comm, count=args.count), args.sim, args.ranks)
     ok = all(np.array_equal(result, ref) for result, ref in results)
     checked = "every rank's window holds" if len(results) == nranks else "this rank's window holds"
     print(f"allgather_lsa: {nranks} rank(s) {where}: each rank wrote its {args.count} float32 values into every "

@@ -61,4 +61,6 @@ def run(comm, count: int = 4096, blocks: int = 4, threads: int = 128, seed: int 
 if __name__ == "__main__":
     from flowdsl.examples import _cli
 
-    _cli.entry("allreduce_lsa", run, "every rank summed every rank's input over LSA and wrote the sums into every rank's window (NCCL's 01_allreduce_lsa)")
+    _cli.entry("allreduce_lsa", run,
+               "every rank summed every rank's input over LSA and wrote the sums into every rank's window "
+               "(NCCL's 01_allreduce_lsa)")

@@ -99,4 +99,5 @@ def run(comm, count: int = 64, threads: int = 64, seed: int = 0, mode: int = WAI
 if __name__ == "__main__":
     from flowdsl.examples import _cli
 
-    _cli.entry("alltoall_cft", run, "every rank put its block for each peer into that peer's window over CFT, counted", ranks=4, nodes=2)
+    _cli.entry("alltoall_cft", run,
+               "every rank put its block for each peer into that peer's window over CFT, counted", ranks=4, nodes=2)

@@ -91,4 +91,6 @@ def run_alltoall(kernel, comm, count: int, blocks: int, threads: int, seed: int,
 if __name__ == "__main__":
     from flowdsl.examples import _cli
 
-    _cli.entry("alltoall_gin", run, "every rank put its block for each peer into that peer's window over GIN (NCCL's 02_alltoall_gin)", ranks=4, nodes=2)
+    _cli.entry("alltoall_gin", run,
+               "every rank put its block for each peer into that peer's window over GIN (NCCL's 02_alltoall_gin)",
+               ranks=4, nodes=2)

@@ -58,4 +58,5 @@ def run(comm, count: int = 256, blocks: int = 2, threads: int = 32, seed: int = 
 if __name__ == "__main__":
     from flowdsl.examples import _cli
 
-    _cli.entry("alltoall_hybrid", run, "all-to-all over LSA within a node and GIN across nodes (NCCL's 03_alltoall_hybrid)", ranks=4, nodes=2)
+    _cli.entry("alltoall_hybrid", run,
+               "all-to-all over LSA within a node and GIN across nodes (NCCL's 03_alltoall_hybrid)", ranks=4, nodes=2)

@@ -155,4 +155,6 @@ def run_poison(comm, count: int = 256, blocks: int = 2, threads: int = 128, call
 if __name__ == "__main__":
     from flowdsl.examples import _cli
 
-    _cli.entry("alltoall_lsa", run, "all-to-all of 16-byte elements within an LSA team, a barrier per call (NCCL's lsa_simple_alltoall)")
+    _cli.entry("alltoall_lsa", run,
+               "all-to-all of 16-byte elements within an LSA team, a barrier per call (NCCL's "
+               "lsa_simple_alltoall)")

@@ -26,6 +26,7 @@ from numba import cuda, float32
 
 import flowdsl
 from flowdsl import MemoryOrder, coop, gin, lsa, team
+from flowdsl.examples._block import block_sum
 
 __all__ = ["rmsnorm_gin", "run", "THREADS"]
 
@@ -39,15 +40,7 @@ def _normalise(row, hidden, eps, partial):
     sq = float32(0.0)
     for j in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
         sq += row[j] * row[j]
-    partial[cuda.threadIdx.x] = sq
-    cuda.syncthreads()
-    stride = cuda.blockDim.x // 2
-    while stride > 0:
-        if cuda.threadIdx.x < stride:
-            partial[cuda.threadIdx.x] += partial[cuda.threadIdx.x + stride]
-        cuda.syncthreads()
-        stride //= 2
-    scale = float32(1.0) / math.sqrt(partial[0] / float32(hidden) + eps)
+    scale = float32(1.0) / math.sqrt(block_sum(partial, sq) / float32(hidden) + eps)
     for j in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
         row[j] = row[j] * scale
     cuda.syncthreads()

@@ -21,6 +21,7 @@ from numba import cuda, float32
 
 import flowdsl
 from flowdsl import MemoryOrder, coop, flow, lsa
+from flowdsl.examples._block import block_sum
 
 THREADS = 256
 
@@ -50,15 +51,7 @@ def rmsnorm_lsa(comm, win, hidden, eps):
     for i in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
         x = flow.to_float(mine[i])
         sq += x * x
-    partial[cuda.threadIdx.x] = sq
-    cta.sync()
-    stride = cuda.blockDim.x // 2
-    while stride > 0:
-        if cuda.threadIdx.x < stride:
-            partial[cuda.threadIdx.x] += partial[cuda.threadIdx.x + stride]
-        cta.sync()
-        stride //= 2
-    scale = float32(1.0) / math.sqrt(partial[0] / float32(hidden) + eps)
+    scale = float32(1.0) / math.sqrt(block_sum(partial, sq) / float32(hidden) + eps)
     for i in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
         mine[i] = flow.from_float(flow.to_float(mine[i]) * scale, mine[i])
     cta.sync()
@@ -127,4 +120,5 @@ def run(comm, tokens_per_rank: int = 8, hidden: int = 512, eps: float = 1e-6, se
 if __name__ == "__main__":
     from flowdsl.examples import _cli
 
-    _cli.entry("rmsnorm_lsa", run, "reduce-scatter, RMSNorm and all-gather fused in one LSA kernel (NCCL's 07 01_rmsnorm_lsa)")
+    _cli.entry("rmsnorm_lsa", run,
+               "reduce-scatter, RMSNorm and all-gather fused in one LSA kernel (NCCL's 07 01_rmsnorm_lsa)")

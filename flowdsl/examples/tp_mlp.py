@@ -34,30 +34,13 @@ from numba import cuda, float64
 import flowdsl
 import flowdsl.torch
 from flowdsl import MemoryOrder, coop, flow, lsa
+from flowdsl.examples._block import block_sum
 
 #: Threads of a block at most (a power of two: the blocks' sums halve it), and blocks at most (one LSA
 #: barrier each; a block takes rows r, r + blocks, ...): enough to keep an H100's or H200's 132 SMs
 #: streaming (at 32 the kernels left three quarters of them idle).
 THREADS = 256
 BLOCKS = 264
-
-
-@flowdsl.device
-def block_sum(partial, value):
-    """``value`` summed over the block's threads, for every thread; ``partial``: shared scratch of a slot per
-    thread (a power of two of them)."""
-    t = cuda.threadIdx.x
-    partial[t] = value
-    cuda.syncthreads()
-    stride = cuda.blockDim.x // 2
-    while stride > 0:
-        if t < stride:
-            partial[t] += partial[t + stride]
-        cuda.syncthreads()
-        stride //= 2
-    total = partial[0]
-    cuda.syncthreads()  # every thread has read it before the scratch is written again
-    return total
 
 
 @flowdsl.kernel

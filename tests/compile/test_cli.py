@@ -74,7 +74,8 @@ def test_allgather_example_says_what_it_did(capsys):
 
     assert allgather_lsa.main(["--sim", "--ranks", "3", "--count", "64"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("allgather_lsa: 3 rank(s) on the CPU simulator (--sim): each rank wrote its 64 float32 "
+    assert out.startswith("allgather_lsa: 3 rank(s) on the CPU simulator (1 node, --sim): each rank wrote its 64 "
+                          "float32 "
                           "values into every LSA rank's window; every rank's window holds all 192"), out
     assert out.rstrip().endswith(": OK"), out
 
