@@ -715,7 +715,7 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
             state: what PyTorch programs need, ``flowdsl.torch``'s operators among them; default
             ``False``, greenlets on the caller's thread), ``stall_seconds`` (seconds a kernel thread may
             run without reaching a point where the simulator switches threads, such as a loop spinning on a
-            plain load, before :class:`flowdsl.sim.watchdog.StalledError`; default 30, 0: never).
+            plain load, before :class:`flowdsl.sim.StalledError`; default 30, 0: never).
 
     Returns:
         ``[main(comm_0), main(comm_1), ...]``.
