@@ -316,8 +316,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flowdsl", description=_DESCRIPTION, epilog=_EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"flowdsl {__version__}")
-    sub = parser.add_subparsers(dest="verb", metavar="{demo,info,precompile}")
-    p = sub.add_parser("demo", help="run the fused RMSNorm demo (GPU, or the simulator without one)",
+    # The verbs are listed once, in the epilog (argparse's own list would repeat them with shorter text).
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", help="one of the verbs below (demo when none is named)")
+    p = sub.add_parser("demo",
                        description="Fused ReduceScatter + RMSNorm + AllGather over LSA, checked against NumPy. "
                                    "On GPUs: one rank per process (torchrun --nproc_per_node=N for N GPUs). "
                                    "Without a GPU (or with --sim): --ranks simulated ranks on the CPU.")
@@ -332,12 +333,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="seed of the random inputs and of the simulator's interleaving (default 0)")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
                    help="element type of the tensor (default float32; the arithmetic is float32 for all)")
-    sub.add_parser("info", help="versions, GPU, support builds, CFT and GIN availability, kernel cache",
-                   description="What flowdsl finds on this machine: versions (NCCL, CUDA driver and runtime, "
+    sub.add_parser("info", description="What flowdsl finds on this machine: versions (NCCL, CUDA driver and runtime, "
                                "nvJitLink, nvcc), the GPUs, the support builds, whether CFT can run, the GIN "
                                "backend, and the kernel cache's location and size.")
-    p = sub.add_parser("precompile", help="compile the collectives library into the disk cache",
-                       description="Compile every collective program (flowdsl.collectives) into the kernel "
+    p = sub.add_parser("precompile", description="Compile every collective program (flowdsl.collectives) into the kernel "
                                    "cache. Without a GPU, name the target with --arch (and --nccl).")
     p.add_argument("--arch", help="target such as sm_90 (default: this GPU; needed without one)")
     p.add_argument("--nccl", help="NCCL release of the device ABI, e.g. 2.28.9 (default: the loaded libnccl)")
@@ -348,11 +347,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _verb_parser(parser: argparse.ArgumentParser, verb: str) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[verb]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
-    if args.verb is None:
-        args = parser.parse_args(["demo"])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, "demo")  # the default verb, with its options (flowdsl --ranks 2)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the verb's own parser, with its usage line, not the top level's
+        _verb_parser(parser, args.verb).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return {"demo": demo, "info": info, "precompile": precompile}[args.verb](args)
     except FlowDSLError as exc:  # what flowdsl refuses, said in one line (with its fix), not a traceback

@@ -161,6 +161,26 @@ def test_counts_below_one_are_refused_by_the_parser(argv, capsys):
     assert done.value.code == 2 and "must be 1 or more, got 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, usage", [
+    (["precompile", "--bogus"], "usage: flowdsl precompile"),
+    (["demo", "--bogus"], "usage: flowdsl demo"),
+    (["--bogus"], "usage: flowdsl demo"),  # options before any verb are the default verb's
+    (["--ranks", "0"], "usage: flowdsl demo"),
+])
+def test_a_verbs_bad_option_is_reported_with_that_verbs_usage(argv, usage, capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.startswith(usage) and "VERB" not in err, err
+
+
+def test_help_lists_each_verb_once(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    text = capsys.readouterr().out
+    assert [text.count(f"  {verb}  ") for verb in ("demo", "info", "precompile")] == [1, 1, 1], text
+
+
 def test_ctrl_c_stops_precompile_and_its_workers_at_once(tmp_path):
     """Ctrl-C reaches the whole process group, as a terminal sends it: the command ends within 5 s with
     one line and no traceback, and no worker is left compiling (they had finished the whole queue)."""

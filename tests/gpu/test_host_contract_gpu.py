@@ -42,3 +42,34 @@ def test_the_gin_context_count_is_the_device_communicators_on_host_and_in_kernel
         read_count[1, 1](dc, out)
         comm.synchronize()
         assert int(out.get()[0]) == dc.gin_context_count >= 0
+
+
+def test_exchange_gathers_every_ranks_words_on_a_stream_and_a_checked_collective_runs_through_it(comm):
+    """``comm.exchange`` is NCCL's all-gather read back (one row per rank); with ``check_collectives`` on,
+    a collective's arguments go through it before the kernel runs, and the result is unchanged."""
+    import cupy
+
+    import flowdsl
+
+    rng = np.random.default_rng(27)
+    words = rng.integers(-2**62, 2**62, size=5, dtype=np.int64)
+    rows = comm.exchange(words)
+    assert rows.shape == (comm.nranks, 5) and (rows[comm.rank] == words).all()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    assert (comm.exchange(words[:3], stream.ptr)[comm.rank] == words[:3]).all()
+
+    x = rng.standard_normal(4096).astype(np.float32)
+    buf = comm.alloc(x.size, np.float32)
+    out = comm.alloc(x.size, np.float32)
+    buf.set(x)
+    out.fill(np.nan)
+    was = comm.check_collectives
+    comm.check_collectives = True
+    try:
+        flowdsl.collectives.all_reduce(comm, buf, out, op="sum")
+        comm.synchronize()
+    finally:
+        comm.check_collectives = was
+    np.testing.assert_allclose(out.get(), x * comm.nranks, rtol=1e-6)
+    comm.free(buf)
+    comm.free(out)
