@@ -95,3 +95,38 @@ def test_a_capture_without_warm_up_is_refused_naming_the_warm_up(comm, device):
         with torch.no_grad(), torch.cuda.graph(graph):
             layer(x)
     torch.testing.assert_close(layer(x).double(), tp_mlp.reference(x, w1, w2, gamma), rtol=1e-4, atol=1e-4)
+
+
+def test_a_launch_reads_tensors_as_their_cuda_array_interface_describes_them(comm, device):
+    """A launch types and packs a PyTorch tensor without building its ``__cuda_array_interface__`` (the host
+    time of the operators); what it reads must be what the interface says, for every layout and dtype, and
+    a tensor the interface refuses still goes the general way (refused with flowdsl's message)."""
+    import flowdsl
+    from flowdsl import _argtypes, _launch_params
+
+    base = torch.arange(4 * 6 * 5, device=device, dtype=torch.float32).reshape(4, 6, 5)
+    tensors = [base, base.transpose(0, 2), base[:, ::2], base[1:2], base[:, :1, :].expand(4, 3, 5), base[:0],
+               torch.ones(1, 7, 1, device=device), base.to(torch.int64), base.to(torch.float16), base.to(torch.uint8),
+               base.bool(), torch.zeros(3, device=device, dtype=torch.complex64)]
+    for t in tensors:
+        cai = t.__cuda_array_interface__
+        general = _argtypes.array_type(cai["typestr"], len(cai["shape"]), cai.get("strides") is None)
+        assert _argtypes.argument_type("k", 0, t) == general, (t.shape, t.stride(), t.dtype)
+        size = t.element_size()
+        assert _launch_params._tensor_fields(t, size) == _launch_params._interface_fields(t, size), (t.shape, t.stride())
+
+    from numba import cuda
+
+    @flowdsl.kernel
+    def twice(x, y):
+        i = cuda.grid(1)
+        if i < x.size:
+            y[i] = 2 * x[i]
+
+    x = torch.randn(1000, device=device)
+    y = torch.full_like(x, float("nan"))
+    twice[4, 256](x[::2], y[:500])
+    torch.cuda.synchronize(device)
+    torch.testing.assert_close(y[:500], 2 * x[::2], rtol=0, atol=0)
+    with pytest.raises(flowdsl.UsageError, match="requires grad|cannot be passed to a kernel"):
+        twice[4, 256](x.clone().requires_grad_(), y)
