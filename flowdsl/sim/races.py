@@ -275,6 +275,65 @@ class TrackedArray(np.ndarray):
                 for o in self._offsets(i):
                     rc.write(self._cells, o, self, None)
 
+    # NumPy's own functions on a tracked array (``np.sum(x)``, ``x * 2``, ``x[a:b] += y``) read or write every
+    # element of it without going through ``__getitem__``: each is recorded as such an access, so that a race
+    # in them is caught as in a loop of element accesses; the computation itself runs on the plain arrays.
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.get("out", ())
+        if method == "at":  # ufunc.at(a, index, ...): reads and writes the selected elements of a
+            target, index = inputs[0], inputs[1]
+            _accessed(inputs[2:], write=False)
+            if isinstance(target, TrackedArray) and target._rc is not None:
+                for o in target._offsets(index):
+                    target._rc.read(target._cells, o, target, None)
+                    target._rc.write(target._cells, o, target, None)
+            getattr(ufunc, method)(*_plain_all(inputs), **kwargs)
+            return None
+        _accessed(inputs, write=False)
+        _accessed(out, write=True)
+        if out:
+            kwargs["out"] = tuple(_plain_all(out))
+        result = getattr(ufunc, method)(*_plain_all(inputs), **kwargs)
+        if out:
+            return out[0] if len(out) == 1 else tuple(out)
+        return result
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func not in _NO_DATA:
+            _accessed(_arrays_in(args, kwargs), write=False)
+            _accessed(_arrays_in((kwargs.get("out"),), {}), write=True)
+        return func._implementation(*_plain_all(args), **dict(zip(kwargs, _plain_all(kwargs.values()))))
+
+
+
+#: NumPy functions that read no element of their arrays (shapes, types, memory overlap).
+_NO_DATA = frozenset(f for f in (getattr(np, n, None) for n in (
+    "may_share_memory", "shares_memory", "shape", "ndim", "size", "result_type", "iscomplexobj", "isrealobj",
+    "min_scalar_type", "can_cast", "broadcast_shapes", "empty_like")) if f is not None)
+
+
+def _plain_all(values):
+    return [v.view(np.ndarray) if isinstance(v, TrackedArray) else v for v in values]
+
+
+def _arrays_in(args, kwargs):
+    found = []
+    for v in (*args, *kwargs.values()):
+        if isinstance(v, TrackedArray):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            found.extend(a for a in v if isinstance(a, TrackedArray))
+    return found
+
+
+def _accessed(values, write: bool) -> None:
+    """Every element of each tracked array among ``values``, read (or written) by the running thread."""
+    for a in values:
+        if isinstance(a, TrackedArray) and a._rc is not None:
+            access = a._rc.write if write else a._rc.read
+            for o in a._offsets(Ellipsis):
+                access(a._cells, o, a, None)
+
 
 def _past_the_end(arr, index, err):
     """An index outside ``arr`` (a buffer, a shared array) as an error naming the array: on a GPU the access

@@ -417,3 +417,35 @@ def test_a_race_inside_flowdsl_names_the_users_call_and_the_misuse():
                      r"test_races\.py:\d+ \(two_senders_on_one_connection\)", msg), msg
     assert "Fix: both accesses are flowdsl's own code" in msg and "two blocks on the same side of one Flow " \
         "connection" in msg, msg
+
+
+# ---------------------------------------------------------------- NumPy's functions on device arrays
+@flowdsl.kernel
+def sum_into_own_input(x, out, write_back):
+    i = cuda.grid(1)
+    if i < x.size:
+        total = np.sum(x)  # <np_sum>
+        if write_back:
+            x[i] = total  # <np_sum_write>
+        else:
+            out[i] = x[i] * 2 + np.sum(x[0:4])
+
+
+def test_numpy_functions_on_a_device_array_read_every_element_for_the_race_detector():
+    """``np.sum(x)`` (NumPy's own loops, not element accesses) reads all of ``x``: another block writing ``x``
+    then races with it, as it would with a loop of loads; reading alone races with nothing, and gives NumPy's
+    values."""
+    def main(comm, write_back):
+        x = comm.alloc(64, np.float32)
+        x.set(np.arange(64, dtype=np.float32))
+        out = comm.alloc(64, np.float32)
+        out.set(np.full(64, np.nan, np.float32))
+        sum_into_own_input[2, 32](x, out, write_back)
+        comm.synchronize()
+        return out.get()
+
+    got = sim.spawn(lambda comm: main(comm, False), nranks=1, races=True)[0]
+    np.testing.assert_array_equal(got, np.arange(64, dtype=np.float32) * 2 + 6)
+    msg, _ = _race(lambda comm: main(comm, True), nranks=1)
+    assert "data race" in msg and "buffer (64,)" in msg and "block 0" in msg and "block 1" in msg, msg
+    assert at("np_sum") in msg and at("np_sum_write") in msg, msg
