@@ -107,13 +107,19 @@ def _ordered(e, t) -> bool:
 
 def _site():
     """``(code, instruction offset)`` of the innermost frame outside the simulator (its line is worked
-    out for a report only: ``f_lineno`` costs a scan of the line table on every access)."""
+    out for a report only: ``f_lineno`` costs a scan of the line table on every access); when that frame is
+    flowdsl's own code (a Flow step), a third item: the ``(code, offset)`` of the user's call into it."""
     f = _getframe(2)
     code = f.f_code
     while code.co_filename in _SKIP:
         f = f.f_back
         code = f.f_code
-    return (code, f.f_lasti)
+    if not code.co_filename.startswith(_PACKAGE_DIR) or code.co_filename.startswith(_EXAMPLES_DIR):
+        return (code, f.f_lasti)
+    caller = f.f_back
+    while caller is not None and _library(caller.f_code.co_filename):
+        caller = caller.f_back
+    return (code, f.f_lasti, None if caller is None else (caller.f_code, caller.f_lasti))
 
 
 _PACKAGE_DIR = os.path.dirname(_SIM_DIR)
@@ -165,6 +171,16 @@ def _user_call_site():
     if f is None or f.f_code.co_filename in _SKIP:  # the library code is the kernel itself (a collective)
         return None
     return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno} ({f.f_code.co_name})"
+
+
+def _called_from(e) -> str:
+    """For an access made in flowdsl's own code: ``, inside flowdsl, called from your code at ...`` (the user's
+    call into it, recorded with the access), else nothing."""
+    site = e[3] if e[4] is None else e[3:]
+    caller = site[2] if isinstance(site, tuple) and len(site) > 2 else None
+    if caller is None:  # the user's own line, or the library code is the kernel itself (a collective)
+        return ""
+    return f", inside flowdsl, called from your code at {_where(caller)}"
 
 
 def _line(code, lasti):
@@ -789,7 +805,7 @@ class RaceDetector:
                f"Nothing orders these two accesses, and {_why(kind, other_kind)}:\n"
                f"  this access:    {kind} by {_who(now)}"
                f"{f', inside flowdsl, called from your code at {caller}' if caller else ''}\n"
-               f"  earlier access: {other_kind} by {_who(other)}\n"
+               f"  earlier access: {other_kind} by {_who(other)}{_called_from(other)}\n"
                f"{_fix_in_library(caller, other) if caller else _fix(t, other, kind, other_kind)} (seed={self.seed}: rerun with "
                f"flowdsl.sim.spawn(..., seed={self.seed}) to replay this interleaving)")
         e = DataRaceError(msg)
@@ -839,7 +855,7 @@ def _why(kind, other_kind):
 def _where(site):
     if isinstance(site, (str, NetSite)):
         return str(site)
-    code, lasti = site
+    code, lasti = site[0], site[1]
     return f"{os.path.basename(code.co_filename)}:{_line(code, lasti)} ({code.co_name})"
 
 

@@ -415,6 +415,8 @@ def test_a_race_inside_flowdsl_names_the_users_call_and_the_misuse():
     msg = str(err.value)
     assert re.search(r"at _flow_wire\.py:\d+ \(\w+\), inside flowdsl, called from your code at "
                      r"test_races\.py:\d+ \(two_senders_on_one_connection\)", msg), msg
+    # the earlier access too (its thread still waits in the step that made it)
+    assert msg.count("inside flowdsl, called from your code at test_races.py:") == 2, msg
     assert "Fix: both accesses are flowdsl's own code" in msg and "two blocks on the same side of one Flow " \
         "connection" in msg, msg
 
