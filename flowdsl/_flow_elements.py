@@ -97,6 +97,13 @@ def step_ends(peer, channel, inbox, step, n, data, protocol, sending):
     that disagree move wrong bytes without a sound; the simulator raises a ``flowdsl.sim.UsageError`` naming both."""
 
 
+@primitive(module="flowdsl.flow", peer=INT, channel=INT, number=INT, remote_number=INT, sending=INT)
+def connection_ends(peer, channel, number, remote_number, sending):
+    """The simulator's note of a connection a step starts on (this rank's ``flow.connect(proc, peer, number,
+    remote_number)`` on ``channel``, sending or receiving), for a deadlock report to find two ends that do not
+    mirror each other. Nothing on a GPU."""
+
+
 def missing_gin_context_text(peer) -> str:
     return (f"Cannot connect to world rank {peer}: it is outside this rank's LSA team, and the Flow processor "
             "has no GIN context (ctx=None) to reach it. Give flow.processor a GIN context, gin.context(comm, 0), "

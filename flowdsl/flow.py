@@ -84,7 +84,7 @@ from . import coop, gin, lsa, mem, team, wait
 from ._devices import device
 from ._flow_elements import (E4M3, E5M2, Reduction, bad_connection, bad_layout, combine, combine_packs, finish,
                              finish_pack, from_float, missing_gin_context, premul, premul_only, premul_pack, reduction,
-                             step_ends, to_float, unscaled)
+                             step_ends, connection_ends, to_float, unscaled)
 from ._flow_staging import (CREDIT, LL128_SLOT_BYTES, LL_SLOT_BYTES, MAX_CONNECTIONS, MAX_PARTS, READY, RECEIVED, SENT,
                             Staging, counter_word, flag_word, protocol_slot_words, region_words, staging, staging_words,
                             state_words)
@@ -94,7 +94,7 @@ from .enums import MemoryOrder, Protocol, RedOp, ThreadScope
 __all__ = [
     "MAX_CONNECTIONS", "MAX_PARTS", "LL_SLOT_BYTES", "LL128_SLOT_BYTES", "Processor", "Connection", "Reduction",
     "Staging", "staging", "staging_words", "processor",
-    "connect", "bad_connection", "bad_layout", "step_ends", "missing_gin_context", "reduction", "to_float", "from_float", "combine", "finish", "combine_packs",
+    "connect", "bad_connection", "bad_layout", "step_ends", "connection_ends", "missing_gin_context", "reduction", "to_float", "from_float", "combine", "finish", "combine_packs",
     "finish_pack", "premul", "premul_pack", "unscaled", "strong_signal_inc",
     "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "ll_flag", "ll_cleans", "LL_FLAG_CYCLE",
     "E4M3", "E5M2",
@@ -656,6 +656,11 @@ def _step_kind(name, recv, send, reduce, store, last):
         sstep = int64(state[counter_word(proc.channel, out.number, SENT)]) if send else int64(0)
         if n <= 0:  # nothing moves, and no barrier since the reads above
             return
+        if tid == 0:  # the connections this step runs on (the simulator's deadlock report reads them)
+            if recv:
+                connection_ends(inp.peer, proc.channel, inp.number, inp.remote_number, 0)
+            if send:
+                connection_ends(out.peer, proc.channel, out.number, out.remote_number, 1)
         if send and tid == 0:  # what this step sends (the simulator checks the receiving end against it)
             step_ends(out.peer, proc.channel, out.remote_number, sstep, n, src, proc.protocol, 1)
         if proc.protocol == Protocol.LL:

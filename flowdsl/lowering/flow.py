@@ -352,6 +352,12 @@ def flow_step_ends(peer, channel, inbox, step, n, data, protocol, sending):
     return lambda peer, channel, inbox, step, n, data, protocol, sending: None  # the simulator's check only
 
 
+@overload(flow.connection_ends)
+def flow_connection_ends(peer, channel, number, remote_number, sending):
+    check(flow.connection_ends, peer, channel, number, remote_number, sending)
+    return lambda peer, channel, number, remote_number, sending: None  # the simulator's note only
+
+
 @overload(flow.to_float)
 def flow_to_float(x):
     if x == types.uint16:  # bfloat16 bits

@@ -40,6 +40,17 @@ def _flow_bad_layout(channels, nslots, slot_words, needed, held):
     raise sim_error(UsageError, bad_layout_text(*(int(v) for v in (channels, nslots, slot_words, needed, held))))
 
 
+@implements("flowdsl.flow.connection_ends")
+def _flow_connection_ends(peer, channel, number, remote_number, sending):
+    world = _state.sched.world
+    ends = world.__dict__.setdefault("flow_connections", {})  # (rank, peer, channel, sending) -> {(number, remote)}
+    key = (_state.cur.rank, int(peer), int(channel), bool(sending))
+    pairs = ends.setdefault(key, {})
+    pair = (int(number), int(remote_number))
+    if pair not in pairs:
+        pairs[pair] = user_line()
+
+
 @implements("flowdsl.flow.step_ends")
 def _flow_step_ends(peer, channel, inbox, step, n, data, protocol, sending):
     world = _state.sched.world

@@ -104,7 +104,8 @@ def as_timeout(sched, error):
                             primitive=wait.PRIMITIVE_NAMES.get(what, f"wait kind {what}"), index=index, peer=peer,
                             expected=int(expected), seen=int(seen)))
     context = f" ({sched.seed_line()})"
-    cycle = credit_cycle(records) or crossed_ends(records)
+    cycle = unmirrored_ends(getattr(sched.world, "flow_connections", {})) or credit_cycle(records) or \
+        crossed_ends(records)
     lines = [DeviceTimeoutError.describe("finish the simulation", **rec, context=context if i == 0 else "",
                                          fix=i == 0 and not cycle)  # the seed once, on the first line
              for i, rec in enumerate(records)]
@@ -115,6 +116,30 @@ def as_timeout(sched, error):
     exc.seed = sched.seed
     exc.rank = records[0]["rank"]
     return exc
+
+
+def unmirrored_ends(ends) -> str:
+    """When a rank sends to a peer on a channel as ``flow.connect(proc, peer, n, m)`` and that peer receives from
+    it on that channel, but never as ``(m, n)`` (``ends``: the connections the steps started on, noted by
+    ``flow.connection_ends``), what that means and its fix; else "". Only a pair whose both ends have started a
+    step is judged: a peer that has not reached its receive yet is not a mismatch."""
+    for (rank, peer, channel, sending), pairs in sorted(ends.items()):
+        if not sending:
+            continue
+        theirs = ends.get((peer, rank, channel, False))
+        if not theirs:
+            continue
+        for (number, remote), line in sorted(pairs.items()):
+            if (remote, number) in theirs:
+                continue
+            (their_number, their_remote), their_line = sorted(theirs.items())[0]
+            return (f"The two ends of a Flow connection do not mirror each other: rank {rank} sends to rank {peer} on "
+                    f"channel {channel} as flow.connect(proc, {peer}, {number}, {remote}) at {line}, and rank {peer} "
+                    f"receives from rank {rank} on that channel as flow.connect(proc, {rank}, {their_number}, "
+                    f"{their_remote}) at {their_line}. A receiver's number is its sender's remote_number and its "
+                    f"remote_number the sender's number: on rank {peer}, flow.connect(proc, {rank}, {remote}, "
+                    f"{number}). No peer is missing and a longer wait limit will not help.")
+    return ""
 
 
 def crossed_ends(records) -> str:

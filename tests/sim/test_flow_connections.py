@@ -609,3 +609,34 @@ def test_ends_whose_connection_numbers_do_not_match_are_reported_as_such():
     assert "Rank 1 waits for slots from rank 0 on its inbox 0, and rank 0 waits for rank 1 to free a slot" in text
     assert "the sender's remote_number must be the receiver's number" in text
     assert "raise the limit" not in text.split("The simulator's report:")[0]
+
+
+@flowdsl.kernel
+def _relay_with_receive_numbers(comm, stage, x, y, count, recv_number, recv_remote):
+    proc = flow.processor(comm, stage, None, 1, 2, 16, 0, 0)
+    r, n = comm.rank, comm.nranks
+    if cuda.blockIdx.x == 0:
+        flow.send(proc, flow.connect(proc, (r + 1) % n, 0, 0), x, 0, count)
+    else:
+        flow.recv(proc, flow.connect(proc, (r - 1 + n) % n, recv_number, recv_remote), y, 0, count)
+
+
+@pytest.mark.parametrize("recv_number, recv_remote", [(0, 1), (1, 0)])
+def test_two_ends_that_do_not_mirror_each_other_are_named_in_the_deadlock_report(recv_number, recv_remote):
+    """A sender's flow.connect(proc, peer, 0, 0) and its receiver's (proc, sender, 0, 1) or (1, 0): the report says
+    which two connects disagree and the receiver's fix, not a cycle of full inboxes (every rank is there)."""
+    def main(comm):
+        x, y = comm.alloc(600, np.float32), comm.alloc(600, np.float32)
+        with flow.staging(comm, FlowConfig(channels=1, nslots=2, slot_bytes=128, threads=32)) as stage, \
+                comm.device_communicator() as dc:
+            _relay_with_receive_numbers[2, 32](dc, stage, x, y, 600, recv_number, recv_remote)
+            comm.synchronize()
+
+    with pytest.raises(flowdsl.sim.WaitTimeoutError) as err:
+        spawn(main, nranks=3)
+    msg = str(err.value)
+    assert "The two ends of a Flow connection do not mirror each other: rank 0 sends to rank 1 on channel 0 as " \
+           "flow.connect(proc, 1, 0, 0) at test_flow_connections.py:" in msg, msg
+    assert f"rank 1 receives from rank 0 on that channel as flow.connect(proc, 0, {recv_number}, {recv_remote}) " \
+           "at test_flow_connections.py:" in msg, msg
+    assert "on rank 1, flow.connect(proc, 0, 0, 0)" in msg and "cycle of full inboxes" not in msg, msg
