@@ -154,6 +154,7 @@ def lsa_barrier(comm, coop, index):
                 f"Cannot open LSA barrier {index} in {t.blk.name()}: {other.name()} of the same launch is "
                 f"using barrier {index}. Give every concurrently running block its own barrier index"))
     g.owner[okey] = me + (t.blk,)
+    t.blk.lsa_barriers.add(index)
     return BarrierSession(comm, coop, index, g.epoch[t.rank][index])
 
 

@@ -916,6 +916,14 @@ def _fix(t, other, kind, other_kind):
         return ("Fix: the threads are in different blocks, which no block barrier orders: publish with "
                 "flowdsl.mem.store_release (or a release fence before a relaxed store) and read the flag "
                 "with flowdsl.mem.load_acquire (or an acquire fence after a relaxed load)." + _ATOMIC_UPDATE)
+    mine, theirs = (getattr(getattr(x, "blk", None), "lsa_barriers", None) for x in (t, o))
+    if mine and theirs and not mine & theirs:
+        return (f"Fix: both blocks sync on LSA barriers, but on different ones ({t.blk.name()} of rank {t.rank} on "
+                f"index {', '.join(map(str, sorted(mine)))}, {o.blk.name()} of rank {o.rank} on index "
+                f"{', '.join(map(str, sorted(theirs)))}): a barrier orders only the threads that sync on the same "
+                "index. Have the blocks whose data the other reads sync on one index (the same index on every "
+                "rank, lsa.barrier(comm, coop, i).sync(MemoryOrder.ACQ_REL)), or read only what the blocks of "
+                "your own index wrote.")
     return ("Fix: order the accesses across ranks: an LSA barrier between them whose arrive releases and "
             "whose wait acquires (lsa.barrier(...).sync(MemoryOrder.ACQ_REL)), or a flag written with "
             "flowdsl.mem.store_release and read with flowdsl.mem.load_acquire, or a GIN signal waited "

@@ -451,3 +451,28 @@ def test_numpy_functions_on_a_device_array_read_every_element_for_the_race_detec
     msg, _ = _race(lambda comm: main(comm, True), nranks=1)
     assert "data race" in msg and "buffer (64,)" in msg and "block 0" in msg and "block 1" in msg, msg
     assert at("np_sum") in msg and at("np_sum_write") in msg, msg
+
+
+@flowdsl.kernel
+def exchange_rows_across_blocks(comm, win, out):
+    """Block b writes row b of its own window, then syncs on barrier b and reads row 1 - b of the peer's: the
+    row another block wrote, which barrier b does not order."""
+    b, i = cuda.blockIdx.x, cuda.threadIdx.x
+    mine = lsa.local_view(win)
+    mine[b * 8 + i] = comm.rank * 100 + b * 8 + i  # <row_write>
+    lsa.barrier(comm, coop.cta(), b).sync(MemoryOrder.ACQ_REL)
+    peer = lsa.lsa_view(win, (comm.lsa_rank + 1) % comm.lsa_size)
+    out[b * 8 + i] = peer[(1 - b) * 8 + i]  # <row_read>
+
+
+def test_a_race_between_blocks_that_sync_on_different_lsa_barriers_says_so():
+    def main(comm):
+        buf, out = _zeros(comm, 16, np.int32), _zeros(comm, 16, np.int32)
+        with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=2) as dc:
+            exchange_rows_across_blocks[2, 8](dc, win, out)
+            comm.synchronize()
+
+    msg, _ = _race(main, nranks=2)
+    assert at("row_write") in msg and at("row_read") in msg, msg
+    assert "Fix: both blocks sync on LSA barriers, but on different ones (block " in msg and \
+        "a barrier orders only the threads that sync on the same index" in msg, msg
