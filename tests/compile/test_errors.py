@@ -9,7 +9,7 @@ from numba.core import types
 from numba.core.errors import TypingError
 
 import flowdsl
-from flowdsl import MemoryOrder, coop, lsa, mem
+from flowdsl import MemoryOrder, ThreadScope, coop, lsa, mem
 
 pytestmark = pytest.mark.compile
 
@@ -145,6 +145,24 @@ def test_a_typing_refusal_is_a_flowdsl_error_naming_the_kernel():
     assert "in kernel test_a_typing_refusal_is_a_flowdsl_error_naming_the_kernel.<locals>.k (" in \
         str(caught.value) and "test_errors.py:" in str(caught.value)
     assert isinstance(caught.value.__cause__, TypingError) and type(caught.value.__cause__) is not type(caught.value)
+
+
+def test_a_typing_refusal_leads_with_flowdsls_specific_words_and_the_kernels_line():
+    """numba types a call with and without its literal arguments and reports both refusals, the general one
+    ("a compile-time constant") first, and numba-cuda names no line: the error leads with the refusal that
+    names the mistake and the kernel's line of the call, numba's report after."""
+    def k(win, n):
+        x = n + 1
+        mem.fence(MemoryOrder.RELAXED, ThreadScope.SYSTEM)  # the mistake: a fence must order something
+        return x
+
+    with pytest.raises(flowdsl.KernelTypingError) as caught:
+        compile_for(k, ("window", np.float32), 1)
+    first, second = str(caught.value).splitlines()[:2]
+    assert first == "flowdsl.mem.fence requires order ACQUIRE, RELEASE, ACQ_REL, SEQ_CST, got RELAXED", first
+    line = k.__code__.co_firstlineno + 2
+    assert second == f"  at test_errors.py:{line} in kernel {k.__qualname__}", second
+    assert "numba's report:\nNo implementation of function" in str(caught.value)
 
 
 def test_an_undefined_name_is_numba_cudas_typing_error_and_a_flowdsl_error_on_both_paths():
