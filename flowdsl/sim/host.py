@@ -18,8 +18,8 @@ from .cudashim import simulate_function
 from ..enums import GinBackend
 from ..errors import ResourceClosedError
 from ..errors import UsageError as _UsageErrorBase
-from .errors import (CollectiveMismatchError, DeadlockError, LivelockError, SimulationError, StalledError,
-                     UnsupportedFeatureError, UsageError)
+from .errors import (CollectiveMismatchError, DeadlockError, KernelTypingError, LivelockError, SimulationError,
+                     StalledError, UnsupportedFeatureError, UsageError)
 from .network import Network
 from .memory import Closable, SymBuffer, Window, WindowGroup, poisoned
 from .races import RaceDetector, enabled_by_default
@@ -563,6 +563,7 @@ def _run_task(sched, task, body, where, raised=None) -> bool:
         sched.fail(task, err)
         return False
     except BaseException as e:  # noqa: BLE001 - forwarded to spawn()
+        e = _argument_of_another_kind(task, e) or e
         if raised is not None and isinstance(e, Exception) and not isinstance(e, SimulationError):
             raised(e)
             sched.finish(task)
@@ -575,6 +576,34 @@ def _run_task(sched, task, body, where, raised=None) -> bool:
         return False
     sched.finish(task)
     return True
+
+
+def _argument_of_another_kind(task, e):
+    """An attribute missing from a launch's argument (a window where the kernel reads a device communicator's
+    ``lsa_size``: arguments passed in another order) as the GPU refuses it, a typing error naming the argument
+    and its parameter; else None."""
+    launch = getattr(task, "launch", None)
+    obj = getattr(e, "obj", None) if isinstance(e, AttributeError) else None
+    if launch is None or obj is None or isinstance(obj, np.ndarray):
+        return None
+    index = next((i for i, a in enumerate(launch.args) if a is obj), None)
+    if index is None:
+        return None
+    import inspect  # noqa: PLC0415
+
+    try:
+        params = list(inspect.signature(launch.fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    param = f" ({params[index]})" if index < len(params) else ""
+    order = f" ({', '.join(params)})" if params else ""
+    err = sim_error(KernelTypingError, (
+        f"Unknown attribute {e.name!r} of type {type(obj).__name__}: argument {index}{param} of kernel "
+        f"{launch.name!r} is a {type(obj).__name__}, which has no {e.name!r}. A launch passes its arguments in the "
+        f"order of the kernel's parameters{order}: check that order "
+        "(compiling for a GPU refuses this kernel the same way)"))
+    err.__cause__ = e
+    return err.with_traceback(e.__traceback__)
 
 
 def _kernel_exception(t, e, where, seed):

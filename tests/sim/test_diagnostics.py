@@ -223,3 +223,25 @@ def test_a_spin_on_a_plain_load_is_stopped_naming_the_thread_and_the_fix():
     assert "rank 0 block 0 thread 0 of kernel '_spins_on_a_plain_load' ran 1 s without reaching" in str(err.value)
     assert "read the flag with flowdsl.mem.load_acquire" in str(err.value)
     assert any("test_diagnostics.py:" in note for note in err.value.__notes__), err.value.__notes__
+
+
+@flowdsl.kernel
+def reads_the_communicators_lsa_size(comm, win, out):
+    out[0] = comm.lsa_size
+
+
+def test_arguments_passed_in_another_order_are_a_typing_error_naming_the_argument_and_the_order():
+    """A window passed where the kernel reads a device communicator: the GPU's typing refuses the kernel
+    (unknown attribute); the simulator says the same, as a KernelTypingError naming the argument, its
+    parameter and the kernel's parameter order, not a bare AttributeError."""
+    def main(comm):
+        buf, out = comm.alloc(4, np.float32), comm.alloc(4, np.float32)
+        with comm.register(buf) as win, comm.device_communicator() as dc:
+            reads_the_communicators_lsa_size[1, 32](win, dc, out)
+            comm.synchronize()
+
+    with pytest.raises(flowdsl.KernelTypingError) as err:
+        sim.spawn(main, nranks=1)
+    assert str(err.value).startswith("Unknown attribute 'lsa_size' of type Window: argument 0 (comm) of kernel "
+                                     "'reads_the_communicators_lsa_size' is a Window") and \
+        "in the order of the kernel's parameters (comm, win, out)" in str(err.value), str(err.value)
