@@ -181,8 +181,10 @@ def _support_lines(nccl) -> list[str]:
     first_use = sorted((cache_dir() / "support").glob("nccl-*/*.ltoir"))
     for path in first_use:
         version = path.parent.name.removeprefix("nccl-")
-        unused = " (not used: a prebuilt build of that release is)" if version in info["abis"] else ""
-        lines.append(f"  NCCL {version}: {path.stem} (built at first use, {path}){unused}")
+        if version in info["abis"]:  # left by an earlier flowdsl without a prebuilt build of that release
+            lines.append(f"  also in the cache, not used (the prebuilt {version} builds above are): {path}")
+        else:
+            lines.append(f"  NCCL {version}: {path.stem}, built at first use: {path}")
     if nccl and ".".join(map(str, nccl)) not in info["abis"] and not first_use:
         lines.append(f"  the loaded NCCL {'.'.join(map(str, nccl))} has none: one is built at its first kernel "
                      "(needs nvcc and its nvidia-nccl-cu13 headers)")
@@ -355,9 +357,13 @@ def _verb_parser(parser: argparse.ArgumentParser, verb: str) -> argparse.Argumen
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+    implicit = not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"))
+    if implicit:
         argv.insert(0, "demo")  # the default verb, with its options (flowdsl --ranks 2)
     args, unknown = parser.parse_known_args(argv)
+    if unknown and implicit:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)} (without a verb, flowdsl runs demo, whose options "
+                     "'flowdsl demo --help' lists)")
     if unknown:  # said by the verb's own parser, with its usage line, not the top level's
         _verb_parser(parser, args.verb).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:

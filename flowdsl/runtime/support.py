@@ -76,7 +76,9 @@ def support_build_for(nccl: tuple[int, int, int], arch: str) -> SupportBuild:
         chosen = _pick_arch(arch, entry["builds"])
         if chosen is None:
             raise SupportLibraryError(f"Cannot compile for {arch}: the flowdsl support library is built for "
-                                      f"{', '.join(sorted(entry['builds']))} only. Use a GPU of sm_80 or newer.")
+                                      f"{', '.join(sorted(entry['builds']))} only. Compile for sm_80 or newer "
+                                      "(arch='sm_90', flowdsl precompile --arch sm_90); older GPUs cannot run "
+                                      "flowdsl's kernels.")
         path = support_build.PREBUILT_DIR / entry["builds"][chosen]["file"]
         return SupportBuild(path, nccl, chosen, entry["layout"])
     chosen = _pick_arch(arch, support_build.ARCHS) or arch
@@ -119,7 +121,9 @@ def gin_build_for(nccl: tuple[int, int, int], arch: str, backend: GinBackend | N
         chosen = _pick_arch(arch, builds)
         if chosen is None:
             raise SupportLibraryError(f"Cannot compile for {arch}: the flowdsl GIN library is built for "
-                                      f"{', '.join(sorted(builds))} only. Use a GPU of sm_80 or newer.")
+                                      f"{', '.join(sorted(builds))} only. Compile for sm_80 or newer "
+                                      "(arch='sm_90', flowdsl precompile --arch sm_90); older GPUs cannot run "
+                                      "flowdsl's kernels.")
         return SupportBuild(support_build.PREBUILT_DIR / builds[chosen]["file"], nccl, chosen, entry["layout"])
     chosen = _pick_arch(arch, support_build.ARCHS) or arch
     path, layout = support_build.build_for_installed(version, chosen, cache_dir() / "support", gin=name)

@@ -26,19 +26,28 @@ def test_info_names_versions_builds_cft_gin_and_the_cache(monkeypatch, tmp_path,
     cache = tmp_path / "cache"
     (cache / "kernels").mkdir(parents=True)
     (cache / "kernels" / "a.cubin").write_bytes(b"\0" * 3 * 2**20)
+    prebuilt = next(iter(manifest()["abis"]))  # a first-use build of a release that has a prebuilt one: unused
+    (cache / "support" / f"nccl-{prebuilt}").mkdir(parents=True)
+    (cache / "support" / f"nccl-{prebuilt}" / "sm_90.ltoir").write_bytes(b"\0")
+    (cache / "support" / "nccl-2.99.1").mkdir(parents=True)
+    (cache / "support" / "nccl-2.99.1" / "sm_90.ltoir").write_bytes(b"\0")
     monkeypatch.setenv("FLOWDSL_CACHE_DIR", str(cache))
     assert cli.main(["info"]) == 0
     out = capsys.readouterr().out
     for label in ("flowdsl:", "NCCL:", "CUDA driver:", "CUDA runtime:", "nvJitLink:", "nvcc:", "GPU:", "CFT:",
                   "GIN backend:", "kernel cache:", "support builds:"):
         assert f"\n{label}" in f"\n{out}", f"{label} missing from:\n{out}"
-    assert f"{cache} (3.0 MiB in 1 file;" in " ".join(out.split()), out
+    assert f"{cache} (3.0 MiB in 3 files;" in " ".join(out.split()), out
     for version, entry in manifest()["abis"].items():
         assert f"NCCL {version}: {', '.join(sorted(entry['builds'], key=lambda a: int(a[3:])))}" in out, out
     for version, entry in manifest()["cft"]["abis"].items():
         assert f"CFT: {', '.join(sorted(entry['builds']))}" in out, out
     if not cli._gpus():
         assert "GIN backend:  not knowable without a GPU" in out, out
+    flat = " ".join(out.split())
+    assert f"also in the cache, not used (the prebuilt {prebuilt} builds above are): {cache}/support/nccl-{prebuilt}/" \
+        f"sm_90.ltoir" in flat and f"NCCL 2.99.1: sm_90, built at first use: {cache}/support/nccl-2.99.1/" \
+        "sm_90.ltoir" in flat, out
 
 
 def test_help_is_plain_text_and_says_what_the_options_mean(capsys):
@@ -164,14 +173,22 @@ def test_counts_below_one_are_refused_by_the_parser(argv, capsys):
 @pytest.mark.parametrize("argv, usage", [
     (["precompile", "--bogus"], "usage: flowdsl precompile"),
     (["demo", "--bogus"], "usage: flowdsl demo"),
-    (["--bogus"], "usage: flowdsl demo"),  # options before any verb are the default verb's
-    (["--ranks", "0"], "usage: flowdsl demo"),
+    (["--ranks", "0"], "usage: flowdsl demo"),  # options before any verb are the default verb's
 ])
 def test_a_verbs_bad_option_is_reported_with_that_verbs_usage(argv, usage, capsys):
     with pytest.raises(SystemExit) as done:
         cli.main(argv)
     err = capsys.readouterr().err
     assert done.value.code == 2 and err.startswith(usage) and "VERB" not in err, err
+
+
+def test_an_unknown_option_without_a_verb_says_that_demo_is_the_default(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--bogus"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.splitlines()[-1] == (
+        "flowdsl: error: unrecognized arguments: --bogus (without a verb, flowdsl runs demo, whose options "
+        "'flowdsl demo --help' lists)"), err
 
 
 def test_help_lists_each_verb_once(capsys):
