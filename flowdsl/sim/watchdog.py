@@ -12,6 +12,7 @@ loop (``PyThreadState_SetAsyncExc``), so the report names the thread and the lin
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 import time
 
@@ -44,13 +45,19 @@ class Watchdog:
 
     def _watch(self):
         sched = self.sched
-        steps, since = sched.steps, time.monotonic()
+        steps, since, told = sched.steps, time.monotonic(), False
+        notice = min(5.0, self.seconds / 3)  # say so before stopping it: the run may stop later than one expects
         while not self._stop.wait(min(1.0, self.seconds / 4)):
             task = _state.cur
             if sched.steps != steps or getattr(task, "launch", None) is None:  # moving, or host code running
-                steps, since = sched.steps, time.monotonic()
+                steps, since, told = sched.steps, time.monotonic(), False
                 continue
             if time.monotonic() - since < self.seconds:
+                if not told and time.monotonic() - since >= notice:
+                    told = True
+                    print(f"flowdsl.sim: {task.name()} of kernel {task.launch.name!r} has run {notice:g} s without "
+                          "reaching a point where the simulator switches threads (a loop spinning on a plain load?); "
+                          f"it is stopped at {self.seconds:g} s (spawn's stall_seconds=)", file=sys.stderr, flush=True)
                 continue
             StalledError.text = (
                 f"Cannot finish the simulation: {task.name()} of kernel {task.launch.name!r} ran "

@@ -205,8 +205,9 @@ def _spins_on_a_plain_load(flags):
         pass
 
 
-def test_a_spin_on_a_plain_load_is_stopped_naming_the_thread_and_the_fix():
-    """It ran at 100 % CPU for ever (max_steps and the livelock check count switches, and there are none)."""
+def test_a_spin_on_a_plain_load_is_stopped_naming_the_thread_and_the_fix(capsys):
+    """It ran at 100 % CPU for ever (max_steps and the livelock check count switches, and there are none). A
+    notice on stderr says so before the limit."""
     import time
 
     def main(comm):
@@ -223,6 +224,8 @@ def test_a_spin_on_a_plain_load_is_stopped_naming_the_thread_and_the_fix():
     assert "rank 0 block 0 thread 0 of kernel '_spins_on_a_plain_load' ran 1 s without reaching" in str(err.value)
     assert "read the flag with flowdsl.mem.load_acquire" in str(err.value)
     assert any("test_diagnostics.py:" in note for note in err.value.__notes__), err.value.__notes__
+    assert "flowdsl.sim: rank 0 block 0 thread 0 of kernel '_spins_on_a_plain_load' has run " in \
+        capsys.readouterr().err
 
 
 @flowdsl.kernel
