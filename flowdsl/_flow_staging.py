@@ -168,9 +168,11 @@ def require_staging(stage) -> None:
     """Refuse ``stage`` unless :func:`staging` made it (the simulator's check; on the GPU the
     same check is part of typing, ``lowering/flow.py``)."""
     if getattr(stage, "flow_staging", None) is None:
+        from .errors import KernelTypingError  # noqa: PLC0415 - the GPU's typing refuses it (numba is loaded)
+
         dtype = getattr(stage, "dtype", None)
         got = f"Window({dtype})" if hasattr(stage, "_made_staging") else type(stage).__name__
-        raise UsageError(refusal(got))
+        raise KernelTypingError(refusal(got))
 
 
 def lsa_team_size(comm) -> int:

@@ -563,7 +563,7 @@ def _run_task(sched, task, body, where, raised=None) -> bool:
         sched.fail(task, err)
         return False
     except BaseException as e:  # noqa: BLE001 - forwarded to spawn()
-        e = _argument_of_another_kind(task, e) or e
+        e = _argument_of_another_kind(task, e) or _library_refusal(task, e) or e
         if raised is not None and isinstance(e, Exception) and not isinstance(e, SimulationError):
             raised(e)
             sched.finish(task)
@@ -576,6 +576,21 @@ def _run_task(sched, task, body, where, raised=None) -> bool:
         return False
     sched.finish(task)
     return True
+
+
+def _library_refusal(task, e):
+    """A refusal by flowdsl's own code that kernel code ran (a Flow processor over a window flow.staging did not
+    make), as a simulator error of its class naming the thread, not a kernel's own exception (those end their
+    thread and reach the host at its next synchronize, as numba-cuda delivers them); else None."""
+    from ..errors import FlowDSLError  # noqa: PLC0415
+
+    if getattr(task, "launch", None) is None or not isinstance(e, FlowDSLError) or isinstance(e, SimulationError):
+        return None
+    from ..errors import KernelTypingError as Typing  # noqa: PLC0415
+
+    err = sim_error(KernelTypingError if isinstance(e, Typing) else UsageError, str(e))
+    err.__cause__ = None
+    return err.with_traceback(e.__traceback__)
 
 
 def _argument_of_another_kind(task, e):
