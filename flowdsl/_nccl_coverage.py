@@ -71,7 +71,6 @@ CUSTOM_TEAM_BARRIERS = _not_yet("barriers over other teams than the built-in one
 FENCE_LEVELS = _not_yet("barrier fence levels Put and Get: not yet; flowdsl's GIN and hybrid barriers fence "
                         "nothing (None): order puts with strong signals, gets with gin.flush")
 ALL_CONTEXTS = _not_yet("barriers fenced over every GIN context (ncclGinAllContexts): not yet")
-SUB_SESSIONS = _not_yet("a hybrid barrier's LSA and GIN sub-sessions: not yet")
 GIN_REQUESTS = _not_yet("asynchronous GIN flush requests (flushAsync, wait on an ncclGinRequest_t): not yet")
 SIGNAL_SHADOWS = _not_yet("GIN signal shadows: not yet")
 DESCRIPTORS = _not_yet("shared-memory GIN descriptors (ncclGin_DescriptorSmem): not yet")
@@ -355,8 +354,12 @@ COVERAGE: dict[str, Provided | Refused] = {
         "flowdsl.gin.hybrid_barrier", "the world form (LSA in a node, GIN across); the LSA and rail forms not yet"),
     "method ncclBarrierSession::sync": Provided(
         "flowdsl.gin.hybrid_barrier", "the session's sync(order), fence level None; " + TIMEOUTS),
-    "method ncclBarrierSession::lsaBarrier": SUB_SESSIONS,
-    "method ncclBarrierSession::ginBarrier": SUB_SESSIONS,
+    "method ncclBarrierSession::lsaBarrier": Provided(
+        "flowdsl.gin.hybrid_barrier", "session.lsa_barrier(): its sync(order) only (NCCL's LSA session also has "
+        "arrive and wait); " + TIMEOUTS),
+    "method ncclBarrierSession::ginBarrier": Provided(
+        "flowdsl.gin.hybrid_barrier", "session.gin_barrier(): the rail team's GIN session, its sync(order), fence "
+        "level None; " + TIMEOUTS),
     "function ncclBarrier": Provided(
         "flowdsl.gin.hybrid_barrier",
         "gin.hybrid_barrier(ctx, coop, index).sync(order): the world form, fence level None"),

@@ -212,9 +212,20 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'flowdsl.gin' has no attribute {name!r}")
 
 
+def _sub_session_refusal(part: str, opened_by: str) -> str:
+    """Why ``part()`` (``lsa_barrier`` or ``gin_barrier``) of a session opened by ``opened_by`` is refused (the
+    GPU's typing and the simulator say the same)."""
+    return (f"Cannot take {part}() of a flowdsl.gin.{opened_by} session: only a hybrid barrier session "
+            "(flowdsl.gin.hybrid_barrier) has an LSA and a GIN part. Sync this session itself")
+
+
 @primitive(extern="flowdsl_hybrid_barrier_sync", ctx=GIN_CONTEXT, coop=COOP.but("a coop"))
 def hybrid_barrier(ctx, coop, index):
     """A barrier over every rank: LSA inside each node, GIN across nodes (``ncclBarrierSession``, world).
 
-    Needs both ``lsa_barrier_count`` and ``rail_gin_barrier_count`` above ``index``.
+    Needs both ``lsa_barrier_count`` and ``rail_gin_barrier_count`` above ``index``. The session's
+    ``sync(order)`` is collective on ``coop``; its parts are sessions of their own, as NCCL's
+    ``lsaBarrier()`` and ``ginBarrier()`` return them: ``session.lsa_barrier().sync(order)`` syncs this
+    node's ranks only (its LSA team), ``session.gin_barrier().sync(order)`` the rail team only (this LSA
+    rank on every node). A part's sync moves the epoch the whole session's next sync starts from.
     """

@@ -238,6 +238,10 @@ EXTERNS: tuple[Extern, ...] = (
          "ncclGinBarrierSession (world team)::sync, bounded.", coop=True),
     _gin("flowdsl_hybrid_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
          "ncclBarrierSession (world: LSA inside, GIN across)::sync, bounded.", coop=True),
+    _gin("flowdsl_hybrid_lsa_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
+         "ncclBarrierSession (world)::lsaBarrier().sync, bounded.", coop=True),
+    _gin("flowdsl_hybrid_gin_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
+         "ncclBarrierSession (world)::ginBarrier().sync, bounded.", coop=True),
     # CFT (the separate "cft" library): teams, logical endpoints, sessions, counted writes, barriers.
     _cft("flowdsl_cft_team", "void", [_COMM, ("int_out", "out")], "ncclTeamCft (flat)."),
     _cft("flowdsl_cft_le_info", "void", [_COMM, _WIN, ("size_t", "offset"), _TEAM, ("int", "peer"),

@@ -142,6 +142,13 @@ _make_remote = {kind: struct_maker(RemoteActionType(kind), _REMOTE_FIELDS) for k
 _BARRIERS = ("rail_barrier", "world_barrier", "hybrid_barrier")
 _make_barrier = {name: struct_maker(lambda ctx, coop, index, name=name: GinBarrierSessionType(ctx, coop, name),
                                     ("ctx", "coop", "index")) for name in _BARRIERS}
+#: A hybrid session's parts (``ncclBarrierSession::lsaBarrier()`` and ``::ginBarrier()``): the session type's
+#: ``opened_by`` and the C function of their ``sync``.
+_SUB_SESSIONS = {"lsa_barrier": ("hybrid_barrier.lsa_barrier", "flowdsl_hybrid_lsa_barrier_sync"),
+                 "gin_barrier": ("hybrid_barrier.gin_barrier", "flowdsl_hybrid_gin_barrier_sync")}
+_SUB_SYNC = dict(_SUB_SESSIONS.values())
+_make_sub = {part: struct_maker(lambda ctx, coop, index, name=name: GinBarrierSessionType(ctx, coop, name),
+                                ("ctx", "coop", "index")) for part, (name, _) in _SUB_SESSIONS.items()}
 
 
 @intrinsic
@@ -419,6 +426,21 @@ for _barrier in _BARRIERS:
 
 @overload_method(GinBarrierSessionType, "sync")
 def gin_barrier_sync(session, order):
-    sync = _out_of_line(extern_symbol(getattr(gin, session.opened_by), session.coop))
+    opener = getattr(gin, session.opened_by.split(".")[0])  # a sub-session's: the hybrid barrier's
+    sync = _out_of_line(extern_symbol(opener, session.coop, stem=_SUB_SYNC.get(session.opened_by)))
     return lambda session, order: sync((session.coop._word, session.ctx.comm, session.ctx.index,
                                         session.index, enum_value(order)))
+
+
+def _sub_session(part):
+    make = _make_sub[part]
+
+    @overload_method(GinBarrierSessionType, part)
+    def gin_barrier_part(session):
+        if session.opened_by != "hybrid_barrier":
+            raise NumbaTypeError(gin._sub_session_refusal(part, session.opened_by.split(".")[0]))
+        return lambda session: make(session.ctx, session.coop, session.index)
+
+
+for _part in _SUB_SESSIONS:
+    _sub_session(_part)

@@ -11,10 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..enums import MemoryOrder
+from ..gin import _sub_session_refusal
 from . import _state
 from .checks import KIND_CHECKS, barrier_index, check_index
 from .coop import coop_sync
-from .errors import BarrierIndexError, GinBackendError, GinResourceError, UsageError, WindowAccessError
+from .errors import (BarrierIndexError, GinBackendError, GinResourceError, KernelTypingError, UsageError,
+                     WindowAccessError)
 from .lsa import BarrierSession, lsa_arrive, lsa_barrier, lsa_wait
 from .network import Op
 from .scheduler import Cond, Wait, sim_error
@@ -491,6 +493,12 @@ class GinBarrierSession:
     def sync(self, order):  # no default: the GPU's typing requires one
         _gin_barrier_sync(self, order, "GIN_BARRIER" if self.team == "rail" else "WORLD_GIN_BARRIER")
 
+    def lsa_barrier(self):  # only a hybrid session has parts: the GPU's typing refuses it
+        raise sim_error(KernelTypingError, _sub_session_refusal("lsa_barrier", f"{self.team}_barrier"))
+
+    def gin_barrier(self):
+        raise sim_error(KernelTypingError, _sub_session_refusal("gin_barrier", f"{self.team}_barrier"))
+
 
 def _team_members(comm, team: str, nodes: int) -> list[tuple[int, int]]:
     """``(slot in the inbox, world rank)`` of each member of ``team`` but this rank: the rail team's by node
@@ -568,6 +576,31 @@ class HybridBarrierSession:
         lsa_arrive(self.lsa, order)
         lsa_wait(self.lsa, order)
         _gin_barrier_sync(self.rail, order, "HYBRID_BARRIER")
+
+    def lsa_barrier(self):
+        """The LSA part alone (``ncclBarrierSession::lsaBarrier()``): its ``sync`` is this node's barrier."""
+        return HybridPart(self, "lsa")
+
+    def gin_barrier(self):
+        """The GIN part alone (``ncclBarrierSession::ginBarrier()``): its ``sync`` is the rail team's barrier."""
+        return HybridPart(self, "rail")
+
+
+class HybridPart:
+    """One part of a hybrid session, sharing its state: a sync there moves the epoch the session's next sync
+    starts from, as NCCL's sub-sessions are references into the session. Only ``sync``, as on the GPU."""
+
+    __slots__ = ("session", "part")
+
+    def __init__(self, session, part):
+        self.session, self.part = session, part
+
+    def sync(self, order):  # no default: the GPU's typing requires one
+        if self.part == "lsa":
+            lsa_arrive(self.session.lsa, order)
+            lsa_wait(self.session.lsa, order)
+        else:
+            _gin_barrier_sync(self.session.rail, order, "HYBRID_BARRIER")
 
 
 @implements("flowdsl.gin.hybrid_barrier")

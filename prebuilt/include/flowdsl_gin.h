@@ -75,3 +75,9 @@ FLOWDSL_COOP_API(void, flowdsl_gin_world_barrier_sync, (uint32_t coop, const ncc
 
 // ncclBarrierSession (world: LSA inside, GIN across)::sync, bounded. (NCCL >= 2.28.9)
 FLOWDSL_COOP_API(void, flowdsl_hybrid_barrier_sync, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order));
+
+// ncclBarrierSession (world)::lsaBarrier().sync, bounded. (NCCL >= 2.28.9)
+FLOWDSL_COOP_API(void, flowdsl_hybrid_lsa_barrier_sync, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order));
+
+// ncclBarrierSession (world)::ginBarrier().sync, bounded. (NCCL >= 2.28.9)
+FLOWDSL_COOP_API(void, flowdsl_hybrid_gin_barrier_sync, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order));

@@ -100,21 +100,43 @@ __device__ __forceinline__ void bounded_gin_barrier_sync(ncclGinBarrierSession<C
 // it: the LSA team's barrier (releasing), then the rail team's GIN barrier (acquiring), each
 // bounded. The two sessions are those NCCL's world session opens (2.30 gave them handles of their
 // own), opened here directly: ncclBarrierSession's optional members make a third more LTO-IR.
+__device__ __forceinline__ ncclLsaBarrierHandle hybrid_lsa_handle(const ncclDevComm* comm) {
+#if NCCL_VERSION_CODE >= 23000
+  return comm->hybridLsaBarrier;
+#else
+  return comm->lsaBarrier;
+#endif
+}
+__device__ __forceinline__ ncclGinBarrierHandle hybrid_rail_handle(const ncclDevComm* comm) {
+#if NCCL_VERSION_CODE >= 23000
+  return comm->hybridRailGinBarrier;
+#else
+  return comm->railGinBarrier;
+#endif
+}
+
+// The world session's two parts, each on its own: ncclBarrierSession::lsaBarrier() and ::ginBarrier() return
+// references to them, so a sub-session's sync moves the epoch the whole session's next sync starts from.
+template <typename Coop>
+__device__ __forceinline__ void bounded_hybrid_lsa_sync(Coop c, const ncclDevComm* comm, uint32_t index,
+                                                        cuda::memory_order ord) {
+  ncclLsaBarrierSession<Coop> lsa{c, *comm, ncclTeamLsa(*comm), hybrid_lsa_handle(comm), index, false,
+                                  comm->lsaMultimem};
+  lsa.arrive(c, ord);
+  bounded_lsa_wait(lsa, comm, ord);
+}
+template <typename Coop>
+__device__ __forceinline__ void bounded_hybrid_rail_sync(Coop c, const ncclDevComm* comm, int ctx, uint32_t index,
+                                                         cuda::memory_order ord) {
+  ncclGinBarrierSession<Coop> rail{c, ncclGin(*comm, ctx), ncclTeamRail(*comm), hybrid_rail_handle(comm), index};
+  bounded_gin_barrier_sync(rail, comm, ord, kHybridBarrier, index);
+}
+
 template <typename Coop>
 __device__ __forceinline__ void bounded_hybrid_barrier_sync(Coop c, const ncclDevComm* comm, int ctx, uint32_t index,
                                                             cuda::memory_order ord) {
-#if NCCL_VERSION_CODE >= 23000
-  ncclLsaBarrierHandle lsa_handle = comm->hybridLsaBarrier;
-  ncclGinBarrierHandle rail_handle = comm->hybridRailGinBarrier;
-#else
-  ncclLsaBarrierHandle lsa_handle = comm->lsaBarrier;
-  ncclGinBarrierHandle rail_handle = comm->railGinBarrier;
-#endif
-  ncclLsaBarrierSession<Coop> lsa{c, *comm, ncclTeamLsa(*comm), lsa_handle, index, false, comm->lsaMultimem};
-  ncclGinBarrierSession<Coop> rail{c, ncclGin(*comm, ctx), ncclTeamRail(*comm), rail_handle, index};
-  lsa.arrive(c, nccl::utility::releaseOrderOf(ord));
-  bounded_lsa_wait(lsa, comm, nccl::utility::releaseOrderOf(ord));
-  bounded_gin_barrier_sync(rail, comm, nccl::utility::acquireOrderOf(ord), kHybridBarrier, index);
+  bounded_hybrid_lsa_sync(c, comm, index, nccl::utility::releaseOrderOf(ord));
+  bounded_hybrid_rail_sync(c, comm, ctx, index, nccl::utility::acquireOrderOf(ord));
 }
 
 // put, putValue and signal take the coop kind (flowdsl.enums.CoopKind) and word at run time.
@@ -226,6 +248,14 @@ FLOWDSL_FOR_EACH_SIGNAL(FLOWDSL_GIN_SIGNAL)
   FLOWDSL_API void flowdsl_hybrid_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,  \
                                                     uint32_t index, int order) {                      \
     bounded_hybrid_barrier_sync(coop_##K(coop), comm, ctx, index, (cuda::memory_order)order);         \
+  }                                                                                                   \
+  FLOWDSL_API void flowdsl_hybrid_lsa_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx, \
+                                                        uint32_t index, int order) {                  \
+    bounded_hybrid_lsa_sync(coop_##K(coop), comm, index, (cuda::memory_order)order);                  \
+  }                                                                                                   \
+  FLOWDSL_API void flowdsl_hybrid_gin_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx, \
+                                                        uint32_t index, int order) {                  \
+    bounded_hybrid_rail_sync(coop_##K(coop), comm, ctx, index, (cuda::memory_order)order);            \
   }
 // Signals and counters are waited for, read and reset alike (ncclGin's *Signal and *Counter).
 #define FLOWDSL_GIN_WAIT(K, kind, Counter, what)                                                      \

@@ -40,7 +40,10 @@ def gin_legacy(comm, win, out):
     gin.reset_signal(ctx, 0)
     gin.reset_counter(ctx, 0)
     gin.rail_barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQ_REL)
-    gin.hybrid_barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQ_REL)
+    bar = gin.hybrid_barrier(ctx, coop.cta(), cuda.blockIdx.x)
+    bar.sync(MemoryOrder.ACQ_REL)
+    bar.lsa_barrier().sync(MemoryOrder.ACQ_REL)  # its parts (ncclBarrierSession::lsaBarrier(), ::ginBarrier())
+    bar.gin_barrier().sync(MemoryOrder.ACQUIRE)
 
 
 @flowdsl.kernel
@@ -120,3 +123,26 @@ def test_the_world_gin_barrier_is_refused_for_nccl_2_28():
     with pytest.raises(TypingError, match=r"flowdsl.gin.world_barrier requires NCCL >= 2.30.0, but this kernel is "
                                           r"compiled for NCCL 2.28.9"):
         world_barrier.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.28.9"), arch="sm_90", nccl="2.28.9")
+
+
+def test_only_a_hybrid_barrier_session_has_parts_on_both_paths():
+    """``lsa_barrier()`` of a rail session: the GPU's typing refuses it, and the simulator in the same words."""
+    import flowdsl.sim
+
+    @flowdsl.kernel
+    def part_of_a_rail_session(comm, win, out):
+        gin.rail_barrier(gin.context(comm, 0), coop.cta(), 0).lsa_barrier().sync(MemoryOrder.ACQ_REL)
+
+    text = r"Cannot take lsa_barrier\(\) of a flowdsl.gin.rail_barrier session: only a hybrid barrier session"
+    with pytest.raises(flowdsl.KernelTypingError, match=text):
+        part_of_a_rail_session.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.32.3"), arch="sm_90",
+                                       nccl="2.32.3")
+
+    def main(comm):
+        buf, out = comm.alloc(64, np.uint64), comm.alloc(4, np.uint64)
+        with comm.register(buf) as win, comm.device_communicator(rail_gin_barrier_count=1) as dc:
+            part_of_a_rail_session[1, 32](dc, win, out)
+            comm.synchronize()
+
+    with pytest.raises(flowdsl.KernelTypingError, match=text):
+        flowdsl.sim.spawn(main, nranks=2, nodes=2)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import flowdsl
-from flowdsl.examples import alltoall_gin, alltoall_hybrid, moe_gin
+from flowdsl.examples import alltoall_gin, alltoall_hybrid, moe_gin, rmsnorm_gin, rmsnorm_hybrid
 
 pytestmark = pytest.mark.compile
 
@@ -14,6 +14,8 @@ F, I32, I64 = ("window", np.float32), ("window", np.int32), ("window", np.int64)
 CASES = {
     "alltoall_gin": (alltoall_gin.alltoall_gin, ("devcomm", F, F, 256, 4), False),
     "alltoall_hybrid": (alltoall_hybrid.alltoall_hybrid, ("devcomm", F, F, 256, 4), False),
+    "rmsnorm_gin": (rmsnorm_gin.rmsnorm_gin, ("devcomm", F, F, 96, 1e-6), False),
+    "rmsnorm_hybrid": (rmsnorm_hybrid.rmsnorm_hybrid, ("devcomm", F, F, 96, 1e-6), False),
     "moe_gin": (moe_gin.moe_gin, ("devcomm", F, I32, F, I32, I64, F, F, np.zeros(2, np.int64),
                                   np.zeros(2, np.int32), np.zeros(2, np.float32), 12, 32, 0), True),
 }

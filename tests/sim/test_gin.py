@@ -9,7 +9,7 @@ from numba import cuda, int64, uint64
 import flowdsl
 import flowdsl.sim as sim
 from flowdsl import MemoryOrder, ThreadScope, coop, gin, lsa, mem, team
-from flowdsl.examples import alltoall_gin, alltoall_hybrid, moe_gin, rmsnorm_gin
+from flowdsl.examples import alltoall_gin, alltoall_hybrid, moe_gin, rmsnorm_gin, rmsnorm_hybrid
 from flowdsl.testing import assert_ranks_close, run_ranks
 
 pytestmark = pytest.mark.sim
@@ -70,6 +70,65 @@ def test_rmsnorm_gin_matches_numpy(shape, delivery):
     n, nodes = shape
     assert_ranks_close(run_ranks(lambda c: rmsnorm_gin.run(c, tokens=3, hidden=40, seed=n), nranks=n, nodes=nodes,
                                  seed=n, gin_delivery=delivery), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("delivery", DELIVERIES)
+@pytest.mark.parametrize("shape", [(1, 1), (2, 1), (4, 2), (6, 3), (4, 4)], ids=["1", "1x2", "2x2", "3x2", "4x1"])
+def test_rmsnorm_hybrid_matches_numpy(shape, delivery):
+    """NCCL's 07 04_rmsnorm_hybrid: puts across nodes, LSA stores inside one, the hybrid barrier's LSA part alone
+    between the reduce-scatter and the sum."""
+    n, nodes = shape
+    assert_ranks_close(run_ranks(lambda c: rmsnorm_hybrid.run(c, tokens=3, hidden=40, seed=n), nranks=n,
+                                 nodes=nodes, seed=n, gin_delivery=delivery), rtol=1e-5, atol=1e-5)
+
+
+@flowdsl.kernel
+def _exchange_in_node(comm, win, out, part):
+    """Each rank stores into its LSA neighbour's window, syncs one part of a hybrid barrier (0: the LSA part,
+    1: the GIN part, 2: the whole session), then reads what its other neighbour stored."""
+    ctx = gin.context(comm, 0)
+    bar = gin.hybrid_barrier(ctx, coop.cta(), 0)
+    i = cuda.threadIdx.x
+    node = team.lsa(comm)
+    lsa.lsa_view(win, (node.rank + 1) % node.nranks)[i] = comm.rank * 100 + i  # <node_store>
+    if part == 0:
+        bar.lsa_barrier().sync(MemoryOrder.ACQ_REL)
+    elif part == 1:
+        bar.gin_barrier().sync(MemoryOrder.ACQ_REL)
+    else:
+        bar.sync(MemoryOrder.ACQ_REL)
+    out[i] = lsa.local_view(win)[i]  # <node_read>
+    bar.sync(MemoryOrder.ACQ_REL)  # the whole session after a part: its epochs continue
+
+
+@pytest.mark.parametrize("part", [0, 2], ids=["lsa_barrier", "whole"])
+def test_a_hybrid_sessions_lsa_part_orders_the_nodes_stores(part):
+    def main(comm):
+        buf, out = comm.alloc(8, np.int64), comm.alloc(8, np.int64)
+        buf.set(np.zeros(8, np.int64))
+        with comm.register(buf) as win, comm.device_communicator(barrier_count=1) as dc:
+            for _ in range(3):  # the parts and the session keep one barrier state across launches
+                _exchange_in_node[1, 8](dc, win, out, part)
+            comm.synchronize()
+        return out.get(), comm.rank, comm.lsa_size
+    for got, rank, ls in run_ranks(main, nranks=4, nodes=2):
+        left = rank - rank % ls + (rank % ls - 1) % ls
+        assert list(got) == [left * 100 + i for i in range(8)]
+
+
+def test_a_hybrid_sessions_gin_part_does_not_order_the_nodes_stores():
+    """The GIN part syncs the rail team (this LSA rank on every node): a store by a rank of this node is not
+    ordered by it, and the race detector says so."""
+    def main(comm):
+        buf, out = comm.alloc(8, np.int64), comm.alloc(8, np.int64)
+        with comm.register(buf) as win, comm.device_communicator(barrier_count=1) as dc:
+            _exchange_in_node[1, 8](dc, win, out, 1)
+            comm.synchronize()
+
+    with pytest.raises(sim.DataRaceError) as err:
+        sim.spawn(main, nranks=4, nodes=2)
+    assert "test_gin.py:" in str(err.value) and "data race" in str(err.value)
+
 
 
 @pytest.mark.parametrize("delivery", DELIVERIES)

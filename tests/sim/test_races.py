@@ -350,7 +350,8 @@ def test_flow_staging_used_correctly_is_race_free(protocol):
 # ---------------------------------------------------------------- every example is race-free
 def _examples():
     from flowdsl.examples import (allgather_direct, allgather_lsa, allreduce_bias_gelu, allreduce_lsa, alltoall_cft,
-                                  alltoall_gin, alltoall_hybrid, alltoall_lsa, moe_gin, rmsnorm_gin, rmsnorm_lsa)
+                                  alltoall_gin, alltoall_hybrid, alltoall_lsa, moe_gin, rmsnorm_gin, rmsnorm_hybrid,
+                                  rmsnorm_lsa)
     return {
         "rmsnorm_lsa": (lambda c: rmsnorm_lsa.run(c, tokens_per_rank=2, hidden=64), 3, 1),
         "allgather_lsa": (lambda c: allgather_lsa.run(c, count=300, blocks=2), 3, 1),
@@ -363,6 +364,7 @@ def _examples():
         "allreduce_bias_gelu_ll128": (lambda c: allreduce_bias_gelu.run(c, count=301, protocol=Protocol.LL128), 4, 2),
         "alltoall_gin": (lambda c: alltoall_gin.run(c, count=64), 4, 2),
         "rmsnorm_gin": (lambda c: rmsnorm_gin.run(c, tokens=2, hidden=40), 4, 2),
+        "rmsnorm_hybrid": (lambda c: rmsnorm_hybrid.run(c, tokens=2, hidden=40), 4, 2),
         "alltoall_hybrid": (lambda c: alltoall_hybrid.run(c, count=64), 4, 2),
         "alltoall_cft_wait_counted": (lambda c: alltoall_cft.run(c, count=64), 4, 2),
         "alltoall_cft_read_and_fence": (lambda c: alltoall_cft.run(c, count=64, mode=alltoall_cft.READ_AND_FENCE), 4, 2),
