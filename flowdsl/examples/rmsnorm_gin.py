@@ -28,7 +28,7 @@ import flowdsl
 from flowdsl import MemoryOrder, coop, gin, lsa, team
 from flowdsl.examples._block import block_sum
 
-__all__ = ["rmsnorm_gin", "run", "THREADS"]
+__all__ = ["rmsnorm_gin", "run", "run_rmsnorm", "THREADS"]
 
 THREADS = 64
 _F32 = 4
@@ -90,6 +90,12 @@ def run(comm, tokens: int = 4, hidden: int = 96, eps: float = 1e-6, seed: int = 
     """Run it on ``comm`` (``tokens`` per rank, one block each); return ``(result, reference)`` for this rank:
     its send window afterwards (every token normalised), and NumPy's RMSNorm of every rank's partials summed in
     rank order (float32)."""
+    return run_rmsnorm(rmsnorm_gin, comm, tokens, hidden, eps, seed, world_gin_barrier_count=tokens)
+
+
+def run_rmsnorm(kernel, comm, tokens, hidden, eps, seed, **barriers):
+    """:func:`run` of ``kernel`` (this one or :mod:`flowdsl.examples.rmsnorm_hybrid`'s), its device communicator
+    made with ``tokens`` GIN signals and ``barriers`` (the barrier counts it asks for)."""
     n = comm.nranks
     rng = np.random.default_rng(seed)
     partials = rng.standard_normal((n, n * tokens, hidden)).astype(np.float32)
@@ -98,8 +104,8 @@ def run(comm, tokens: int = 4, hidden: int = 96, eps: float = 1e-6, seed: int = 
     recv = comm.alloc(n * tokens * hidden, np.float32)
     recv.set(np.full(n * tokens * hidden, np.nan, np.float32))
     with comm.register(send) as swin, comm.register(recv) as rwin, \
-            comm.device_communicator(gin_signal_count=tokens, world_gin_barrier_count=tokens) as dcomm:
-        rmsnorm_gin[tokens, THREADS](dcomm, swin, rwin, hidden, float(eps))
+            comm.device_communicator(gin_signal_count=tokens, **barriers) as dcomm:
+        kernel[tokens, THREADS](dcomm, swin, rwin, hidden, float(eps))
         comm.synchronize()
         result = send.get().reshape(n * tokens, hidden)
     summed = np.zeros((n * tokens, hidden), np.float32)

@@ -22,12 +22,11 @@ written again. Blocks spread over the device communicator's GIN contexts (``comm
 
 from __future__ import annotations
 
-import numpy as np
 from numba import cuda, float32
 
 import flowdsl
 from flowdsl import MemoryOrder, coop, gin, lsa, team
-from flowdsl.examples.rmsnorm_gin import THREADS, _normalise
+from flowdsl.examples.rmsnorm_gin import THREADS, _normalise, run_rmsnorm
 
 __all__ = ["rmsnorm_hybrid", "run", "THREADS"]
 
@@ -90,26 +89,8 @@ def rmsnorm_hybrid(comm, send_win, recv_win, hidden, eps):
 
 
 def run(comm, tokens: int = 4, hidden: int = 96, eps: float = 1e-6, seed: int = 0):
-    """Run it on ``comm`` (``tokens`` per rank, one block each); return ``(result, reference)`` for this rank:
-    its send window afterwards (every token normalised), and NumPy's RMSNorm of every rank's partials summed in
-    rank order (float32)."""
-    n = comm.nranks
-    rng = np.random.default_rng(seed)
-    partials = rng.standard_normal((n, n * tokens, hidden)).astype(np.float32)
-    send = comm.alloc(n * tokens * hidden, np.float32)
-    send.set(partials[comm.rank].reshape(-1))
-    recv = comm.alloc(n * tokens * hidden, np.float32)
-    recv.set(np.full(n * tokens * hidden, np.nan, np.float32))
-    with comm.register(send) as swin, comm.register(recv) as rwin, \
-            comm.device_communicator(gin_signal_count=tokens, barrier_count=tokens) as dcomm:
-        rmsnorm_hybrid[tokens, THREADS](dcomm, swin, rwin, hidden, float(eps))
-        comm.synchronize()
-        result = send.get().reshape(n * tokens, hidden)
-    summed = np.zeros((n * tokens, hidden), np.float32)
-    for x in partials:  # the kernel's order: rank 0's slot first
-        summed += x
-    rms = np.sqrt((summed.astype(np.float64) ** 2).mean(axis=1, keepdims=True) + eps)
-    return result, (summed / rms).astype(np.float32)
+    """:func:`flowdsl.examples.rmsnorm_gin.run` for this kernel (the hybrid barriers: ``barrier_count``)."""
+    return run_rmsnorm(rmsnorm_hybrid, comm, tokens, hidden, eps, seed, barrier_count=tokens)
 
 
 if __name__ == "__main__":
