@@ -208,22 +208,24 @@ class Spec:
         return next(p.default for p in self.params if p.name == param)
 
     def refusal(self, param: str, got) -> str:
-        """How every layer refuses argument ``param`` of type ``got``: the GPU's typing error, and the
-        simulator's before the fix ("flowdsl.lsa.sync requires a barrier session ..., got int64")."""
+        """How every layer refuses argument ``param`` of type ``got``, the fix after it: the GPU's typing error
+        and the simulator's ("flowdsl.lsa.sync requires a barrier session ..., got int64. Pass ...")."""
         arg = self.args[param]
         what = f"{param} to be {arg.what}" if arg.kind in NAMED_KINDS else arg.what
-        return f"{self.name} requires {what}, got {got}"
+        return f"{self.name} requires {what}, got {got}. {arg.fix}"
 
     def refusal_dtype(self, param: str, got: str) -> str:
         """How every layer refuses an array ``param`` of elements ``got`` its instruction lacks."""
-        return f"{self.name} requires elements of {', '.join(self.args[param].dtypes)}, got {got}"
+        return (f"{self.name} requires elements of {', '.join(self.args[param].dtypes)}, got {got}. "
+                f"{self.fix_dtype(param)}")
 
     def refusal_choice(self, param: str, got: int) -> str:
         """How every layer refuses enum argument ``param`` of value ``got`` outside its choices."""
         choices = self.args[param].choices
         enum_type = type(choices[0])
         got_name = enum_type(got).name if got in enum_type._value2member_map_ else str(got)
-        return f"{self.name} requires {param} {', '.join(c.name for c in choices)}, got {got_name}"
+        return (f"{self.name} requires {param} {', '.join(c.name for c in choices)}, got {got_name}. "
+                f"{self.fix_choice(param)}")
 
     def refusal_constant(self, param: str, got) -> str:
         """The GPU's typing refusal of a run-time value for ``param``, which it must know when it compiles."""

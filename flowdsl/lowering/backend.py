@@ -159,7 +159,7 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
             raise
         code = getattr(pyfunc, "__code__", None)
         where = f"\n  in kernel {pyfunc.__qualname__} ({code.co_filename}:{code.co_firstlineno})" if code else ""
-        raise KernelTypingError(f"{_primitive_arity(str(exc)) or _first_refusal(str(exc), pyfunc)}{exc}{where}") \
+        raise KernelTypingError(f"{_primitive_arity(str(exc)) or _first_refusal(exc, pyfunc)}{exc}{where}") \
             from exc
     modules = _unique_modules(library)
     _mark_never_inline(modules, out_of_line)
@@ -234,49 +234,48 @@ def _primitive_arity(message: str) -> str:
     return "" if stub is None else f"{stub.__flowdsl_spec__.refusal_arity(found.group(2))}\n\n"
 
 
-#: numba's words for the function it could not type a call of, and flowdsl's checks' refusal inside them.
+#: numba's words for the function it could not type a call of, and the refusals inside them (with where raised).
 _CALLEE = re.compile(r"No implementation of function Function\(<(?:built-in )?function (\w+)")
-_REFUSAL = re.compile(r"NumbaTypeError: (flowdsl\.[^\n]+)")
+_REFUSAL = re.compile(r"(?:NumbaTypeError|TypingError): ([^\n]+)\n\s*raised from ([^\n]+)")
 
 
-def _first_refusal(message: str, pyfunc) -> str:
-    """What a user needs first of numba's report of a call it could not type, or "": flowdsl's own refusal
-    (numba tries each call with and without its literal arguments, and the refusal without them, "requires
-    ... a compile-time constant", only says that numba tried), and the kernel's lines that call that function
-    (numba-cuda's report names no line)."""
+def _first_refusal(exc, pyfunc) -> str:
+    """What a user needs first of numba's report of a call it could not type, or "": the refusal of flowdsl's
+    own checks (numba tries each call with and without its literal arguments and reports both, the one without
+    them, "requires ... a compile-time constant", first), and the user's line of the failing call (numba-cuda's
+    report names none; its type inference has it, in the traceback of the error)."""
     from ..errors import without_colours  # noqa: PLC0415
 
-    text = without_colours(message)
-    callee = _CALLEE.search(text)
-    refusals = [r.strip() for r in _REFUSAL.findall(text)]
+    text = without_colours(str(exc))
+    refusals = [m.strip() for m, where in _REFUSAL.findall(text) if f"{os.sep}flowdsl{os.sep}" in where]
     specific = [r for r in refusals if "compile-time constant" not in r] or refusals
-    if callee is None and not specific:
+    callee = _CALLEE.search(text)
+    if not specific and callee is None:
         return ""
-    lines = _lines_naming(getattr(pyfunc, "__code__", None), callee.group(1)) if callee else []
-    code = pyfunc.__code__
-    at = (f"\n  at {os.path.basename(code.co_filename)}:{', '.join(map(str, lines))} in kernel {pyfunc.__qualname__}"
-          if lines else "")
+    loc = _failing_line(exc)
+    at = f"\n  at {os.path.basename(loc[0])}:{loc[1]} in kernel {pyfunc.__qualname__}" if loc else ""
     head = specific[-1] if specific else f"Cannot type the call of {callee.group(1)} with these arguments"
     return f"{head}{at}\n\nnumba's report:\n"
 
 
-def _lines_naming(code, name: str) -> list[int]:
-    """The lines of ``code`` (and the functions defined in it) that name ``name``: a global, an attribute or a
-    method it calls."""
-    import dis  # noqa: PLC0415
-
-    if code is None:
-        return []
-    found = set()
-    todo = [code]
-    while todo:
-        c = todo.pop()
-        for ins in dis.get_instructions(c):
-            if ins.argval == name and ins.opname in ("LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD", "LOAD_NAME",
-                                                     "LOAD_DEREF", "LOAD_FAST") and ins.positions is not None:
-                found.add(ins.positions.lineno)
-        todo.extend(k for k in c.co_consts if hasattr(k, "co_code"))
-    return sorted(line for line in found if line is not None)
+def _failing_line(exc):
+    """``(file, line)`` of the statement numba's type inference was typing when ``exc`` was raised: the
+    innermost ``loc`` (numba's ``ir.Loc``) in the frames of its traceback, outside numba and flowdsl."""
+    found = None
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None:
+            frame_locals = tb.tb_frame.f_locals
+            loc = frame_locals.get("loc") or getattr(frame_locals.get("self"), "loc", None)
+            name = getattr(loc, "filename", None)
+            if name and isinstance(getattr(loc, "line", None), int) and f"{os.sep}numba" not in name \
+                    and f"{os.sep}flowdsl{os.sep}" not in name:
+                found = (name, loc.line)
+            tb = tb.tb_next
+        exc = exc.__cause__ or exc.__context__
+    return found
 
 
 def _unique_modules(library) -> list:

@@ -105,14 +105,13 @@ def check_call(name: str, args: tuple, kwargs: dict) -> None:
             continue
         if not is_kind(value):
             spec = spec_of(name)
-            raise sim_error(KernelTypingError, f"{spec.refusal(param, _typeof(value))}. {spec.args[param].fix}")
+            raise sim_error(KernelTypingError, spec.refusal(param, _typeof(value)))
         if dtypes is not None and value.dtype not in dtypes:
             spec = spec_of(name)
-            raise sim_error(KernelTypingError,
-                            f"{spec.refusal_dtype(param, value.dtype.name)}. {spec.fix_dtype(param)}")
+            raise sim_error(KernelTypingError, spec.refusal_dtype(param, value.dtype.name))
         if arg.choices and value not in arg.choices:
             spec = spec_of(name)
-            raise sim_error(KernelTypingError, f"{spec.refusal_choice(param, int(value))}. {spec.fix_choice(param)}")
+            raise sim_error(KernelTypingError, spec.refusal_choice(param, int(value)))
 
 
 def check_index(index, count: int, req: str, refusal, error=BarrierIndexError, unit: str = "index") -> int:

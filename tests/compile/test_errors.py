@@ -159,10 +159,45 @@ def test_a_typing_refusal_leads_with_flowdsls_specific_words_and_the_kernels_lin
     with pytest.raises(flowdsl.KernelTypingError) as caught:
         compile_for(k, ("window", np.float32), 1)
     first, second = str(caught.value).splitlines()[:2]
-    assert first == "flowdsl.mem.fence requires order ACQUIRE, RELEASE, ACQ_REL, SEQ_CST, got RELAXED", first
+    assert first == ("flowdsl.mem.fence requires order ACQUIRE, RELEASE, ACQ_REL, SEQ_CST, got RELAXED. Pass one of "
+                     "flowdsl.MemoryOrder.ACQUIRE, RELEASE, ACQ_REL, SEQ_CST"), first  # the simulator's words too
     line = k.__code__.co_firstlineno + 2
     assert second == f"  at test_errors.py:{line} in kernel {k.__qualname__}", second
     assert "numba's report:\nNo implementation of function" in str(caught.value)
+
+
+def test_a_typing_refusal_names_the_line_numba_was_typing_and_leads_with_a_checks_own_words():
+    """numba-cuda's report of a call it cannot type names no line: the error names the statement's line (from
+    numba's type inference), and a refusal made deep inside a primitive (a Flow processor over a window that
+    flow.staging did not make) comes first, not numba's "Cannot type the call of processor"."""
+    from flowdsl import flow
+
+    def stores_an_array_into_an_element(a, b):
+        x = 1
+        a[0] = b  # the mistake
+        return x
+
+    with pytest.raises(flowdsl.KernelTypingError) as caught:
+        flowdsl.kernel(stores_an_array_into_an_element).compile(
+            flowdsl.FlowKernel.argtypes_for(np.zeros(4, np.float32), np.zeros(4, np.float32), nccl="2.32.3"),
+            arch="sm_90", nccl="2.32.3")
+    line = stores_an_array_into_an_element.__code__.co_firstlineno + 2
+    assert str(caught.value).splitlines()[:2] == [
+        "Cannot type the call of setitem with these arguments",
+        f"  at test_errors.py:{line} in kernel {stores_an_array_into_an_element.__qualname__}"], str(caught.value)
+
+    def processor_over_a_plain_window(comm, stage, x):
+        proc = flow.processor(comm, stage, None, 1, 4, 64, 0)
+        x[0] = proc.channel
+
+    with pytest.raises(flowdsl.KernelTypingError) as caught:
+        flowdsl.kernel(processor_over_a_plain_window).compile(
+            flowdsl.FlowKernel.argtypes_for("devcomm", ("window", np.uint64), np.zeros(4, np.float32),
+                                            nccl="2.32.3"), arch="sm_90", nccl="2.32.3")
+    first, second = str(caught.value).splitlines()[:2]
+    assert first.startswith("Cannot build a Flow processor over Window(uint64): its staging window must come from "
+                            "flowdsl.flow.staging(comm, config)"), first
+    assert second.startswith("  at test_errors.py:"), second
 
 
 def test_an_undefined_name_is_numba_cudas_typing_error_and_a_flowdsl_error_on_both_paths():
