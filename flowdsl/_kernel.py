@@ -432,6 +432,7 @@ class FlowKernel:
 
         version = parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version()
         _refuse_another_abi(self.__name__, argtypes, version)
+        _targets.checked_arch(arch, f"compile {self.__name__}")
         support = support_build_for(version, arch)
         target = Target(version, arch, _targets.cuda_version(cuda), _targets.gin_backend_named(gin_backend, self.__name__))
         return compile_kernel(self.py_func, tuple(argtypes), target, support.ltoir, support_arch=support.arch,

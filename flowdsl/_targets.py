@@ -15,6 +15,17 @@ if TYPE_CHECKING:
 __all__ = ["device_target", "cuda_version", "feature_libraries", "gin_backend_named", "gin_backend_of"]
 
 
+def checked_arch(arch, operation: str) -> str:
+    """``arch`` if it names a GPU architecture as nvcc and numba do (``sm_90``, ``sm_100``, ``sm_90a``), else a
+    UsageError saying how to write it (a bare ``90`` or ``sm90`` reached nvJitLink's option parser)."""
+    import re  # noqa: PLC0415
+
+    if not isinstance(arch, str) or re.fullmatch(r"sm_[1-9][0-9]{1,2}a?", arch) is None:
+        raise UsageError(f"Cannot {operation} for arch {arch!r}: name the GPU architecture as sm_ and its compute "
+                         "capability's digits, e.g. sm_80, sm_90, sm_100 (sm_90a for its arch-specific features)")
+    return arch
+
+
 def device_target() -> Target:
     from numba import cuda  # noqa: PLC0415
 

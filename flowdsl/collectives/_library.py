@@ -158,7 +158,10 @@ def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin
     if arch is None:
         target = device_target()
     else:
-        target = Target(parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version(), arch)
+        from .._targets import checked_arch  # noqa: PLC0415
+
+        target = Target(parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version(),
+                        checked_arch(arch, "precompile the collectives"))
     entries = library(dtypes, ops)
     start = time.perf_counter()
     counts = {"kernels": len(entries), "compiled": 0, "cached": 0}

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["main", "run_somewhere"]
+__all__ = ["main", "parser", "checked", "run_somewhere", "entry"]
 
 
 def _pairs(returned):
@@ -36,22 +36,45 @@ def run_somewhere(run, sim: bool, ranks: int, nodes: int = 1):
             f"on the CPU simulator ({nodes} node{'s' if nodes > 1 else ''}{', --sim' if sim else ', no GPU found'})")
 
 
+def parser(name: str, what: str, ranks: int, nodes: int = 1) -> argparse.ArgumentParser:
+    """The command line every example takes (``--sim``, ``--ranks``, ``--nodes``; counts of 1 or more, refused
+    with the parser's one-line message otherwise); an example may add its own options."""
+    from flowdsl.__main__ import _at_least_one  # noqa: PLC0415 - the flowdsl command's own rule
+
+    p = argparse.ArgumentParser(prog=f"python -m flowdsl.examples.{name}",
+                                description=f"{name}: {what}. Checked against NumPy: on the GPU(s), or on "
+                                            "simulated ranks on the CPU without one.")
+    p.add_argument("--sim", action="store_true", help="run on the CPU simulator even if a GPU is present")
+    p.add_argument("--ranks", type=_at_least_one, default=ranks, help=f"simulated ranks (default {ranks})")
+    p.add_argument("--nodes", type=_at_least_one, default=nodes, help=f"simulated nodes (default {nodes})")
+    return p
+
+
+def checked(name: str, body) -> int:
+    """``body()``'s status; a refusal of flowdsl's (ranks that do not split over the nodes, ...) one line on
+    stderr and status 2, as the flowdsl command says it, not a traceback."""
+    import flowdsl  # noqa: PLC0415
+
+    try:
+        return body()
+    except flowdsl.FlowDSLError as exc:
+        print(f"{name}: error: {exc}", file=sys.stderr)
+        return 2
+
+
 def main(name: str, run, what: str, argv=None, ranks: int = 4, nodes: int = 1, tolerance: float = 1e-5) -> int:
     """Run ``run(comm)`` and print one line: where it ran and whether every result matched its reference
     (within ``tolerance``, relative and absolute). ``what``: what the example does, for that line."""
-    parser = argparse.ArgumentParser(prog=f"python -m flowdsl.examples.{name}",
-                                     description=f"{name}: {what}. Checked against NumPy: on the GPU(s), or on "
-                                                 "simulated ranks on the CPU without one.")
-    parser.add_argument("--sim", action="store_true", help="run on the CPU simulator even if a GPU is present")
-    parser.add_argument("--ranks", type=int, default=ranks, help=f"simulated ranks (default {ranks})")
-    parser.add_argument("--nodes", type=int, default=nodes, help=f"simulated nodes (default {nodes})")
-    args = parser.parse_args(argv)
-    results, nranks, where = run_somewhere(run, args.sim, args.ranks, args.nodes)
-    ok = all(np.allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=tolerance,
-                         atol=tolerance)
-             for returned in results for got, want in _pairs(returned))
-    print(f"{name}: {nranks} rank(s) {where}: {what}; every result equal to NumPy's: {'OK' if ok else 'MISMATCH'}")
-    return 0 if ok else 1
+    args = parser(name, what, ranks, nodes).parse_args(argv)
+
+    def body():
+        results, nranks, where = run_somewhere(run, args.sim, args.ranks, args.nodes)
+        ok = all(np.allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=tolerance,
+                             atol=tolerance)
+                 for returned in results for got, want in _pairs(returned))
+        print(f"{name}: {nranks} rank(s) {where}: {what}; every result equal to NumPy's: {'OK' if ok else 'MISMATCH'}")
+        return 0 if ok else 1
+    return checked(name, body)
 
 
 def entry(name: str, run, what: str, **kwargs) -> None:

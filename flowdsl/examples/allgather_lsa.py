@@ -61,25 +61,23 @@ def main(argv: list[str] | None = None) -> int:
     On GPUs one rank per process (``torchrun --nproc_per_node=N``); without a GPU, or
     with ``--sim``, on ``--ranks`` simulated ranks on the CPU.
     """
-    import argparse  # noqa: PLC0415
+    from flowdsl.__main__ import _at_least_one  # noqa: PLC0415
+    from flowdsl.examples import _cli  # noqa: PLC0415
 
-    parser = argparse.ArgumentParser(prog="python -m flowdsl.examples.allgather_lsa",
-                                     description="All-gather over LSA, checked against NumPy: on the GPU(s), "
-                                                 "or on simulated ranks on the CPU without one.")
-    parser.add_argument("--sim", action="store_true", help="run on the CPU simulator even if a GPU is present")
-    parser.add_argument("--ranks", type=int, default=4, help="simulated ranks (default 4)")
-    parser.add_argument("--count", type=int, default=4096, help="elements each rank contributes (default 4096)")
-    args = parser.parse_args(argv)
-    from flowdsl.examples._cli import run_somewhere  # noqa: PLC0415
+    p = _cli.parser("allgather_lsa", "all-gather over LSA", ranks=4)
+    p.add_argument("--count", type=_at_least_one, default=4096, help="elements each rank contributes (default 4096)")
+    args = p.parse_args(argv)
 
-    results, nranks, where = run_somewhere(lambda comm: run(comm, count=args.count), args.sim, args.ranks)
-    ok = all(np.array_equal(result, ref) for result, ref in results)
-    checked = "every rank's window holds" if len(results) == nranks else "this rank's window holds"
-    print(f"allgather_lsa: {nranks} rank(s) {where}: each rank wrote its {args.count} float32 values into every "
-          f"LSA rank's window; {checked} all {nranks * args.count} in rank order, equal to NumPy's "
-          f"concatenation: {'OK' if ok else 'MISMATCH'}")
-    return 0 if ok else 1
-
+    def body():
+        results, nranks, where = _cli.run_somewhere(lambda comm: run(comm, count=args.count), args.sim, args.ranks,
+                                                    args.nodes)
+        ok = all(np.array_equal(result, ref) for result, ref in results)
+        checked = "every rank's window holds" if len(results) == nranks else "this rank's window holds"
+        print(f"allgather_lsa: {nranks} rank(s) {where}: each rank wrote its {args.count} float32 values into every "
+              f"LSA rank's window; {checked} all {nranks * args.count} in rank order, equal to NumPy's "
+              f"concatenation: {'OK' if ok else 'MISMATCH'}")
+        return 0 if ok else 1
+    return _cli.checked("allgather_lsa", body)
 
 if __name__ == "__main__":
     import sys

@@ -156,6 +156,10 @@ def test_version(capsys):
      "flowdsl precompile: error: unknown dtype(s) bogus for --dtypes: choose from int8, uint8, int32, uint32"),
     (["precompile", "--arch", "sm_75", "--nccl", "2.28.9", "--dtypes", "float32", "--ops", "sum"],
      "flowdsl precompile: error: Cannot compile for sm_75: the flowdsl support library is built for"),
+    (["precompile", "--arch", "90", "--nccl", "2.28.9", "--dtypes", "float32", "--ops", "sum"],
+     "flowdsl precompile: error: Cannot precompile the collectives for arch '90': name the GPU architecture as sm_"),
+    (["precompile", "--arch", "SM_90", "--nccl", "2.28.9", "--dtypes", "float32", "--ops", "sum"],
+     "flowdsl precompile: error: Cannot precompile the collectives for arch 'SM_90': name the GPU architecture"),
 ])
 def test_bad_arguments_are_one_line_with_the_choices(argv, message, capsys):
     assert cli.main(argv) == 2
@@ -248,3 +252,18 @@ def test_the_notebook_runner_leaves_the_notebooks_alone_unless_asked(tmp_path, m
     assert runner["main"]([str(copy)]) == 0
     assert copy.read_bytes() == before and (tmp_path / "executed-notebooks" / original.name).exists()
     assert runner["main"]([str(copy), "--in-place"]) == 0 and len(ran) == 2
+
+
+def test_an_examples_bad_arguments_are_one_line_not_a_traceback(capsys):
+    """Every example's command line refuses counts below one in the parser, and a refusal of flowdsl's (ranks
+    that do not split over the nodes) in one line with status 2."""
+    from flowdsl.examples import _cli, allgather_lsa
+
+    for argv, said in ((["--ranks", "0"], "argument --ranks: must be 1 or more, got 0"),
+                       (["--count", "-5"], "argument --count: must be 1 or more, got -5")):
+        with pytest.raises(SystemExit) as done:
+            allgather_lsa.main(argv)
+        assert done.value.code == 2 and said in capsys.readouterr().err
+    assert _cli.main("allreduce_lsa", lambda comm: None, "x", argv=["--ranks", "3", "--nodes", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("allreduce_lsa: error: Cannot spawn 3 ranks on 2 nodes") and "Traceback" not in err, err
