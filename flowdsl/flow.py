@@ -661,8 +661,11 @@ def _step_kind(name, recv, send, reduce, store, last):
                 connection_ends(inp.peer, proc.channel, inp.number, inp.remote_number, 0)
             if send:
                 connection_ends(out.peer, proc.channel, out.number, out.remote_number, 1)
-        if send and tid == 0:  # what this step sends (the simulator checks the receiving end against it)
-            step_ends(out.peer, proc.channel, out.remote_number, sstep, n, src, proc.protocol, 1)
+        if tid == 0:  # what this step moves: the simulator checks the two ends against each other
+            if send:
+                step_ends(out.peer, proc.channel, out.remote_number, sstep, n, src, proc.protocol, 1)
+            if recv:
+                step_ends(proc.comm.rank, proc.channel, inp.number, rstep, n, dst, proc.protocol, 0)
         if proc.protocol == Protocol.LL:
             moved = _slots_ll(proc, inp, out, src, dst, offset, n, red, rstep, sstep, recv, send, reduce, store, last)
         elif proc.ll128 and proc.protocol == Protocol.LL128:  # a constant 0 drops this branch when linked
@@ -674,7 +677,6 @@ def _step_kind(name, recv, send, reduce, store, last):
         cuda.syncthreads()  # every warp read the counters (and its warps ran apart until here)
         if tid == 0:
             if recv:
-                step_ends(proc.comm.rank, proc.channel, inp.number, rstep, n, dst, proc.protocol, 0)
                 state[counter_word(proc.channel, inp.number, RECEIVED)] = uint64(rstep + moved)
             if send:
                 state[counter_word(proc.channel, out.number, SENT)] = uint64(sstep + moved)

@@ -54,16 +54,22 @@ def _flow_connection_ends(peer, channel, number, remote_number, sending):
 @implements("flowdsl.flow.step_ends")
 def _flow_step_ends(peer, channel, inbox, step, n, data, protocol, sending):
     world = _state.sched.world
-    notes = world.__dict__.setdefault("flow_steps", {})  # (receiving rank, channel, inbox, slot) -> the sender's
+    # (receiving rank, channel, inbox, slot) -> what the end that got there first noted, by direction: the
+    # second end compares when its step starts, so ends that disagree are named even where the step then
+    # cannot move (another protocol's wire format never completes).
+    notes = world.__dict__.setdefault("flow_steps", ({}, {}))
     key = (int(peer), int(channel), int(inbox), int(step))
     end = (_state.cur.rank, int(n), str(data.dtype), Protocol(int(protocol)).name, user_line())
-    if sending:
-        notes[key] = end
+    mine, theirs = (notes[1], notes[0]) if sending else (notes[0], notes[1])
+    other = theirs.pop(key, None)
+    if other is None:
+        mine[key] = end
         return
-    sent = notes.pop(key, None)
-    if sent is not None and sent[1:4] != end[1:4]:
+    sent, received = (end, other) if sending else (other, end)
+    if sent[1:4] != received[1:4]:
         raise sim_error(UsageError, (
-            f"The two ends of a Flow step disagree: rank {sent[0]} sent {sent[1]} elements of {sent[2]} ({sent[3]}) "
-            f"at {sent[4]} into inbox {inbox} of channel {channel}, and rank {end[0]} received {end[1]} of {end[2]} "
-            f"({end[3]}) at {end[4]}. Both ends of a connection take the same element count, type and protocol "
-            "in each step (on a GPU the bytes move as they are: wrong values, no error)"))
+            f"The two ends of a Flow step disagree: rank {sent[0]} sends {sent[1]} elements of {sent[2]} "
+            f"({sent[3]}) at {sent[4]} into inbox {inbox} of channel {channel}, and rank {received[0]} receives "
+            f"{received[1]} of {received[2]} ({received[3]}) at {received[4]}. Both ends of a connection take the "
+            "same element count, type and protocol in each step (on a GPU the bytes move as they are: wrong "
+            "values or a hang, no error)"))

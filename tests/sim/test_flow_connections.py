@@ -579,10 +579,36 @@ def test_ends_of_a_step_that_disagree_are_reported_naming_both(protocol, mismatc
             comm.synchronize()
 
     received = "38 of float32" if mismatch == "count" else "40 of int32"
-    with pytest.raises(flowdsl.sim.UsageError, match=rf"The two ends of a Flow step disagree: rank 0 sent 40 elements "
+    with pytest.raises(flowdsl.sim.UsageError, match=rf"The two ends of a Flow step disagree: rank 0 sends 40 elements "
                                                      rf"of float32 \({protocol.name}\) at test_flow_connections.py:\d+ "
-                                                     rf"\(pass_on\) into inbox 0 of channel 0, and rank 1 received "
+                                                     rf"\(pass_on\) into inbox 0 of channel 0, and rank 1 receives "
                                                      rf"{received} \({protocol.name}\) at test_flow_connections.py"):
+        spawn(main, nranks=2)
+
+
+@flowdsl.kernel
+def pass_on_in_protocols(comm, stage, x, y, send_protocol, recv_protocol):
+    if comm.rank == 0:
+        proc = flow.processor(comm, stage, None, CHANNELS, NSLOTS, SLOT_WORDS, send_protocol, 1)
+        flow.send(proc, flow.connect(proc, 1, 0, 0), x, 0, x.size)
+    else:
+        proc = flow.processor(comm, stage, None, CHANNELS, NSLOTS, SLOT_WORDS, recv_protocol, 1)
+        flow.recv(proc, flow.connect(proc, 0, 0, 0), y, 0, y.size)
+
+
+@pytest.mark.parametrize("sender, receiver", [(Protocol.LL, Protocol.SIMPLE), (Protocol.SIMPLE, Protocol.LL128)])
+def test_ends_of_a_step_in_different_protocols_are_named_before_the_step_hangs(sender, receiver):
+    """Another protocol's wire format never completes the step (the receiver waits for flags that the sender
+    writes elsewhere): the ends are compared when the second one starts, not after it moved."""
+    def main(comm):
+        with flow.staging(comm, CFG) as stage, comm.device_communicator() as dcomm:
+            x, y = comm.alloc(40, np.float32), comm.alloc(40, np.float32)
+            pass_on_in_protocols[1, CFG.threads](dcomm, stage, x, y, int(sender), int(receiver))
+            comm.synchronize()
+
+    with pytest.raises(flowdsl.sim.UsageError, match=rf"The two ends of a Flow step disagree: rank 0 sends 40 elements "
+                                                     rf"of float32 \({sender.name}\) .* and rank 1 receives 40 of "
+                                                     rf"float32 \({receiver.name}\)"):
         spawn(main, nranks=2)
 
 
@@ -606,8 +632,8 @@ def test_ends_whose_connection_numbers_do_not_match_are_reported_as_such():
     with pytest.raises(flowdsl.sim.WaitTimeoutError) as err:
         spawn(main, nranks=2)
     text = str(err.value)
-    assert "Rank 1 waits for slots from rank 0 on its inbox 0, and rank 0 waits for rank 1 to free a slot" in text
-    assert "the sender's remote_number must be the receiver's number" in text
+    assert "The two ends of a Flow connection do not mirror each other: rank 0 sends to rank 1 on channel 0 as " \
+        "flow.connect(proc, 1, 0, 1)" in text and "on rank 1, flow.connect(proc, 0, 1, 0)" in text, text
     assert "raise the limit" not in text.split("The simulator's report:")[0]
 
 
