@@ -473,10 +473,36 @@ def simulate_function(fn, cache):
     for k in names:
         if k not in g:
             continue
+        if g[k] is np:  # NumPy as a kernel sees it: what allocates an array is refused, as the GPU's typing does
+            g[k] = KERNEL_NUMPY
+            continue
         r = _sim_value(g[k], cache)
         if r is not None:
             g[k] = r
     return new
+
+
+class _KernelNumpy:
+    """``numpy`` inside simulated kernel code: NumPy itself, but for the functions that make a new array, which
+    a GPU kernel cannot call (they need numba's runtime, NRT, which flowdsl does not link): refused as compiling
+    for a GPU refuses them, naming the fix."""
+
+    ALLOCATING = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
+                            "array", "asarray", "arange", "linspace", "eye", "identity", "copy", "concatenate",
+                            "stack", "hstack", "vstack", "tile", "repeat"})
+
+    def __getattr__(self, name):
+        if name in self.ALLOCATING:
+            def refused(*args, **kwargs):
+                raise sim_error(KernelTypingError, (
+                    f"Cannot type the call of {name} in a kernel: numpy.{name} makes a new array, which a GPU "
+                    "kernel cannot allocate (numba's runtime, NRT, is not linked). Use cuda.local.array(shape, "
+                    "dtype) (per thread) or cuda.shared.array(shape, dtype) (per block), or pass the array in"))
+            return refused
+        return getattr(np, name)
+
+
+KERNEL_NUMPY = _KernelNumpy()
 
 
 class _SimModule:

@@ -248,3 +248,20 @@ def test_arguments_passed_in_another_order_are_a_typing_error_naming_the_argumen
     assert str(err.value).startswith("Unknown attribute 'lsa_size' of type Window: argument 0 (comm) of kernel "
                                      "'reads_the_communicators_lsa_size' is a Window") and \
         "in the order of the kernel's parameters (comm, win, out)" in str(err.value), str(err.value)
+
+
+@flowdsl.kernel
+def _allocates_with_numpy(out):
+    tmp = np.zeros(4, np.float32)  # a GPU kernel cannot allocate: compiling for a GPU refuses it
+    out[0] = tmp[0] + np.float32(np.sqrt(4.0))  # NumPy's scalar functions are fine
+
+
+def test_a_kernel_that_allocates_with_numpy_is_refused_as_the_gpus_typing_refuses_it():
+    def main(comm):
+        out = comm.alloc(4, np.float32)
+        _allocates_with_numpy[1, 1](out)
+        comm.synchronize()
+
+    with pytest.raises(flowdsl.KernelTypingError, match=r"Cannot type the call of zeros in a kernel: numpy.zeros makes "
+                                                        r"a new array.*Use cuda.local.array\(shape, dtype\)"):
+        sim.spawn(main, nranks=1)
