@@ -894,8 +894,9 @@ _ATOMIC_UPDATE = (" If both threads update the element (a sum, a count), make ea
 def _fix(t, other, kind, other_kind):
     o = other[2]
     if t.acqp is not None and _ordered(other, _View(t.slot, t.acqp)):
-        return ("Fix: this thread did read what the other published, but with relaxed order: make that load "
-                "or wait acquire (flowdsl.mem.load_acquire, order=MemoryOrder.ACQUIRE) or put a "
+        return ("Fix: this thread did read what the other published, but without acquiring it: make that load, "
+                "wait or barrier acquire (flowdsl.mem.load_acquire; order=MemoryOrder.ACQUIRE for a wait; a "
+                "barrier's sync or wait with MemoryOrder.ACQ_REL or ACQUIRE, not RELEASE or RELAXED), or put a "
                 "flowdsl.mem.fence(MemoryOrder.ACQUIRE, ...) after it.")
     if isinstance(o, Agent) or isinstance(t, Agent):
         net_kind = other_kind if isinstance(o, Agent) else kind

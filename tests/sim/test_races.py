@@ -205,7 +205,7 @@ def test_a_relaxed_flag_store_does_not_publish_the_data():
 def test_a_relaxed_flag_load_is_named_as_the_missing_acquire():
     msg, _ = _race(_handoff_program(RELAXED_LOAD), seed=2)
     assert at("data_read") in msg and at("data_write") in msg
-    assert "this thread did read what the other published, but with relaxed order" in msg
+    assert "this thread did read what the other published, but without acquiring it" in msg
     assert "flowdsl.mem.load_acquire" in msg and "flowdsl.mem.fence(MemoryOrder.ACQUIRE" in msg
 
 
@@ -288,7 +288,7 @@ def test_a_signal_waited_for_with_relaxed_order_does_not():
     assert re.search(r"earlier access: write by the network \(GIN context 0 of device communicator #0, "
                      rf"rank 0 -> rank 1\), landing put #0 \(issued by rank 0 block 0 thread 0 at {at('put')} "
                      r"\(gin_handoff\)\)", msg)
-    assert "this thread did read what the other published, but with relaxed order" in msg
+    assert "this thread did read what the other published, but without acquiring it" in msg
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
@@ -478,3 +478,23 @@ def test_a_race_between_blocks_that_sync_on_different_lsa_barriers_says_so():
     assert at("row_write") in msg and at("row_read") in msg, msg
     assert "Fix: both blocks sync on LSA barriers, but on different ones (block " in msg and \
         "a barrier orders only the threads that sync on the same index" in msg, msg
+
+
+@flowdsl.kernel
+def write_then_read_peer_after_a_releasing_barrier(comm, win, out):
+    i = cuda.threadIdx.x
+    lsa.local_view(win)[i] = comm.rank * 100 + i
+    lsa.barrier(comm, coop.cta(), 0).sync(MemoryOrder.RELEASE)  # the mistake: nothing acquires
+    out[i] = lsa.lsa_view(win, (comm.lsa_rank + 1) % comm.lsa_size)[i]  # <peer_read_after_release>
+
+
+def test_a_barrier_that_only_releases_is_named_in_the_fix():
+    def main(comm):
+        buf, out = _zeros(comm, 8, np.int32), _zeros(comm, 8, np.int32)
+        with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=1) as dc:
+            write_then_read_peer_after_a_releasing_barrier[1, 8](dc, win, out)
+            comm.synchronize()
+
+    msg, _ = _race(main, nranks=2)
+    assert at("peer_read_after_release") in msg, msg
+    assert "a barrier's sync or wait with MemoryOrder.ACQ_REL or ACQUIRE" in msg, msg
