@@ -30,10 +30,16 @@ def loopback(comm, stage, src, dst, n, op, channels, nslots, slot_words, protoco
         flow.recv_reduce_copy(proc, conn, src, dst, 0, n, flow.reduction(op, 2))
 
 
-def run(comm, protocol=Protocol.SIMPLE, dtype="float32", op="sum", n=100_003, seed=0,
-        nslots=4, slot_bytes=4096, threads=256):
-    """Run the loopback on ``comm``; return ``(result, reference)`` (values as float64/int64)."""
+def run(comm, protocol=Protocol.SIMPLE, dtype="float32", op="sum", n=None, seed=0,
+        nslots=4, slot_bytes=4096, threads=None):
+    """Run the loopback on ``comm``; return ``(result, reference)`` (values as float64/int64). ``n`` and
+    ``threads`` default to a GPU's shape (100,003 elements, 256 threads) on a GPU and to one the simulator runs
+    in a second (4,099 elements, 64 threads) on simulated ranks."""
     from flowdsl.collectives._config import OPS, FlowConfig  # noqa: PLC0415
+
+    on_gpu = getattr(comm, "memory_device", "cuda") != "cpu"
+    n = n if n is not None else 100_003 if on_gpu else 4_099
+    threads = threads if threads is not None else 256 if on_gpu else 64
 
     rng = np.random.default_rng(seed)
     x = check.inputs(rng, dtype, op, 2, n)[0]
