@@ -84,7 +84,8 @@ def livelock_hints(spins) -> list[str]:
     names GIN signals, counters and CFT counters)."""
     hints = []
     for where, key in spins:
-        function = where.rsplit("(", 1)[-1].rstrip(")") if where.startswith(_FLOW_FILES) else ""
+        here = where.split(", called from ", 1)[0]  # the library's frame, before the user's call into it
+        function = here.rsplit("(", 1)[-1].rstrip(")") if here.startswith(_FLOW_FILES) else ""
         kind = key[0] if isinstance(key, tuple) and key and isinstance(key[0], str) else ""
         hint = (_FLOW_SPINS.get(function) or {"gin-signal": _SIGNAL, "gin-counter": _COUNTER,
                                                "cft-counter": _CFT_COUNTED}.get(kind) or _SPIN)

@@ -108,9 +108,25 @@ def where(task) -> str:
     while f is not None:
         fn = f.f_code.co_filename
         if not fn.startswith(_SIM_DIR) and fn != _STUBS_FILE and "greenlet" not in fn:
-            return f"{os.path.basename(fn)}:{f.f_lineno} ({f.f_code.co_name})"
+            return f"{os.path.basename(fn)}:{f.f_lineno} ({f.f_code.co_name}){_called_from(f)}"
         f = f.f_back
     return "?"
+
+
+_PACKAGE_DIR = os.path.dirname(_SIM_DIR)
+
+
+def _called_from(f) -> str:
+    """For a frame of flowdsl's own device code (a Flow step's wait): the user's line that called into it."""
+    def library(name):
+        return name.startswith(_PACKAGE_DIR) and not name.startswith(os.path.join(_PACKAGE_DIR, "examples"))
+    if not library(f.f_code.co_filename):
+        return ""
+    while f is not None and library(f.f_code.co_filename):
+        f = f.f_back
+    if f is None or "greenlet" in f.f_code.co_filename:  # the library code is the kernel itself (a collective)
+        return ""
+    return f", called from your code at {os.path.basename(f.f_code.co_filename)}:{f.f_lineno} ({f.f_code.co_name})"
 
 
 def fmt_ids(ids) -> str:

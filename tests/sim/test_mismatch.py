@@ -302,6 +302,7 @@ def test_livelock_hint_fits_the_flow_wait(sender, protocol, where, hint):
     spinning = msg.split("Spinning:")[1]
     assert where in spinning and hint in msg
     assert "store_release" not in msg  # the generic spin advice is for the user's own flags
+    assert ", called from your code at test_mismatch.py:" in spinning, spinning  # not only flowdsl's lines
 
 
 def test_hints_by_spin_location_and_key():
