@@ -185,9 +185,14 @@ def _support_lines(nccl) -> list[str]:
             lines.append(f"  also in the cache, not used (the prebuilt {version} builds above are): {path}")
         else:
             lines.append(f"  NCCL {version}: {path.stem}, built at first use: {path}")
-    if nccl and ".".join(map(str, nccl)) not in info["abis"] and not first_use:
-        lines.append(f"  the loaded NCCL {'.'.join(map(str, nccl))} has none: one is built at its first kernel "
-                     "(needs nvcc and its nvidia-nccl-cu13 headers)")
+    loaded = ".".join(map(str, nccl)) if nccl else None
+    if loaded and loaded not in info["abis"]:
+        built = [p.stem for p in first_use if p.parent.name == f"nccl-{loaded}"]
+        lines.append(f"  the loaded NCCL {loaded} has no prebuilt build: "
+                     + (f"built here at first use for {', '.join(built)} (another arch is built at its first kernel, "
+                        "with nvcc and its nvidia-nccl-cu13 headers)" if built else
+                        "one is built at its first kernel (needs nvcc and its nvidia-nccl-cu13 headers), or install "
+                        f"nvidia-nccl-cu13=={' or =='.join(info['abis'])}"))
     return lines
 
 

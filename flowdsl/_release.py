@@ -12,7 +12,13 @@ def parse_version(text: str | tuple) -> tuple[int, int, int]:
     """``(major, minor, patch)`` of ``"2.28.9"`` (or of a tuple)."""
     if isinstance(text, tuple):
         return tuple(int(x) for x in text)  # type: ignore[return-value]
-    major, minor, patch = (int(x) for x in str(text).split(".")[:3])
+    try:
+        major, minor, patch = (int(x) for x in str(text).split(".")[:3])
+    except ValueError:
+        from .errors import UsageError  # noqa: PLC0415
+
+        raise UsageError(f"Cannot read the NCCL release {text!r}: give it as major.minor.patch, e.g. 2.28.9") \
+            from None
     return major, minor, patch
 
 

@@ -35,7 +35,8 @@ from .errors import FlowDSLError
 __all__ = ["Arg", "Gate", "Spec", "SPECS", "spec_of", "ALL_ARCHS",
            "COMM", "COOP", "WINDOW", "TEAM", "TEAMS", "INT", "ORDER", "ARRAY", "SHARED_ARRAY",
            "LSA_SESSION", "GIN_CONTEXT", "REMOTE", "LOCAL", "CFT_SESSION", "ENUM", "NAMED_KINDS",
-           "SCOPE", "CONSTANT_ORDER", "FENCE_ORDER", "RED_OP", "RESULTS", "MEM_ARRAY", "INTEGER_ELEMENTS", "ARITHMETIC_ELEMENTS", "VECTOR_ELEMENTS"]
+           "SCOPE", "CONSTANT_ORDER", "FENCE_ORDER", "RED_OP", "RESULTS", "MEM_ARRAY", "INTEGER_ELEMENTS", "ARITHMETIC_ELEMENTS", "VECTOR_ELEMENTS",
+           "NUMPY_ALLOCATING", "numpy_allocation_refusal"]
 
 #: Targets the support library is built for, oldest first.
 ALL_ARCHS = ("sm_80", "sm_90", "sm_100")
@@ -268,3 +269,17 @@ def spec_of(stub_or_name) -> Spec:
     if isinstance(stub_or_name, str):
         return SPECS[stub_or_name]
     return stub_or_name.__flowdsl_spec__
+
+
+#: NumPy functions that make a new array: a GPU kernel cannot call them (numba's runtime, NRT, which allocates,
+#: is not linked), and the simulator refuses them in kernel code in the same words.
+NUMPY_ALLOCATING = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
+                              "array", "asarray", "arange", "linspace", "eye", "identity", "copy", "concatenate",
+                              "stack", "hstack", "vstack", "tile", "repeat"})
+
+
+def numpy_allocation_refusal(name: str) -> str:
+    """How both paths refuse ``numpy.<name>`` (one of :data:`NUMPY_ALLOCATING`) in kernel code."""
+    return (f"Cannot type the call of {name} in a kernel: numpy.{name} makes a new array, which a GPU kernel "
+            "cannot allocate (numba's runtime, NRT, is not linked). Use cuda.local.array(shape, dtype) (per "
+            "thread) or cuda.shared.array(shape, dtype) (per block), or pass the array in")

@@ -254,7 +254,10 @@ def _first_refusal(exc, pyfunc) -> str:
         return ""
     loc = _failing_line(exc)
     at = f"\n  at {os.path.basename(loc[0])}:{loc[1]} in kernel {pyfunc.__qualname__}" if loc else ""
-    head = specific[-1] if specific else f"Cannot type the call of {callee.group(1)} with these arguments"
+    from .._spec import NUMPY_ALLOCATING, numpy_allocation_refusal  # noqa: PLC0415
+
+    head = specific[-1] if specific else numpy_allocation_refusal(callee.group(1)) \
+        if callee.group(1) in NUMPY_ALLOCATING else f"Cannot type the call of {callee.group(1)} with these arguments"
     return f"{head}{at}\n\nnumba's report:\n"
 
 

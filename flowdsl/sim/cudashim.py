@@ -33,6 +33,7 @@ from numba.core.typing.typeof import typeof as _typeof
 from numba.cuda.stubs import Stub as _Stub  # the simulator shims numba.cuda, whose stubs user code names
 
 from .._devices import code_names
+from .._spec import NUMPY_ALLOCATING, numpy_allocation_refusal
 from . import _state, intrinsics
 from .bf16 import SimBf16
 from .errors import KernelTypingError, UnsupportedFeatureError, UsageError
@@ -484,20 +485,12 @@ def simulate_function(fn, cache):
 
 class _KernelNumpy:
     """``numpy`` inside simulated kernel code: NumPy itself, but for the functions that make a new array, which
-    a GPU kernel cannot call (they need numba's runtime, NRT, which flowdsl does not link): refused as compiling
-    for a GPU refuses them, naming the fix."""
-
-    ALLOCATING = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like", "empty_like", "full_like",
-                            "array", "asarray", "arange", "linspace", "eye", "identity", "copy", "concatenate",
-                            "stack", "hstack", "vstack", "tile", "repeat"})
+    a GPU kernel cannot call: refused as compiling for a GPU refuses them, in the same words."""
 
     def __getattr__(self, name):
-        if name in self.ALLOCATING:
+        if name in NUMPY_ALLOCATING:
             def refused(*args, **kwargs):
-                raise sim_error(KernelTypingError, (
-                    f"Cannot type the call of {name} in a kernel: numpy.{name} makes a new array, which a GPU "
-                    "kernel cannot allocate (numba's runtime, NRT, is not linked). Use cuda.local.array(shape, "
-                    "dtype) (per thread) or cuda.shared.array(shape, dtype) (per block), or pass the array in"))
+                raise sim_error(KernelTypingError, numpy_allocation_refusal(name))
             return refused
         return getattr(np, name)
 

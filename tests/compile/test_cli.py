@@ -155,7 +155,10 @@ def test_version(capsys):
     (["precompile", "--arch", "sm_90", "--dtypes", "float32", "bogus"],
      "flowdsl precompile: error: unknown dtype(s) bogus for --dtypes: choose from int8, uint8, int32, uint32"),
     (["precompile", "--arch", "sm_75", "--nccl", "2.28.9", "--dtypes", "float32", "--ops", "sum"],
-     "flowdsl precompile: error: Cannot compile for sm_75: the flowdsl support library is built for"),
+     "flowdsl precompile: error: Cannot precompile the collectives for sm_75: flowdsl's kernels need sm_80 or "
+     "newer"),
+    (["precompile", "--arch", "sm_90", "--nccl", "2.32", "--dtypes", "float32", "--ops", "sum"],
+     "flowdsl precompile: error: Cannot read the NCCL release '2.32': give it as major.minor.patch, e.g. 2.28.9"),
     (["precompile", "--arch", "90", "--nccl", "2.28.9", "--dtypes", "float32", "--ops", "sum"],
      "flowdsl precompile: error: Cannot precompile the collectives for arch '90': name the GPU architecture as sm_"),
     (["precompile", "--arch", "SM_90", "--nccl", "2.28.9", "--dtypes", "float32", "--ops", "sum"],
@@ -267,3 +270,14 @@ def test_an_examples_bad_arguments_are_one_line_not_a_traceback(capsys):
     assert _cli.main("allreduce_lsa", lambda comm: None, "x", argv=["--ranks", "3", "--nodes", "2"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("allreduce_lsa: error: Cannot spawn 3 ranks on 2 nodes") and "Traceback" not in err, err
+
+
+def test_info_says_when_the_loaded_nccl_has_no_prebuilt_build(monkeypatch, tmp_path):
+    (tmp_path / "support" / "nccl-2.99.1").mkdir(parents=True)
+    (tmp_path / "support" / "nccl-2.99.1" / "sm_90.ltoir").write_bytes(b"\0")
+    monkeypatch.setenv("FLOWDSL_CACHE_DIR", str(tmp_path))
+    text = " ".join(cli._support_lines((2, 99, 1)))
+    assert "the loaded NCCL 2.99.1 has no prebuilt build: built here at first use for sm_90" in text, text
+    text = " ".join(cli._support_lines((2, 99, 2)))
+    assert "the loaded NCCL 2.99.2 has no prebuilt build: one is built at its first kernel" in text and \
+        "or install nvidia-nccl-cu13==" in text, text

@@ -200,6 +200,29 @@ def test_a_typing_refusal_names_the_line_numba_was_typing_and_leads_with_a_check
     assert second.startswith("  at test_errors.py:"), second
 
 
+def test_a_numpy_allocation_in_a_kernel_is_refused_in_the_same_words_on_both_paths():
+    import flowdsl.sim
+
+    def allocates(out):
+        tmp = np.zeros(4, np.float32)
+        out[0] = tmp[0]
+
+    kernel = flowdsl.kernel(allocates)
+    with pytest.raises(flowdsl.KernelTypingError) as on_gpu:
+        kernel.compile(flowdsl.FlowKernel.argtypes_for(np.zeros(4, np.float32), nccl="2.32.3"), arch="sm_90",
+                       nccl="2.32.3")
+
+    def main(comm):
+        kernel[1, 1](comm.alloc(4, np.float32))
+        comm.synchronize()
+    with pytest.raises(flowdsl.KernelTypingError) as on_sim:
+        flowdsl.sim.spawn(main, nranks=1)
+    words = ("Cannot type the call of zeros in a kernel: numpy.zeros makes a new array, which a GPU kernel cannot "
+             "allocate")
+    assert str(on_gpu.value).startswith(words) and str(on_sim.value).startswith(words)
+    assert f"at test_errors.py:{allocates.__code__.co_firstlineno + 1}" in str(on_gpu.value)
+
+
 def test_an_undefined_name_is_numba_cudas_typing_error_and_a_flowdsl_error_on_both_paths():
     """numba-cuda raises its own TypingError class (numba.cuda.core.errors) for some refusals and numba's for
     others; its users catch either. flowdsl's is both, and the simulator refuses the same kernel, before the
