@@ -7,7 +7,6 @@ values and the stand-ins ``"devcomm"``, ``("window", dtype)`` and ``("staging", 
 from __future__ import annotations
 
 import functools
-import sys
 
 import numpy as np
 from numba.core import types
@@ -33,9 +32,7 @@ def argument_type(kernel_name: str, index: int, arg, operation: str = "launch"):
     if typer is _unknown:
         typer = _TYPER_OF[kind] = _typer(kind)
     if typer is not None:
-        ty = typer(arg)
-        if ty is not None:
-            return ty
+        return typer(arg)
     ty = getattr(arg, "_numba_type_", None)
     if ty is not None:
         return ty
@@ -59,8 +56,7 @@ def argument_type(kernel_name: str, index: int, arg, operation: str = "launch"):
 
 
 #: argument type -> a function giving its numba type without __cuda_array_interface__ (which
-#: CuPy and PyTorch build as a new dict at every access; PyTorch's also checks the tensor in
-#: Python), or None for the general path. A typer may answer None for one value: the general path.
+#: CuPy builds as a new dict at every access), or None for the general path.
 _TYPER_OF: dict = {}
 _unknown = object()
 
@@ -68,44 +64,7 @@ _unknown = object()
 def _typer(kind):
     if (kind.__module__ or "").startswith("cupy") and hasattr(kind, "flags") and hasattr(kind, "data"):
         return lambda a: array_type(a.dtype.str, a.ndim, a.flags.c_contiguous)
-    if torch_typestr(kind) is not None:
-        typestr = torch_typestr(kind)
-
-        def tensor_type(t):
-            ts = typestr(t)
-            return None if ts is None else array_type(ts, t.dim(), t.is_contiguous())
-        return tensor_type
     return None
-
-
-def torch_typestr(kind):
-    """For ``torch.Tensor`` itself (not a subclass, which may override the interface): a function giving
-    the interface's ``typestr`` of a tensor that has one as it is (a CUDA tensor, dense, not requiring
-    grad, of a dtype this torch's interface names), else None, as PyTorch's own ``__cuda_array_interface__``
-    decides; None for any other ``kind``."""
-    torch = sys.modules.get("torch")
-    if torch is None or kind is not torch.Tensor:
-        return None
-    return _torch_typestr
-
-
-def _torch_typestr(t):
-    if not t.is_cuda or t.requires_grad or t.is_sparse:
-        return None
-    dtype = t.dtype
-    ts = _TORCH_TYPESTR.get(dtype, _unknown)
-    if ts is _unknown:
-        from torch._tensor import _dtype_to_typestr  # noqa: PLC0415 - this torch's own table
-
-        try:
-            ts = _dtype_to_typestr(dtype)
-        except KeyError:
-            ts = None
-        _TORCH_TYPESTR[dtype] = ts
-    return ts
-
-
-_TORCH_TYPESTR: dict = {}
 
 
 @functools.cache

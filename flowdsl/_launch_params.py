@@ -98,27 +98,8 @@ def _array_fields(kind, itemsize: int):
     data, shape, strides (bytes); attribute reads for CuPy, the interface otherwise."""
     if (kind.__module__ or "").startswith("cupy") and hasattr(kind, "data"):
         return lambda a: (0, 0, a.size, itemsize, a.data.ptr, *a.shape, *a.strides)
-    from ._argtypes import torch_typestr  # noqa: PLC0415
 
-    if torch_typestr(kind) is not None:
-        return lambda t: _tensor_fields(t, itemsize)
     return lambda a: _interface_fields(a, itemsize)
-
-def _tensor_fields(t, itemsize: int) -> tuple:
-    """A PyTorch tensor's flattened fields, read as its ``__cuda_array_interface__`` gives them (C strides
-    where it is contiguous, a null pointer where it is empty), without building the interface. A launch typed
-    it first (:func:`flowdsl._argtypes.argument_type`): it is a CUDA tensor the interface describes."""
-    shape = t.shape
-    if t.is_contiguous():
-        strides, step = [], itemsize
-        for dim in reversed(shape):
-            strides.append(step)
-            step *= dim
-        strides.reverse()
-    else:
-        strides = [s * itemsize for s in t.stride()]
-    size = t.numel()
-    return (0, 0, size, itemsize, t.data_ptr() if size else 0, *shape, *strides)
 
 def _interface_fields(a, itemsize: int) -> tuple:
     """An array's flattened fields (as :func:`_array_fields`) from its ``__cuda_array_interface__``."""
