@@ -291,7 +291,7 @@ def precompile(args) -> int:
         given = "".join(f" {option} {' '.join(values)}" for option, values in
                         (("--dtypes", args.dtypes), ("--ops", args.ops)) if values)
         print("flowdsl precompile: no CUDA GPU was found here, so there is no arch to compile for. Name the "
-              f"target instead:\n    flowdsl precompile --arch sm_90 --nccl {loaded}{given}\n"
+              f"target instead:\n    flowdsl precompile --arch sm_90 --nccl {args.nccl or loaded}{given}\n"
               "--arch: the GPUs' compute capability (sm_80, sm_90, sm_100, ...); --nccl: the NCCL release "
               f"the kernels will run with (default: the loaded one, {loaded}).", file=sys.stderr)
         return 2

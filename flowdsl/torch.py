@@ -42,8 +42,9 @@ from . import collectives
 from .collectives._config import DTYPES
 from .errors import UsageError
 
-__all__ = ["register", "communicator", "custom_op", "check_tensor", "rows_per_rank", "all_reduce", "all_reduce_", "all_gather", "all_gather_into",
-           "reduce_scatter", "reduce_scatter_into", "broadcast", "broadcast_", "reduce", "reduce_", "OPS"]
+__all__ = ["register", "communicator", "custom_op", "check_tensor", "check_shape", "rows_per_rank", "all_reduce",
+           "all_reduce_", "all_gather", "all_gather_into", "reduce_scatter", "reduce_scatter_into", "broadcast",
+           "broadcast_", "reduce", "reduce_", "OPS"]
 
 #: The reduction operators the operators take (``op=``), as :func:`flowdsl.collectives.all_reduce` names them.
 OPS = ("sum", "prod", "min", "max", "avg")
@@ -151,6 +152,17 @@ def rows_per_rank(operation: str, t, nranks: int) -> int:
     return t.shape[0] // nranks
 
 
+def check_shape(operation: str, output, want, why: str) -> None:
+    """Refuse an ``output`` tensor of another shape than ``want`` (``why``: how the input gives it)."""
+    if tuple(output.shape) != tuple(want):
+        raise UsageError(f"Cannot {operation}: output has shape {tuple(output.shape)}; it takes {tuple(want)} "
+                         f"({why}). Pass an output of that shape")
+
+
+def _gathered(input, nranks):
+    return (nranks * input.shape[0], *input.shape[1:]) if input.dim() else (nranks,)
+
+
 def _complete(comm, *values) -> None:
     """A CPU tensor's work is done when its operator returns (torch's CPU operators run on the host, in
     program order): where any of ``values`` is a CPU tensor (the simulator, where they stand for device
@@ -213,7 +225,7 @@ def _(input, op, group):
 @_detaching
 def _all_gather(input: torch.Tensor, group: str) -> torch.Tensor:
     comm = _resolved("all_gather", group, input)
-    out = input.new_empty((comm.nranks * input.shape[0], *input.shape[1:]) if input.dim() else (comm.nranks,))
+    out = input.new_empty(_gathered(input, comm.nranks))
     collectives.all_gather(comm, input, out)
     _complete(comm, out)
     return out
@@ -223,13 +235,15 @@ def _all_gather(input: torch.Tensor, group: str) -> torch.Tensor:
 def _(input, group):
     comm = communicator(group)
     check_tensor("all_gather", "input", input, comm)
-    return input.new_empty((comm.nranks * input.shape[0], *input.shape[1:]) if input.dim() else (comm.nranks,))
+    return input.new_empty(_gathered(input, comm.nranks))
 
 
 @torch.library.custom_op("flowdsl::all_gather_into", mutates_args=("output",))
 @_detaching
 def _all_gather_into(output: torch.Tensor, input: torch.Tensor, group: str) -> None:
     comm = _resolved("all_gather", group, input, output)
+    check_shape("all_gather", output, _gathered(input, comm.nranks),
+                f"the input's dimension 0 times {comm.nranks} ranks")
     collectives.all_gather(comm, input, output)
     _complete(comm, output)
 
@@ -239,6 +253,8 @@ def _(output, input, group):
     comm = communicator(group)
     check_tensor("all_gather", "input", input, comm)
     check_tensor("all_gather", "output", output, comm)
+    check_shape("all_gather", output, _gathered(input, comm.nranks),
+                f"the input's dimension 0 times {comm.nranks} ranks")
 
 
 @torch.library.custom_op("flowdsl::reduce_scatter", mutates_args=())
@@ -263,6 +279,8 @@ def _(input, op, group):
 @_detaching
 def _reduce_scatter_into(output: torch.Tensor, input: torch.Tensor, op: str, group: str) -> None:
     comm = _resolved("reduce_scatter", group, input, output)
+    check_shape("reduce_scatter", output, (rows_per_rank("reduce_scatter", input, comm.nranks), *input.shape[1:]),
+                f"the input's dimension 0 over {comm.nranks} ranks")
     collectives.reduce_scatter(comm, input, output, op=op)
     _complete(comm, output)
 
@@ -273,6 +291,8 @@ def _(output, input, op, group):
     _check_op("reduce_scatter", op)
     check_tensor("reduce_scatter", "input", input, comm)
     check_tensor("reduce_scatter", "output", output, comm)
+    check_shape("reduce_scatter", output, (rows_per_rank("reduce_scatter", input, comm.nranks), *input.shape[1:]),
+                f"the input's dimension 0 over {comm.nranks} ranks")
 
 
 @torch.library.custom_op("flowdsl::broadcast", mutates_args=())

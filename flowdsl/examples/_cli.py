@@ -58,7 +58,7 @@ def checked(name: str, body) -> int:
     try:
         return body()
     except flowdsl.FlowDSLError as exc:
-        print(f"{name}: error: {exc}", file=sys.stderr)
+        print(f"python -m flowdsl.examples.{name}: error: {exc}", file=sys.stderr)  # as argparse says its own
         return 2
 
 

@@ -167,6 +167,10 @@ def test_bad_tensors_are_refused_at_trace_time_naming_the_fix():
              lambda: ft.all_reduce(torch.ones(4, dtype=torch.complex64), group=g)),
             (r"op='median': the operators take 'sum', 'prod', 'min', 'max', 'avg'",
              lambda: ft.all_reduce(torch.ones(4), "median", group=g)),
+            (r"Cannot reduce_scatter: output has shape \(3, 8\); it takes \(4, 8\) \(the input's dimension 0 over 2 "
+             r"ranks\)", lambda: ft.reduce_scatter_into(torch.empty(3, 8), torch.ones(8, 8), group=g)),
+            (r"Cannot all_gather: output has shape \(16,\); it takes \(8, 2\)",
+             lambda: ft.all_gather_into(torch.empty(16), torch.ones(4, 2), group=g)),
         ]:
             compiled = torch.compile(lambda: call(), fullgraph=True, backend="aot_eager")
             with pytest.raises(Exception) as info:
