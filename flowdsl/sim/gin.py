@@ -17,7 +17,7 @@ from .checks import KIND_CHECKS, barrier_index, check_index
 from .coop import coop_sync
 from .errors import (BarrierIndexError, GinBackendError, GinResourceError, KernelTypingError, UsageError,
                      WindowAccessError)
-from .lsa import BarrierSession, lsa_arrive, lsa_barrier, lsa_wait
+from .lsa import BarrierSession, lsa_arrive, lsa_wait, open_lsa_barrier
 from .network import Op
 from .scheduler import Cond, Wait, sim_error
 from .semantics import current, implements
@@ -617,7 +617,7 @@ def _gin_hybrid_barrier(ctx, coop, index):
             "or use a smaller index"))
     if g.lsa_barrier_count < nlsa:
         _grow_lsa(g, nlsa)
-    lsa_s = lsa_barrier(ctx.comm, coop, index)
+    lsa_s = open_lsa_barrier(ctx.comm, coop, index, "hybrid barrier")
     assert isinstance(lsa_s, BarrierSession)
     return HybridBarrierSession(lsa_s, GinBarrierSession(ctx, coop, index,
                                                          st.barriers["rail"].epoch[current().rank][index]))

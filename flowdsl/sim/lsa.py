@@ -140,6 +140,11 @@ KIND_CHECKS.register("lsa_session", lambda v: isinstance(v, BarrierSession))
 
 @implements("flowdsl.lsa.barrier")
 def lsa_barrier(comm, coop, index):
+    return open_lsa_barrier(comm, coop, index, "LSA barrier")
+
+
+def open_lsa_barrier(comm, coop, index, what):
+    """:func:`lsa_barrier`, its refusals naming ``what`` opened it (an LSA barrier, a hybrid barrier's part)."""
     t = current()
     g = comm.group
     index = barrier_index(index, g.lsa_barrier_count, "LSA barrier", "lsa_barrier_count")
@@ -151,7 +156,7 @@ def lsa_barrier(comm, coop, index):
         other = owner[2]
         if not all(th.done for th in other.threads):
             raise sim_error(BarrierIndexError, (
-                f"Cannot open LSA barrier {index} in {t.blk.name()}: {other.name()} of the same launch is "
+                f"Cannot open {what} {index} in {t.blk.name()}: {other.name()} of the same launch is "
                 f"using barrier {index}. Give every concurrently running block its own barrier index"))
     g.owner[okey] = me + (t.blk,)
     t.blk.lsa_barriers.add(index)

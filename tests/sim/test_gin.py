@@ -424,3 +424,19 @@ def test_legacy_signal_is_strong_except_on_efa_gda(backend, covered):
     else:
         with pytest.raises(sim.GinCoverageError, match="the weak signal 0 covers only put #1; put #0"):
             run()
+
+
+@flowdsl.kernel
+def _two_blocks_one_hybrid_index(comm):
+    gin.hybrid_barrier(gin.context(comm, 0), coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
+
+
+def test_two_blocks_on_one_hybrid_barrier_index_are_refused_naming_the_hybrid_barrier():
+    def main(comm):
+        with comm.device_communicator(barrier_count=1) as dc:
+            _two_blocks_one_hybrid_index[2, 32](dc)
+            comm.synchronize()
+
+    with pytest.raises(sim.SimulationError, match=r"Cannot open hybrid barrier 0 in block \d: block \d of the same "
+                                                  r"launch is using barrier 0"):
+        sim.spawn(main, nranks=2, nodes=2)
