@@ -88,6 +88,19 @@ def bad_layout_text(channels, nslots, slot_words, needed, held) -> str:
             "config.channels, config.nslots and config.slot_bytes // 8")
 
 
+@primitive(module="flowdsl.flow", channel=INT, channels=INT)
+def bad_channel(channel, channels):
+    """Stop the kernel: :func:`flowdsl.flow.processor` was asked for a channel (``channel=``, else the block's
+    index) that its staging layout has no room for. On the GPU the kernel prints it and the fix and traps; the
+    simulator raises a ``flowdsl.sim.UsageError`` with the same words."""
+
+
+def bad_channel_text(channel, channels) -> str:
+    return (f"Cannot build a Flow processor on channel {channel}: its staging is laid out for channels={channels}, "
+            "so a channel must be below that. Launch at most that many blocks, or pass each block a channel below "
+            "it (flow.processor(..., channel=c)), or lay the staging out for more (FlowConfig(channels=...))")
+
+
 @primitive(module="flowdsl.flow", peer=INT, channel=INT, inbox=INT, step=INT, n=INT, data=ARRAY, protocol=INT,
            sending=INT)
 def step_ends(peer, channel, inbox, step, n, data, protocol, sending):

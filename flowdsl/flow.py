@@ -82,9 +82,9 @@ from numba import cuda, int64, uint32, uint64
 from . import _flow_wire as wire
 from . import coop, gin, lsa, mem, team, wait
 from ._devices import device
-from ._flow_elements import (E4M3, E5M2, Reduction, bad_connection, bad_layout, combine, combine_packs, finish,
-                             finish_pack, from_float, missing_gin_context, premul, premul_only, premul_pack, reduction,
-                             step_ends, connection_ends, to_float, unscaled)
+from ._flow_elements import (E4M3, E5M2, Reduction, bad_channel, bad_connection, bad_layout, combine, combine_packs,
+                             connection_ends, finish, finish_pack, from_float, missing_gin_context, premul, premul_only,
+                             premul_pack, reduction, step_ends, to_float, unscaled)
 from ._flow_staging import (CREDIT, LL128_SLOT_BYTES, LL_SLOT_BYTES, MAX_CONNECTIONS, MAX_PARTS, READY, RECEIVED, SENT,
                             Staging, counter_word, flag_word, protocol_slot_words, region_words, staging, staging_words,
                             state_words)
@@ -94,7 +94,8 @@ from .enums import MemoryOrder, Protocol, RedOp, ThreadScope
 __all__ = [
     "MAX_CONNECTIONS", "MAX_PARTS", "LL_SLOT_BYTES", "LL128_SLOT_BYTES", "Processor", "Connection", "Reduction",
     "Staging", "staging", "staging_words", "processor",
-    "connect", "bad_connection", "bad_layout", "step_ends", "connection_ends", "missing_gin_context", "reduction", "to_float", "from_float", "combine", "finish", "combine_packs",
+    "connect", "bad_connection", "bad_layout", "bad_channel", "step_ends", "connection_ends", "missing_gin_context",
+    "reduction", "to_float", "from_float", "combine", "finish", "combine_packs",
     "finish_pack", "premul", "premul_pack", "unscaled", "strong_signal_inc",
     "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "ll_flag", "ll_cleans", "LL_FLAG_CYCLE",
     "E4M3", "E5M2",
@@ -179,6 +180,8 @@ def processor(comm, stage, ctx, channels, nslots, slot_words, protocol, channel=
         before += region_words(channels, nslots, slot_words, Protocol.LL)
     boxes = staging_words(channels, nslots, slot_words, False) - state
     mine = cuda.blockIdx.x if channel < 0 else channel
+    if mine >= channels:  # another channel's slots, or past the staging: refused, not raced over
+        bad_channel(mine, channels)
     parts = min(max(1, cuda.blockDim.x // _WARP), MAX_PARTS)
     return Processor(comm, stage, ctx, mine, cuda.gridDim.x, channels, nslots,
                      protocol_slot_words(slot_words, protocol), protocol, state + before,

@@ -33,8 +33,8 @@ from numba.cuda.extending import (intrinsic, make_attribute_wrapper, overload, o
 
 from .. import flow, gin, mem
 from .._flow_staging import refusal
-from .._flow_elements import (bad_connection_text, bad_layout_text, conversion_refusal, missing_gin_context_text,
-                              premul_type_refusal, scale_refusal, value_refusal)
+from .._flow_elements import (bad_channel_text, bad_connection_text, bad_layout_text, conversion_refusal,
+                              missing_gin_context_text, premul_type_refusal, scale_refusal, value_refusal)
 from .._fp8 import E4M3 as _E4M3
 from ..enums import RedOp
 from .gin import STRONG_SIGNAL_FEATURE
@@ -331,6 +331,17 @@ def flow_bad_connection(peer, number, remote_number, last_rank):
 
     def impl(peer, number, remote_number, last_rank):
         print(a, peer, b, number, c, remote_number, d, last_rank, e)
+        _trap()
+    return impl
+
+
+@overload(flow.bad_channel)
+def flow_bad_channel(channel, channels):
+    check(flow.bad_channel, channel, channels)
+    a, b, c = (part.strip() for part in bad_channel_text("{}", "{}").split("{}"))
+
+    def impl(channel, channels):
+        print(a, channel, b, channels, c)
         _trap()
     return impl
 

@@ -7,8 +7,8 @@ cannot. The rest of Flow is device code the simulator runs as it is."""
 from __future__ import annotations
 
 from . import _state
-from .._flow_elements import (Reduction, bad_connection_text, bad_layout_text, missing_gin_context_text,
-                              scale_refusal)
+from .._flow_elements import (Reduction, bad_channel_text, bad_connection_text, bad_layout_text,
+                              missing_gin_context_text, scale_refusal)
 from ..enums import Protocol, RedOp
 from .errors import KernelTypingError, UsageError
 from .races import user_line
@@ -33,6 +33,11 @@ def _flow_missing_gin_context(peer):
 @implements("flowdsl.flow.bad_connection")
 def _flow_bad_connection(peer, number, remote_number, last_rank):
     raise sim_error(UsageError, bad_connection_text(int(peer), int(number), int(remote_number), int(last_rank)))
+
+
+@implements("flowdsl.flow.bad_channel")
+def _flow_bad_channel(channel, channels):
+    raise sim_error(UsageError, bad_channel_text(int(channel), int(channels)))
 
 
 @implements("flowdsl.flow.bad_layout")

@@ -917,9 +917,6 @@ def _fix(t, other, kind, other_kind):
         return ("Fix: the threads are in different blocks, which no block barrier orders: publish with "
                 "flowdsl.mem.store_release (or a release fence before a relaxed store) and read the flag "
                 "with flowdsl.mem.load_acquire (or an acquire fence after a relaxed load)." + _ATOMIC_UPDATE)
-    skipped = _barrier_skipped(t) or _barrier_skipped(o)
-    if skipped:
-        return skipped
     mine, theirs = (getattr(getattr(x, "blk", None), "lsa_barriers", None) for x in (t, o))
     if mine and theirs and not mine & theirs:
         return (f"Fix: both blocks sync on LSA barriers, but on different ones ({t.blk.name()} of rank {t.rank} on "
@@ -932,24 +929,6 @@ def _fix(t, other, kind, other_kind):
             "whose wait acquires (lsa.barrier(...).sync(MemoryOrder.ACQ_REL)), or a flag written with "
             "flowdsl.mem.store_release and read with flowdsl.mem.load_acquire, or a GIN signal waited "
             "for with acquire order.")
-
-
-def _barrier_skipped(t) -> str:
-    """When other threads of ``t``'s block wait in a barrier or a coop's sync that ``t`` went past without
-    calling (one called under ``if cuda.threadIdx.x == 0``), the fix that names it; else ""."""
-    blk = getattr(t, "blk", None)
-    if blk is None or getattr(t, "waiting", None) is not None:  # waiting itself: it has not gone past anything
-        return ""
-    for other in blk.threads:
-        waiting = getattr(other, "waiting", None)
-        if other is t or other.done or waiting is None:
-            continue
-        label = waiting.short()
-        if "barrier" in label or "sync" in label:
-            return (f"Fix: {other.name()} waits in {label}, which {t.name()} went past without calling: a barrier "
-                    "of a coop (coop.cta(), coop.warp()) orders only when every thread of the coop calls it, so "
-                    "call it outside any branch that only some threads take (not under if cuda.threadIdx.x == 0).")
-    return ""
 
 
 class _View:

@@ -666,3 +666,25 @@ def test_two_ends_that_do_not_mirror_each_other_are_named_in_the_deadlock_report
     assert f"rank 1 receives from rank 0 on that channel as flow.connect(proc, 0, {recv_number}, {recv_remote}) " \
            "at test_flow_connections.py:" in msg, msg
     assert "on rank 1, flow.connect(proc, 0, 0, 0)" in msg and "cycle of full inboxes" not in msg, msg
+
+
+@flowdsl.kernel
+def _on_channel(comm, stage, x, y, channel):
+    proc = flow.processor(comm, stage, None, 1, NSLOTS, SLOT_WORDS, Protocol.SIMPLE, channel)
+    flow.send(proc, flow.connect(proc, comm.rank, 0, 0), x, 0, 8)
+
+
+@pytest.mark.parametrize("channel", [1, 5, -1], ids=["one-past", "far-past", "the-second-block"])
+def test_a_channel_past_the_staging_layout_is_refused_naming_the_fix(channel):
+    """It ran on another channel's slots (the simulator passed it, or reported a race or a window access inside
+    flowdsl); the processor refuses it, on the GPU too (a printed message and a trap)."""
+    def main(comm):
+        with flow.staging(comm, FlowConfig(channels=1, nslots=NSLOTS, slot_bytes=SLOT_WORDS * 8, threads=32)) as st, \
+                comm.device_communicator() as dcomm:
+            _on_channel[2 if channel < 0 else 1, 32](dcomm, st, comm.alloc(8, np.float32), comm.alloc(8, np.float32),
+                                                     channel)
+            comm.synchronize()
+
+    with pytest.raises(flowdsl.sim.UsageError, match=rf"Cannot build a Flow processor on channel {max(channel, 1)}: "
+                                                     r"its staging is laid out for channels=1"):
+        spawn(main, nranks=1)

@@ -498,24 +498,3 @@ def test_a_barrier_that_only_releases_is_named_in_the_fix():
     msg, _ = _race(main, nranks=2)
     assert at("peer_read_after_release") in msg, msg
     assert "a barrier's sync or wait with MemoryOrder.ACQ_REL or ACQUIRE" in msg, msg
-
-
-@flowdsl.kernel
-def barrier_called_by_one_thread(comm, win, out):
-    i = cuda.threadIdx.x
-    lsa.local_view(win)[i] = comm.rank * 100 + i
-    if i == 0:  # the mistake: a CTA's barrier called by one of its threads
-        lsa.barrier(comm, coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
-    out[i] = lsa.lsa_view(win, (comm.lsa_rank + 1) % comm.lsa_size)[i]
-
-
-def test_a_coop_barrier_called_by_part_of_the_coop_is_named_in_the_fix():
-    def main(comm):
-        buf, out = _zeros(comm, 8, np.int32), _zeros(comm, 8, np.int32)
-        with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=1) as dc:
-            barrier_called_by_one_thread[1, 8](dc, win, out)
-            comm.synchronize()
-
-    msg, _ = _race(main, nranks=2)
-    assert re.search(r"Fix: rank \d block 0 thread 0 waits in .*, which rank \d block 0 thread \d went past without "
-                     r"calling: a barrier of a coop", msg), msg
