@@ -239,6 +239,11 @@ _CALLEE = re.compile(r"No implementation of function Function\(<(?:built-in )?fu
 _REFUSAL = re.compile(r"(?:NumbaTypeError|TypingError): ([^\n]+)\n\s*raised from ([^\n]+)")
 
 
+_WINDOW_INDEXED = ("Cannot index a window in a kernel: a kernel reads and writes a window through a view "
+                   "(lsa.local_view(win), lsa.lsa_view(win, peer)), not by index. If an array was meant, check the "
+                   "order of the launch's arguments against the kernel's parameters")
+
+
 def _first_refusal(exc, pyfunc) -> str:
     """What a user needs first of numba's report of a call it could not type, or "": the refusal of flowdsl's
     own checks (numba tries each call with and without its literal arguments and reports both, the one without
@@ -256,8 +261,10 @@ def _first_refusal(exc, pyfunc) -> str:
     at = f"\n  at {os.path.basename(loc[0])}:{loc[1]} in kernel {pyfunc.__qualname__}" if loc else ""
     from .._spec import NUMPY_ALLOCATING, numpy_allocation_refusal  # noqa: PLC0415
 
-    head = specific[-1] if specific else numpy_allocation_refusal(callee.group(1)) \
-        if callee.group(1) in NUMPY_ALLOCATING else f"Cannot type the call of {callee.group(1)} with these arguments"
+    name = callee.group(1) if callee else ""
+    head = specific[-1] if specific else numpy_allocation_refusal(name) if name in NUMPY_ALLOCATING else \
+        _WINDOW_INDEXED if name in ("getitem", "setitem") and "(Window(" in text else \
+        f"Cannot type the call of {name} with these arguments"
     return f"{head}{at}\n\nnumba's report:\n"
 
 

@@ -598,8 +598,14 @@ def _argument_of_another_kind(task, e):
     ``lsa_size``: arguments passed in another order) as the GPU refuses it, a typing error naming the argument
     and its parameter; else None."""
     launch = getattr(task, "launch", None)
+    if launch is None:
+        return None
     obj = getattr(e, "obj", None) if isinstance(e, AttributeError) else None
-    if launch is None or obj is None or isinstance(obj, np.ndarray):
+    if isinstance(e, TypeError) and str(e).endswith("object is not subscriptable"):  # a window indexed as an array
+        kind = str(e).split("'")[1] if str(e).count("'") >= 2 else ""
+        of_kind = [a for a in launch.args if type(a).__name__ == kind]
+        obj = of_kind[0] if len(of_kind) == 1 else None
+    if obj is None or isinstance(obj, np.ndarray):
         return None
     index = next((i for i, a in enumerate(launch.args) if a is obj), None)
     if index is None:
@@ -612,10 +618,13 @@ def _argument_of_another_kind(task, e):
         params = []
     param = f" ({params[index]})" if index < len(params) else ""
     order = f" ({', '.join(params)})" if params else ""
+    kind = type(obj).__name__
+    what = (f"Unknown attribute {e.name!r} of type {kind}: argument {index}{param} of kernel {launch.name!r} is a "
+            f"{kind}, which has no {e.name!r}") if isinstance(e, AttributeError) else (
+            f"Cannot index argument {index}{param} of kernel {launch.name!r}: it is a {kind}, which a kernel reads "
+            "through a view (lsa.local_view(win), lsa.lsa_view(win, peer)), not by index")
     err = sim_error(KernelTypingError, (
-        f"Unknown attribute {e.name!r} of type {type(obj).__name__}: argument {index}{param} of kernel "
-        f"{launch.name!r} is a {type(obj).__name__}, which has no {e.name!r}. A launch passes its arguments in the "
-        f"order of the kernel's parameters{order}: check that order "
+        f"{what}. A launch passes its arguments in the order of the kernel's parameters{order}: check that order "
         "(compiling for a GPU refuses this kernel the same way)"))
     err.__cause__ = e
     return err.with_traceback(e.__traceback__)

@@ -265,3 +265,27 @@ def test_a_kernel_that_allocates_with_numpy_is_refused_as_the_gpus_typing_refuse
     with pytest.raises(flowdsl.KernelTypingError, match=r"Cannot type the call of zeros in a kernel: numpy.zeros makes "
                                                         r"a new array.*Use cuda.local.array\(shape, dtype\)"):
         sim.spawn(main, nranks=1)
+
+
+@flowdsl.kernel
+def _indexes_its_first_argument(src, out):
+    i = cuda.threadIdx.x
+    out[i] = src[i]
+
+
+def test_a_window_indexed_as_an_array_is_refused_on_both_paths_naming_the_view():
+    def main(comm):
+        buf, out = comm.alloc(8, np.float32), comm.alloc(8, np.float32)
+        with comm.register(buf) as win:
+            _indexes_its_first_argument[1, 8](win, out)
+            comm.synchronize()
+
+    with pytest.raises(flowdsl.KernelTypingError, match=r"Cannot index argument 0 \(src\) of kernel "
+                                                        r"'_indexes_its_first_argument': it is a Window, which a kernel "
+                                                        r"reads through a view \(lsa.local_view\(win\)"):
+        sim.spawn(main, nranks=1)
+    with pytest.raises(flowdsl.KernelTypingError, match=r"^Cannot index a window in a kernel: a kernel reads and "
+                                                        r"writes a window through a view \(lsa.local_view\(win\)"):
+        _indexes_its_first_argument.compile(flowdsl.FlowKernel.argtypes_for(("window", np.float32),
+                                                                            np.zeros(8, np.float32), nccl="2.32.3"),
+                                            arch="sm_90", nccl="2.32.3")
