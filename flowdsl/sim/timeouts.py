@@ -128,6 +128,15 @@ def unmirrored_ends(ends) -> str:
             continue
         theirs = ends.get((peer, rank, channel, False))
         if not theirs:
+            elsewhere = sorted((c, next(iter(p.values()))) for (r, q, c, s), p in ends.items()
+                               if (r, q, s) == (peer, rank, False) and c != channel)
+            if elsewhere:  # the receiver takes from this rank, but on another channel
+                (their_channel, their_line), line = elsewhere[0], next(iter(pairs.values()))
+                return (f"The two ends of a Flow connection are on different channels: rank {rank} sends to rank "
+                        f"{peer} on channel {channel} at {line}, and rank {peer} receives from rank {rank} on channel "
+                        f"{their_channel} at {their_line}. Both ends of a connection use one channel: pass the same "
+                        "channel= to flow.processor on both (by default a processor's channel is its block's index). "
+                        "No peer is missing and a longer wait limit will not help.")
             continue
         for (number, remote), line in sorted(pairs.items()):
             if (remote, number) in theirs:

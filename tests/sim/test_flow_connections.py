@@ -688,3 +688,27 @@ def test_a_channel_past_the_staging_layout_is_refused_naming_the_fix(channel):
     with pytest.raises(flowdsl.sim.UsageError, match=rf"Cannot build a Flow processor on channel {max(channel, 1)}: "
                                                      r"its staging is laid out for channels=1"):
         spawn(main, nranks=1)
+
+
+@flowdsl.kernel
+def _ends_on_their_blocks_channels(comm, stage, x, y):
+    proc = flow.processor(comm, stage, None, 2, 2, 16, Protocol.SIMPLE)  # channel: the block's index
+    if cuda.blockIdx.x == 0:
+        flow.send(proc, flow.connect(proc, (comm.rank + 1) % comm.nranks, 0, 0), x, 0, x.size)
+    else:
+        flow.recv(proc, flow.connect(proc, (comm.rank - 1) % comm.nranks, 0, 0), y, 0, y.size)
+
+
+def test_two_ends_on_different_channels_are_named_in_the_deadlock_report():
+    def main(comm):
+        with flow.staging(comm, FlowConfig(channels=2, nslots=2, slot_bytes=128, threads=32)) as stage, \
+                comm.device_communicator() as dcomm:
+            _ends_on_their_blocks_channels[2, 32](dcomm, stage, comm.alloc(600, np.float32),
+                                                  comm.alloc(600, np.float32))
+            comm.synchronize()
+
+    with pytest.raises(flowdsl.sim.WaitTimeoutError) as err:
+        spawn(main, nranks=2)
+    assert "The two ends of a Flow connection are on different channels: rank 0 sends to rank 1 on channel 0 at " \
+           "test_flow_connections.py:" in str(err.value) and "rank 1 receives from rank 0 on channel 1" in \
+           str(err.value), str(err.value)[:2000]
