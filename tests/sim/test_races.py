@@ -467,14 +467,20 @@ def exchange_rows_across_blocks(comm, win, out):
     out[b * 8 + i] = peer[(1 - b) * 8 + i]  # <row_read>
 
 
-def test_a_race_between_blocks_that_sync_on_different_lsa_barriers_says_so():
+def _lsa_race(kernel, blocks, threads=8):
+    """The race report of ``kernel[blocks, threads](dcomm, window, out)`` on 2 ranks (one barrier per block)."""
     def main(comm):
-        buf, out = _zeros(comm, 16, np.int32), _zeros(comm, 16, np.int32)
-        with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=2) as dc:
-            exchange_rows_across_blocks[2, 8](dc, win, out)
+        n = blocks * threads
+        buf, out = _zeros(comm, n, np.int32), _zeros(comm, n, np.int32)
+        with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=blocks) as dc:
+            kernel[blocks, threads](dc, win, out)
             comm.synchronize()
 
-    msg, _ = _race(main, nranks=2)
+    return _race(main, nranks=2)[0]
+
+
+def test_a_race_between_blocks_that_sync_on_different_lsa_barriers_says_so():
+    msg = _lsa_race(exchange_rows_across_blocks, 2)
     assert at("row_write") in msg and at("row_read") in msg, msg
     assert "Fix: both blocks sync on LSA barriers, but on different ones (block " in msg and \
         "a barrier orders only the threads that sync on the same index" in msg, msg
@@ -489,12 +495,6 @@ def write_then_read_peer_after_a_releasing_barrier(comm, win, out):
 
 
 def test_a_barrier_that_only_releases_is_named_in_the_fix():
-    def main(comm):
-        buf, out = _zeros(comm, 8, np.int32), _zeros(comm, 8, np.int32)
-        with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=1) as dc:
-            write_then_read_peer_after_a_releasing_barrier[1, 8](dc, win, out)
-            comm.synchronize()
-
-    msg, _ = _race(main, nranks=2)
+    msg = _lsa_race(write_then_read_peer_after_a_releasing_barrier, 1)
     assert at("peer_read_after_release") in msg, msg
     assert "a barrier's sync or wait with MemoryOrder.ACQ_REL or ACQUIRE" in msg, msg
