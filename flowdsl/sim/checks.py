@@ -19,6 +19,7 @@ import inspect
 import numpy as np
 
 from .._spec import KindRegistry, spec_of
+from . import _state
 from .errors import BarrierIndexError, KernelTypingError
 from .memory import Window, WindowView
 from .scheduler import sim_error
@@ -114,18 +115,24 @@ def check_call(name: str, args: tuple, kwargs: dict) -> None:
             raise sim_error(KernelTypingError, spec.refusal_choice(param, int(value)))
 
 
-def check_index(index, count: int, req: str, refusal, error=BarrierIndexError, unit: str = "index") -> int:
+def check_index(index, count: int, req: str, refusal, error=BarrierIndexError, unit: str = "index",
+                at_least: int = 0, why: str = "") -> int:
     """``index`` as an int, refused with ``error`` unless ``0 <= index < count``, ``count`` being what the device
     communicator was created with (its requirement ``req``): the message is ``refusal(index)``, then the fix (a
-    larger ``req``, or a smaller ``unit``)."""
+    larger ``req``, at least ``at_least`` for the reason ``why``, or a smaller ``unit``)."""
     index = int(index)
     if not 0 <= index < count:
-        raise sim_error(error, f"{refusal(index)}. Create it with comm.device_communicator({req}={index + 1}) "
-                        f"or more, or use a smaller {unit}")
+        need = max(index + 1, at_least)
+        raise sim_error(error, f"{refusal(index)}. Create it with comm.device_communicator({req}={need}) "
+                        f"or more{why if need > index + 1 else ''}, or use a smaller {unit}")
     return index
 
 
 def barrier_index(index, count: int, what: str, req: str) -> int:
-    """The index of a ``what`` barrier, refused unless the device communicator has ``count`` of them (its ``req``)."""
+    """The index of a ``what`` barrier, refused unless the device communicator has ``count`` of them (its ``req``).
+    The fix counts the launch's blocks (a barrier index per block, the usual use, needs one each)."""
+    launch = getattr(_state.cur, "launch", None)
+    blocks = len(launch.blocks) if launch is not None and launch.blocks else 0
     return check_index(index, count, req, lambda i: f"Cannot open {what} {i}: the device communicator has "
-                       f"{req}={count} (valid indices 0..{count - 1})")
+                       f"{req}={count} (valid indices 0..{count - 1})", at_least=blocks,
+                       why=f" (this launch has {blocks} blocks: one barrier each needs {blocks})")

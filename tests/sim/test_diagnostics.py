@@ -289,3 +289,20 @@ def test_a_window_indexed_as_an_array_is_refused_on_both_paths_naming_the_view()
         _indexes_its_first_argument.compile(flowdsl.FlowKernel.argtypes_for(("window", np.float32),
                                                                             np.zeros(8, np.float32), nccl="2.32.3"),
                                             arch="sm_90", nccl="2.32.3")
+
+
+@flowdsl.kernel
+def _a_barrier_per_block(comm):
+    lsa.barrier(comm, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQ_REL)
+
+
+def test_a_barrier_index_per_block_beyond_the_count_is_told_the_launchs_block_count():
+    """Grid and block swapped (32 blocks, each its own barrier): the fix names 32, not the index seen first."""
+    def main(comm):
+        with comm.device_communicator(lsa_barrier_count=4) as dc:
+            _a_barrier_per_block[32, 10](dc)
+            comm.synchronize()
+
+    with pytest.raises(sim.BarrierIndexError, match=r"Create it with comm.device_communicator\(lsa_barrier_count=32\) "
+                                                    r"or more \(this launch has 32 blocks: one barrier each needs 32\)"):
+        run_ranks(main, nranks=2)
