@@ -83,9 +83,9 @@ def bad_layout(channels, nslots, slot_words, needed, held):
 
 def bad_layout_text(channels, nslots, slot_words, needed, held) -> str:
     return (f"Cannot build a Flow processor with channels={channels}, nslots={nslots}, slot_words={slot_words}: "
-            f"that layout needs {needed} words of staging and the window holds {held}, or nslots is below 2 or "
-            "slot_words not a positive multiple of 16. Pass the layout flow.staging(comm, config) made: "
-            "config.channels, config.nslots and config.slot_bytes // 8")
+            f"a layout needs nslots of 2 or more and slot_words a positive multiple of 16, and this one needs "
+            f"{needed} words of staging where the window holds {held}. Pass the layout flow.staging(comm, config) "
+            "made: config.channels, config.nslots and config.slot_bytes // 8")
 
 
 @primitive(module="flowdsl.flow", channel=INT, channels=INT)

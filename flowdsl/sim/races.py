@@ -926,7 +926,8 @@ def _fix(t, other, kind, other_kind):
                 "rank, lsa.barrier(comm, coop, i).sync(MemoryOrder.ACQ_REL)), or read only what the blocks of "
                 "your own index wrote.")
     return ("Fix: order the accesses across ranks: an LSA barrier between them whose arrive releases and "
-            "whose wait acquires (lsa.barrier(...).sync(MemoryOrder.ACQ_REL)), or a flag written with "
+            "whose wait acquires (lsa.barrier(...).sync(MemoryOrder.ACQ_REL); a sync with ACQUIRE or RELAXED "
+            "releases nothing written before it), or a flag written with "
             "flowdsl.mem.store_release and read with flowdsl.mem.load_acquire, or a GIN signal waited "
             "for with acquire order.")
 

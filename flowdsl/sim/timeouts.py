@@ -112,6 +112,8 @@ def as_timeout(sched, error):
     if cycle:
         lines.append(cycle)
     message = "\n".join(lines) + "\nThe simulator's report:\n" + str(error)
+    if cycle:  # the diagnosis again where a long report ends, next to the line that raised it
+        message += f"\nSo: {cycle}"
     exc = WaitTimeoutError(message, **records[0])
     exc.seed = sched.seed
     exc.rank = records[0]["rank"]

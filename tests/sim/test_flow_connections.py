@@ -529,8 +529,10 @@ def test_a_processor_layout_its_staging_does_not_hold_is_refused(layout):
     """slot_words given in bytes (8 times the window) was taken: its slots ran past the staging window."""
     channels, nslots, slot_words = layout
     with pytest.raises(flowdsl.sim.UsageError, match=rf"Cannot build a Flow processor with channels={channels}, "
-                                                     rf"nslots={nslots}, slot_words={slot_words}: that layout needs "
-                                                     r"\d+ words of staging and the window holds \d+"):
+                                                     rf"nslots={nslots}, slot_words={slot_words}: a layout needs "
+                                                     r"nslots of 2 or more and slot_words a positive multiple of 16, "
+                                                     r"and this one needs \d+ words of staging where the window "
+                                                     r"holds \d+"):
         spawn(lambda comm: _run_processor(comm, layout), nranks=1)
     fewer = (1, CFG.nslots, CFG.slot_bytes // 8)  # fewer channels than staged: allowed (a smaller grid)
     spawn(lambda comm: _run_processor(comm, fewer), nranks=1)
