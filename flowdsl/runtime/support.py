@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from .._release import format_version
+from .._targets import checked_arch
 from ..enums import GinBackend
 from ..errors import SupportLibraryError
 
@@ -70,15 +71,11 @@ def support_build_for(nccl: tuple[int, int, int], arch: str) -> SupportBuild:
     """The support build for NCCL ``nccl`` and ``arch``: checked in, or built at first use."""
     from . import support_build  # noqa: PLC0415
 
+    checked_arch(arch, "compile")  # every compile comes here: no build for a malformed arch, or one below sm_80
     version = format_version(nccl)
     entry = manifest()["abis"].get(version)
     if entry is not None:
-        chosen = _pick_arch(arch, entry["builds"])
-        if chosen is None:
-            raise SupportLibraryError(f"Cannot compile for {arch}: the flowdsl support library is built for "
-                                      f"{', '.join(sorted(entry['builds']))} only. Compile for sm_80 or newer "
-                                      "(arch='sm_90', flowdsl precompile --arch sm_90); older GPUs cannot run "
-                                      "flowdsl's kernels.")
+        chosen = _pick_arch(arch, entry["builds"])  # every release has sm_80 and up: checked_arch's floor
         path = support_build.PREBUILT_DIR / entry["builds"][chosen]["file"]
         return SupportBuild(path, nccl, chosen, entry["layout"])
     chosen = _pick_arch(arch, support_build.ARCHS) or arch
@@ -110,6 +107,7 @@ def gin_build_for(nccl: tuple[int, int, int], arch: str, backend: GinBackend | N
     from . import support_build  # noqa: PLC0415 - the build tools at first use
     from ..errors import UsageError  # noqa: PLC0415
 
+    checked_arch(arch, "compile")
     version = format_version(nccl)
     name = "all" if backend is None else backend.option
     entry = manifest()["abis"].get(version)
@@ -119,11 +117,6 @@ def gin_build_for(nccl: tuple[int, int, int], arch: str, backend: GinBackend | N
     if entry is not None:
         builds = entry["gin"]["builds"][name]
         chosen = _pick_arch(arch, builds)
-        if chosen is None:
-            raise SupportLibraryError(f"Cannot compile for {arch}: the flowdsl GIN library is built for "
-                                      f"{', '.join(sorted(builds))} only. Compile for sm_80 or newer "
-                                      "(arch='sm_90', flowdsl precompile --arch sm_90); older GPUs cannot run "
-                                      "flowdsl's kernels.")
         return SupportBuild(support_build.PREBUILT_DIR / builds[chosen]["file"], nccl, chosen, entry["layout"])
     chosen = _pick_arch(arch, support_build.ARCHS) or arch
     path, layout = support_build.build_for_installed(version, chosen, cache_dir() / "support", gin=name)

@@ -114,11 +114,9 @@ def _site():
     while code.co_filename in _SKIP:
         f = f.f_back
         code = f.f_code
-    if not code.co_filename.startswith(_PACKAGE_DIR) or code.co_filename.startswith(_EXAMPLES_DIR):
+    if not _library(code.co_filename):
         return (code, f.f_lasti)
-    caller = f.f_back
-    while caller is not None and _library(caller.f_code.co_filename):
-        caller = caller.f_back
+    caller = user_frame(f)
     return (code, f.f_lasti, None if caller is None else (caller.f_code, caller.f_lasti))
 
 
@@ -129,6 +127,14 @@ _EXAMPLES_DIR = os.path.join(_PACKAGE_DIR, "examples")
 def _library(filename: str) -> bool:
     """flowdsl's own device code (Flow's steps, the collectives' programs), not a program written with it."""
     return filename.startswith(_PACKAGE_DIR) and not filename.startswith(_EXAMPLES_DIR)
+
+
+def user_frame(f):
+    """The first frame from ``f`` outward that is not flowdsl's own code (its simulator's included): the user's
+    call into the library code running in ``f``; None when that code is the kernel itself (a collective)."""
+    while f is not None and _library(f.f_code.co_filename):
+        f = f.f_back
+    return f
 
 
 def where_now() -> str:
@@ -166,9 +172,8 @@ def _user_call_site():
         f = f.f_back
     if f is None or not _library(f.f_code.co_filename):
         return None
-    while f is not None and _library(f.f_code.co_filename):
-        f = f.f_back
-    if f is None or f.f_code.co_filename in _SKIP:  # the library code is the kernel itself (a collective)
+    f = user_frame(f)
+    if f is None:  # the library code is the kernel itself (a collective)
         return None
     return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno} ({f.f_code.co_name})"
 

@@ -113,17 +113,13 @@ def where(task) -> str:
     return "?"
 
 
-_PACKAGE_DIR = os.path.dirname(_SIM_DIR)
-
-
 def _called_from(f) -> str:
     """For a frame of flowdsl's own device code (a Flow step's wait): the user's line that called into it."""
-    def library(name):
-        return name.startswith(_PACKAGE_DIR) and not name.startswith(os.path.join(_PACKAGE_DIR, "examples"))
-    if not library(f.f_code.co_filename):
+    from .races import _library, user_frame  # noqa: PLC0415 - for a report only
+
+    if not _library(f.f_code.co_filename):
         return ""
-    while f is not None and library(f.f_code.co_filename):
-        f = f.f_back
+    f = user_frame(f)
     if f is None or "greenlet" in f.f_code.co_filename:  # the library code is the kernel itself (a collective)
         return ""
     return f", called from your code at {os.path.basename(f.f_code.co_filename)}:{f.f_lineno} ({f.f_code.co_name})"
