@@ -307,18 +307,9 @@ def precompile(args) -> int:
     return 0
 
 
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     from . import __version__  # noqa: PLC0415
+    from .examples._cli import at_least_one  # noqa: PLC0415 - the rule the examples' counts follow too
 
     parser = argparse.ArgumentParser(prog="flowdsl", description=_DESCRIPTION, epilog=_EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -330,12 +321,12 @@ def _parser() -> argparse.ArgumentParser:
                                    "On GPUs: one rank per process (torchrun --nproc_per_node=N for N GPUs). "
                                    "Without a GPU (or with --sim): --ranks simulated ranks on the CPU.")
     p.add_argument("--sim", action="store_true", help="run on the CPU simulator even if a GPU is present")
-    p.add_argument("--ranks", type=_at_least_one, default=4,
+    p.add_argument("--ranks", type=at_least_one, default=4,
                    help="simulated ranks (default 4; on GPUs: one per process)")
-    p.add_argument("--tokens", type=_at_least_one, default=8,
+    p.add_argument("--tokens", type=at_least_one, default=8,
                    help="tokens per rank (default 8): each rank holds ranks x tokens rows and normalizes its "
                         "tokens of them")
-    p.add_argument("--hidden", type=_at_least_one, default=512, help="hidden size (default 512)")
+    p.add_argument("--hidden", type=at_least_one, default=512, help="hidden size (default 512)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the random inputs and of the simulator's interleaving (default 0)")
     p.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
@@ -350,7 +341,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtypes", nargs="*", help="subset of element types (default: all)")
     p.add_argument("--ops", nargs="*", help="subset of operators: sum prod min max avg premulsum (default: all)")
     p.add_argument("--gin", action="store_true", help="the kernels for communicators spanning several nodes")
-    p.add_argument("--jobs", type=_at_least_one, help="worker processes (default: one per CPU)")
+    p.add_argument("--jobs", type=at_least_one, help="worker processes (default: one per CPU)")
     return parser
 
 

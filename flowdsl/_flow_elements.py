@@ -174,15 +174,13 @@ def from_float(value, like):
 def _element_refusal(name: str, x):
     """The simulator's refusal of an element type ``to_float``/``from_float`` do not take (the GPU's typing
     says the same)."""
-    from .sim.errors import KernelTypingError  # noqa: PLC0415 - only the simulator runs these bodies
-    from .sim.scheduler import sim_error  # noqa: PLC0415
+    from .sim.errors import KernelTypingError, sim_error  # noqa: PLC0415 - only the simulator runs these bodies
 
     return sim_error(KernelTypingError, conversion_refusal(name, np.asarray(x).dtype))
 
 
 def _value_refusal(value):
-    from .sim.errors import KernelTypingError  # noqa: PLC0415 - only the simulator runs these bodies
-    from .sim.scheduler import sim_error  # noqa: PLC0415
+    from .sim.errors import KernelTypingError, sim_error  # noqa: PLC0415 - only the simulator runs these bodies
 
     from numba import typeof  # noqa: PLC0415 - the type's name as the GPU's typing words it
 
@@ -267,8 +265,7 @@ def premul(red, value):
     if red.op != RedOp.PREMULSUM or red.scale is None:
         return value
     if type(red.scale) is not type(value):  # only the simulator runs this body: the GPU's typing refuses first
-        from .sim.errors import KernelTypingError  # noqa: PLC0415
-        from .sim.scheduler import sim_error  # noqa: PLC0415
+        from .sim.errors import KernelTypingError, sim_error  # noqa: PLC0415
 
         raise sim_error(KernelTypingError, premul_type_refusal(np.asarray(red.scale).dtype, np.asarray(value).dtype))
     return combine(RedOp.PROD, value, red.scale, red.fp8)

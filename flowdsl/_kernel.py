@@ -365,7 +365,7 @@ class FlowKernel:
             from .lowering.compiler import KernelCode  # noqa: PLC0415
             from .lowering.target import Target  # noqa: PLC0415
             from .runtime import nccl as nccl_runtime  # noqa: PLC0415
-            from .runtime.support import support_build_for  # noqa: PLC0415
+            from .runtime.support import feature_libraries, support_build_for  # noqa: PLC0415
 
             try:
                 target = _targets.device_target()
@@ -373,7 +373,7 @@ class FlowKernel:
                 target = Target(nccl_runtime.loaded_version(), "sm_90", _targets.cuda_version(None))
             support = support_build_for(target.nccl, target.arch)
             code = self._code[argtypes] = KernelCode(
-                self.py_func, argtypes, target, support.ltoir, link_for_features=_targets.feature_libraries(target),
+                self.py_func, argtypes, target, support.ltoir, link_for_features=feature_libraries(target),
                 **self._codegen)
         return code
 
@@ -428,7 +428,7 @@ class FlowKernel:
         from .lowering.compiler import compile_kernel  # noqa: PLC0415
         from .lowering.target import Target  # noqa: PLC0415
         from .runtime import nccl as nccl_runtime  # noqa: PLC0415
-        from .runtime.support import support_build_for  # noqa: PLC0415
+        from .runtime.support import feature_libraries, support_build_for  # noqa: PLC0415
 
         version = parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version()
         _refuse_another_abi(self.__name__, argtypes, version)
@@ -436,7 +436,7 @@ class FlowKernel:
         support = support_build_for(version, arch)
         target = Target(version, arch, _targets.cuda_version(cuda), _targets.gin_backend_named(gin_backend, self.__name__))
         return compile_kernel(self.py_func, tuple(argtypes), target, support.ltoir, support_arch=support.arch,
-                              link_for_features=_targets.feature_libraries(target), **self._codegen)
+                              link_for_features=feature_libraries(target), **self._codegen)
 
     @staticmethod
     def argtypes_for(*args, nccl: str | tuple | None = None):
@@ -530,7 +530,7 @@ class FlowKernel:
         ``key`` is None for a kernel that cannot be cached (it reaches a value without a
         reliable hash): it is compiled in memory, with one warning per kernel.
         """
-        from .runtime.support import support_build_for  # noqa: PLC0415
+        from .runtime.support import feature_libraries, support_build_for  # noqa: PLC0415
 
         support = support_build_for(target.nccl, target.arch)
         try:
@@ -548,7 +548,7 @@ class FlowKernel:
         from .lowering.compiler import compile_kernel  # noqa: PLC0415 - binds numba-cuda: not for a disk hit
 
         compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, support_arch=support.arch,
-                                  link_for_features=_targets.feature_libraries(target), **self._codegen)
+                                  link_for_features=feature_libraries(target), **self._codegen)
         meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features), "phases": compiled.phases}
         from .lowering.gin import linked_backend  # noqa: PLC0415
 

@@ -12,7 +12,7 @@ from .errors import UsageError
 if TYPE_CHECKING:
     from .lowering.target import Target
 
-__all__ = ["device_target", "cuda_version", "feature_libraries", "gin_backend_named", "gin_backend_of"]
+__all__ = ["device_target", "cuda_version", "gin_backend_named", "gin_backend_of"]
 
 
 def checked_arch(arch, operation: str) -> str:
@@ -48,13 +48,6 @@ def cuda_version(cuda) -> tuple[int, int]:
     if isinstance(cuda, str):
         cuda = cuda.split(".")
     return int(cuda[0]), int(cuda[1])
-
-
-def feature_libraries(target: Target):
-    """Libraries a kernel's features add to its link: a GIN build for GIN, the CFT build for flowdsl.cft."""
-    from .runtime.support import feature_libraries  # noqa: PLC0415
-
-    return feature_libraries(target)
 
 
 def gin_backend_named(name, kernel_name: str):

@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["main", "parser", "checked", "run_somewhere", "entry"]
+__all__ = ["main", "parser", "checked", "run_somewhere", "entry", "at_least_one"]
 
 
 def _pairs(returned):
@@ -36,17 +36,27 @@ def run_somewhere(run, sim: bool, ranks: int, nodes: int = 1):
             f"on the CPU simulator ({nodes} node{'s' if nodes > 1 else ''}{', --sim' if sim else ', no GPU found'})")
 
 
+def at_least_one(text: str) -> int:
+    """A count on a command line (``--ranks``, ``--tokens``, ...), refused with argparse's one-line message
+    unless it is a whole number of 1 or more: the rule of the flowdsl command and of every example."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
 def parser(name: str, what: str, ranks: int, nodes: int = 1) -> argparse.ArgumentParser:
     """The command line every example takes (``--sim``, ``--ranks``, ``--nodes``; counts of 1 or more, refused
     with the parser's one-line message otherwise); an example may add its own options."""
-    from flowdsl.__main__ import _at_least_one  # noqa: PLC0415 - the flowdsl command's own rule
-
     p = argparse.ArgumentParser(prog=f"python -m flowdsl.examples.{name}",
                                 description=f"{name}: {what}. Checked against NumPy: on the GPU(s), or on "
                                             "simulated ranks on the CPU without one.")
     p.add_argument("--sim", action="store_true", help="run on the CPU simulator even if a GPU is present")
-    p.add_argument("--ranks", type=_at_least_one, default=ranks, help=f"simulated ranks (default {ranks})")
-    p.add_argument("--nodes", type=_at_least_one, default=nodes, help=f"simulated nodes (default {nodes})")
+    p.add_argument("--ranks", type=at_least_one, default=ranks, help=f"simulated ranks (default {ranks})")
+    p.add_argument("--nodes", type=at_least_one, default=nodes, help=f"simulated nodes (default {nodes})")
     return p
 
 

@@ -61,11 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     On GPUs one rank per process (``torchrun --nproc_per_node=N``); without a GPU, or
     with ``--sim``, on ``--ranks`` simulated ranks on the CPU.
     """
-    from flowdsl.__main__ import _at_least_one  # noqa: PLC0415
     from flowdsl.examples import _cli  # noqa: PLC0415
 
     p = _cli.parser("allgather_lsa", "all-gather over LSA", ranks=4)
-    p.add_argument("--count", type=_at_least_one, default=4096, help="elements each rank contributes (default 4096)")
+    p.add_argument("--count", type=_cli.at_least_one, default=4096, help="elements each rank contributes (default 4096)")
     args = p.parse_args(argv)
 
     def body():

@@ -36,14 +36,14 @@ import numpy as np
 from ..cft import MemFenceScope, MemProxyType
 from ..enums import MemoryOrder
 from . import _state
-from .errors import CftCoverageError, UsageError, WindowAccessError
+from .errors import CftCoverageError, UsageError, WindowAccessError, sim_error
 from .checks import KIND_CHECKS, barrier_index
 from .coop import coop_sync
 from .gin import roll_ge
 from .network import Op
 from .memory import raw
 from .races import net_what, where_now
-from .scheduler import Cond, Wait, sim_error
+from .scheduler import Cond, Wait
 from .semantics import current, implements
 from .team import Team
 from .timeouts import note_bounded

@@ -20,9 +20,8 @@ import numpy as np
 
 from .._spec import KindRegistry, spec_of
 from . import _state
-from .errors import BarrierIndexError, KernelTypingError
+from .errors import BarrierIndexError, KernelTypingError, sim_error
 from .memory import Window, WindowView
-from .scheduler import sim_error
 
 __all__ = ["check_call", "KIND_CHECKS", "check_index", "barrier_index"]
 

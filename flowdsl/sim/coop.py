@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ..enums import CoopKind
 from .checks import KIND_CHECKS
-from .errors import UsageError
-from .scheduler import block_sync, sim_error
+from .errors import UsageError, sim_error
+from .scheduler import block_sync
 from .semantics import current, implements, run
 
 __all__ = ["Coop", "coop_sync"]

@@ -36,9 +36,9 @@ from .._devices import code_names
 from .._spec import NUMPY_ALLOCATING, numpy_allocation_refusal
 from . import _state, intrinsics
 from .bf16 import SimBf16
-from .errors import KernelTypingError, UnsupportedFeatureError, UsageError
+from .errors import KernelTypingError, UnsupportedFeatureError, UsageError, sim_error
 from .memory import as_dtype, poisoned, raw
-from .scheduler import block_sync, sim_error
+from .scheduler import block_sync
 
 __all__ = ["cuda", "SimCuda", "simulate_function"]
 

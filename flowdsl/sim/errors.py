@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..errors import CollectiveMismatchError as _CollectiveMismatchError
 from ..errors import DeviceTimeoutError, FlowDSLError
 from ..errors import UsageError as _UsageError
+from . import _state
 
 __all__ = [
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
@@ -28,6 +29,17 @@ class SimulationError(FlowDSLError, RuntimeError):
 
     seed: int | None = None
     rank: int | None = None
+
+
+def sim_error(cls, text) -> SimulationError:
+    """An exception of class ``cls`` whose message names the running task and the seed that replays it."""
+    t, s = _state.cur, _state.sched
+    who = f" [{t.name()}]" if t is not None else ""
+    seed = f" (seed={s.seed})" if s is not None else ""
+    e = cls(text + who + seed)
+    e.seed = s.seed if s is not None else None
+    e.rank = t.rank if t is not None else None
+    return e
 
 
 class UnsupportedFeatureError(SimulationError, NotImplementedError):

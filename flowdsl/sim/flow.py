@@ -10,9 +10,8 @@ from . import _state
 from .._flow_elements import (Reduction, bad_channel_text, bad_connection_text, bad_layout_text,
                               missing_gin_context_text, scale_refusal)
 from ..enums import Protocol, RedOp
-from .errors import KernelTypingError, UsageError
+from .errors import KernelTypingError, UsageError, sim_error
 from .races import user_line
-from .scheduler import sim_error
 from .semantics import implements
 
 __all__: list[str] = []

@@ -16,10 +16,10 @@ from . import _state
 from .checks import KIND_CHECKS, barrier_index, check_index
 from .coop import coop_sync
 from .errors import (BarrierIndexError, GinBackendError, GinResourceError, KernelTypingError, UsageError,
-                     WindowAccessError)
+                     WindowAccessError, sim_error)
 from .lsa import BarrierSession, lsa_arrive, lsa_wait, open_lsa_barrier
 from .network import Op
-from .scheduler import Cond, Wait, sim_error
+from .scheduler import Cond, Wait
 from .semantics import current, implements
 from .timeouts import note_bounded
 

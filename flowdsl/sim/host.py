@@ -19,12 +19,12 @@ from ..enums import GinBackend
 from ..errors import ResourceClosedError
 from ..errors import UsageError as _UsageErrorBase
 from .errors import (CollectiveMismatchError, DeadlockError, KernelTypingError, LivelockError, SimulationError,
-                     StalledError, UnsupportedFeatureError, UsageError)
+                     StalledError, UnsupportedFeatureError, UsageError, sim_error)
 from .network import Network
 from .memory import Closable, SymBuffer, Window, WindowGroup, poisoned
 from .races import RaceDetector, enabled_by_default
 from .watchdog import Watchdog
-from .scheduler import Block, Cond, HostTask, HostThread, KernelThread, Launch, Scheduler, Wait, fmt_ids, sim_error
+from .scheduler import Block, Cond, HostTask, HostThread, KernelThread, Launch, Scheduler, Wait, fmt_ids
 
 __all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch"]
 

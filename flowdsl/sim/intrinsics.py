@@ -16,8 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .errors import UsageError
-from .scheduler import sim_error
+from .errors import UsageError, sim_error
 
 __all__ = ["round_", "popc", "brev", "clz", "ffs", "fma", "cbrt", "selp", "lanemask_lt", "atomic_max", "atomic_min",
            "atomic_nanmax", "atomic_nanmin", "Fp16"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from .. import lsa
 from . import _state
 from .checks import KIND_CHECKS, barrier_index
-from .errors import BarrierIndexError, UsageError, WindowAccessError
-from .scheduler import Wait, sim_error
+from .errors import BarrierIndexError, UsageError, WindowAccessError, sim_error
+from .scheduler import Wait
 from .coop import coop_sync
 from .semantics import current, implements, run
 from .timeouts import note_bounded

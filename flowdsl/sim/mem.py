@@ -7,10 +7,10 @@ import numpy as np
 
 from ..enums import MemoryOrder
 from . import _state
-from .errors import UsageError, WindowAccessError
+from .errors import UsageError, WindowAccessError, sim_error
 from .memory import WindowView, address_key, as_dtype, raw
 from .network import note_load
-from .scheduler import block_sync, sim_error
+from .scheduler import block_sync
 from .semantics import current, implements
 
 __all__: list[str] = []

@@ -10,10 +10,9 @@ import numpy as np
 from ..host.checks import numba_dtype
 from ..host.streams import stream_handle
 from . import _state
-from .errors import UsageError, WindowAccessError
+from .errors import UsageError, WindowAccessError, sim_error
 from .races import TrackedArray
 from .network import check_read
-from .scheduler import sim_error
 
 __all__ = [
     "as_dtype", "poisoned", "SymBuffer", "WindowGroup", "Closable", "Window", "WindowView", "raw",

@@ -22,9 +22,9 @@ import numpy as np
 
 from ..enums import GinBackend, MemoryOrder
 from . import _state
-from .errors import GinCoverageError, UsageError
+from .errors import GinCoverageError, UsageError, sim_error
 from .races import net_what, where_now
-from .scheduler import Cond, sim_error
+from .scheduler import Cond
 
 __all__ = ["Network", "Op", "Channel", "BACKENDS", "DELIVERIES", "check_read", "note_load"]
 

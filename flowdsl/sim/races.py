@@ -38,7 +38,7 @@ import numpy as np
 
 from ..enums import MemoryOrder
 from . import _state
-from .errors import DataRaceError, IndexAccessError
+from .errors import DataRaceError, IndexAccessError, sim_error
 
 __all__ = ["RaceDetector", "TrackedArray", "ACQUIRING", "RELEASING", "enabled_by_default", "ENV_VAR"]
 
@@ -359,7 +359,6 @@ def _accessed(values, write: bool) -> None:
 def _past_the_end(arr, index, err):
     """An index outside ``arr`` (a buffer, a shared array) as an error naming the array: on a GPU the access
     reads or writes whatever lies beyond it."""
-    from .scheduler import sim_error  # noqa: PLC0415 - the scheduler imports this module
     return sim_error(IndexAccessError, (
         f"Cannot access element {index!r} of {arr._name or 'an array'} (shape {arr.shape}) at "
         f"{_where(_site())}: {err}. On a GPU "

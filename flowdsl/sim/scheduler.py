@@ -28,8 +28,9 @@ import threading
 import greenlet
 
 from . import _state
-from .errors import DeadlockError, LivelockError, SimulationError
+from .errors import DeadlockError, LivelockError, sim_error
 from .hints import deadlock_hints, describe_element, describe_spin, livelock_hints
+from .races import _library, user_frame
 from .timeouts import as_timeout
 
 __all__ = [
@@ -115,8 +116,6 @@ def where(task) -> str:
 
 def _called_from(f) -> str:
     """For a frame of flowdsl's own device code (a Flow step's wait): the user's line that called into it."""
-    from .races import _library, user_frame  # noqa: PLC0415 - for a report only
-
     if not _library(f.f_code.co_filename):
         return ""
     f = user_frame(f)
@@ -620,26 +619,6 @@ class Wait:
 
     def detail(self, sched) -> str:
         return self._detail(sched) if self._detail is not None else ""
-
-
-class SimError:
-    """Namespace helper: build a :class:`SimulationError` subclass naming the current task."""
-
-    @staticmethod
-    def make(cls, text):
-        t = _state.cur
-        s = _state.sched
-        who = f" [{t.name()}]" if t is not None else ""
-        seed = f" (seed={s.seed})" if s is not None else ""
-        e = cls(text + who + seed)
-        e.seed = s.seed if s is not None else None
-        e.rank = t.rank if t is not None else None
-        return e
-
-
-def sim_error(cls, text) -> SimulationError:
-    """An exception of class ``cls`` whose message names the running task and the seed."""
-    return SimError.make(cls, text)
 
 
 class _BlockWait:

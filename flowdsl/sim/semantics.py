@@ -21,8 +21,8 @@ from typing import Any, Callable
 from .. import _stubs
 from . import _state
 from .checks import check_call
-from .errors import UnsupportedFeatureError
-from .scheduler import KernelThread, sim_error
+from .errors import UnsupportedFeatureError, sim_error
+from .scheduler import KernelThread
 
 __all__ = ["SEMANTICS", "implements", "dispatch", "run", "current"]
 

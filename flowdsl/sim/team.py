@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from .checks import KIND_CHECKS
-from .errors import UsageError
-from .scheduler import sim_error
+from .errors import UsageError, sim_error
 from .semantics import implements
 
 __all__ = ["Team"]

@@ -15,9 +15,9 @@ import numpy as np
 from .. import wait
 from .._flow_staging import describe_word
 from . import _state
-from .errors import StaleDataError
+from .errors import StaleDataError, sim_error
 from .memory import WindowView, address_key
-from .scheduler import _SIM_DIR, _STUBS_FILE, sim_error
+from .scheduler import _SIM_DIR, _STUBS_FILE
 from .semantics import current, implements
 from .timeouts import note
 
