@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ._version import __version__
 from .enums import CoopKind, GinBackend, GinConnectionType, MemoryOrder, Protocol, RedOp, ThreadScope
 from . import cft, coop, lsa, mem, team, gin, wait  # docs/api.md lists the device modules in this order
+from . import _device_api  # noqa: F401 - gives each device function numba-cuda's dispatcher API
 from ._devices import device
 from .errors import (CollectiveMismatchError, DeviceOnlyError, DeviceTimeoutError, FlowDSLError, NoDeviceError,
                      ResourceClosedError, UsageError)

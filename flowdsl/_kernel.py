@@ -149,6 +149,8 @@ def _refuse_another_abi(name: str, argtypes, version: tuple) -> None:
 class FlowKernel:
     """A flowdsl kernel: compiled at first launch per argument types, cached on disk."""
 
+    __flowdsl_kernel__ = True  # how the lowering knows a kernel called from a kernel (lowering/devices.py)
+
     def __init__(self, py_func, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
                  max_registers: int | None = None, link=(), extensions=(), launch_bounds=None,
                  shared_memory_carveout=None):

@@ -146,7 +146,7 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
 
     TypingError = numba_error_classes("TypingError")  # numba-cuda raises its own class or numba's  # noqa: N806
 
-    from .._devices import register_called_kernels  # noqa: PLC0415
+    from .devices import register_called_kernels  # noqa: PLC0415
 
     register_called_kernels(pyfunc)  # kernels it calls are device functions there, as numba-cuda's are
     try:

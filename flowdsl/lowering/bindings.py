@@ -11,9 +11,9 @@ from numba.core import types as numba_types
 from numba.cuda.extending import lower_getattr_generic, typeof_impl
 from numba.cuda.typing.templates import AttributeTemplate, infer_getattr
 
-from .. import _devices
 from ..enums import ConstantEnumMeta, MemoryOrder, Protocol, RedOp, ThreadScope
 from . import cft, coop, flow, gin, lsa, mem, team, wait  # noqa: F401 - each registers its bindings
+from .devices import bind_device_functions
 from .generic import bind_spec_lowerings
 from .types import ConstantEnumClass, bind_attributes
 
@@ -49,4 +49,4 @@ def _lower_constant_enum_member(context, builder, ty, value, attr):
 
 bind_spec_lowerings()  # the primitives that are one C call, from their specs (every surface module is imported)
 bind_attributes()
-_devices.bind_devices()
+bind_device_functions()

@@ -7,12 +7,13 @@ import os
 
 import numpy as np
 
-from ..errors import DeviceTimeoutError, NoDeviceError, UsageError
+from ..errors import DeviceTimeoutError, UsageError
 from ..host.arrays import cuda_array_interface, is_torch, torch_bits
 from .._release import format_version
 from . import nccl
 from ..host import checks, streams
-from .memory import DevComm, SymmetricAllocation, Window, array_at, device_pointer, resources_changed
+from .memory import (DevComm, SymmetricAllocation, Window, array_at, device_pointer, require_gpu,
+                     resources_changed)
 from .support import abi_layout
 from .wait_record import GRACE, WaitRecord, aborted_error, resolve_timeout, wait_for_device
 
@@ -60,23 +61,6 @@ def requirement_fields(requirements: dict, given, layout: dict, version) -> dict
 
 #: The environment variable that turns the collectives' cross-rank check on (``1``) for every communicator.
 CHECK_COLLECTIVES_ENV = "FLOWDSL_CHECK_COLLECTIVES"
-
-
-def _require_gpu(operation: str) -> None:
-    try:
-        from cuda.bindings import driver  # noqa: PLC0415
-
-        err, = driver.cuInit(0)[:1]
-        ok = int(err) == 0
-        if ok:
-            err, count = driver.cuDeviceGetCount()
-            ok = int(err) == 0 and count > 0
-    except Exception:  # noqa: BLE001 - any failure here means "no usable GPU"
-        ok = False
-    if not ok:
-        raise NoDeviceError(f"Cannot {operation}: no CUDA GPU is available (the driver did not initialise "
-                            "or reports no device). Run on a machine with an NVIDIA GPU, or run the same "
-                            "program on the CPU simulator with flowdsl.sim.spawn(main, nranks=N).")
 
 
 #: Bytes of NCCL's unique id (``NCCL_UNIQUE_ID_BYTES``).
@@ -181,7 +165,7 @@ def init(nranks: int | None = None, rank: int | None = None, unique_id: bytes | 
             Defaults to ``$FLOWDSL_WAIT_TIMEOUT``, else 300.
     """
     wait_timeout = resolve_timeout(wait_timeout)
-    _require_gpu("initialise a flowdsl communicator")
+    require_gpu("initialise a flowdsl communicator")
     if mpi_comm is not None:
         nranks, rank = mpi_comm.Get_size(), mpi_comm.Get_rank()
     elif group is not None:

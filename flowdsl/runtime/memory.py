@@ -14,13 +14,13 @@ import struct
 import numpy as np
 
 from ..enums import GinBackend
-from ..errors import UsageError
+from ..errors import NoDeviceError, UsageError
 from ..host.arrays import cuda_array_interface, is_torch, torch_bits
 from .._release import format_version
 from . import nccl
 from ..host import checks
 
-__all__ = ["Resource", "SymmetricAllocation", "Window", "DevComm", "array_at", "device_pointer", "GinBackend", "GIN_BACKENDS",
+__all__ = ["Resource", "SymmetricAllocation", "Window", "DevComm", "array_at", "device_pointer", "require_gpu", "GinBackend", "GIN_BACKENDS",
            "gin_backend_of", "gin_backends_in"]
 
 
@@ -299,6 +299,24 @@ class DevComm(Resource):
                 f"requirements={self.requirements})")
 
 
+def require_gpu(operation: str) -> None:
+    """Refuse ``operation`` with :class:`flowdsl.NoDeviceError` unless the CUDA driver starts and sees a GPU."""
+    try:
+        from cuda.bindings import driver  # noqa: PLC0415
+
+        err, = driver.cuInit(0)[:1]
+        ok = int(err) == 0
+        if ok:
+            err, count = driver.cuDeviceGetCount()
+            ok = int(err) == 0 and count > 0
+    except Exception:  # noqa: BLE001 - any failure here means "no usable GPU"
+        ok = False
+    if not ok:
+        raise NoDeviceError(f"Cannot {operation}: no CUDA GPU is available (the driver did not initialise "
+                            "or reports no device). Run on a machine with an NVIDIA GPU, or run the same "
+                            "program on the CPU simulator with flowdsl.sim.spawn(main, nranks=N).")
+
+
 class HostArrayCopies:
     """Device copies of host NumPy arrays for one launch on stream handle ``stream`` (numba-cuda's device
     arrays, as numba-cuda's own launch makes them; :mod:`flowdsl.host.transfers` says when)."""
@@ -306,9 +324,7 @@ class HostArrayCopies:
     def __init__(self, stream: int, kernel_name: str = "a kernel"):
         from numba import cuda  # noqa: PLC0415 - a launch with host arrays: numba-cuda is loaded already
 
-        from .communicator import _require_gpu  # noqa: PLC0415
-
-        _require_gpu(f"launch {kernel_name} with a host NumPy array")  # not numba's CudaSupportError
+        require_gpu(f"launch {kernel_name} with a host NumPy array")  # not numba's CudaSupportError
         self.cuda = cuda
         # Stream 0 as numba's 0, not its default_stream() object: a device array holding that object fails
         # to give its __cuda_array_interface__ (its handle's __int__ returns an enum: numba-cuda 0.30.4).

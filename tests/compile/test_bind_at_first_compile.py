@@ -32,7 +32,7 @@ def kept_before(a, i):
 def inlined_before(a, i):
     a[i] = a[i] - 2.0
 
-assert not _devices._devices_bound and len(_devices._PENDING_DEVICES) >= 2
+assert _devices._binder is None and len(_devices._PENDING_DEVICES) >= 2
 assert "flowdsl.lowering.bindings" not in sys.modules
 
 @flowdsl.kernel
@@ -44,7 +44,7 @@ def first(a):
 
 args = first.argtypes_for(np.zeros(4, np.float32), nccl="2.28.9")
 symbols = first.compile(args, arch="sm_90", nccl="2.28.9").function_symbols()
-assert _devices._devices_bound and not _devices._PENDING_DEVICES
+assert _devices._binder is not None and not _devices._PENDING_DEVICES
 assert [s for s in symbols if "kept_before" in s], symbols
 assert not [s for s in symbols if "inlined_before" in s], symbols
 

@@ -110,7 +110,7 @@ def torchrun(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.distributed", dist)
     for name, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "2", "RANK": "1"}.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(communicator, "_require_gpu", lambda operation: None)
+    monkeypatch.setattr(communicator, "require_gpu", lambda operation: None)
     made = []
 
     def communicator_of(*args):  # records what the GPU communicator would be made from
@@ -136,7 +136,7 @@ def test_init_under_torchrun_refuses_a_pickle_in_the_store(torchrun):
 
 
 def test_init_refuses_an_explicit_unique_id_of_the_wrong_length(monkeypatch):
-    monkeypatch.setattr(communicator, "_require_gpu", lambda operation: None)
+    monkeypatch.setattr(communicator, "require_gpu", lambda operation: None)
     with pytest.raises(UsageError, match=r"unique_id= holds 16 bytes, but NCCL's unique id has 128\. Pass rank "
                                          r"0's nccl.core.get_unique_id\(\).as_bytes"):
         communicator.init(2, 0, bytes(16))

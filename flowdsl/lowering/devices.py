@@ -1,0 +1,76 @@
+"""``@flowdsl.device`` functions, and flowdsl kernels called from kernels, registered with numba-cuda: the binder
+the device surface (:mod:`flowdsl._devices`) is given when the compiler first loads (:mod:`flowdsl.lowering.bindings`
+calls :func:`bind_device_functions`), and the registration of the kernels a kernel calls, before it is typed.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from numba.cuda.extending import overload
+
+from .._devices import bare_copy, code_names, install_binder
+
+__all__ = ["bind_device_functions", "register_called_kernels", "register_device"]
+
+#: Kernels registered as device functions (:func:`register_called_kernels`).
+_CALLABLE: set = set()
+_lock = threading.Lock()
+
+
+def bind_device_functions() -> None:
+    """Register the device functions made so far with numba-cuda, and each later one as it is made."""
+    install_binder(register_device)
+
+
+def register_device(fn) -> None:
+    """``fn`` as an overload numba-cuda's typing finds: a device function, or a kernel called from a kernel."""
+    if fn.py_func is fn:
+        # An overload of fn itself (fn stays the plain Python function), compiled with its own fast-math flag,
+        # as register_jitable does, but from a copy without fn's attributes: numba's dispatcher takes over its
+        # function's __dict__, and fn.overloads (the declared signatures) would stand in for the dispatcher's own.
+        impl = bare_copy(fn)
+
+        @overload(fn, jit_options={"fastmath": True} if fn.__flowdsl_fastmath__ else {}, inline="never",
+                  strict=False)
+        def _as_jitable(*args, **kwargs):
+            return impl
+        return
+    impl = fn.py_func  # a kernel object: an overload of the object, implemented by its function
+
+    @overload(fn, inline="never", strict=False)
+    def _as_device_function(*args):
+        return impl
+
+
+def register_called_kernels(fn) -> None:
+    """Let ``fn`` call the flowdsl kernels it names (as globals or closure values, its device functions'
+    too): each runs as a device function there, as numba-cuda compiles a ``@cuda.jit`` kernel called from
+    another kernel. Called before ``fn`` is typed; only kernels named so are registered (a registration
+    keeps its kernel alive), each once."""
+    seen, todo = set(), [fn]
+    while todo:
+        f = todo.pop()
+        code = getattr(f, "__code__", None)
+        if code is None or id(f) in seen:
+            continue
+        seen.add(id(f))
+        values = [f.__globals__.get(name) for name in code_names(code)]
+        values += [cell.cell_contents for cell in (f.__closure__ or ()) if _filled(cell)]
+        for value in values:
+            if getattr(type(value), "__flowdsl_kernel__", False):  # a FlowKernel (its module imports this one)
+                with _lock:
+                    if value not in _CALLABLE:
+                        _CALLABLE.add(value)
+                        register_device(value)
+                todo.append(value.py_func)
+            elif hasattr(value, "__flowdsl_inline__"):  # a @flowdsl.device function: it may name kernels too
+                todo.append(value)
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
