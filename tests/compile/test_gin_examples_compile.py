@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import flowdsl
-from flowdsl.examples import alltoall_gin, alltoall_hybrid, moe_gin, rmsnorm_gin, rmsnorm_hybrid
+from flowdsl.examples import alltoall_gin, alltoall_hybrid, gin_put, moe_gin, rmsnorm_gin, rmsnorm_hybrid
 
 pytestmark = pytest.mark.compile
 
@@ -16,6 +16,7 @@ CASES = {
     "alltoall_hybrid": (alltoall_hybrid.alltoall_hybrid, ("devcomm", F, F, 256, 4), False),
     "rmsnorm_gin": (rmsnorm_gin.rmsnorm_gin, ("devcomm", F, F, 96, 1e-6), False),
     "rmsnorm_hybrid": (rmsnorm_hybrid.rmsnorm_hybrid, ("devcomm", F, F, 96, 1e-6), False),
+    "gin_put": (gin_put.gin_put, ("devcomm", I64, I64, 1 << 20, 1), False),
     "moe_gin": (moe_gin.moe_gin, ("devcomm", F, I32, F, I32, I64, F, F, np.zeros(2, np.int64),
                                   np.zeros(2, np.int32), np.zeros(2, np.float32), 12, 32, 0), True),
 }

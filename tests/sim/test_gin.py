@@ -9,7 +9,7 @@ from numba import cuda, int64, uint64
 import flowdsl
 import flowdsl.sim as sim
 from flowdsl import MemoryOrder, ThreadScope, coop, gin, lsa, mem, team
-from flowdsl.examples import alltoall_gin, alltoall_hybrid, moe_gin, rmsnorm_gin, rmsnorm_hybrid
+from flowdsl.examples import alltoall_gin, alltoall_hybrid, gin_put, moe_gin, rmsnorm_gin, rmsnorm_hybrid
 from flowdsl.testing import assert_ranks_close, run_ranks
 
 pytestmark = pytest.mark.sim
@@ -61,6 +61,52 @@ def test_alltoall_other_shapes(example, shape):
     for d in DELIVERIES:
         assert_ranks_close(run_ranks(lambda c: example.run(c, count=48), nranks=n, nodes=nodes, seed=5,
                                      gin_delivery=d), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("delivery", DELIVERIES)
+@pytest.mark.parametrize("shape", [(2, 1), (2, 2), (4, 2)], ids=["1x2", "2x1", "2x2"])
+def test_gin_put_matches_numpy(shape, delivery):
+    """nccl4py's CuTe GIN example: rank 0's put lands whole in the last rank's window, three calls on one device
+    communicator; the other ranks' windows stay as they were."""
+    n, nodes = shape
+    for pairs in run_ranks(lambda c: gin_put.run(c, count=300, dst=n - 1, calls=3, seed=n), nranks=n, nodes=nodes,
+                           seed=n, gin_delivery=delivery):
+        for result, reference in pairs:
+            np.testing.assert_array_equal(result, reference)
+
+
+@flowdsl.kernel
+def _gin_put_without_the_barrier(comm, send_win, recv_win, nbytes, dst):
+    ctx = gin.context(comm, 0)
+    cta = coop.cta()
+    before = gin.read_signal(ctx, gin_put.SIGNAL)
+    world = team.world(comm)
+    if world.rank == 0:
+        gin.put(ctx, world, dst, recv_win, 0, send_win, 0, nbytes, remote=gin.signal_inc(gin_put.SIGNAL), coop=cta)
+        gin.flush(ctx, cta)
+    if world.rank == dst:
+        gin.wait_signal(ctx, cta, gin_put.SIGNAL, before + 1)
+
+
+def test_gin_put_refuses_a_destination_that_is_not_another_rank():
+    for dst in (0, 2):
+        with pytest.raises(flowdsl.UsageError, match=rf"Cannot put from rank 0 to rank {dst}: the destination must be "
+                                                     r"another rank, 1 to 1\. Run with at least 2 ranks"):
+            sim.spawn(lambda c: gin_put.run(c, count=8, dst=dst), nranks=2, nodes=2)
+
+
+def test_gin_put_without_its_barrier_is_caught(monkeypatch):
+    """Without the world barrier, rank 0's put of the next call can land before the destination reads the signal's
+    start: its wait then expects one increment more than will come, and the simulator says so."""
+    monkeypatch.setattr(gin_put, "gin_put", _gin_put_without_the_barrier)
+    caught = []
+    for seed in range(4):
+        try:
+            sim.spawn(lambda c: gin_put.run(c, count=64, calls=3), nranks=2, nodes=2, seed=seed,
+                      gin_delivery="reordered")
+        except flowdsl.sim.WaitTimeoutError as exc:
+            caught.append(str(exc))
+    assert caught and "waited for gin.wait_signal, signal 1: expected" in caught[0]
 
 
 @pytest.mark.parametrize("delivery", DELIVERIES)

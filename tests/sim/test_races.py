@@ -350,7 +350,7 @@ def test_flow_staging_used_correctly_is_race_free(protocol):
 # ---------------------------------------------------------------- every example is race-free
 def _examples():
     from flowdsl.examples import (allgather_direct, allgather_lsa, allreduce_bias_gelu, allreduce_lsa, alltoall_cft,
-                                  alltoall_gin, alltoall_hybrid, alltoall_lsa, moe_gin, rmsnorm_gin, rmsnorm_hybrid,
+                                  alltoall_gin, alltoall_hybrid, alltoall_lsa, gin_put, moe_gin, rmsnorm_gin, rmsnorm_hybrid,
                                   rmsnorm_lsa)
     return {
         "rmsnorm_lsa": (lambda c: rmsnorm_lsa.run(c, tokens_per_rank=2, hidden=64), 3, 1),
@@ -363,6 +363,7 @@ def _examples():
         "allreduce_bias_gelu_ll": (lambda c: allreduce_bias_gelu.run(c, count=301, protocol=Protocol.LL), 3, 1),
         "allreduce_bias_gelu_ll128": (lambda c: allreduce_bias_gelu.run(c, count=301, protocol=Protocol.LL128), 4, 2),
         "alltoall_gin": (lambda c: alltoall_gin.run(c, count=64), 4, 2),
+        "gin_put": (lambda c: gin_put.run(c, count=64, dst=3, calls=2)[-1], 4, 2),
         "rmsnorm_gin": (lambda c: rmsnorm_gin.run(c, tokens=2, hidden=40), 4, 2),
         "rmsnorm_hybrid": (lambda c: rmsnorm_hybrid.run(c, tokens=2, hidden=40), 4, 2),
         "alltoall_hybrid": (lambda c: alltoall_hybrid.run(c, count=64), 4, 2),
