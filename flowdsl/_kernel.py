@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -36,7 +37,7 @@ __all__ = ["kernel", "device", "FlowKernel", "check_features"]
 
 def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
            max_registers: int | None = None, link=(), extensions=(), launch_bounds=None,
-           shared_memory_carveout=None):
+           shared_memory_carveout=None, debug: bool = False, opt: bool = True):
     """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
 
     ``@flowdsl.kernel("void(int32[:], int32)")`` (or ``signature=``), as numba-cuda's ``cuda.jit`` takes
@@ -68,16 +69,22 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
     ``extensions``: numba-cuda's argument hooks, objects with ``prepare_args(ty, val, stream=, retr=)``
     returning ``(ty, val)``, applied to each argument before a launch (``kernel.extensions.append``
     works too); callables they put in ``retr`` run after the launch.
+    ``debug`` and ``opt``: numba-cuda's. ``debug=True`` compiles debug information (for cuda-gdb; with
+    ``opt=False``, as numba-cuda warns otherwise) and a kernel that reports an exception it raises: on a GPU
+    the launch waits for the kernel and raises it on the host, as numba-cuda's does, with the thread and
+    block before the message (``tid=[..] ctaid=[..]: ``); without ``debug`` the GPU reports nothing and the
+    thread that raised returns. Such a kernel is compiled in each process, not kept in the disk cache.
     """
     if fn is not None and not callable(fn):  # kernel("void(int32[:], int32)"), numba's first argument
         signature, fn = fn, None
     if fn is None:
         return lambda f: kernel(f, signature=signature, fastmath=fastmath, lineinfo=lineinfo,
                                 max_registers=max_registers, link=link, extensions=extensions,
-                                launch_bounds=launch_bounds, shared_memory_carveout=shared_memory_carveout)
+                                launch_bounds=launch_bounds, shared_memory_carveout=shared_memory_carveout,
+                                debug=debug, opt=opt)
     return FlowKernel(fn, signature=signature, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers,
                       link=link, extensions=extensions, launch_bounds=launch_bounds,
-                      shared_memory_carveout=shared_memory_carveout)
+                      shared_memory_carveout=shared_memory_carveout, debug=debug, opt=opt)
 
 
 def _launches_on_a_gpu() -> bool:
@@ -153,8 +160,15 @@ class FlowKernel:
 
     def __init__(self, py_func, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
                  max_registers: int | None = None, link=(), extensions=(), launch_bounds=None,
-                 shared_memory_carveout=None):
+                 shared_memory_carveout=None, debug: bool = False, opt: bool = True):
         self.py_func = py_func
+        self.debug, self.opt = bool(debug), bool(opt)
+        if self.debug and self.opt:
+            from numba.core.errors import NumbaInvalidConfigWarning  # noqa: PLC0415 - numba-cuda's own warning
+
+            warnings.warn(NumbaInvalidConfigWarning("debug=True with opt=True is not supported by CUDA. This may "
+                                                    "result in a crash - set debug=False or opt=False."),
+                          stacklevel=3)
         self.launch_bounds = checks.launch_bounds(launch_bounds, py_func.__name__)
         #: Set on the function when it is loaded (not part of its code).
         self.shared_memory_carveout = checks.shared_memory_carveout(shared_memory_carveout, py_func.__name__)
@@ -211,7 +225,7 @@ class FlowKernel:
         """What the kernel's code is compiled with besides its argument types and target (one place for the
         compile, the inspection API and ``specialize``)."""
         return {"fastmath": self.fastmath, "lineinfo": self.lineinfo, "max_registers": self.max_registers,
-                "link": self.link, "launch_bounds": self.launch_bounds}
+                "link": self.link, "launch_bounds": self.launch_bounds, "debug": self.debug, "opt": self.opt}
 
     def __call__(self, *args, **kwargs):
         raise UsageError(f"Cannot call kernel {self.__name__} directly: the launch configuration was not specified. "
@@ -520,6 +534,8 @@ class FlowKernel:
         """Whether the disk cache holds a sound entry for ``argtypes`` and ``target`` (compiles nothing)."""
         from .runtime.support import support_build_for  # noqa: PLC0415
 
+        if self.debug:  # compiled in each process (its exception table is Python objects)
+            return False
         try:
             key = _cache.kernel_key(self, argtypes, target, support_build_for(target.nccl, target.arch))
         except _cache.Uncacheable:
@@ -536,7 +552,8 @@ class FlowKernel:
 
         support = support_build_for(target.nccl, target.arch)
         try:
-            key, uncacheable = _cache.kernel_key(self, argtypes, target, support), None
+            # debug=True: compiled in each process (its exception table is Python objects), said in kernel()'s docs
+            key, uncacheable = (None, None) if self.debug else (_cache.kernel_key(self, argtypes, target, support), None)
         except _cache.Uncacheable as exc:
             key, uncacheable = None, exc
         root = _cache.kernel_root()
@@ -551,14 +568,15 @@ class FlowKernel:
 
         compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, support_arch=support.arch,
                                   link_for_features=feature_libraries(target), **self._codegen)
-        meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features), "phases": compiled.phases}
+        meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features), "phases": compiled.phases,
+                "exceptions": compiled.exceptions}
         from .lowering.gin import linked_backend  # noqa: PLC0415
 
         if key is not None and linked_backend(compiled.features) is not None:
             key = backend_key
         if key is not None:
             _cache.write_entry(root, key, compiled.cubin, compiled.entry_name, compiled.features)
-        elif not self.__dict__.get("_warned_uncacheable"):
+        elif uncacheable is not None and not self.__dict__.get("_warned_uncacheable"):
             self._warned_uncacheable = True
             _cache.warn(f"Cannot cache kernel {self.py_func.__qualname__} on disk: {uncacheable}, whose value "
                         "flowdsl cannot hash reliably. It is compiled in memory in each process; make such values "
@@ -569,7 +587,8 @@ class FlowKernel:
         start = time.perf_counter()
         key, cubin, meta, source = self._cached_or_compiled(argtypes, target)
         features = frozenset(meta.get("features", ()))
-        loaded = _launch.numba_kernel(meta["entry_name"], cubin, argtypes, features)
+        loaded = _launch.numba_kernel(meta["entry_name"], cubin, argtypes, features, debug=self.debug,
+                                      exceptions=meta.get("exceptions"))
         loaded.shared_memory_carveout = self.shared_memory_carveout  # numba-cuda's bind() sets it on the function
         loaded.bind()  # load the module now, so that the time below includes it
         loaded.flowdsl_features = features

@@ -49,6 +49,8 @@ class _Loaded:
         self.packers = [_packer(t) for t in argtypes]
         # A cooperative kernel goes through numba-cuda's launcher, which launches it cooperatively.
         self.fast = all(p is not None for p in self.packers) and COOPERATIVE not in self.features
+        #: debug=True: where the kernel records an exception, read after each launch (which then waits for it).
+        self.exceptions = _exception_record(numba_kernel) if getattr(numba_kernel, "flowdsl_debug", False) else None
         self.cu_kernel = _kernel_function(numba_kernel) if self.fast else None
         self.handle = int(self.cu_kernel.handle) if self.fast else None  # the CUfunction, as an int
 
@@ -59,6 +61,8 @@ class _Loaded:
 
     def prepared(self, args, grid, block, stream: int, shared):
         """A no-argument launcher of these ``args`` on stream handle ``stream`` (packed once)."""
+        if self.exceptions is not None:  # each launch clears and reads the exception record
+            return lambda: self.launch(args, grid, block, stream, shared)
         if not self.fast:
             return lambda: self.launch(args, grid, block, stream, shared)
         from cuda.core import LaunchConfig, launch  # noqa: PLC0415
@@ -74,18 +78,33 @@ class _Loaded:
             return lambda: launch(core_stream, config, kernel, *flat)
 
     def launch(self, args, grid, block, stream: int, shared):
-        """Launch on stream handle ``stream`` (3-tuples ``grid`` and ``block``)."""
+        """Launch on stream handle ``stream`` (3-tuples ``grid`` and ``block``); a ``debug=True`` kernel's launch
+        waits for it and raises the exception one of its threads raised, as numba-cuda's does."""
+        if self.exceptions is not None:
+            self.exceptions.clear(stream)
         if not self.fast:
             self.numba_kernel.launch(args, grid, block, stream=_core_stream(stream), sharedmem=shared)
-            return
-        self.params.launch(self.handle, args, grid, block, stream, shared)
+        else:
+            self.params.launch(self.handle, args, grid, block, stream, shared)
+        if self.exceptions is not None:
+            raised = self.exceptions.raised(stream)
+            if raised is not None:
+                raise raised
 
-def numba_kernel(entry_name: str, cubin: bytes, argtypes, features=frozenset()):
-    """A numba-cuda launchable kernel around an already linked cubin."""
+def numba_kernel(entry_name: str, cubin: bytes, argtypes, features=frozenset(), debug: bool = False,
+                 exceptions=None):
+    """A numba-cuda launchable kernel around an already linked cubin (``debug``: compiled with ``debug=True``,
+    ``exceptions`` its exception table)."""
     from .lowering.backend import load_kernel  # noqa: PLC0415
     from .lowering.types import ArgumentMarshaller  # noqa: PLC0415
 
-    return load_kernel(entry_name, cubin, argtypes, [ArgumentMarshaller()], cooperative=COOPERATIVE in features)
+    return load_kernel(entry_name, cubin, argtypes, [ArgumentMarshaller()], cooperative=COOPERATIVE in features,
+                       debug=debug, exceptions=exceptions)
+
+def _exception_record(numba_kernel):
+    from .lowering.backend import ExceptionRecord  # noqa: PLC0415
+
+    return ExceptionRecord(numba_kernel)
 
 def _kernel_function(numba_kernel):
     from .lowering.backend import kernel_function  # noqa: PLC0415
@@ -202,8 +221,10 @@ class _Launch:
         return None
 
     def _once(self, args, stream: int, wait: bool = False):
-        """One launch, no replay: on the simulator (``wait``: until it has run), or checked and launched."""
+        """One launch, no replay: on the simulator (``wait``: until it has run), or checked and launched. A
+        ``debug=True`` kernel's launch waits on both, and raises what a thread of it raised."""
         if self._on_simulator(args):
+            wait = wait or getattr(self.kernel, "debug", False)
             _stubs._simulator_launch(self.kernel, self.grid, self.block, stream, self.shared, args, wait=wait)
             return None
         loaded, grid, block = self._checked(args, stream)

@@ -54,7 +54,7 @@ def _flowdsl_jit(target):
     import flowdsl
 
     def jit(func_or_sig=None, device=False, **options):
-        known = {k: options[k] for k in ("fastmath", "lineinfo", "max_registers", "link", "launch_bounds",
+        known = {k: options[k] for k in ("fastmath", "lineinfo", "max_registers", "link", "launch_bounds", "debug", "opt",
                                          "shared_memory_carveout") if options.get(k) is not None}
 
         def make(fn, signature=None):

@@ -42,8 +42,7 @@ def hashes(arch: str, nccl: str, dtypes, ops) -> dict:
     from flowdsl.collectives import _library
     from flowdsl.lowering.compiler import KernelCode
     from flowdsl.lowering.target import Target, parse_version
-    from flowdsl.runtime.support import support_build_for
-    from flowdsl import _targets
+    from flowdsl.runtime.support import feature_libraries, support_build_for
 
     target = Target(parse_version(nccl), arch)
     support = support_build_for(target.nccl, target.arch)
@@ -52,7 +51,7 @@ def hashes(arch: str, nccl: str, dtypes, ops) -> dict:
         algorithm, collective, op, dtype = entry
         kernel = _library._kernel_of(entry, False)
         code = KernelCode(kernel.py_func, _library._argtypes(dtype, target.nccl, algorithm), target, support.ltoir,
-                          link_for_features=_targets.feature_libraries(target), **kernel._codegen)
+                          link_for_features=feature_libraries(target), **kernel._codegen)
         name = f"{algorithm} {collective} {op.name.lower()} {dtype}"
         out[name] = hashlib.sha256(normalised(code.lto_ptx()).encode()).hexdigest()
         print(f"{name:50s} {out[name][:16]}", file=sys.stderr, flush=True)

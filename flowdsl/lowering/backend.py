@@ -84,10 +84,13 @@ def explicit_target(cc: tuple[int, int]):
 
 
 class Lowered:
-    """A kernel typed and lowered by numba-cuda: its LLVM IR, entry symbol, and LTO-IR on demand."""
+    """A kernel typed and lowered by numba-cuda: its LLVM IR, entry symbol, and LTO-IR on demand.
+    ``exceptions``: with ``debug=True``, numba's table of the exceptions the kernel raises (code ->
+    ``(class, args, location)``), which a launch reads back by code; empty otherwise."""
 
-    def __init__(self, library):
+    def __init__(self, library, exceptions=None):
         self._library = library
+        self.exceptions = dict(exceptions or {})
 
     @property
     def entry_name(self) -> str:
@@ -131,16 +134,20 @@ class Lowered:
 
 
 def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, lineinfo: bool,
-                 out_of_line=(), launch_bounds=None) -> Lowered:
+                 out_of_line=(), launch_bounds=None, debug: bool = False, opt: bool = True) -> Lowered:
     """Type and lower ``pyfunc`` as a kernel over ``argtypes`` for ``cc``, for link-time optimisation.
 
     ``out_of_line``: ``module.qualname`` of device functions NVVM must not inline. ``launch_bounds``:
-    numba-cuda's (NVVM annotations that become ``.maxntid`` and the rest in the PTX).
+    numba-cuda's (NVVM annotations that become ``.maxntid`` and the rest in the PTX). ``debug`` and
+    ``opt``: numba-cuda's (debug information, and a kernel that stores the code of an exception it raises
+    for the launch to read; NVVM at ``-O3`` or ``-O0``).
     The public ``numba.cuda.compile(output="ltoir")`` returns bytes only; flowdsl also needs the IR
-    (features, CFT gate) and the entry symbol, so this calls the function that ``compile`` wraps.
+    (features, CFT gate), the entry symbol and the exception table, so this makes the steps of the function
+    that ``compile`` wraps (``_compile_pyfunc_with_fixup``) for a kernel.
     """
     from numba.core import types  # noqa: PLC0415
     from numba.cuda import compiler  # noqa: PLC0415
+    from numba.cuda.cudadrv import nvvm  # noqa: PLC0415
 
     from ..errors import KernelTypingError, numba_error_classes  # noqa: PLC0415
 
@@ -150,10 +157,17 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
 
     register_called_kernels(pyfunc)  # kernels it calls are device functions there, as numba-cuda's are
     try:
+        nvvm_options = {"fastmath": fastmath, "opt": 3 if opt else 0, "gen-lto": None}
+        if debug:
+            nvvm_options["g"] = None
         with explicit_target(cc):
-            library, _ = compiler._compile_pyfunc_with_fixup(
-                pyfunc, types.void(*argtypes), device=False, cc=cc, lto=True, abi="numba",
-                fastmath=fastmath, lineinfo=lineinfo, launch_bounds=launch_bounds)
+            cres = compiler.compile_cuda(pyfunc, types.void, tuple(argtypes), debug=debug, lineinfo=lineinfo,
+                                         fastmath=fastmath, nvvm_options=nvvm_options, cc=cc, abi="numba")
+            library = cres.library
+            kernel = library.get_function(cres.fndesc.llvm_func_name)
+            library._entry_name = cres.fndesc.llvm_func_name
+            compiler.kernel_fixup(kernel, debug)  # with debug: the exception's code, thread and block to globals
+            nvvm.set_launch_bounds(kernel, launch_bounds)
     except TypingError as exc:  # a flowdsl error, as the simulator's for the same mistake; numba's words
         if isinstance(exc, KernelTypingError):
             raise
@@ -167,7 +181,7 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
 
     inline_bodies_called_once(modules)
     library._llvm_strs = [str(mod) for mod in modules]  # what get_ltoir hands NVVM
-    return Lowered(library)
+    return Lowered(library, cres.call_helper.exceptions if debug else None)
 
 
 def type_annotation(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, lineinfo: bool):
@@ -333,15 +347,18 @@ def _mark_never_inline(modules, qualified_names) -> None:
 
 # -- a linked cubin as a launchable kernel ---------------------------------------------------------
 
-def load_kernel(entry_name: str, cubin: bytes, argtypes, extensions=(), cooperative: bool = False):
+def load_kernel(entry_name: str, cubin: bytes, argtypes, extensions=(), cooperative: bool = False,
+                debug: bool = False, exceptions=None):
     """A numba-cuda kernel object around an already linked ``cubin`` (launched by numba-cuda's
-    launcher for argument kinds flowdsl does not pack itself).
+    launcher for argument kinds flowdsl does not pack itself). ``debug``: compiled with ``debug=True``, its
+    exception table ``exceptions`` (:attr:`Lowered.exceptions`), read by :class:`ExceptionRecord`.
 
     numba-cuda makes such objects only by unpickling: its ``_rebuild`` class methods are the way in.
     """
     from cuda.core import ObjectCode  # noqa: PLC0415
     from numba.core import types  # noqa: PLC0415
     from numba.cuda.codegen import CUDACodeLibrary  # noqa: PLC0415
+    from numba.cuda.core.callconv import _MinimalCallHelper  # noqa: PLC0415
     from numba.cuda.descriptor import cuda_target  # noqa: PLC0415
     from numba.cuda.dispatcher import _Kernel  # noqa: PLC0415
 
@@ -349,8 +366,71 @@ def load_kernel(entry_name: str, cubin: bytes, argtypes, extensions=(), cooperat
     library = CUDACodeLibrary._rebuild(codegen, entry_name, entry_name, [], {}, {}, {}, None, {}, False, False,
                                        False, True)
     library._cubin_cache[library._ensure_cc(None)] = ObjectCode.from_cubin(cubin, name=entry_name)
-    return _Kernel._rebuild(cooperative, entry_name, types.void(*argtypes), library, False, False, None,
-                            list(extensions))
+    helper = None
+    if debug:
+        helper = _MinimalCallHelper()
+        helper.exceptions = dict(exceptions or {})
+    # numba-cuda's own debug handling off (flowdsl's launch reads the record: ExceptionRecord), the table kept
+    kernel = _Kernel._rebuild(cooperative, entry_name, types.void(*argtypes), library, False, False, helper,
+                              list(extensions))
+    kernel.flowdsl_debug = debug
+    return kernel
+
+
+class ExceptionRecord:
+    """Where a kernel compiled with ``debug=True`` records the first exception one of its threads raises
+    (numba-cuda's ``kernel_fixup``: globals beside the kernel for the exception's code and that thread's and
+    block's indices), read back after a launch."""
+
+    def __init__(self, numba_kernel):
+        cufunc = numba_kernel._codelibrary.get_cufunc()
+        self._module, self._name = cufunc.module, cufunc.name
+        self._table = numba_kernel.call_helper
+        self._code = self._global("errcode")
+
+    def _global(self, what: str):
+        return self._module.get_global_symbol(f"{self._name}__{what}__")[0]
+
+    def clear(self, stream: int) -> None:
+        """Forget an earlier launch's exception, in stream order before the launch."""
+        from numba.cuda.cudadrv import driver  # noqa: PLC0415
+
+        driver.device_memset(self._code, 0, 4, stream=stream_from_handle(stream) if stream else 0)
+
+    def raised(self, stream: int):
+        """The exception the launch on ``stream`` raised (waits for it), or None: the class and arguments the
+        kernel raised, its message led by the thread's and block's indices as the simulator leads it
+        (``tid=[3, 0, 0] ctaid=[0, 0, 0]: ...``, x first), a note naming the line."""
+        import ctypes  # noqa: PLC0415
+
+        from numba.cuda.cudadrv import driver  # noqa: PLC0415
+
+        if stream:
+            stream_from_handle(stream).synchronize()
+
+        def read(mem) -> int:
+            value = ctypes.c_int()
+            driver.device_to_host(ctypes.addressof(value), mem, 4)
+            return value.value
+
+        code = read(self._code)
+        if code == 0:
+            return None
+        tid = [read(self._global(f"tid{d}")) for d in "xyz"]
+        ctaid = [read(self._global(f"ctaid{d}")) for d in "xyz"]
+        cls, args, loc = self._table.get_exception(code)
+        lead = f"tid={tid} ctaid={ctaid}"
+        try:
+            text = str(cls(*(args or ())))
+            exc = cls(f"{lead}: {text}" if text else lead)
+        except Exception:  # noqa: BLE001 - a class that takes other arguments: it, as raised, the place in a note
+            exc = cls(*(args or ()))
+            exc.add_note(lead)
+        if loc is not None:
+            function, path, line = loc
+            exc.add_note(f"flowdsl: raised in {function} at {path}:{line} (the first thread to raise: "
+                         "the kernel was compiled with debug=True)")
+        return exc
 
 
 def kernel_function(numba_kernel):

@@ -49,6 +49,8 @@ class CompiledKernel:
     #: CPU seconds of each step: ``numba`` (typing and lowering), ``nvvm`` (LLVM IR to LTO-IR),
     #: ``link`` (nvJitLink: link-time optimisation with the support build, then ptxas).
     phases: dict = field(default_factory=dict)
+    #: With ``debug=True``: the exceptions the kernel raises by code (:class:`flowdsl.lowering.backend.Lowered`).
+    exceptions: dict = field(default_factory=dict)
 
     def function_symbols(self) -> list[str]:
         """Every function symbol in the cubin (the kernel alone, once everything is inlined)."""
@@ -63,7 +65,7 @@ def never_inline(qualified_name: str) -> None:
 def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fastmath: bool = False,
                    lineinfo: bool = False, support_arch: str = "", max_registers: int | None = None,
                    link_for_features: Callable[[frozenset], list[tuple[str, bytes]]] | None = None,
-                   link=(), launch_bounds=None) -> CompiledKernel:
+                   link=(), launch_bounds=None, debug: bool = False, opt: bool = True) -> CompiledKernel:
     """Type, lower and link ``pyfunc`` for ``argtypes`` on ``target``.
 
     Typing errors (wrong argument types, a feature the target's NCCL lacks)
@@ -73,13 +75,14 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
     for ``cft``: :func:`flowdsl.runtime.support.feature_libraries`), so a kernel
     without them links the support build alone. What numba-cuda links beside a kernel (its C++ shims
     for half precision, ``declare_device`` files) and ``link`` (the kernel's ``link=`` files) are linked
-    in the same step.
+    in the same step. ``debug`` and ``opt`` are numba-cuda's (:func:`flowdsl.lowering.backend.lower_kernel`).
     """
     start = time.perf_counter()
     clock = _PhaseClock()
     lowered, features, objects = _lowered_for_link(pyfunc, argtypes, target, support_ltoir, fastmath=fastmath,
                                                    lineinfo=lineinfo, link=link, link_for_features=link_for_features,
-                                                   clock=clock, launch_bounds=launch_bounds)
+                                                   clock=clock, launch_bounds=launch_bounds, debug=debug,
+                                                   opt=opt)
     linker = Linker(*objects, options=LinkerOptions(arch=target.arch, link_time_optimization=True,
                                                     lineinfo=lineinfo or None, max_register_count=max_registers))
     try:
@@ -89,17 +92,19 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
         linker.close()
     clock.lap("link")
     return CompiledKernel(lowered.entry_name, bytes(cubin), target, tuple(argtypes), log,
-                          time.perf_counter() - start, support_arch, features=features, phases=clock.phases)
+                          time.perf_counter() - start, support_arch, features=features, phases=clock.phases,
+                          exceptions=lowered.exceptions)
 
 
 def _lowered_for_link(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fastmath: bool, lineinfo: bool,
-                      link, link_for_features, clock=None, launch_bounds=None):
+                      link, link_for_features, clock=None, launch_bounds=None, debug=False, opt=True):
     """``(lowered, features, objects)``: ``pyfunc`` typed and lowered for ``target``, the features its code
     uses, and the objects its link takes (its LTO-IR, the support build, what numba-cuda links beside it,
     ``link``, the feature libraries). One path for a compile and for the inspection API."""
     with compiling_for(target):
         lowered = backend.lower_kernel(pyfunc, argtypes, target.cc, fastmath=fastmath, lineinfo=lineinfo,
-                                       out_of_line=_devices.OUT_OF_LINE, launch_bounds=launch_bounds)
+                                       out_of_line=_devices.OUT_OF_LINE, launch_bounds=launch_bounds, debug=debug,
+                                       opt=opt)
         features = noted_features() | features_in_code(lowered.ir_text)
         features = _check_cft(lowered.ir_text, target, features)
         features = _gin_backend_of(target, features)
@@ -107,10 +112,13 @@ def _lowered_for_link(pyfunc, argtypes, target: Target, support_ltoir: bytes, *,
             features |= {COOPERATIVE}
     if clock is not None:
         clock.lap("numba")
-    ltoir = lowered.ltoir(target.cc)
+    if debug:  # NVVM's LTO-IR with debug information is refused by nvJitLink's reader: linked as PTX
+        kernel_code = ObjectCode.from_ptx(backend.ptx_of(lowered, target.cc).encode(), name=pyfunc.__name__)
+    else:
+        kernel_code = ObjectCode.from_ltoir(lowered.ltoir(target.cc), name=pyfunc.__name__)
     if clock is not None:
         clock.lap("nvvm")
-    objects = [ObjectCode.from_ltoir(ltoir, name=pyfunc.__name__),
+    objects = [kernel_code,
                ObjectCode.from_ltoir(support_ltoir, name="flowdsl_support"),
                *lowered.linked_code(target.cc, link)]
     if link_for_features is not None:
@@ -125,13 +133,13 @@ class KernelCode:
     def __init__(self, pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fastmath: bool = False,
                  lineinfo: bool = False, max_registers: int | None = None, link=(),
                  link_for_features: Callable[[frozenset], list[tuple[str, bytes]]] | None = None,
-                 launch_bounds=None):
+                 launch_bounds=None, debug: bool = False, opt: bool = True):
         self.pyfunc, self.argtypes, self.target = pyfunc, tuple(argtypes), target
         self.fastmath, self.lineinfo, self.max_registers = fastmath, lineinfo, max_registers
         self._lowered, _, self._objects = _lowered_for_link(pyfunc, self.argtypes, target, support_ltoir,
                                                             fastmath=fastmath, lineinfo=lineinfo, link=link,
                                                             link_for_features=link_for_features,
-                                                            launch_bounds=launch_bounds)
+                                                            launch_bounds=launch_bounds, debug=debug, opt=opt)
 
     def llvm(self) -> str:
         """numba's LLVM IR of the kernel and the device functions it calls."""

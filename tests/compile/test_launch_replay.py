@@ -109,7 +109,7 @@ def kernel(monkeypatch):
     loaded = object.__new__(_launch._Loaded)
     loaded.numba_kernel, loaded.argtypes, loaded.features = None, argtypes, frozenset()
     loaded.packers, loaded.fast = [_launch_params._packer(t) for t in argtypes], True
-    loaded.cu_kernel, loaded.handle = pytypes.SimpleNamespace(handle=0), 0
+    loaded.cu_kernel, loaded.handle, loaded.exceptions = pytypes.SimpleNamespace(handle=0), 0, None
     loaded.params = _launch_params._ParameterBuffer(argtypes)
     monkeypatch.setattr(four_arguments, "_loaded", {argtypes: loaded})
     monkeypatch.setattr(four_arguments, "_loaded_by_ids", {tuple(map(id, argtypes)): loaded})

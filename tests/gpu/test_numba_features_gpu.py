@@ -249,3 +249,13 @@ def test_a_shared_memory_carveout_on_the_gpu(comm):
         flowdsl.kernel(shared_memory_carveout=value)(add_into)[1, 1](r, 2, 3)
         comm.synchronize()
         assert int(r.get()[0]) == 5, value
+
+
+def test_a_debug_kernels_exception_is_raised_at_its_launch(comm):
+    """numba-cuda's debug=True through flowdsl's link and launch: the same check as on the simulator."""
+    import cupy
+
+    from tests.sim.test_numba_conventions import check_debug_exception, raises_past_the_end
+
+    a = cupy.full(64, -1, np.float32)
+    check_debug_exception(lambda n: raises_past_the_end[2, 32](a, n), comm.synchronize, a.get)

@@ -406,3 +406,40 @@ def test_a_kernel_exception_left_unsynchronized_ends_the_rank_and_one_that_stops
     with pytest.raises(_KernelError, match=r"tid=\[3, 0, 0\] ctaid=\[0, 0, 0\]: thread 3") as err:
         run_ranks(stuck, nranks=1)
     assert any("could not go on" in note for note in err.value.__notes__), err.value.__notes__
+
+
+class PastTheEnd(Exception):
+    pass
+
+
+@flowdsl.kernel(debug=True, opt=False)
+def raises_past_the_end(a, n):
+    """numba-cuda's debug=True kernel: thread ``n`` raises, every other thread writes its index."""
+    i = cuda.grid(1)
+    if i == n:
+        raise PastTheEnd("a thread past the end")
+    a[i] = i
+
+
+def check_debug_exception(launch, synchronize, out_of):
+    """A ``debug=True`` kernel's launch waits for it and raises what its thread 35 (block 1, thread 3 of 32)
+    raised, led by the thread's and block's indices, x first; the other threads ran; a launch after it that
+    raises nothing returns (the record was cleared). ``launch(n)`` runs it on 64 threads."""
+    with pytest.raises(PastTheEnd, match=r"^tid=\[3, 0, 0\] ctaid=\[1, 0, 0\]: a thread past the end"):
+        launch(35)
+    synchronize()
+    got = out_of()
+    assert np.array_equal(np.delete(got, 35), np.delete(np.arange(64, dtype=np.float32), 35))
+    launch(64)  # no thread raises
+    synchronize()
+    assert np.array_equal(out_of(), np.arange(64, dtype=np.float32))
+
+
+def test_a_debug_kernels_exception_is_raised_at_its_launch():
+    def main(comm):
+        a = comm.alloc(64, np.float32)
+        a.set(np.full(64, -1, np.float32))
+        check_debug_exception(lambda n: raises_past_the_end[2, 32](a, n), comm.synchronize, a.get)
+        return True
+
+    assert flowdsl.sim.spawn(main, nranks=1) == [True]
