@@ -3,8 +3,8 @@
 Host entry points take CuPy arrays or PyTorch tensors (any object with
 ``__cuda_array_interface__``; simulator buffers inside :func:`flowdsl.sim.spawn`)
 on a flowdsl communicator: :func:`all_reduce`, :func:`all_gather`,
-:func:`reduce_scatter`, :func:`broadcast`, :func:`reduce`. ``algorithm`` is
-``"ring"``, ``"tree"`` (all_reduce only), ``"nccl"`` (NCCL's own host
+:func:`reduce_scatter`, :func:`broadcast`, :func:`reduce`, :func:`all_to_all`. ``algorithm`` is
+``"ring"``, ``"tree"`` (all_reduce only), ``"pairwise"`` (all_to_all), ``"nccl"`` (NCCL's own host
 collective) or ``"auto"`` (the cost model in :mod:`flowdsl.collectives.cost`). ``op`` is one of
 :data:`OPS` by name, or :func:`premul_sum` ``(scalar)`` (NCCL's pre-multiplied sum).
 
@@ -33,9 +33,9 @@ builds the whole library ahead of time, :func:`load` loads it onto the GPU. The 
 from __future__ import annotations
 
 from ._config import DTYPES, OPS, SIMULATOR_CONFIG, FlowConfig
-from ._host import all_gather, all_reduce, broadcast, reduce, reduce_scatter
+from ._host import all_gather, all_reduce, all_to_all, broadcast, reduce, reduce_scatter
 from ._ops import PreMulSum, premul_sum
 from ._library import library, load, precompile
 
-__all__ = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "premul_sum", "PreMulSum",
+__all__ = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "premul_sum", "PreMulSum",
            "precompile", "load", "library", "FlowConfig", "SIMULATOR_CONFIG", "DTYPES", "OPS"]

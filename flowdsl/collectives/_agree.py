@@ -27,7 +27,7 @@ from ..errors import CollectiveMismatchError, UsageError
 
 __all__ = ["COLLECTIVES", "Signature", "encode", "decode", "compare", "agreement", "Agreement"]
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
 #: The arguments compared, in the order a message lists them.
 FIELDS = ("collective", "count", "dtype", "op", "root", "algorithm", "config")
 WORDS = 16

@@ -100,19 +100,23 @@ def _closed(comm) -> bool:
     return bool(getattr(comm, "closed", False) or getattr(comm, "_closed", False))
 
 
-def _state(comm, config: FlowConfig, operation: str = "run a collective", stream: int | None = None) -> _FlowState:
+def _state(comm, config: FlowConfig, operation: str = "run a collective", stream: int | None = None,
+           own: str | None = None) -> _FlowState:
     """The communicator's :class:`_FlowState` for ``config``, created at first use (not while
-    ``stream`` captures a CUDA graph: creating one allocates, registers and synchronizes)."""
+    ``stream`` captures a CUDA graph: creating one allocates, registers and synchronizes). ``own``: the
+    collective that has a staging window and device communicator of its own (all_to_all: its inboxes join
+    other ranks than the ring's and tree's, and a Flow inbox keeps one sender across launches)."""
     if _closed(comm):
         raise UsageError(_CLOSED)
     states = comm.__dict__.setdefault("_flowdsl_collectives", {})
-    st = states.get(config)
+    key = config if own is None else (config, own)
+    st = states.get(key)
     if st is None:
         if stream is not None and comm.cuda_graphs:
             refuse_during_capture(stream, operation, "the first call on this communicator (and config) "
                                   "allocates and registers its staging window and creates a device communicator "
                                   "(not capturable)")
-        st = states[config] = _FlowState(comm, config)
+        st = states[key] = _FlowState(comm, config)
         track = getattr(comm, "_track", None)
         if track is not None:
             track(st)
@@ -199,6 +203,8 @@ _OVERRIDES = {"float8_e4m3fn": "uint8", "float8_e5m2": "uint8", "bfloat16": "bfl
 #: The collectives that reduce (take ``op=``) and those with a root (take ``root=``).
 _REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 _ROOTED = ("broadcast", "reduce")
+# Collectives whose src and dst must be apart (NCCL's all-to-all is not in place either).
+_APART = ("all_to_all",)
 
 
 def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", ratio_in=1, ratio_out=1,
@@ -223,6 +229,9 @@ def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", r
                 raise UsageError(f"Cannot {operation} with dtype={dtype!r}: {b.name} is {b.dtype}; {dtype} "
                                  f"travels in {'uint16' if storage == 'bfloat16' else storage} arrays")
             b.dtype = str(dtype)
+    if operation in _APART and (d is s or s.ptr == d.ptr):
+        raise UsageError(f"Cannot {operation} in place: a rank's block for a peer would be overwritten by the "
+                         "peer's block before it is sent. Pass a dst of its own")
     if d.dtype != s.dtype:
         raise UsageError(f"Cannot {operation}: src is {s.dtype} but dst is {d.dtype}. Pass arrays of one dtype")
     want_dev = getattr(comm, "device", None)
@@ -473,6 +482,8 @@ def _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, confi
         return LaunchShape("nccl", None, None)
     protocol = config.protocol if config.protocol is not None else cost.protocol_for(nbytes, comm.nranks)
     grid = cost.channels_for(nbytes, comm.nranks, config, protocol)
+    if collective == "all_to_all" and comm.nranks > 1:  # every round a channel at least (a block runs several)
+        grid = min(config.channels, max(grid, comm.nranks - 1))
     if algorithm == "one_shot":
         grid = cost.one_shot_blocks(count, comm.nranks)
     return LaunchShape(algorithm, protocol, grid)
@@ -501,8 +512,10 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
         dtype = s.dtype  # not s in the closure: a cached plan must not keep the call's arrays alive
         return _Planned(lambda src, dst: _run_nccl(collective, comm, src, src if dst is None else dst, redop, root,
                                                    stream, scalar, dtype), "nccl")
-    st = _state(comm, config, collective, stream)
+    st = _state(comm, config, collective, stream, own=collective if collective in _OWN_STAGING else None)
     window = st.window
+    if collective == "all_to_all":
+        _check_all_to_all_channels(comm, config)
     if algorithm == "one_shot":
         _check_one_shot(comm, st, count, kernel_dtype)
         window = st.one_shot_window(collective, stream)
@@ -517,6 +530,20 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
         st.devcomm, window, src, dst, count, int(root or 0), int(s is d or s.ptr == d.ptr), config.channels,
         config.nslots, config.slot_bytes // 8, int(protocol), vectors, bits, scalar_at)
     return _Planned(lambda src, dst: launch(), algorithm)
+
+
+#: Collectives with a staging window of their own (:func:`_state`).
+_OWN_STAGING = ("all_to_all",)
+
+
+def _check_all_to_all_channels(comm, config) -> None:
+    from ..flow import MAX_CONNECTIONS  # noqa: PLC0415
+
+    needed = -(-(comm.nranks - 1) // MAX_CONNECTIONS)
+    if config.channels < needed:
+        raise UsageError(f"Cannot all_to_all over {comm.nranks} ranks with FlowConfig(channels={config.channels}): "
+                         f"its {comm.nranks - 1} pairwise rounds take {MAX_CONNECTIONS} connections a channel, so "
+                         f"at least {needed} channels. Pass FlowConfig(channels={needed}) or more")
 
 
 def _one_shot_fits(comm, count: int, kernel_dtype: str) -> bool:
@@ -616,6 +643,8 @@ def _call_nccl(nccl_comm, collective, src, dst, op, root, kw):
         nccl_comm.reduce_scatter(src, dst, op, **kw)
     elif collective == "broadcast":
         nccl_comm.broadcast(src, dst, int(root), **kw)
+    elif collective == "all_to_all":
+        nccl_comm.alltoall(src, dst, **kw)
     else:
         nccl_comm.reduce(src, dst, op, int(root), **kw)
 
@@ -759,4 +788,29 @@ def reduce(comm, src, dst=None, *, op="sum", root=0, algorithm="auto", stream=No
     if _ran_planned(comm, key, src, dst):
         return src if dst is None else dst
     return _first_call("reduce", comm, src, dst, key, stream, algorithm, config, op=op, root=root,
+                       dtype=dtype)
+
+
+def all_to_all(comm, src, dst, *, algorithm="auto", stream=None, config=None, dtype=None):
+    """``dst[j*count:(j+1)*count] = src@j[r*count:(r+1)*count]`` on every rank ``r`` (NCCL's AllToAll: block
+    ``j`` of a rank's ``src`` goes to rank ``j``).
+
+    ``algorithm`` (``"pairwise"``, ``"nccl"`` or ``"auto"``), ``stream``, ``config`` and ``dtype`` are every
+    collective's (:mod:`flowdsl.collectives`). The first call on a communicator and config makes the
+    all-to-alls' own staging window and device communicator.
+
+    Args:
+        comm: The flowdsl communicator.
+        src: ``nranks * count`` elements: block ``j`` for rank ``j``.
+        dst: ``nranks * count`` elements, apart from ``src``: block ``i`` from rank ``i``.
+
+    Returns:
+        ``dst``.
+    """
+    stream = stream_handle(stream, (src,), "all_to_all")
+    key = ("all_to_all", id(src), id(dst), None, 0, algorithm, stream, config, dtype)
+    if _ran_planned(comm, key, src, dst):
+        return dst
+    n = _nranks(comm)
+    return _first_call("all_to_all", comm, src, dst, key, stream, algorithm, config, ratio_in=n, ratio_out=n,
                        dtype=dtype)

@@ -18,7 +18,7 @@ from .programs import PROGRAMS
 __all__ = ["kernel_for", "library", "precompile", "load", "storage"]
 
 # Collectives whose result does not depend on the operator get one kernel.
-_NO_OP = ("all_gather", "broadcast")
+_NO_OP = ("all_gather", "broadcast", "all_to_all")
 # Programs that store into every peer's memory: one LSA team only.
 _LSA_ONLY = ("one_shot",)
 

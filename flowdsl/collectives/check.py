@@ -173,8 +173,11 @@ def reference(collective: str, ins: list[np.ndarray], dtype: str, op: str | None
         return [_values(ins[root], dtype)] * n
     if collective == "reduce":
         return [_reduce(ins, dtype, op, scalars) if r == root else None for r in range(n)]
+    if collective == "all_to_all":  # block r of rank i's input, for every i
+        count = ins[0].size // n
+        return [np.concatenate([_values(a[r * count:(r + 1) * count], dtype) for a in ins]) for r in range(n)]
     raise UsageError(f"Cannot compute the reference of {collective!r}: it is not a collective. Use one of "
-                     "all_reduce, all_gather, reduce_scatter, broadcast, reduce")
+                     "all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all")
 
 
 # Per rank: one rounding per combine at most (fp8: half the spacing of 3 or 2 mantissa bits).
@@ -207,6 +210,7 @@ PROTOCOLS = (None, Protocol.SIMPLE, Protocol.LL, Protocol.LL128)
 #: Collectives that take an ``op``.
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 _ROOTED = ("broadcast", "reduce")
+_APART = ("all_to_all",)  # no in-place form
 
 
 def call_kwargs(collective, dtype, op, root, algorithm, config, *, torch=False) -> dict:
@@ -231,9 +235,9 @@ class Case:
     """One call of the matrix: which program, on what, and how.
 
     Attributes:
-        algorithm: ``"ring"`` or ``"tree"`` (with ``collective``, a key of ``PROGRAMS``).
-        collective: ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"``, ``"broadcast"``
-            or ``"reduce"``.
+        algorithm: ``"ring"``, ``"tree"``, ... (with ``collective``, a key of ``PROGRAMS``).
+        collective: ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"``, ``"broadcast"``,
+            ``"reduce"`` or ``"all_to_all"`` (never in place).
         dtype: A name in :data:`flowdsl.collectives.DTYPES`.
         op: An operator name (``"sum"``, ...) for the reducing collectives, else ``None``.
         inplace: In place: ``dst=None`` for all_reduce, broadcast and reduce; for all_gather
@@ -326,7 +330,7 @@ def cases(nranks: int, *, counts, dtypes=DTYPES, algorithms=None, collectives=No
         if collectives is not None and collective not in collectives:
             continue
         for dtype in dtypes:
-            for place in inplace:
+            for place in (p for p in inplace if not (p and collective in _APART)):
                 for op in (ops if collective in REDUCING else (None,)):
                     protocol = protocols[(i // len(counts)) % len(protocols)]
                     if protocol is None and config is None:
@@ -448,8 +452,8 @@ def run_case(comm, case: Case) -> Outcome:
         raise UsageError(f"Cannot run {case.label}: like must be None or 'torch', got {case.like!r}")
     count, store = case.count, storage_dtype(case.dtype)
     rng = np.random.default_rng(case.seed)  # the same inputs on every rank
-    size_in = count * (n if case.collective == "reduce_scatter" else 1)
-    size_out = count * (n if case.collective == "all_gather" else 1)
+    size_in = count * (n if case.collective in ("reduce_scatter", "all_to_all") else 1)
+    size_out = count * (n if case.collective in ("all_gather", "all_to_all") else 1)
     ins = inputs(rng, case.dtype, case.op or "sum", n, size_in)
     factors = scalars(rng, case.dtype, n) if case.op == "premulsum" else None
     mine = slice(r * count, (r + 1) * count)

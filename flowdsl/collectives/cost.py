@@ -36,7 +36,7 @@ CONSTANTS = {
     "link_gbps": {"lsa": 360.0, "gin": 45.0},
     # NCCL's host collective at large sizes, bus GB/s (2 H200s, 1 GiB).
     "nccl_gbps": {"all_reduce": 330.0, "all_gather": 284.0, "reduce_scatter": 284.0, "broadcast": 364.0,
-                  "reduce": 370.0},
+                  "reduce": 370.0, "all_to_all": 284.0},  # all_to_all: assumed as all_gather (not measured)
     # One-shot all-reduce on top of the launch: latency (us) and message bytes per second (GB/s), from
     # 6.5 us at 8 B and 12.9 us at 1 MiB on 2 H200s.
     "one_shot": {"us": 0.5, "gbps": 160.0},
@@ -49,10 +49,12 @@ CONSTANTS = {
 }
 
 _RING_HOPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
-              "reduce_scatter": lambda n: n - 1, "broadcast": lambda n: n - 1, "reduce": lambda n: n - 1}
+              "reduce_scatter": lambda n: n - 1, "broadcast": lambda n: n - 1, "reduce": lambda n: n - 1,
+              "all_to_all": lambda n: 1}  # all_to_all: pairwise rounds, each one hop, in parallel
 # Bus bytes as a multiple of the bytes per rank (nccl-tests' definition).
 _BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: n - 1,
-        "reduce_scatter": lambda n: n - 1, "broadcast": lambda n: 1, "reduce": lambda n: 1}
+        "reduce_scatter": lambda n: n - 1, "broadcast": lambda n: 1, "reduce": lambda n: 1,
+        "all_to_all": lambda n: n - 1}  # all_to_all: the bytes of one block per rank
 
 
 def protocol_for(nbytes: int, nranks: int) -> Protocol:
@@ -105,8 +107,9 @@ def estimate(collective: str, algorithm: str, nranks: int, lsa_size: int, nbytes
 
 def choose(collective: str, nranks: int, lsa_size: int, nbytes: int, *, nccl_available: bool = True,
            one_shot_available: bool = False, config=None) -> str:
-    """The cheapest of ``ring``, ``tree`` and ``one_shot`` (all_reduce) and ``nccl`` for this call."""
-    candidates = ["ring"]
+    """The cheapest of ``ring``, ``tree`` and ``one_shot`` (all_reduce), ``pairwise`` (all_to_all, its one
+    program) and ``nccl`` for this call."""
+    candidates = ["pairwise"] if collective == "all_to_all" else ["ring"]
     if collective == "all_reduce":
         candidates.append("tree")
         if one_shot_available:

@@ -3,7 +3,7 @@
 Ring: :func:`ring_all_gather`, :func:`ring_reduce_scatter`, :func:`ring_broadcast`,
 :func:`ring_reduce`, :func:`ring_all_reduce`. Tree: :func:`tree_all_reduce`
 (double binary tree). One LSA team, small messages: :func:`one_shot_all_reduce`
-(every rank writes to every peer, no Flow). Each is a kernel factory: ``ring_all_reduce(RedOp.SUM)``
+(every rank writes to every peer, no Flow). AllToAll: :func:`pairwise_all_to_all` (pairwise rounds). Each is a kernel factory: ``ring_all_reduce(RedOp.SUM)``
 returns the ``@flowdsl.kernel`` for that operator (the operator is a compile-time
 constant; the element type comes from the arrays). The Flow programs are device functions
 made into factories by :func:`flow_program` (``ring_all_reduce.program`` is the algorithm
@@ -45,7 +45,7 @@ from flowdsl.enums import MemoryOrder, RedOp, ThreadScope
 __all__ = ["PROGRAMS", "flow_program", "premul_scale", "one_rank", "scale_for", "ring_chunks", "ring_connections", "ring_reduce_to_own_piece",
            "ring_gather_after_own_piece", "piece", "ring_all_gather", "ring_reduce_scatter", "ring_broadcast",
            "ring_reduce", "ring_all_reduce", "tree_all_reduce", "one_shot_all_reduce", "one_shot_words", "one_shot_fits",
-           "ONE_SHOT_BLOCKS", "ONE_SHOT_LINES"]
+           "ONE_SHOT_BLOCKS", "ONE_SHOT_LINES", "pairwise_all_to_all", "pairwise_exchange", "all_to_all_share"]
 
 # Elements a channel's share is rounded to: keeps every channel's start 16-byte aligned.
 _ALIGN = 16
@@ -375,6 +375,76 @@ def tree_all_reduce(proc, red, partial, src, dst, count, root, lo, hi):
         _tree_down(proc, pos, nkids, down, kid0_out, kid1_out, dst, base, min(chunk, hi - base))
 
 
+# ---- all-to-all: pairwise rounds --------------------------------------------------------------------
+
+@flowdsl.device
+def all_to_all_share(count, share, shares):
+    """``[lo, hi)``: share ``share`` of ``shares`` of a block of ``count`` elements (16-element aligned)."""
+    per = (count + shares - 1) // shares
+    per = (per + _ALIGN - 1) // _ALIGN * _ALIGN
+    lo = min(share * per, count)
+    return lo, min(lo + per, count)
+
+
+@flowdsl.device
+def pairwise_exchange(proc, number, s, src, dst, count, lo, hi):
+    """Round ``s`` on connection ``number`` of this processor's channel: elements ``[lo, hi)`` of this rank's
+    block for rank + ``s`` go there while those of rank - ``s``'s block for this rank come in, a chunk of each
+    in turn (every rank runs the same rounds on the same channels, so each send meets its receive, and a
+    sender is never more than the slots ahead)."""
+    n, r = proc.comm.nranks, proc.comm.rank
+    to = (r + s) % n
+    frm = (r + n - s) % n
+    out = flow.connect(proc, to, number, number)
+    inp = flow.connect(proc, frm, number, number)
+    chunk = chunk_elements(proc, mem.itemsize(dst))
+    for base in range(lo, hi, chunk):
+        m = min(chunk, hi - base)
+        flow.send(proc, out, src[to * count:(to + 1) * count], base, m)
+        flow.recv(proc, inp, dst[frm * count:(frm + 1) * count], base, m)
+
+
+@functools.cache
+def pairwise_all_to_all(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
+    """AllToAll (NCCL's ``ncclAlltoAll``): block ``j`` of this rank's ``src`` lands as block ``r`` of rank
+    ``j``'s ``dst`` (``count`` elements a block), in ``n - 1`` pairwise rounds: in round ``s`` every rank
+    sends to rank + ``s`` and receives from rank - ``s``; its own block is a local copy.
+
+    A round has fixed channels and a fixed connection number there, whatever the grid: with ``channels``
+    (the staging window's layout) of at least ``n - 1``, channel ``c`` carries share ``c // (n - 1)`` of round
+    ``c % (n - 1) + 1`` on connection 0; with fewer, channel ``c`` carries all of rounds ``c + 1``,
+    ``c + 1 + channels``, ... on connections 0, 1, ... (the host asks for enough channels). So each inbox has
+    one sender across launches, as Flow's step counters need, in a staging window of the all-to-alls' own
+    (the other programs' inboxes join ring and tree neighbours). A block runs channels ``blockIdx.x``,
+    ``blockIdx.x + gridDim.x``, ... one after another, every rank in the same order. ``op`` and ``fp8`` are
+    unused (a copy)."""
+    context = gin_context if gin_peers else no_gin_context
+    ll128 = int(ll128)
+
+    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    def pairwise_all_to_all(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol,
+                            vectors, scalar_bits, scalar_at):
+        n, r = comm.nranks, comm.rank
+        flow.copy(src, r * count, dst, r * count, count, cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x,
+                  cuda.gridDim.x * cuda.blockDim.x, vectors)
+        if n == 1:
+            return
+        for channel in range(cuda.blockIdx.x, channels, cuda.gridDim.x):
+            proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, channel, ll128)
+            if channels >= n - 1:
+                shares = channels // (n - 1)
+                if channel < shares * (n - 1):
+                    lo, hi = all_to_all_share(count, channel // (n - 1), shares)
+                    pairwise_exchange(proc, 0, channel % (n - 1) + 1, src, dst, count, lo, hi)
+            else:
+                for number in range(flow.MAX_CONNECTIONS):
+                    s = 1 + channel + number * channels
+                    if s < n:
+                        pairwise_exchange(proc, number, s, src, dst, count, 0, count)
+
+    return pairwise_all_to_all
+
+
 # ---- one LSA team: one-shot all-reduce ------------------------------------------------------------
 
 #: Blocks of a one-shot all-reduce at most.
@@ -493,4 +563,5 @@ PROGRAMS = {
     ("ring", "all_reduce"): ring_all_reduce,
     ("tree", "all_reduce"): tree_all_reduce,
     ("one_shot", "all_reduce"): one_shot_all_reduce,
+    ("pairwise", "all_to_all"): pairwise_all_to_all,
 }
