@@ -16,7 +16,8 @@ simulated rank's communicator has its own.
 **Functional and in-place forms**, as ``torch.distributed``'s functional collectives have them:
 ``all_reduce(x)`` returns a new tensor, ``all_reduce_(x)`` reduces into ``x``;
 ``all_gather``/``reduce_scatter`` return a new tensor gathered or scattered along dimension 0,
-``all_gather_into(out, x)``/``reduce_scatter_into(out, x)`` write ``out``.
+``all_gather_into(out, x)``/``reduce_scatter_into(out, x)`` write ``out``; ``all_to_all(x)`` sends part ``j``
+of dimension 0 to rank ``j`` (a new tensor).
 
 **Your own kernels.** :func:`custom_op` is ``torch.library.custom_op`` for a function whose first
 parameter is a communicator: the operator's schema takes the communicator's name there, and the
@@ -43,7 +44,7 @@ from .collectives._config import DTYPES
 from .errors import UsageError
 
 __all__ = ["register", "communicator", "custom_op", "check_tensor", "check_shape", "rows_per_rank", "all_reduce",
-           "all_reduce_", "all_gather", "all_gather_into", "reduce_scatter", "reduce_scatter_into", "broadcast",
+           "all_reduce_", "all_to_all", "all_gather", "all_gather_into", "reduce_scatter", "reduce_scatter_into", "broadcast",
            "broadcast_", "reduce", "reduce_", "OPS"]
 
 #: The reduction operators the operators take (``op=``), as :func:`flowdsl.collectives.all_reduce` names them.
@@ -221,6 +222,25 @@ def _(input, op, group):
     check_tensor("all_reduce", "input", input, communicator(group))
 
 
+@torch.library.custom_op("flowdsl::all_to_all", mutates_args=())
+@_detaching
+def _all_to_all(input: torch.Tensor, group: str) -> torch.Tensor:
+    comm = _resolved("all_to_all", group, input)
+    rows_per_rank("all_to_all", input, comm.nranks)
+    out = torch.empty_like(input)
+    collectives.all_to_all(comm, input, out)
+    _complete(comm, out)
+    return out
+
+
+@_all_to_all.register_fake
+def _(input, group):
+    comm = communicator(group)
+    check_tensor("all_to_all", "input", input, comm)
+    rows_per_rank("all_to_all", input, comm.nranks)
+    return torch.empty_like(input)
+
+
 @torch.library.custom_op("flowdsl::all_gather", mutates_args=())
 @_detaching
 def _all_gather(input: torch.Tensor, group: str) -> torch.Tensor:
@@ -396,6 +416,12 @@ def all_reduce_(input, op: str = "sum", *, group) -> torch.Tensor:
     """``op`` over ranks of ``input``, into ``input``; returns it."""
     _all_reduce_(input, str(op), _name(group))
     return input
+
+
+def all_to_all(input, *, group) -> torch.Tensor:
+    """Part ``j`` of dimension 0 of ``input`` goes to rank ``j``; part ``i`` of the result came from rank ``i``
+    (``torch.distributed``'s ``all_to_all_single`` with equal splits; a new tensor)."""
+    return _all_to_all(input, _name(group))
 
 
 def all_gather(input, *, group) -> torch.Tensor:

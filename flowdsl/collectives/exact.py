@@ -338,9 +338,11 @@ def reference(collective: str, algorithm: str, inputs, dtype: str, op: str | Non
     whose output stays as it was).
 
     Args:
-        collective: ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"``, ``"broadcast"`` or ``"reduce"``.
+        collective: ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"``, ``"broadcast"``, ``"reduce"`` or
+            ``"all_to_all"``.
         algorithm: The program that ran (``launch_shape(...).algorithm``, never ``"auto"``).
-        inputs: Every rank's ``src``, in the storage dtype (``nranks * count`` elements for reduce_scatter).
+        inputs: Every rank's ``src``, in the storage dtype (``nranks * count`` elements for reduce_scatter and
+            all_to_all).
         dtype: A collectives element type (bfloat16 as uint16 bits, fp8 as uint8 codes).
         op: An operator name, for the reducing collectives.
         root: The root of broadcast and reduce.
@@ -359,9 +361,12 @@ def reference(collective: str, algorithm: str, inputs, dtype: str, op: str | Non
         return [values.reshape(-1).copy() for _ in range(n)]
     if collective == "broadcast":
         return [values[root].copy() for _ in range(n)]
+    if collective == "all_to_all":  # rank r's output: block r of every rank's input, in rank order
+        count = values.shape[1] // n
+        return [values[:, r * count:(r + 1) * count].reshape(-1).copy() for r in range(n)]
     if collective not in REDUCING:
         raise UsageError(f"Cannot compute the exact reference of {collective!r}: it is not a collective. Use one of "
-                         "all_reduce, all_gather, reduce_scatter, broadcast, reduce")
+                         "all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all")
     if op not in MODELLED_OPS:
         _apply(op, None, None)  # raises, naming what is modelled
     if op == "premulsum":

@@ -150,11 +150,11 @@ def flow_program(program):
 
         def kernel(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors,
                    scalar_bits, scalar_at):
-            proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
             scale = scale_of(scalar_bits, scalar_at, dst)
-            if comm.nranks == 1:
+            if comm.nranks == 1:  # a local copy on a grid that fills the GPU: no Flow, no channels
                 alone(src, dst, count, inplace, vectors, flow.reduction(op, 1, fp8, scale))
                 return
+            proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, ll128=ll128)
             lo, hi = channel_range(count, proc)
             program(proc, flow.reduction(op, comm.nranks, fp8, scale), flow.reduction(op, 1, fp8, scale), src, dst,
                     count, root, lo, hi)

@@ -56,6 +56,7 @@ GPU_PROTOCOLS = (None, Protocol.SIMPLE, Protocol.LL)
 #: The largest count on the simulator (each program's own time bounds it further: :func:`generate`).
 LARGE = 2100
 _ROOTED = ("broadcast", "reduce")
+_APART = ("all_to_all",)  # src and dst apart: never in place
 _REPEAT = 0.12  # share of calls that repeat the previous call on its arrays, with new inputs
 _SHAPES = 1  # FlowConfig shapes per sequence (x protocols): its calls share staging and one-shot windows
 _FP8 = ("float8_e4m3fn", "float8_e5m2")
@@ -161,7 +162,7 @@ def _largest(collective: str, config: FlowConfig, nranks: int, large: int) -> in
     """The largest count of a call: ``large``, less where the simulator's time grows faster than the
     message. all_gather's output and reduce_scatter's input are ``nranks`` times the count; a
     Flow program pays each slot with every thread of its block (small slots, many threads)."""
-    if collective in ("all_gather", "reduce_scatter"):
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
         large = large * 2 // nranks
     return max(64, int(large * min(1.0, config.slot_bytes / (8 * config.threads))))
 
@@ -214,6 +215,8 @@ def generate(seed: int, ncalls: int = DEFAULT_CALLS, nranks: int = 2, lsa_size: 
             count = rng.choice(_SMALL_PRIMES)
         root = rng.randrange(nranks) if collective in _ROOTED else 0
         placement = rng.choices(("out-of-place", "in-place", "mixed"), weights=(45, 45, 10))[0]
+        if collective in _APART:  # no in-place form
+            placement = "out-of-place"
         calls.append(Call(len(calls), algorithm, collective, dtype, op, count, root, placement, config,
                           rng.getrandbits(32), rng.getrandbits(32)))
     return calls
@@ -286,9 +289,9 @@ def call_residence(call: Call) -> str:
 
 
 def call_inputs(call: Call, nranks: int) -> list[np.ndarray]:
-    """Every rank's input (``nranks * count`` elements for reduce_scatter), from ``call.seed``."""
+    """Every rank's input (``nranks * count`` elements for reduce_scatter and all_to_all), from ``call.seed``."""
     rng = np.random.default_rng(call.seed)
-    size = call.count * (nranks if call.collective == "reduce_scatter" else 1)
+    size = call.count * (nranks if call.collective in ("reduce_scatter", "all_to_all") else 1)
     op = "sum" if call.op in (None, "premulsum") else call.op
     return [_random_elements(rng, call.dtype, op, size) for _ in range(nranks)]
 
@@ -325,8 +328,8 @@ class _Arrays:
         n, r, count = comm.nranks, comm.rank, call.count
         self.key = call.arrays_key()
         self.comm, self.store, self.layout = comm, store, layout
-        size_in = count * (n if call.collective == "reduce_scatter" else 1)
-        size_out = count * (n if call.collective == "all_gather" else 1)
+        size_in = count * (n if call.collective in ("reduce_scatter", "all_to_all") else 1)
+        size_out = count * (n if call.collective in ("all_gather", "all_to_all") else 1)
         mine = slice(r * count, (r + 1) * count)
         self.allocs = []
 

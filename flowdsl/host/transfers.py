@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 
 from ..errors import UsageError
+from .arrays import is_torch
 
 __all__ = ["HostTransfers", "host_transfers", "simulated_copy_in", "simulated_empty_like", "simulated_copy_out"]
 
@@ -98,6 +99,11 @@ def host_transfers(kernel_name: str, args: tuple) -> HostTransfers | None:
         if kind in _CONTAINERS:  # numba-cuda refuses them at the launch: so do both paths, naming the fix
             raise UsageError(f"Cannot launch {kernel_name}: argument {index} is a Python {kind.__name__}, which a "
                              "kernel cannot take. Pass a NumPy array (np.asarray(...)) or a device array")
+        if getattr(value, "requires_grad", False) and is_torch(value):  # PyTorch would refuse it in its own words
+            raise UsageError(f"Cannot launch {kernel_name}: argument {index} is a PyTorch tensor that requires grad, "
+                             "which cannot be passed to a kernel (autograd would not see what the kernel does to "
+                             "it). Pass tensor.detach(), or make the kernel a torch operator (flowdsl.torch) to "
+                             "give it a backward")
         hint = _hint(value)
         if hint is not None:
             places = places if places is not None else []
@@ -107,7 +113,7 @@ def host_transfers(kernel_name: str, args: tuple) -> HostTransfers | None:
             places = places if places is not None else []
             places.append((index, value, True, True))
             implicit = True
-        elif len(_PLAIN) < 256:
+        elif len(_PLAIN) < 256 and not is_torch(value):  # a tensor's requires_grad is read at every launch
             _PLAIN.add(kind)
     return HostTransfers(kernel_name, places, implicit) if places is not None else None
 

@@ -161,8 +161,9 @@ class ArgumentMarshaller:
 
     def prepare_args(self, ty, val, stream=None, retr=None):
         if isinstance(ty, DevCommType):
-            words = val._kernel_words()
-            return ty.words_type, words
+            # ints: numba-cuda's launcher packs a tuple's members itself (the words as ctypes values are the
+            # fast path's, flowdsl/_launch_params.py)
+            return ty.words_type, val._kernel_word_values()
         if isinstance(ty, WindowType):
             return types.UniTuple(types.uint64, 2), (val.handle, val.nbytes)
         return ty, val

@@ -424,16 +424,15 @@ class Communicator:
                 buffers[words.size] = (cupy.zeros(words.size, np.int64), cupy.zeros(words.size * self.nranks, np.int64))
         send, recv = buffers[words.size]
         handle = int(stream or 0)
-        wrapped = self.__dict__.setdefault("_exchange_streams", {})
-        cupy_stream = wrapped.get(handle)
-        if cupy_stream is None:
-            cupy_stream = wrapped[handle] = cupy.cuda.ExternalStream(handle, self.device)
-        send.set(words, stream=cupy_stream)
-        with nccl.without_torch_probe():
-            self._nccl.allgather(send, recv, stream=handle)
         out = np.empty(words.size * self.nranks, np.int64)
-        recv.get(stream=cupy_stream, out=out)
-        cupy_stream.synchronize()
+        # Copies in stream order on the handle itself (CuPy's stream wrappers of a handle are deprecated).
+        runtime = cupy.cuda.runtime
+        with cupy.cuda.Device(self.device):
+            runtime.memcpyAsync(send.data.ptr, words.ctypes.data, words.nbytes, runtime.memcpyHostToDevice, handle)
+            with nccl.without_torch_probe():
+                self._nccl.allgather(send, recv, stream=handle)
+            runtime.memcpyAsync(out.ctypes.data, recv.data.ptr, out.nbytes, runtime.memcpyDeviceToHost, handle)
+            runtime.streamSynchronize(handle)
         return out.reshape(self.nranks, words.size)
 
     def synchronize(self) -> None:

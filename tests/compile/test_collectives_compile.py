@@ -47,9 +47,10 @@ def test_precompile_gives_each_worker_a_run_of_kernels_that_share_compiled_steps
 
 def test_library_lists_every_collective_dtype_and_op():
     entries = _library.library()
-    # all_gather and broadcast have no operator, and copy fp8 as uint8 and bfloat16 as uint16
-    # 2 copying programs x 10 storage types, 5 reducing programs x NCCL's 12 dtypes x 6 ops (premulsum too)
-    assert len(entries) == 2 * 10 + 5 * 12 * 6
+    # all_gather, broadcast and all_to_all have no operator, and copy fp8 as uint8 and bfloat16 as uint16
+    # 3 copying programs x 10 storage types, 5 reducing programs x NCCL's 12 dtypes x 6 ops (premulsum too)
+    assert len(entries) == 3 * 10 + 5 * 12 * 6
+    assert ("pairwise", "all_to_all", RedOp.SUM, "uint8") in entries
     assert ("one_shot", "all_reduce", RedOp.PREMULSUM, "float8_e5m2") in entries
     assert ("tree", "all_reduce", RedOp.AVG, "bfloat16") in entries
     assert ("ring", "reduce", RedOp.MAX, "float8_e5m2") in entries

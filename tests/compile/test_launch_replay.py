@@ -195,3 +195,21 @@ def test_a_loop_over_changing_arguments_makes_no_graph(driver, kernel, monkeypat
         launch(dcomm, window, arrays[i % 2], n)
     assert driver == [("kernel", 0)] * 400
     assert not launch.replays.prepared
+
+
+def test_numba_cudas_launcher_takes_a_device_communicator_and_a_window():
+    """A launch with an argument kind flowdsl does not pack itself (a bool) goes through numba-cuda's launcher,
+    which flattens a device communicator and a window through flowdsl's extension: into the ctypes values
+    the driver takes, the same words as the fast path's (a GPU run found ctypes words refused there)."""
+    from numba.cuda.dispatcher import _Kernel
+
+    from flowdsl.lowering.types import ArgumentMarshaller
+
+    comm = Comm()
+    launcher = object.__new__(_Kernel)
+    launcher.extensions = [ArgumentMarshaller()]
+    flat: list = []
+    for arg in (_devcomm(comm), _window(comm)):
+        ty = _argtypes.argument_type("k", 0, arg)
+        launcher._prepare_args(ty, arg, 0, [], flat)
+    assert [v.value for v in flat] == [*range(1, 12), 0x1000, 4096]

@@ -342,3 +342,36 @@ def test_auto_picks_a_program_and_matches():
         return np.array(y)
     for result in spawn(main, nranks=4, nodes=2, seed=3, gin_delivery="reordered"):
         np.testing.assert_array_equal(result, np.arange(517, dtype=np.float32) * 4)
+
+
+def test_one_rank_fills_the_gpu_with_more_blocks_than_channels():
+    """At one rank a collective is a local copy on a grid that fills the GPU (one block per 64 KiB), past the
+    staging's channels: no program may make a Flow processor there (a GPU run found every program's kernel
+    refusing channel 46 of 24)."""
+    count = 3 * 64 * 1024 // 4  # three blocks of float32
+    assert coll.cost.channels_for(count * 4, 1, TINY) > TINY.channels
+    _run(1, 1, 0, counts=(count,), dtypes=("float32",), ops=("sum",))
+
+
+def test_all_to_all_refuses_in_place_a_wrong_size_and_too_few_channels():
+    def main(comm):
+        n = comm.nranks
+        src, dst = comm.alloc(n * 8, np.float32), comm.alloc(n * 8, np.float32)
+        return _usage_errors([
+            lambda: coll.all_to_all(comm, src, src),
+            lambda: coll.all_to_all(comm, src, None),
+            lambda: coll.all_to_all(comm, src, comm.alloc(n * 8 - 1, np.float32)),
+            lambda: coll.all_to_all(comm, comm.alloc(n * 8 + 1, np.float32), dst),
+            lambda: coll.all_to_all(comm, src, dst, algorithm="ring"),
+            lambda: coll.all_to_all(comm, src, dst, config=coll.FlowConfig(channels=2)),
+        ])
+
+    errors = spawn(main, nranks=10)[0]
+    assert errors[0] == errors[1] == ("Cannot all_to_all in place: a rank's block for a peer would be overwritten "
+                                      "by the peer's block before it is sent. Pass a dst of its own")
+    assert errors[2] == ("Cannot all_to_all: dst has 79 elements but 80 are needed (src's 80 elements / "
+                         "nranks=10, times nranks=10). Pass a dst of 80 elements")
+    assert errors[3].startswith("Cannot all_to_all: src has 81 elements, not a multiple of nranks=10")
+    assert errors[4].startswith("Cannot all_to_all with algorithm='ring': only ")
+    assert errors[5] == ("Cannot all_to_all over 10 ranks with FlowConfig(channels=2): its 9 pairwise rounds take "
+                         "4 connections a channel, so at least 3 channels. Pass FlowConfig(channels=3) or more")

@@ -43,7 +43,8 @@ def test_functional_collectives_match_numpy(dtype):
         x = as_torch(rank_input(comm.rank, shape, "float32" if dtype == "bfloat16" else dtype))
         g = ft.register(comm)
         outs = (ft.all_reduce(x, group=g), ft.all_reduce(x, "max", group=comm), ft.all_gather(x, group=g),
-                ft.reduce_scatter(x, group=g), ft.broadcast(x, 1, group=g), ft.reduce(x, "min", 2, group=g))
+                ft.reduce_scatter(x, group=g), ft.broadcast(x, 1, group=g), ft.reduce(x, "min", 2, group=g),
+                ft.all_to_all(x, group=g))
         return [o.double().numpy() for o in outs]
 
     results = ranks(main)
@@ -52,7 +53,8 @@ def test_functional_collectives_match_numpy(dtype):
     total = np.sum(xs, axis=0)
     tol = dict(rtol=2e-2, atol=5e-2) if dtype == "bfloat16" else dict(rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(results[2][5], np.min(xs, axis=0))  # reduce's root
-    for r, (ar, mx, ag, rs, bc, _) in enumerate(results):
+    for r, (ar, mx, ag, rs, bc, _, a2a) in enumerate(results):
+        np.testing.assert_array_equal(a2a, np.concatenate([x[r * 4:(r + 1) * 4] for x in xs]))
         np.testing.assert_allclose(ar, total, **tol)
         np.testing.assert_array_equal(mx, np.max(xs, axis=0))
         np.testing.assert_array_equal(ag, np.concatenate(xs))
@@ -224,3 +226,26 @@ def test_the_mlp_example_checks_itself_on_the_simulator_without_a_gpu(capsys):
 
     assert tp_mlp.check_on_simulator(nranks=2)
     assert capsys.readouterr().out.rstrip().startswith("tp_mlp: no GPU found: the layer on 2 simulated ranks")
+
+
+def test_a_tensor_that_requires_grad_is_refused_at_the_launch_in_flowdsls_words():
+    """The simulator and a GPU refuse it in one check (the launch's host arrays), not in PyTorch's words."""
+    from numba import cuda
+
+    @flowdsl.kernel
+    def twice(x, y):
+        i = cuda.grid(1)
+        if i < x.size:
+            y[i] = 2 * x[i]
+
+    def main(comm):
+        x, y = torch.randn(8, requires_grad=True), torch.zeros(8)
+        with pytest.raises(flowdsl.UsageError, match=r"argument 0 is a PyTorch tensor that requires grad, .* Pass "
+                                                     r"tensor\.detach\(\)"):
+            twice[1, 8](x, y)
+        twice[1, 8](x.detach(), y)
+        comm.synchronize()
+        return y.numpy().copy(), x.detach().numpy() * 2
+
+    (got, want), = flowdsl.sim.spawn(main, nranks=1, host_threads=True)
+    np.testing.assert_array_equal(got, want)
