@@ -108,6 +108,8 @@ FEATURES = (
     Feature("ring all_gather, reduce_scatter, broadcast, reduce, all_reduce", _LSA, FLOW, "2×H200",
             "every dtype × op, 1–8 ranks, 2 × 4"),
     Feature("tree all_reduce", _LSA, FLOW, "2×H200", "every dtype × op, 1–8 ranks, 2 × 4"),
+    Feature("pairwise all_to_all (inside a node and across)", _LSA + _GIN, FLOW, "",
+            "every dtype × protocol, 1–8 ranks, 2 × 4"),
     Feature("one-shot all_reduce (one LSA team)", ("flowdsl_get_lsa_pointer", "flowdsl_wait_check"),
             frozenset({ON_H200}), "2×H200", "every dtype × op, 1–8 ranks"),
     Feature("fp8 reductions (e4m3fn, e5m2) in kernels (the collectives reduce fp8 on sm_90+ only, as NCCL)", _LSA,

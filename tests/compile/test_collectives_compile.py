@@ -373,3 +373,16 @@ def test_fp8_bit_conversions_match_the_table(fmt):
     got = np.array([encode(float(x), fmt) for x in probes], np.uint8)
     bad = np.flatnonzero(got != expected)
     assert bad.size == 0, [(float(probes[i]), int(got[i]), int(expected[i])) for i in bad[:5]]
+
+
+@pytest.mark.parametrize("nccl,arch", [("2.28.9", "sm_90"), ("2.32.3", "sm_100"), ("2.32.6", "sm_90")])
+def test_all_to_all_compiles_inside_a_node_and_across_nodes(nccl, arch):
+    """The pairwise all-to-all links for every Flow target, its GIN variant with strong signals (peers on other
+    nodes), the LSA one without GIN code."""
+    argtypes = _library._argtypes("bfloat16", nccl, "pairwise")
+    across = _library.kernel_for("pairwise", "all_to_all", RedOp.SUM, gin_peers=True).compile(
+        argtypes, arch=arch, nccl=nccl)
+    assert STRONG_SIGNAL_FEATURE in across.features
+    inside = _library.kernel_for("pairwise", "all_to_all", RedOp.SUM).compile(argtypes, arch=arch, nccl=nccl)
+    assert STRONG_SIGNAL_FEATURE not in inside.features and not [
+        s for s in inside.function_symbols() if s.startswith("flowdsl_gin")]
