@@ -39,7 +39,7 @@ from .._fp8 import E4M3 as _E4M3
 from ..enums import RedOp
 from .gin import STRONG_SIGNAL_FEATURE
 from .checks import check, is_omitted
-from .intrinsics import emit_trap, feature_marker
+from .intrinsics import feature_marker, printed_refusal
 from .target import current, note_feature
 from .types import WindowType, register_struct_model
 
@@ -302,59 +302,34 @@ def float_to_fp8(value, fmt):
     return uint8(_float_to_e5m2(float32(0.0), x) & uint16(0xFF))
 
 
-@intrinsic
-def _trap(typingctx):
-    """PTX ``trap``: the kernel stops and its launch fails."""
-    def codegen(context, builder, sig, args):
-        emit_trap(builder)
-        return context.get_dummy_value()
-    return types.void(), codegen
-
+# The refusals Flow makes in device code: the kernel prints the simulator's sentence with the values, then traps.
 
 @overload(flow.missing_gin_context)
 def flow_missing_gin_context(peer):
     check(flow.missing_gin_context, peer)
-    before, after = missing_gin_context_text("{}").split("{}")
-    before = before.rstrip()  # print puts a space between its arguments
-
-    def impl(peer):
-        print(before, peer, after)  # numba-cuda prints through vprintf before the trap ends the kernel
-        _trap()
-    return impl
+    refuse = printed_refusal(missing_gin_context_text("{}"))
+    return lambda peer: refuse((peer,))
 
 
 @overload(flow.bad_connection)
 def flow_bad_connection(peer, number, remote_number, last_rank):
     check(flow.bad_connection, peer, number, remote_number, last_rank)
-    # Constant strings each (a list of them cannot be a closure value of device code).
-    a, b, c, d, e = (part.strip() for part in bad_connection_text("{}", "{}", "{}", "{}").split("{}"))
-
-    def impl(peer, number, remote_number, last_rank):
-        print(a, peer, b, number, c, remote_number, d, last_rank, e)
-        _trap()
-    return impl
+    refuse = printed_refusal(bad_connection_text("{}", "{}", "{}", "{}"))
+    return lambda peer, number, remote_number, last_rank: refuse((peer, number, remote_number, last_rank))
 
 
 @overload(flow.bad_channel)
 def flow_bad_channel(channel, channels):
     check(flow.bad_channel, channel, channels)
-    a, b, c = (part.strip() for part in bad_channel_text("{}", "{}").split("{}"))
-
-    def impl(channel, channels):
-        print(a, channel, b, channels, c)
-        _trap()
-    return impl
+    refuse = printed_refusal(bad_channel_text("{}", "{}"))
+    return lambda channel, channels: refuse((channel, channels))
 
 
 @overload(flow.bad_layout)
 def flow_bad_layout(channels, nslots, slot_words, needed, held):
     check(flow.bad_layout, channels, nslots, slot_words, needed, held)
-    a, b, c, d, e, f = (part.strip() for part in bad_layout_text("{}", "{}", "{}", "{}", "{}").split("{}"))
-
-    def impl(channels, nslots, slot_words, needed, held):
-        print(a, channels, b, nslots, c, slot_words, d, needed, e, held, f)
-        _trap()
-    return impl
+    refuse = printed_refusal(bad_layout_text("{}", "{}", "{}", "{}", "{}"))
+    return lambda channels, nslots, slot_words, needed, held: refuse((channels, nslots, slot_words, needed, held))
 
 
 @overload(flow.step_ends)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.cuda.extending import intrinsic, overload
@@ -126,6 +128,43 @@ def typed_pointer(typingctx, ptr, dtype):
 def emit_trap(builder) -> None:
     """Emit PTX ``trap``: the kernel stops and its launch fails."""
     builder.asm(ir.FunctionType(ir.VoidType(), []), "trap;", "", [], side_effect=True)
+
+
+def emit_refusal(builder, text: str, values) -> None:
+    """Print ``text`` through ``vprintf``, each ``{}`` filled with one of ``values`` (int64), then trap: the GPU
+    says a refusal in the words the simulator raises it in (``print`` would put a space around each value)."""
+    module = builder.module
+    fmt_text = (text.replace("%", "%%").replace("{}", "%lld") + "\n\0").encode()
+    name = "flowdsl_refusal_" + hashlib.sha256(fmt_text).hexdigest()[:16]
+    fmt = module.globals.get(name)
+    if fmt is None:
+        fmt = cgutils.global_constant(module, name, ir.Constant(ir.ArrayType(ir.IntType(8), len(fmt_text)),
+                                                                bytearray(fmt_text)))
+    i64 = ir.IntType(64)
+    buf = builder.alloca(ir.LiteralStructType([i64] * max(1, len(values))))
+    for i, value in enumerate(values):
+        builder.store(value, builder.gep(buf, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), i)]))
+    voidptr = ir.IntType(8).as_pointer()
+    vprintf = cgutils.get_or_insert_function(module, ir.FunctionType(ir.IntType(32), [voidptr, voidptr]), "vprintf")
+    builder.call(vprintf, [builder.bitcast(fmt, voidptr), builder.bitcast(buf, voidptr)])
+    emit_trap(builder)
+
+
+def printed_refusal(text: str):
+    """``refuse(values)``, a device function: ``values`` a tuple of integers, printed into ``text``'s ``{}``
+    (:func:`emit_refusal`) before the kernel traps."""
+    @intrinsic
+    def refuse(typingctx, values):
+        if not isinstance(values, types.BaseTuple) or not all(isinstance(t, types.Integer) for t in values):
+            return None
+
+        def codegen(context, builder, sig, args):
+            items = [context.cast(builder, builder.extract_value(args[0], i), t, types.int64)
+                     for i, t in enumerate(values)]
+            emit_refusal(builder, text, items)
+            return context.get_dummy_value()
+        return types.void(values), codegen
+    return refuse
 
 
 @intrinsic
