@@ -86,7 +86,8 @@ BACKEND_MASKS = _not_yet("GIN device code for a subset of backends: not yet; a k
                          "backend's")
 CFT_OPERATIONS = _not_yet("CFT reductions (red, pullRed) and putCpMask: not yet")
 CFT_TEAM_MODES = _not_yet("hierarchical CFT team modes: not yet; cft.team is the flat team")
-COOP_UTILITIES = _not_yet("coop utilities (lane masks, coalesced groups, broadcast, compile-time traits): not yet")
+COOP_UTILITIES = _not_yet("a coop's broadcast of a value (ncclCoopBcast): not yet; lane masks, coalesced groups "
+                          "and the traits are flowdsl.coop's")
 COOP_TILES = _not_yet("tiles of 2 to 16 lanes: not yet; coop.thread() and coop.warp() are the 1- and 32-lane "
                       "tiles, coop.lanes(mask) any lanes of a warp")
 REDUCE_COPY = _not_yet("NCCL's reduce/copy helpers over source and destination lambdas, other operators, "
@@ -244,14 +245,12 @@ COVERAGE: dict[str, Provided | Refused] = {
        for coop in ("ncclCoopTile", "ncclCoopLanes", "ncclCoopWarpSpan", "ncclCoopCta")},
     **{f"method {coop}::sync": Provided("flowdsl.coop.sync")
        for coop in ("ncclCoopTile", "ncclCoopLanes", "ncclCoopWarpSpan", "ncclCoopCta")},
-    **_each("""
-        method ncclCoopTile::laneMask
-        function ncclCoopGetLaneMask
-        function ncclCoopIsThread
-        function ncclCoopWithinWarp
-        function ncclCoopCoalesced
-        function ncclCoopBcast
-    """, COOP_UTILITIES),
+    "method ncclCoopTile::laneMask": Provided("flowdsl.coop.lane_mask"),
+    "function ncclCoopGetLaneMask": Provided("flowdsl.coop.lane_mask"),
+    "function ncclCoopIsThread": Provided("flowdsl.coop.is_thread"),
+    "function ncclCoopWithinWarp": Provided("flowdsl.coop.within_warp"),
+    "function ncclCoopCoalesced": Provided("flowdsl.coop.coalesced"),
+    "function ncclCoopBcast": COOP_UTILITIES,
     **_each("""
         function ncclCoopBcast_Cta_stash
         function ncclCoopBcast_WarpSpan_stash

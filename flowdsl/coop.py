@@ -9,7 +9,8 @@ from __future__ import annotations
 from ._spec import COOP, INT
 from ._stubs import primitive
 
-__all__ = ["thread", "warp", "lanes", "warp_span", "cta", "sync", "thread_rank", "size"]
+__all__ = ["thread", "warp", "lanes", "warp_span", "cta", "sync", "thread_rank", "size", "lane_mask", "is_thread",
+           "within_warp", "coalesced"]
 
 
 @primitive
@@ -54,3 +55,27 @@ def thread_rank(coop):
 @primitive(extern="flowdsl_coop_size", coop=COOP)
 def size(coop):
     """Number of threads in the coop."""
+
+
+@primitive(coop=COOP)
+def lane_mask(coop):
+    """The lanes of this thread's warp in the coop, as a 32-bit mask (``ncclCoopGetLaneMask``): its own lane's
+    bit for ``thread()``, the mask of ``lanes(mask)``, every lane for a warp, a warp span and a CTA."""
+
+
+@primitive(coop=COOP)
+def is_thread(coop):
+    """Whether the coop is one thread, known when the kernel compiles (``ncclCoopIsThread``)."""
+
+
+@primitive(coop=COOP)
+def within_warp(coop):
+    """Whether the coop lies within one warp (a thread, a warp, lanes), known when the kernel compiles
+    (``ncclCoopWithinWarp``)."""
+
+
+@primitive
+def coalesced(coop=None):
+    """Threads of this warp safe to use together (``ncclCoopCoalesced``): without a coop, the lanes active at the
+    call (``lanes(activemask())``); a coop within a warp is itself; a warp span or a CTA gives this thread's
+    warp."""

@@ -3,11 +3,12 @@ whose kind is part of its type; sync, thread_rank and size call the support func
 
 from __future__ import annotations
 
+from numba import cuda, uint32
 from numba.cuda.extending import make_attribute_wrapper, overload, overload_method
 
 from .. import coop as coop_api
 from ..enums import CoopKind
-from .checks import check
+from .checks import check, is_omitted
 from .declarations import extern
 from .intrinsics import make_coop
 from .types import CoopType
@@ -71,3 +72,40 @@ def coop_thread_rank(coop):
 @overload(coop_api.size)
 def coop_size(coop):
     return _coop_call(coop_api.size, coop)
+
+
+_WITHIN_WARP = (CoopKind.THREAD, CoopKind.WARP, CoopKind.LANES)
+
+
+@overload(coop_api.lane_mask)
+def coop_lane_mask(coop):
+    check(coop_api.lane_mask, coop)
+    if coop.kind == CoopKind.THREAD:
+        return lambda coop: uint32(1) << uint32(cuda.laneid)
+    if coop.kind == CoopKind.LANES:
+        return lambda coop: uint32(coop._word)
+    return lambda coop: uint32(0xFFFFFFFF)
+
+
+@overload(coop_api.is_thread)
+def coop_is_thread(coop):
+    check(coop_api.is_thread, coop)
+    answer = coop.kind == CoopKind.THREAD
+    return lambda coop: answer
+
+
+@overload(coop_api.within_warp)
+def coop_within_warp(coop):
+    check(coop_api.within_warp, coop)
+    answer = coop.kind in _WITHIN_WARP
+    return lambda coop: answer
+
+
+@overload(coop_api.coalesced)
+def coop_coalesced(coop=None):
+    if is_omitted(coop) or coop is None:
+        return lambda coop=None: _lanes(cuda.activemask())
+    check(coop_api.coalesced, coop)
+    if coop.kind in _WITHIN_WARP:
+        return lambda coop=None: coop
+    return lambda coop=None: _warp(0)

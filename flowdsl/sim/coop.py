@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from ..enums import CoopKind
 from .checks import KIND_CHECKS
+from .cudashim import cuda as shim
 from .errors import UsageError, sim_error
 from .scheduler import block_sync
 from .semantics import current, implements, run
 
 __all__ = ["Coop", "coop_sync"]
+
+_WITHIN_WARP = (CoopKind.THREAD, CoopKind.WARP, CoopKind.LANES)
 
 
 class Coop:
@@ -118,3 +121,31 @@ def _coop_thread_rank(coop):
 @implements("flowdsl.coop.size")
 def _coop_size(coop):
     return coop.nthreads
+
+
+@implements("flowdsl.coop.lane_mask")
+def _coop_lane_mask(coop):
+    if coop.kind == CoopKind.THREAD:
+        return 1 << current().lane
+    if coop.kind == CoopKind.LANES:
+        return coop.key[2]
+    return 0xFFFFFFFF
+
+
+@implements("flowdsl.coop.is_thread")
+def _coop_is_thread(coop):
+    return coop.kind == CoopKind.THREAD
+
+
+@implements("flowdsl.coop.within_warp")
+def _coop_within_warp(coop):
+    return coop.kind in _WITHIN_WARP
+
+
+@implements("flowdsl.coop.coalesced")
+def _coop_coalesced(coop=None):
+    if coop is None:
+        return _coop_lanes(shim.activemask())  # the active lanes, as the simulator's warp functions see them
+    if coop.kind in _WITHIN_WARP:
+        return coop
+    return _coop_warp()

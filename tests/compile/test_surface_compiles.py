@@ -29,6 +29,8 @@ def every_primitive(comm, win, flags, out):
     cta = coop.cta()
     acc = comm.rank + comm.nranks + comm.lsa_rank + comm.lsa_size
     acc += coop.thread_rank(cta) + coop.size(w) + t.size() + lanes.thread_rank() + span.size()
+    acc += coop.lane_mask(lanes) + coop.is_thread(t) + coop.within_warp(span) + coop.coalesced(span).size()
+    acc += coop.lane_mask(coop.coalesced())
     coop.sync(w)
     lanes.sync()
     span.sync()

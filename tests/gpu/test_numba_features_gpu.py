@@ -259,3 +259,14 @@ def test_a_debug_kernels_exception_is_raised_at_its_launch(comm):
 
     a = cupy.full(64, -1, np.float32)
     check_debug_exception(lambda n: raises_past_the_end[2, 32](a, n), comm.synchronize, a.get)
+
+
+def test_coop_utilities_on_the_gpu_as_on_the_simulator(comm):
+    import cupy
+
+    from tests.sim.test_semantics import check_coop_traits, coop_traits
+
+    out = cupy.zeros((64, 7), np.int64)
+    coop_traits[1, 64](out)
+    comm.synchronize()
+    check_coop_traits(out.get())

@@ -151,6 +151,36 @@ def coop_probe(comm, win):
     v[128 + t] = c.size() + w.size() * 1000 + s.size() * 10000
 
 
+@flowdsl.kernel
+def coop_traits(out):
+    """NCCL's coop utilities: lane masks, the compile-time traits, coalesced groups (one row a thread)."""
+    t = cuda.threadIdx.x
+    ln = coop.lanes(0x0000FFFF) if t % 32 < 16 else coop.lanes(0xFFFF0000)
+    span = coop.warp_span(0, 2, 1)
+    out[t, 0] = coop.lane_mask(coop.thread())
+    out[t, 1] = coop.lane_mask(ln)
+    out[t, 2] = coop.lane_mask(coop.warp()) & coop.lane_mask(span) & coop.lane_mask(coop.cta())
+    out[t, 3] = coop.is_thread(coop.thread()) + 2 * coop.is_thread(coop.warp()) + 4 * coop.is_thread(coop.cta())
+    out[t, 4] = coop.within_warp(ln) + 2 * coop.within_warp(coop.warp()) + 4 * coop.within_warp(span)
+    out[t, 5] = coop.coalesced(span).size() * 100 + coop.coalesced(ln).size()
+    out[t, 6] = coop.lane_mask(coop.coalesced())
+
+
+def check_coop_traits(out):
+    lanes = np.arange(64) % 32
+    assert list(out[:, 0]) == list(1 << lanes)
+    assert list(out[:, 1]) == [0x0000FFFF if lane < 16 else 0xFFFF0000 for lane in lanes]
+    assert set(out[:, 2]) == {0xFFFFFFFF} and set(out[:, 3]) == {1} and set(out[:, 4]) == {3}
+    assert set(out[:, 5]) == {32 * 100 + 16}
+    assert set(out[:, 6]) == {0xFFFFFFFF}  # every lane converged at the call
+
+
+def test_coop_utilities():
+    out = np.zeros((64, 7), np.int64)
+    flowdsl.sim.spawn(lambda comm: coop_traits[1, 64](out) or comm.synchronize(), nranks=1)
+    check_coop_traits(out)
+
+
 def test_coops():
     def main(comm):
         buf = comm.alloc(256, np.int64)
