@@ -86,8 +86,6 @@ BACKEND_MASKS = _not_yet("GIN device code for a subset of backends: not yet; a k
                          "backend's")
 CFT_OPERATIONS = _not_yet("CFT reductions (red, pullRed) and putCpMask: not yet")
 CFT_TEAM_MODES = _not_yet("hierarchical CFT team modes: not yet; cft.team is the flat team")
-COOP_UTILITIES = _not_yet("a coop's broadcast of a value (ncclCoopBcast): not yet; lane masks, coalesced groups "
-                          "and the traits are flowdsl.coop's")
 COOP_TILES = _not_yet("tiles of 2 to 16 lanes: not yet; coop.thread() and coop.warp() are the 1- and 32-lane "
                       "tiles, coop.lanes(mask) any lanes of a warp")
 REDUCE_COPY = _not_yet("NCCL's reduce/copy helpers over source and destination lambdas, other operators, "
@@ -250,11 +248,12 @@ COVERAGE: dict[str, Provided | Refused] = {
     "function ncclCoopIsThread": Provided("flowdsl.coop.is_thread"),
     "function ncclCoopWithinWarp": Provided("flowdsl.coop.within_warp"),
     "function ncclCoopCoalesced": Provided("flowdsl.coop.coalesced"),
-    "function ncclCoopBcast": COOP_UTILITIES,
+    "function ncclCoopBcast": Provided("flowdsl.coop.bcast", "values of 4 or 8 bytes"),
     **_each("""
         function ncclCoopBcast_Cta_stash
         function ncclCoopBcast_WarpSpan_stash
-    """, _not_applicable("the shared-memory stash of ncclCoopBcast's CTA and warp-span forms, not called by users")),
+    """, _not_applicable("the shared-memory stash of ncclCoopBcast's CTA and warp-span forms (flowdsl.coop.bcast "
+                         "keeps its own), not called by users")),
 
     # ---- LSA barriers (lsa_barrier.h) -------------------------------------------------------------------
     "type ncclLsaBarrierSession": Provided(

@@ -93,15 +93,18 @@ ENUM = Arg("enum", "an enum member", "Pass one of its members")
 #: A reduction operator: a run-time value, or a constant that the GPU compiles in (so its range is not
 #: a typing check: numba retries a refused constant as a run-time value).
 RED_OP = ENUM.but("a flowdsl.RedOp", "Pass flowdsl.RedOp.SUM, PROD, MAX, MIN, AVG or PREMULSUM")
+#: A number of 4 or 8 bytes (a warp shuffle's and a coop broadcast's operand).
+WORD = Arg("word", "a number of 4 or 8 bytes (int32, uint32, int64, uint64, float32 or float64)",
+           "Pass a value of one of those types")
 #: Kinds whose refusals name the argument: "requires ``name`` to be ``what``".
-NAMED_KINDS = ("int", "order", "enum", "shared_array", "scope")
+NAMED_KINDS = ("int", "order", "enum", "shared_array", "scope", "word")
 #: How a primitive lowered from its spec gives the C function's result: ``"value"`` as it is, ``"bool"`` as
 #: ``result != 0``, ``"team"`` a team the C function writes into three ints (its last argument).
 RESULTS = ("value", "bool", "team")
 #: Every argument kind a spec may name. Each layer that checks arguments (the GPU's typing,
 #: ``lowering/checks.py``; the simulator, ``sim/checks.py``) keeps a :class:`KindRegistry` of them.
 KINDS = ("comm", "coop", "window", "team", "int", "order", "enum", "scope", "array", "shared_array", "lsa_session",
-         "gin_context", "remote", "local", "cft_session")
+         "gin_context", "remote", "local", "cft_session", "word")
 
 
 class KindRegistry:

@@ -6,11 +6,11 @@ and passed to collective primitives (barriers, reduce/copy).
 
 from __future__ import annotations
 
-from ._spec import COOP, INT
+from ._spec import COOP, INT, WORD
 from ._stubs import primitive
 
 __all__ = ["thread", "warp", "lanes", "warp_span", "cta", "sync", "thread_rank", "size", "lane_mask", "is_thread",
-           "within_warp", "coalesced"]
+           "within_warp", "coalesced", "bcast"]
 
 
 @primitive
@@ -79,3 +79,17 @@ def coalesced(coop=None):
     """Threads of this warp safe to use together (``ncclCoopCoalesced``): without a coop, the lanes active at the
     call (``lanes(activemask())``); a coop within a warp is itself; a warp span or a CTA gives this thread's
     warp."""
+
+
+@primitive(coop=COOP, value=WORD, root=INT)
+def bcast(coop, value, root, entry_sync=True):
+    """The ``value`` of the coop's thread ``root`` (its ``thread_rank``), returned to every thread of the coop
+    (``ncclCoopBcast``): a warp shuffle within a warp; through a shared-memory stash between two syncs of the
+    coop for a warp span or a CTA (``entry_sync=False`` leaves out the first, where no thread can still be
+    reading an earlier broadcast's stash). ``value``: a number of 4 or 8 bytes."""
+
+
+def bcast_width_refusal(got: str) -> str:
+    """Why a value of another size is refused (the GPU's typing and the simulator say the same)."""
+    return (f"flowdsl.coop.bcast requires value to be a number of 4 or 8 bytes (int32, uint32, int64, uint64, float32 "
+            f"or float64), got {got}. Convert it first, e.g. int32(x) or float32(x)")

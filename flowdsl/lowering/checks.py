@@ -28,7 +28,7 @@ _ENUMS = (types.Integer, types.IntegerLiteral, types.IntEnumMember)
 KIND_TYPES = KindRegistry("the GPU's typing", {
     "comm": DevCommType, "coop": CoopType, "window": WindowType, "team": TeamType, "array": types.Array,
     "shared_array": types.Array, "lsa_session": LsaBarrierSessionType,
-    "int": _INTEGERS, "order": _ENUMS, "enum": _ENUMS, "scope": _ENUMS,
+    "int": _INTEGERS, "order": _ENUMS, "enum": _ENUMS, "scope": _ENUMS, "word": (types.Integer, types.Float),
 })
 
 

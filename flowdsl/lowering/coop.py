@@ -3,7 +3,9 @@ whose kind is part of its type; sync, thread_rank and size call the support func
 
 from __future__ import annotations
 
-from numba import cuda, uint32
+from numba import cuda, int32, int64, uint32
+from numba.core import types
+from numba.core.errors import NumbaTypeError
 from numba.cuda.extending import make_attribute_wrapper, overload, overload_method
 
 from .. import coop as coop_api
@@ -109,3 +111,46 @@ def coop_coalesced(coop=None):
     if coop.kind in _WITHIN_WARP:
         return lambda coop=None: coop
     return lambda coop=None: _warp(0)
+
+
+@overload(coop_api.bcast)
+def coop_bcast(coop, value, root, entry_sync=True):
+    check(coop_api.bcast, coop, value, root)
+    if value.bitwidth not in (32, 64):
+        raise NumbaTypeError(coop_api.bcast_width_refusal(str(value)))
+    kind = coop.kind
+    if kind == CoopKind.THREAD:
+        return lambda coop, value, root, entry_sync=True: value
+    if kind in (CoopKind.WARP, CoopKind.LANES):
+        # numba-cuda's shuffle takes signed integers and floats: unsigned ones cross it as their signed bits.
+        as_word = (int32 if value.bitwidth == 32 else int64) if isinstance(value, types.Integer) else value
+        back = value
+        whole_warp = kind == CoopKind.WARP
+
+        def warp_bcast(coop, value, root, entry_sync=True):
+            mask = uint32(0xFFFFFFFF) if whole_warp else uint32(coop._word)
+            lane = root
+            if not whole_warp:  # the lane of the coop's root-th member
+                lane = 0
+                seen = -1
+                while lane < 32:
+                    if (mask >> uint32(lane)) & uint32(1):
+                        seen += 1
+                        if seen == root:
+                            break
+                    lane += 1
+            return back(cuda.shfl_sync(mask, as_word(value), lane))
+        return warp_bcast
+    span = kind == CoopKind.WARP_SPAN
+    dtype = value
+
+    def stash_bcast(coop, value, root, entry_sync=True):
+        stash = cuda.shared.array(16, dtype)  # NCCL's: one slot per warp-span id, one for the CTA
+        slot = (coop._word >> 16) & 0xF if span else 0
+        if entry_sync:
+            coop_api.sync(coop)
+        if coop_api.thread_rank(coop) == root:
+            stash[slot] = value
+        coop_api.sync(coop)
+        return stash[slot]
+    return stash_bcast

@@ -42,6 +42,7 @@ KIND_CHECKS = KindRegistry("the simulator", {
     "window": lambda v: isinstance(v, Window),
     "int": _is_int, "order": _is_int, "enum": _is_int, "scope": _is_int,
     "array": _is_array, "shared_array": _is_array,
+    "word": lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)),
 })
 
 def _typeof(value) -> str:

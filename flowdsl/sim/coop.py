@@ -3,10 +3,13 @@ a call together, and the block barrier (or none) they sync on."""
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..coop import bcast_width_refusal
 from ..enums import CoopKind
-from .checks import KIND_CHECKS
+from .checks import KIND_CHECKS, _typeof
 from .cudashim import cuda as shim
-from .errors import UsageError, sim_error
+from .errors import KernelTypingError, UsageError, sim_error
 from .scheduler import block_sync
 from .semantics import current, implements, run
 
@@ -149,3 +152,23 @@ def _coop_coalesced(coop=None):
     if coop.kind in _WITHIN_WARP:
         return coop
     return _coop_warp()
+
+
+@implements("flowdsl.coop.bcast")
+def _coop_bcast(coop, value, root, entry_sync=True):
+    size = 8 if isinstance(value, (int, float)) else np.asarray(value).dtype.itemsize  # a Python number: 64-bit
+    if size not in (4, 8):
+        raise sim_error(KernelTypingError, bcast_width_refusal(_typeof(value)))
+    t = current()
+    if coop.kind == CoopKind.THREAD:
+        return value
+    if coop.kind in _WITHIN_WARP:
+        mask = coop.key[2]
+        lanes = [i for i in range(32) if (mask >> i) & 1]
+        return shim.shfl_sync(mask, value, lanes[int(root)] if 0 <= int(root) < len(lanes) else 0)
+    if entry_sync:
+        coop_sync(coop)
+    if coop.trank == int(root):
+        t.blk.stashes[coop.key] = value
+    coop_sync(coop)
+    return t.blk.stashes.get(coop.key, value)

@@ -182,7 +182,8 @@ class Launch:
 class Block:
     """A CTA: its threads, shared arrays and block-level barriers."""
 
-    __slots__ = ("launch", "idx", "lin", "threads", "shared", "dynamic", "barriers", "nthreads", "lsa_barriers")
+    __slots__ = ("launch", "idx", "lin", "threads", "shared", "dynamic", "barriers", "nthreads", "lsa_barriers",
+                 "stashes")
 
     def __init__(self, launch, idx, lin, nthreads):
         self.launch, self.idx, self.lin, self.nthreads = launch, idx, lin, nthreads
@@ -191,6 +192,7 @@ class Block:
         self.dynamic = None  # the block's dynamic shared memory (bytes), made at its first use
         self.barriers = {}
         self.lsa_barriers = set()  # the LSA barrier indices it opened (a race report's advice reads them)
+        self.stashes = {}  # coop.bcast's shared-memory slots: coop key -> value
 
     def name(self) -> str:
         return f"block {self.idx[0]}" if self.launch.one_d else f"block {self.idx}"

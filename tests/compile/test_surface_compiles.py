@@ -31,6 +31,7 @@ def every_primitive(comm, win, flags, out):
     acc += coop.thread_rank(cta) + coop.size(w) + t.size() + lanes.thread_rank() + span.size()
     acc += coop.lane_mask(lanes) + coop.is_thread(t) + coop.within_warp(span) + coop.coalesced(span).size()
     acc += coop.lane_mask(coop.coalesced())
+    acc += coop.bcast(w, acc, 3) + coop.bcast(cta, acc, 0) + coop.bcast(span, acc, 1, False)
     coop.sync(w)
     lanes.sync()
     span.sync()

@@ -270,3 +270,16 @@ def test_coop_utilities_on_the_gpu_as_on_the_simulator(comm):
     coop_traits[1, 64](out)
     comm.synchronize()
     check_coop_traits(out.get())
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint64, np.float32, np.float64])
+def test_coop_broadcast_on_the_gpu_as_on_the_simulator(comm, dtype):
+    import cupy
+
+    from tests.sim.test_semantics import broadcast_expected, coop_broadcasts
+
+    a = (np.arange(96) * 3 + 1).astype(dtype)
+    out = cupy.zeros((96, 6), dtype)
+    coop_broadcasts[1, 96](out, cupy.asarray(a))
+    comm.synchronize()
+    np.testing.assert_array_equal(out.get(), broadcast_expected(a))

@@ -175,6 +175,51 @@ def check_coop_traits(out):
     assert set(out[:, 6]) == {0xFFFFFFFF}  # every lane converged at the call
 
 
+@flowdsl.kernel
+def coop_broadcasts(out, a):
+    """coop.bcast in each coop kind: a shuffle within a warp, a shared-memory stash for spans and the CTA."""
+    t = cuda.threadIdx.x
+    ln = coop.lanes(0x0000FFFF) if t % 32 < 16 else coop.lanes(0xFFFF0000)
+    span = coop.warp_span(0, 2, 3) if t < 64 else coop.warp_span(2, 1, 4)
+    x = a[t]
+    out[t, 0] = coop.bcast(coop.thread(), x, 0)
+    out[t, 1] = coop.bcast(coop.warp(), x, 5)
+    out[t, 2] = coop.bcast(ln, x, 2)
+    out[t, 3] = coop.bcast(span, x, 7)
+    out[t, 4] = coop.bcast(coop.cta(), x, 40)
+    coop.sync(coop.cta())  # every thread read the stash: the next broadcast needs no entry sync
+    out[t, 5] = coop.bcast(coop.cta(), x, 41, False)
+
+
+def broadcast_expected(a):
+    t = np.arange(96)
+    return np.stack([a, a[t // 32 * 32 + 5], a[t // 32 * 32 + np.where(t % 32 < 16, 2, 18)],
+                     a[np.where(t < 64, 7, 64 + 7)], np.full(96, a[40]), np.full(96, a[41])], 1)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64])
+def test_coop_broadcast_in_every_coop(dtype):
+    a = (np.arange(96) * 3 + 1).astype(dtype)
+    if np.dtype(dtype).kind == "u":
+        a[1::7] |= np.array(1 << (8 * np.dtype(dtype).itemsize - 1), dtype)  # the top bit crosses the shuffle
+    out = np.zeros((96, 6), dtype)
+    flowdsl.sim.spawn(lambda comm: coop_broadcasts[1, 96](out, a) or comm.synchronize(), nranks=1)
+    np.testing.assert_array_equal(out, broadcast_expected(a))
+
+
+def test_coop_broadcast_of_a_two_byte_value_is_refused_on_both_paths():
+    @flowdsl.kernel
+    def half(out):
+        out[0] = coop.bcast(coop.warp(), out[1], 0)
+
+    words = (r"flowdsl.coop.bcast requires value to be a number of 4 or 8 bytes \(int32, uint32, int64, uint64, "
+             r"float32 or float64\), got int16. Convert it first")
+    with pytest.raises(flowdsl.KernelTypingError, match=words):
+        flowdsl.sim.spawn(lambda comm: half[1, 32](np.zeros(2, np.int16)) or comm.synchronize(), nranks=1)
+    with pytest.raises(flowdsl.KernelTypingError, match=words):
+        half.compile(half.argtypes_for(np.zeros(2, np.int16), nccl="2.28.9"), arch="sm_90", nccl="2.28.9")
+
+
 def test_coop_utilities():
     out = np.zeros((64, 7), np.int64)
     flowdsl.sim.spawn(lambda comm: coop_traits[1, 64](out) or comm.synchronize(), nranks=1)
