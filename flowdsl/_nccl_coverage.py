@@ -86,8 +86,6 @@ BACKEND_MASKS = _not_yet("GIN device code for a subset of backends: not yet; a k
                          "backend's")
 CFT_OPERATIONS = _not_yet("CFT reductions (red, pullRed) and putCpMask: not yet")
 CFT_TEAM_MODES = _not_yet("hierarchical CFT team modes: not yet; cft.team is the flat team")
-COOP_TILES = _not_yet("tiles of 2 to 16 lanes: not yet; coop.thread() and coop.warp() are the 1- and 32-lane "
-                      "tiles, coop.lanes(mask) any lanes of a warp")
 REDUCE_COPY = _not_yet("NCCL's reduce/copy helpers over source and destination lambdas, other operators, "
                        "local memory or TMA: not yet; lsa.reduce_sum, lsa.copy and lsa.reduce_sum_copy cover "
                        "the LSA team's windows")
@@ -234,7 +232,7 @@ COVERAGE: dict[str, Provided | Refused] = {
     "type ncclCoopLanes": Provided("flowdsl.coop.lanes"),
     "type ncclCoopWarpSpan": Provided("flowdsl.coop.warp_span"),
     "type ncclCoopCta": Provided("flowdsl.coop.cta"),
-    "type ncclCoopTile": COOP_TILES,
+    "type ncclCoopTile": Provided("flowdsl.coop.tile", "a tile of 2 to 16 lanes is coop.lanes of its mask"),
     **{f"method {coop}::thread_rank": Provided("flowdsl.coop.thread_rank")
        for coop in ("ncclCoopTile", "ncclCoopLanes", "ncclCoopWarpSpan", "ncclCoopCta")},
     **{f"method {coop}::size": Provided("flowdsl.coop.size")

@@ -224,27 +224,37 @@ class Spec:
                 f"{self.fix_dtype(param)}")
 
     def refusal_choice(self, param: str, got: int) -> str:
-        """How every layer refuses enum argument ``param`` of value ``got`` outside its choices."""
+        """How every layer refuses argument ``param`` (an enum member, or an int of a few values) of value ``got``
+        outside its choices."""
         choices = self.args[param].choices
         enum_type = type(choices[0])
-        got_name = enum_type(got).name if got in enum_type._value2member_map_ else str(got)
-        return (f"{self.name} requires {param} {', '.join(c.name for c in choices)}, got {got_name}. "
-                f"{self.fix_choice(param)}")
+        members = getattr(enum_type, "_value2member_map_", {})
+        got_name = enum_type(got).name if got in members else str(got)
+        listed = ", ".join(_choice(c) for c in choices)
+        wanted = listed if hasattr(choices[0], "name") else f"to be one of {listed}"  # members by name; ints read so
+        return f"{self.name} requires {param} {wanted}, got {got_name}. {self.fix_choice(param)}"
 
     def refusal_constant(self, param: str, got) -> str:
         """The GPU's typing refusal of a run-time value for ``param``, which it must know when it compiles."""
         first = self.args[param].choices[0]
-        return (f"{self.name} requires {param} to be a compile-time constant such as "
-                f"flowdsl.{type(first).__name__}.{first.name}, got {got}")
+        example = f"flowdsl.{type(first).__name__}.{first.name}" if hasattr(first, "name") else str(first)
+        return f"{self.name} requires {param} to be a compile-time constant such as {example}, got {got}"
 
     def fix_choice(self, param: str) -> str:
         """What to pass instead of a value outside ``param``'s choices."""
         choices = self.args[param].choices
+        if not hasattr(choices[0], "name"):
+            return f"Pass one of {', '.join(map(str, choices))}"
         return f"Pass one of flowdsl.{type(choices[0]).__name__}.{', '.join(c.name for c in choices)}"
 
     def fix_dtype(self, param: str) -> str:
         """What to pass instead of an array of other elements."""
         return f"Pass an array of {', '.join(self.args[param].dtypes)} elements"
+
+
+def _choice(c) -> str:
+    """A choice as refusals name it: an enum member by its name, an int by its value."""
+    return c.name if hasattr(c, "name") else str(c)
 
 
 #: name -> spec of every primitive (also ``stub.__flowdsl_spec__``).

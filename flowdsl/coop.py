@@ -9,7 +9,7 @@ from __future__ import annotations
 from ._spec import COOP, INT, WORD
 from ._stubs import primitive
 
-__all__ = ["thread", "warp", "lanes", "warp_span", "cta", "sync", "thread_rank", "size", "lane_mask", "is_thread",
+__all__ = ["thread", "warp", "lanes", "tile", "warp_span", "cta", "sync", "thread_rank", "size", "lane_mask", "is_thread",
            "within_warp", "coalesced", "bcast"]
 
 
@@ -26,6 +26,13 @@ def warp():
 @primitive(mask=INT)
 def lanes(mask):
     """The lanes of this warp set in ``mask`` (``ncclCoopLanes``); all must call."""
+
+
+@primitive(n=INT.but("a power of two from 1 to 32", choices=(1, 2, 4, 8, 16, 32), constant=True))
+def tile(n):
+    """This thread's tile of ``n`` lanes (NCCL's ``ncclCoopTile<n>``): lanes ``lane & -n`` to ``(lane & -n) + n - 1``
+    of its warp, every one of which must call. ``tile(1)`` is :func:`thread`, ``tile(32)`` is :func:`warp`; the
+    others are :func:`lanes` of the tile's mask. ``n``: a constant power of two."""
 
 
 @primitive(first_warp=INT, nwarps=INT, id=INT)

@@ -39,6 +39,18 @@ def coop_cta():
     return lambda: _cta(0)
 
 
+@overload(coop_api.tile)
+def coop_tile(n):
+    check(coop_api.tile, n)
+    size = n.literal_value
+    if size == 1:
+        return lambda n: _thread(0)
+    if size == 32:
+        return lambda n: _warp(0)
+    ones, first = uint32((1 << size) - 1), 32 - size  # lane & -size, within a warp
+    return lambda n: _lanes(ones << uint32(cuda.laneid & first))
+
+
 @overload(coop_api.lanes)
 def coop_lanes(mask):
     check(coop_api.lanes, mask)

@@ -83,6 +83,16 @@ def _coop_lanes(mask):
     return Coop(CoopKind.LANES, ("warp", t.warp, mask), len(mem), trank, mem, f"lanes {mask:#x} of warp {t.warp}")
 
 
+@implements("flowdsl.coop.tile")
+def _coop_tile(n):
+    n = int(n)
+    if n == 1:
+        return _coop_thread()
+    if n == 32:
+        return _coop_warp()
+    return _coop_lanes(((1 << n) - 1) << (current().lane & (32 - n)))
+
+
 @implements("flowdsl.coop.warp_span")
 def _coop_warp_span(first_warp, nwarps, id):
     t = current()

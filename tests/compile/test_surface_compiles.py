@@ -30,7 +30,7 @@ def every_primitive(comm, win, flags, out):
     acc = comm.rank + comm.nranks + comm.lsa_rank + comm.lsa_size
     acc += coop.thread_rank(cta) + coop.size(w) + t.size() + lanes.thread_rank() + span.size()
     acc += coop.lane_mask(lanes) + coop.is_thread(t) + coop.within_warp(span) + coop.coalesced(span).size()
-    acc += coop.lane_mask(coop.coalesced())
+    acc += coop.lane_mask(coop.coalesced()) + coop.tile(4).size() + coop.lane_mask(coop.tile(1))
     acc += coop.bcast(w, acc, 3) + coop.bcast(cta, acc, 0) + coop.bcast(span, acc, 1, False)
     coop.sync(w)
     lanes.sync()

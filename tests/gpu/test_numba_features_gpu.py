@@ -283,3 +283,14 @@ def test_coop_broadcast_on_the_gpu_as_on_the_simulator(comm, dtype):
     coop_broadcasts[1, 96](out, cupy.asarray(a))
     comm.synchronize()
     np.testing.assert_array_equal(out.get(), broadcast_expected(a))
+
+
+def test_coop_tiles_on_the_gpu_as_on_the_simulator(comm):
+    import cupy
+
+    from tests.sim.test_semantics import check_coop_tiles, coop_tiles
+
+    out = cupy.zeros((64, 4), np.int64)
+    coop_tiles[1, 64](out)
+    comm.synchronize()
+    check_coop_tiles(out.get())

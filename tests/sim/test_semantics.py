@@ -220,6 +220,43 @@ def test_coop_broadcast_of_a_two_byte_value_is_refused_on_both_paths():
         half.compile(half.argtypes_for(np.zeros(2, np.int16), nccl="2.28.9"), arch="sm_90", nccl="2.28.9")
 
 
+@flowdsl.kernel
+def coop_tiles(out):
+    """NCCL's tiles of n lanes: masks, ranks and sizes, the traits, a broadcast in a tile, a tile's sync."""
+    t = cuda.threadIdx.x
+    out[t, 0] = coop.lane_mask(coop.tile(4))
+    out[t, 1] = coop.tile(8).thread_rank() * 100 + coop.tile(8).size()
+    out[t, 2] = coop.is_thread(coop.tile(1)) + 2 * coop.within_warp(coop.tile(32)) + 4 * coop.is_thread(coop.tile(2))
+    out[t, 3] = coop.bcast(coop.tile(16), t, 3)
+    coop.tile(2).sync()
+
+
+def check_coop_tiles(out):
+    lane = np.arange(64) % 32
+    assert list(out[:, 0]) == list(0xF << (lane & ~3))
+    assert list(out[:, 1]) == list((lane % 8) * 100 + 8)
+    assert set(out[:, 2]) == {3}
+    assert list(out[:, 3]) == list(np.arange(64) // 16 * 16 + 3)
+
+
+def test_coop_tiles():
+    out = np.zeros((64, 4), np.int64)
+    flowdsl.sim.spawn(lambda comm: coop_tiles[1, 64](out) or comm.synchronize(), nranks=1)
+    check_coop_tiles(out)
+
+
+def test_a_tile_of_other_than_a_power_of_two_is_refused_on_both_paths():
+    @flowdsl.kernel
+    def three(out):
+        out[0] = coop.tile(3).size()
+
+    words = r"flowdsl.coop.tile requires n to be one of 1, 2, 4, 8, 16, 32, got 3. Pass one of 1, 2, 4, 8, 16, 32"
+    with pytest.raises(flowdsl.KernelTypingError, match=words):
+        flowdsl.sim.spawn(lambda comm: three[1, 32](np.zeros(1, np.int64)) or comm.synchronize(), nranks=1)
+    with pytest.raises(flowdsl.KernelTypingError, match=words):
+        three.compile(three.argtypes_for(np.zeros(1, np.int64), nccl="2.28.9"), arch="sm_90", nccl="2.28.9")
+
+
 def test_coop_utilities():
     out = np.zeros((64, 7), np.int64)
     flowdsl.sim.spawn(lambda comm: coop_traits[1, 64](out) or comm.synchronize(), nranks=1)
