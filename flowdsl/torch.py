@@ -393,6 +393,10 @@ def _all_gather_backward(ctx, grad):
     return _reduce_scatter(grad.contiguous(), "sum", ctx.group), None
 
 
+def _all_to_all_backward(ctx, grad):  # block j of a rank's input became block r of rank j's output: the way back
+    return _all_to_all(grad.contiguous(), ctx.group), None
+
+
 def _reduce_scatter_backward(ctx, grad):
     if ctx.op != "sum":
         raise UsageError(f"Cannot differentiate reduce_scatter with op={ctx.op!r}: only 'sum' has a gradient here")
@@ -403,6 +407,8 @@ _all_reduce.register_autograd(_all_reduce_backward, setup_context=_save_op_group
 _all_gather.register_autograd(_all_gather_backward,
                               setup_context=lambda ctx, inputs, output: setattr(ctx, "group", inputs[-1]))
 _reduce_scatter.register_autograd(_reduce_scatter_backward, setup_context=_save_op_group)
+_all_to_all.register_autograd(_all_to_all_backward,
+                              setup_context=lambda ctx, inputs, output: setattr(ctx, "group", inputs[-1]))
 
 
 # ---- the Python forms --------------------------------------------------------------------------

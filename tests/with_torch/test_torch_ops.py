@@ -154,6 +154,20 @@ def test_gradcheck_of_the_fused_rmsnorm_reduce_scatter_in_float64():
     assert ranks(main, nranks=2) == [True, True]  # x, through the all-gather of the backward
 
 
+def test_an_all_to_alls_gradient_is_the_all_to_all_of_its_outputs_gradient():
+    """Each rank's loss weighs its output by its own w: the gradient of the sum of the losses with respect to a
+    rank's input is the all-to-all of the ranks' w (part j of rank q's gradient is part q of rank j's w)."""
+    def main(comm):
+        x = torch.from_numpy(rank_input(comm.rank, (NRANKS * 2, 3), "float64")).requires_grad_()
+        w = torch.from_numpy(rank_input(comm.rank, (NRANKS * 2, 3), "float64", seed=1))
+        (ft.all_to_all(x, group=comm) * w).sum().backward()
+        return x.grad.numpy()
+
+    ws = [rank_input(r, (NRANKS * 2, 3), "float64", seed=1) for r in range(NRANKS)]
+    for q, grad in enumerate(ranks(main)):
+        np.testing.assert_array_equal(grad, np.concatenate([w[q * 2:(q + 1) * 2] for w in ws]))
+
+
 # ---- errors ------------------------------------------------------------------------------------
 
 def test_bad_tensors_are_refused_at_trace_time_naming_the_fix():
