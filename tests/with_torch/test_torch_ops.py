@@ -82,7 +82,8 @@ def test_in_place_forms_write_their_tensor():
 def test_compiled_fullgraph_equals_eager():
     def f(x, group):
         y = ft.all_reduce(x * 2, group=group)
-        return ft.reduce_scatter(torch.relu(y) + 1, group=group), ft.all_gather(y[:2].contiguous(), group=group)
+        return (ft.reduce_scatter(torch.relu(y) + 1, group=group), ft.all_gather(y[:2].contiguous(), group=group),
+                ft.all_to_all(y - 1, group=group))
 
     def main(comm):
         g = ft.register(comm)
