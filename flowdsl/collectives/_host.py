@@ -128,7 +128,7 @@ def _state(comm, config: FlowConfig, operation: str = "run a collective", stream
 class _Buffer:
     """What the launch needs of one array argument."""
 
-    __slots__ = ("array", "dtype", "size", "ptr", "device", "name")
+    __slots__ = ("array", "dtype", "size", "ptr", "device", "name", "nbytes")
 
     def __init__(self, array, name, operation, sim=False):
         self.array, self.name = array, name
@@ -140,6 +140,7 @@ class _Buffer:
         elif isinstance(array, np.ndarray) and getattr(array, "__flowdsl_sim__", False) is not False:
             self._check_contiguous(array.shape, array.strides, array.itemsize, operation)
             self.dtype, self.size, self.ptr, self.device = array.dtype.name, array.size, array.ctypes.data, None
+            self.nbytes = array.nbytes
         elif isinstance(array, np.ndarray):
             raise UsageError(f"Cannot {operation}: {name} is a NumPy array in host memory. Pass a CuPy array "
                              "or a PyTorch CUDA tensor (e.g. from comm.alloc)")
@@ -165,6 +166,7 @@ class _Buffer:
         self._check_contiguous(t.shape, [s * t.element_size() for s in t.stride()], t.element_size(), operation)
         self.dtype = _TORCH_DTYPES.get(str(t.dtype), str(t.dtype).removeprefix("torch."))
         self.size, self.ptr, self.device = t.numel(), t.data_ptr(), t.device.index
+        self.nbytes = self.size * t.element_size()
 
     def _from_cai(self, array, cai, operation):
         shape, strides = cai["shape"], cai.get("strides")
@@ -172,9 +174,20 @@ class _Buffer:
         torch_dtype = str(getattr(array, "dtype", ""))
         self.dtype = _TORCH_DTYPES.get(torch_dtype) or np.dtype(cai["typestr"]).name
         self.size = int(np.prod(shape, dtype=np.int64))
+        self.nbytes = self.size * np.dtype(cai["typestr"]).itemsize
         self.ptr = cai["data"][0]
         dev = getattr(array, "device", None)
         self.device = getattr(dev, "id", None) if not hasattr(dev, "index") else dev.index
+
+    def same_memory(self, other) -> bool:
+        """Whether both name the same memory (an in-place call). Empty arrays name none: CuPy gives every
+        empty array one address (0), so a pointer comparison alone took two of them for one buffer."""
+        return self is other or (self.ptr == other.ptr and self.nbytes > 0 and other.nbytes > 0)
+
+    def overlaps(self, other) -> bool:
+        """Whether any byte of one is a byte of the other."""
+        return self is other or (self.nbytes > 0 and other.nbytes > 0 and self.ptr < other.ptr + other.nbytes
+                                 and other.ptr < self.ptr + self.nbytes)
 
     def kernel_array(self):
         """The array as the kernel sees it: 1-D, bfloat16 as uint16, fp8 as uint8 (a CPU tensor on the
@@ -229,9 +242,10 @@ def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", r
                 raise UsageError(f"Cannot {operation} with dtype={dtype!r}: {b.name} is {b.dtype}; {dtype} "
                                  f"travels in {'uint16' if storage == 'bfloat16' else storage} arrays")
             b.dtype = str(dtype)
-    if operation in _APART and (d is s or s.ptr == d.ptr):
-        raise UsageError(f"Cannot {operation} in place: a rank's block for a peer would be overwritten by the "
-                         "peer's block before it is sent. Pass a dst of its own")
+    if operation in _APART and d.overlaps(s):
+        raise UsageError(f"Cannot {operation} {'in place' if d.same_memory(s) else 'with dst overlapping src'}: a "
+                         "rank's block for a peer would be overwritten by the peer's block before it is sent. Pass a "
+                         "dst of its own")
     if d.dtype != s.dtype:
         raise UsageError(f"Cannot {operation}: src is {s.dtype} but dst is {d.dtype}. Pass arrays of one dtype")
     want_dev = getattr(comm, "device", None)
@@ -527,7 +541,7 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
     bits = scalar.bits if scalar is not None else 0
     scalar_at = scalar.buffer.kernel_array() if scalar is not None and scalar.buffer is not None else dst[:0]
     launch = kernel[grid, config.threads, stream].prepare(
-        st.devcomm, window, src, dst, count, int(root or 0), int(s is d or s.ptr == d.ptr), config.channels,
+        st.devcomm, window, src, dst, count, int(root or 0), int(s.same_memory(d)), config.channels,
         config.nslots, config.slot_bytes // 8, int(protocol), vectors, bits, scalar_at)
     return _Planned(lambda src, dst: launch(), algorithm)
 

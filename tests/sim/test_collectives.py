@@ -357,6 +357,7 @@ def test_all_to_all_refuses_in_place_a_wrong_size_and_too_few_channels():
     def main(comm):
         n = comm.nranks
         src, dst = comm.alloc(n * 8, np.float32), comm.alloc(n * 8, np.float32)
+        both = comm.alloc(n * 8 + 4, np.float32)
         return _usage_errors([
             lambda: coll.all_to_all(comm, src, src),
             lambda: coll.all_to_all(comm, src, None),
@@ -364,6 +365,7 @@ def test_all_to_all_refuses_in_place_a_wrong_size_and_too_few_channels():
             lambda: coll.all_to_all(comm, comm.alloc(n * 8 + 1, np.float32), dst),
             lambda: coll.all_to_all(comm, src, dst, algorithm="ring"),
             lambda: coll.all_to_all(comm, src, dst, config=coll.FlowConfig(channels=2)),
+            lambda: coll.all_to_all(comm, both[:n * 8], both[4:n * 8 + 4]),
         ])
 
     errors = spawn(main, nranks=10)[0]
@@ -375,3 +377,19 @@ def test_all_to_all_refuses_in_place_a_wrong_size_and_too_few_channels():
     assert errors[4].startswith("Cannot all_to_all with algorithm='ring': only ")
     assert errors[5] == ("Cannot all_to_all over 10 ranks with FlowConfig(channels=2): its 9 pairwise rounds take "
                          "4 connections a channel, so at least 3 channels. Pass FlowConfig(channels=3) or more")
+    assert errors[6].startswith("Cannot all_to_all with dst overlapping src: a rank's block")
+
+
+def test_empty_arrays_are_never_one_buffer():
+    """CuPy gives every empty array the address 0: a GPU run took an out-of-place all_to_all of 0 elements for an
+    in-place one and refused it. Two empty arrays share no memory, whatever their addresses."""
+    from flowdsl.collectives._host import _Buffer
+
+    class Empty:
+        def __init__(self, n=0):
+            self.__cuda_array_interface__ = {"shape": (n,), "typestr": "<f4", "data": (0, False), "version": 3}
+
+    a, b = _Buffer(Empty(), "src", "all_to_all"), _Buffer(Empty(), "dst", "all_to_all")
+    assert not a.same_memory(b) and not a.overlaps(b)
+    c, d = _Buffer(Empty(4), "src", "all_to_all"), _Buffer(Empty(4), "dst", "all_to_all")
+    assert c.same_memory(d) and c.overlaps(d)
