@@ -16,14 +16,14 @@ Data movement over all LSA peers, written in flowdsl itself:
 
 from __future__ import annotations
 
-from ._spec import ARRAY, COMM, COOP, INT, LSA_SESSION, ORDER, TEAM, WINDOW
+from ._spec import ARRAY, COMM, COOP, INT, LSA_SESSION, MULTIMEM_GATE, ORDER, TEAM, WINDOW
 from ._stubs import primitive
 from . import coop as _coop
 from . import mem as _mem
 
 __all__ = [
-    "get_local_pointer", "get_lsa_pointer", "get_peer_pointer", "get_team_pointer",
-    "local_view", "lsa_view", "peer_view", "team_view",
+    "MULTIMEM_MISSING", "get_local_pointer", "get_lsa_pointer", "get_peer_pointer", "get_team_pointer",
+    "local_view", "lsa_view", "peer_view", "team_view", "multimem_view",
     "barrier", "arrive", "wait", "sync",
     "reduce_sum", "copy", "reduce_sum_copy",
 ]
@@ -75,6 +75,27 @@ def peer_view(win, peer, start=0, count=-1, dtype=None):
 @primitive(extern="flowdsl_get_team_pointer", win=WINDOW, team=TEAM, peer=INT, start=INT, count=INT)
 def team_view(win, team, peer, start=0, count=-1, dtype=None):
     """``team``'s rank ``peer``'s window as a 1-D array."""
+
+
+#: What both paths say when a kernel makes a multimem view on a device communicator without multimem
+#: (the GPU prints it and traps; the simulator raises it).
+MULTIMEM_MISSING = ("flowdsl.lsa.multimem_view: the device communicator has no multimem. Make it with "
+                    "comm.device_communicator(lsa_multimem=True) on GPUs with NVLink SHARP (on the simulator, "
+                    "flowdsl.sim.spawn(..., multimem=True))")
+
+
+@primitive(extern="flowdsl_get_lsa_multimem_pointer", gate=MULTIMEM_GATE, comm=COMM, win=WINDOW, start=INT,
+           count=INT)
+def multimem_view(comm, win, start=0, count=-1, dtype=None):
+    """The LSA team's ``win`` through its multicast address (``ncclGetLsaMultimemPointer``): elements
+    ``start .. start+count-1`` (``count=-1``: to the end), of the window's dtype or ``dtype``.
+
+    Only :mod:`flowdsl.mem`'s multimem operations take it (one access reaches every LSA team member's
+    copy of the element through the NVLink switch: NVLink SHARP); it cannot be indexed. ``comm`` must
+    be a device communicator made with ``lsa_multimem=True`` (a GPU without NVLink SHARP refuses that
+    on the host; a kernel passed another traps, as the simulator reports). bfloat16 elements are
+    viewed as uint16 bits, as flowdsl's collectives carry them.
+    """
 
 
 @primitive(comm=COMM, coop=COOP, index=INT)

@@ -205,6 +205,8 @@ EXTERNS: tuple[Extern, ...] = (
     _e("flowdsl_get_peer_pointer", "ptr", [_WIN, ("size_t", "offset"), ("int", "peer")], "ncclGetPeerPointer."),
     _e("flowdsl_get_team_pointer", "ptr", [_WIN, ("size_t", "offset"), _TEAM, ("int", "peer")],
        "ncclGetPeerPointer with a team."),
+    _e("flowdsl_get_lsa_multimem_pointer", "ptr", [_WIN, ("size_t", "offset"), _COMM],
+       "ncclGetLsaMultimemPointer, or null when the communicator has no multimem (lsaMultimem not asked for)."),
     # LSA barrier sessions on the LSA team; each call opens and closes a session.
     _e("flowdsl_lsa_barrier_arrive", "void", [_COMM, ("uint32", "index"), ("order", "order")],
        "ncclLsaBarrierSession::arrive.", coop=True),

@@ -22,6 +22,7 @@ __all__ = ["init", "Communicator", "REQUIREMENT_FIELDS", "requirement_fields"]
 #: keyword of device_communicator() -> field of ncclDevCommRequirements.
 REQUIREMENT_FIELDS = {
     "lsa_barrier_count": "lsaBarrierCount",
+    "lsa_multimem": "lsaMultimem",
     "barrier_count": "barrierCount",
     "rail_gin_barrier_count": "railGinBarrierCount",
     "gin_context_count": "ginContextCount",
@@ -365,9 +366,22 @@ class Communicator:
         self._check_open("create a device communicator")
         given = set(requirements)
         requirements = checks.device_requirements(requirements, for_kernel, grid)
+        if requirements.get("lsa_multimem"):
+            self._check_multimem()
         layout = abi_layout(self.nccl_version)
         fields = requirement_fields(requirements, given, layout, self.nccl_version)
         return DevComm(self, fields, layout, self.nccl_version)
+
+    def _check_multimem(self) -> None:
+        """Refuse multimem where this GPU or NCCL's settings have none, before NCCL would create multicast
+        objects for it (``cuMulticastCreate``)."""
+        if os.environ.get("NCCL_NVLS_ENABLE", "").strip() == "0":
+            raise checks.multimem_unavailable("NCCL_NVLS_ENABLE=0 turns NVLink SHARP off in NCCL")
+        from .memory import multicast_supported  # noqa: PLC0415
+
+        if not multicast_supported(self.device):
+            raise checks.multimem_unavailable(f"GPU {self.device} does not multicast "
+                                              "(CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED is 0)")
 
     # -- synchronisation, timeouts and teardown -------------------------------------------------
     @property

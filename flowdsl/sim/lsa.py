@@ -3,16 +3,18 @@ reduce and copy (the programs of ``flowdsl/lsa.py``)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import lsa
 from . import _state
 from .checks import KIND_CHECKS, barrier_index
-from .errors import BarrierIndexError, UsageError, WindowAccessError, sim_error
+from .errors import BarrierIndexError, KernelTypingError, UsageError, WindowAccessError, sim_error
 from .scheduler import Wait
 from .coop import coop_sync
 from .semantics import current, implements, run
 from .timeouts import note_bounded
 
-__all__ = ["Pointer", "BarrierSession", "lsa_barrier", "lsa_arrive", "lsa_wait"]
+__all__ = ["Pointer", "MultimemView", "BarrierSession", "lsa_barrier", "lsa_arrive", "lsa_wait"]
 
 
 class Pointer:
@@ -108,6 +110,44 @@ def _lsa_team_view(win, team, peer, start=0, count=-1, dtype=None):
     w = win.own("make a team view")
     world = w.rank + (int(peer) - team.rank) * team.stride
     return w.view(_world_lsa_check(w, world, "make a team view"), start, count, dtype, "make a team view")
+
+
+class MultimemView:
+    """A simulated multimem view (:func:`flowdsl.lsa.multimem_view`): one window view per LSA team member,
+    in LSA rank order, the copies the NVLink switch reaches through one multicast address. Only
+    ``flowdsl.mem``'s multimem operations take it; indexing it is refused as the GPU's typing refuses it."""
+
+    __slots__ = ("members", "dtype")
+    __flowdsl_sim__ = True
+
+    def __init__(self, members):
+        self.members = members
+        self.dtype = np.asarray(members[0]).dtype
+
+    def __len__(self):
+        return len(self.members[0])
+
+    def _refuse(self, *args):
+        raise sim_error(KernelTypingError, "Cannot index a multimem view (flowdsl.lsa.multimem_view): a plain load or "
+                        "store of a multimem address is undefined. Use flowdsl.mem.multimem_ld_reduce, multimem_store "
+                        "or multimem_red (or their _vec forms), or an LSA view (flowdsl.lsa.lsa_view) of one member")
+
+    __getitem__ = __setitem__ = _refuse
+
+    def __repr__(self):
+        return f"<sim MultimemView {self.members[0].group.name()} x{len(self.members)} {self.dtype.name}>"
+
+
+@implements("flowdsl.lsa.multimem_view")
+def _lsa_multimem_view(comm, win, start=0, count=-1, dtype=None):
+    w = win.own("make a multimem view")
+    if not comm.group.reqs.get("lsa_multimem"):
+        raise sim_error(UsageError, lsa.MULTIMEM_MISSING)
+    base = comm.rank - comm.lsa_rank
+    return MultimemView([w.view(base + p, start, count, dtype, "make a multimem view") for p in range(comm.lsa_size)])
+
+
+KIND_CHECKS.register("multimem", lambda v: isinstance(v, MultimemView))
 
 
 class BarrierSession:
