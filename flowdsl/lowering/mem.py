@@ -13,6 +13,8 @@ and a literal that is not allowed is a compile-time error.
 
 from __future__ import annotations
 
+import functools
+
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.errors import NumbaTypeError
@@ -614,17 +616,24 @@ def _vector_values(stub, view, values):
                              f"(16 bytes), got {values}")
 
 
-@intrinsic
-def _multimem_ld_reduce(typingctx, view, index, op):
-    elem, red = view.dtype, RedOp(op.literal_value)
+@functools.cache
+def _multimem_ld_reduce(red):
+    """The intrinsic for operator ``red``, a constant baked in: inside an overload's implementation the
+    call's literal types are gone (a closure's or a global's operator arrives as a plain integer)."""
 
-    def codegen(context, builder, sig, args):
-        ptr = _multimem_address(context, builder, view, args[0], index, args[1])
-        ptx, reg = _multimem_scalar(elem, red)
-        return _asm(builder, context.get_value_type(elem), [ptr],
-                    f"multimem.ld_reduce.global.{_MULTIMEM_OPS[red]}.{ptx} $0, [$1];", f"={reg},l,~{{memory}}")
+    @intrinsic
+    def multimem_ld_reduce(typingctx, view, index, op):
+        elem = view.dtype
 
-    return elem(view, index, op), codegen
+        def codegen(context, builder, sig, args):
+            ptr = _multimem_address(context, builder, view, args[0], index, args[1])
+            ptx, reg = _multimem_scalar(elem, red)
+            return _asm(builder, context.get_value_type(elem), [ptr],
+                        f"multimem.ld_reduce.global.{_MULTIMEM_OPS[red]}.{ptx} $0, [$1];", f"={reg},l,~{{memory}}")
+
+        return elem(view, index, op), codegen
+
+    return multimem_ld_reduce
 
 
 @intrinsic
@@ -641,18 +650,25 @@ def _multimem_store(typingctx, view, index, value):
     return types.void(view, index, value), codegen
 
 
-@intrinsic
-def _multimem_red(typingctx, view, index, value, op):
-    elem, red = view.dtype, RedOp(op.literal_value)
+@functools.cache
+def _multimem_red(red):
+    """The intrinsic for operator ``red``, a constant baked in: inside an overload's implementation the
+    call's literal types are gone (a closure's or a global's operator arrives as a plain integer)."""
 
-    def codegen(context, builder, sig, args):
-        ptr = _multimem_address(context, builder, view, args[0], index, args[1])
-        ptx, reg = _multimem_scalar(elem, red)
-        _asm(builder, ir.VoidType(), [ptr, context.cast(builder, args[2], value, elem)],
-             f"multimem.red.relaxed.sys.global.{_MULTIMEM_OPS[red]}.{ptx} [$0], $1;", f"l,{reg},~{{memory}}")
-        return context.get_dummy_value()
+    @intrinsic
+    def multimem_red(typingctx, view, index, value, op):
+        elem = view.dtype
 
-    return types.void(view, index, value, op), codegen
+        def codegen(context, builder, sig, args):
+            ptr = _multimem_address(context, builder, view, args[0], index, args[1])
+            ptx, reg = _multimem_scalar(elem, red)
+            _asm(builder, ir.VoidType(), [ptr, context.cast(builder, args[2], value, elem)],
+                 f"multimem.red.relaxed.sys.global.{_MULTIMEM_OPS[red]}.{ptx} [$0], $1;", f"l,{reg},~{{memory}}")
+            return context.get_dummy_value()
+
+        return types.void(view, index, value, op), codegen
+
+    return multimem_red
 
 
 def _pair_op(elem, red, accumulate):
@@ -662,20 +678,27 @@ def _pair_op(elem, red, accumulate):
     return f"{_MULTIMEM_OPS[red]}{acc}.v4.{_MULTIMEM_PAIRS[elem]}"
 
 
-@intrinsic
-def _multimem_ld_reduce_vec(typingctx, view, index, op):
-    elem, red = view.dtype, RedOp(op.literal_value)
-    lanes = 16 // (elem.bitwidth // 8)
+@functools.cache
+def _multimem_ld_reduce_vec(red):
+    """The intrinsic for operator ``red``, a constant baked in: inside an overload's implementation the
+    call's literal types are gone (a closure's or a global's operator arrives as a plain integer)."""
 
-    def codegen(context, builder, sig, args):
-        ptr = _multimem_address(context, builder, view, args[0], index, args[1])
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
-        packed = builder.asm(fnty, f"multimem.ld_reduce.global.{_pair_op(elem, red, True)} {{$0, $1, $2, $3}}, [$4];",
-                             "=r,=r,=r,=r,l,~{memory}", [ptr], side_effect=True)
-        return _multimem_lanes(context, builder, elem, [builder.extract_value(packed, i) for i in range(4)])
+    @intrinsic
+    def multimem_ld_reduce_vec(typingctx, view, index, op):
+        elem = view.dtype
+        lanes = 16 // (elem.bitwidth // 8)
 
-    return types.UniTuple(elem, lanes)(view, index, op), codegen
+        def codegen(context, builder, sig, args):
+            ptr = _multimem_address(context, builder, view, args[0], index, args[1])
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
+            packed = builder.asm(fnty, f"multimem.ld_reduce.global.{_pair_op(elem, red, True)} {{$0, $1, $2, $3}}, [$4];",
+                                 "=r,=r,=r,=r,l,~{memory}", [ptr], side_effect=True)
+            return _multimem_lanes(context, builder, elem, [builder.extract_value(packed, i) for i in range(4)])
+
+        return types.UniTuple(elem, lanes)(view, index, op), codegen
+
+    return multimem_ld_reduce_vec
 
 
 @intrinsic
@@ -693,26 +716,34 @@ def _multimem_store_vec(typingctx, view, index, values):
     return types.void(view, index, values), codegen
 
 
-@intrinsic
-def _multimem_red_vec(typingctx, view, index, values, op):
-    elem, red = view.dtype, RedOp(op.literal_value)
+@functools.cache
+def _multimem_red_vec(red):
+    """The intrinsic for operator ``red``, a constant baked in: inside an overload's implementation the
+    call's literal types are gone (a closure's or a global's operator arrives as a plain integer)."""
 
-    def codegen(context, builder, sig, args):
-        ptr = _multimem_address(context, builder, view, args[0], index, args[1])
-        regs = _multimem_registers(context, builder, elem, args[2], values)
-        _asm(builder, ir.VoidType(), [ptr] + regs,
-             f"multimem.red.relaxed.sys.global.{_pair_op(elem, red, False)} [$0], {{$1, $2, $3, $4}};",
-             "l,r,r,r,r,~{memory}")
-        return context.get_dummy_value()
+    @intrinsic
+    def multimem_red_vec(typingctx, view, index, values, op):
+        elem = view.dtype
 
-    return types.void(view, index, values, op), codegen
+        def codegen(context, builder, sig, args):
+            ptr = _multimem_address(context, builder, view, args[0], index, args[1])
+            regs = _multimem_registers(context, builder, elem, args[2], values)
+            _asm(builder, ir.VoidType(), [ptr] + regs,
+                 f"multimem.red.relaxed.sys.global.{_pair_op(elem, red, False)} [$0], {{$1, $2, $3, $4}};",
+                 "l,r,r,r,r,~{memory}")
+            return context.get_dummy_value()
+
+        return types.void(view, index, values, op), codegen
+
+    return multimem_red_vec
 
 
 @overload(mem.multimem_ld_reduce)
 def mem_multimem_ld_reduce(view, index, op):
     check(mem.multimem_ld_reduce, view, index, op)
     _multimem_typing(mem.multimem_ld_reduce, view, op, False)
-    return lambda view, index, op: _multimem_ld_reduce(view, index, op)
+    baked = _multimem_ld_reduce(RedOp(op.literal_value))
+    return lambda view, index, op: baked(view, index, op)
 
 
 @overload(mem.multimem_store)
@@ -726,14 +757,16 @@ def mem_multimem_store(view, index, value):
 def mem_multimem_red(view, index, value, op):
     check(mem.multimem_red, view, index, value, op)
     _multimem_typing(mem.multimem_red, view, op, False)
-    return lambda view, index, value, op: _multimem_red(view, index, value, op)
+    baked = _multimem_red(RedOp(op.literal_value))
+    return lambda view, index, value, op: baked(view, index, value, op)
 
 
 @overload(mem.multimem_ld_reduce_vec)
 def mem_multimem_ld_reduce_vec(view, index, op):
     check(mem.multimem_ld_reduce_vec, view, index, op)
     _multimem_typing(mem.multimem_ld_reduce_vec, view, op, True)
-    return lambda view, index, op: _multimem_ld_reduce_vec(view, index, op)
+    baked = _multimem_ld_reduce_vec(RedOp(op.literal_value))
+    return lambda view, index, op: baked(view, index, op)
 
 
 @overload(mem.multimem_store_vec)
@@ -749,4 +782,5 @@ def mem_multimem_red_vec(view, index, values, op):
     check(mem.multimem_red_vec, view, index, values, op)
     _multimem_typing(mem.multimem_red_vec, view, op, True)
     _vector_values(mem.multimem_red_vec, view, values)
-    return lambda view, index, values, op: _multimem_red_vec(view, index, values, op)
+    baked = _multimem_red_vec(RedOp(op.literal_value))
+    return lambda view, index, values, op: baked(view, index, values, op)
