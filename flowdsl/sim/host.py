@@ -343,6 +343,12 @@ class SimComm(Closable):
     def wait_timeout(self) -> float:
         return getattr(self, "_wait_timeout", resolve_timeout(None))
 
+    @property
+    def supports_multimem(self) -> bool:
+        """Whether ``device_communicator(lsa_multimem=True)`` would be accepted: the simulated system has NVLink
+        SHARP (``spawn(..., multimem=True)``), as the GPU communicator's property says of its GPU."""
+        return bool(self.world.multimem)
+
     @wait_timeout.setter
     def wait_timeout(self, seconds) -> None:
         self._wait_timeout = resolve_timeout(seconds)
