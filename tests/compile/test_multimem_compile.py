@@ -81,3 +81,36 @@ def test_a_multimem_view_cannot_be_indexed():
     argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", np.int32), np.zeros(1, np.int32), nccl="2.28.9")
     with pytest.raises(flowdsl.KernelTypingError, match=r"getitem\(MultimemView\(int32\)"):
         sim_kernels.indexed.compile(argtypes, arch="sm_90", nccl="2.28.9")
+
+
+# ---- the multimem all-reduce (flowdsl.collectives.programs.multimem_all_reduce) -------------------------
+
+@pytest.mark.parametrize("nccl", ["2.28.9", "2.32.3"])
+@pytest.mark.parametrize("dtype, op, instructions", [
+    ("float32", RedOp.SUM, ("multimem.ld_reduce.global.add.v4.f32", "multimem.st.global.v4.f32")),
+    ("bfloat16", RedOp.AVG, ("multimem.ld_reduce.global.add.acc::f32.v4.bf16x2", "multimem.st.global.v4.f32")),
+    ("float16", RedOp.MAX, ("multimem.ld_reduce.global.max.v4.f16x2", "multimem.st.global.v4.f32")),
+    ("int64", RedOp.MIN, ("multimem.ld_reduce.global.min.s64", "multimem.st.global.s64")),
+    ("uint32", RedOp.SUM, ("multimem.ld_reduce.global.add.u32", "multimem.st.global.u32")),
+])
+def test_the_multimem_all_reduce_links_for_hopper(linked_ptx, nccl, dtype, op, instructions):
+    """The library's multimem kernels link for sm_90 against both NCCL builds, each with its form's instructions:
+    16 bytes at a time where PTX has it, else one element; never the other form (numba types only the one)."""
+    from flowdsl.collectives import _library
+
+    kernel = _library.kernel_for("multimem", "all_reduce", op, dtype=dtype)
+    ptx = linked_ptx(kernel, _library._argtypes(dtype, nccl, "multimem"), nccl=nccl, arch="sm_90")
+    for instruction in instructions:
+        assert instruction in ptx, instruction
+    vector = _library.storage(dtype)[0] in ("float32", "float16", "uint16")
+    assert (".v4." in ptx.split("multimem.ld_reduce", 1)[1].split("\n", 1)[0]) == vector
+
+
+def test_the_multimem_all_reduce_has_no_kernel_for_what_ptx_lacks():
+    from flowdsl.collectives import _library
+
+    with pytest.raises(flowdsl.UsageError, match=r"Cannot make the multimem all_reduce kernel for int8 and SUM: PTX's "
+                                                 "multimem has no form"):
+        _library.kernel_for("multimem", "all_reduce", RedOp.SUM, dtype="int8")
+    with pytest.raises(flowdsl.UsageError, match="for float32 and MAX"):
+        _library.kernel_for("multimem", "all_reduce", RedOp.MAX, dtype="float32")
