@@ -616,6 +616,8 @@ def _vector_values(stub, view, values):
 
 @intrinsic
 def _multimem_ld_reduce(typingctx, view, index, op):
+    if not isinstance(op, types.Literal):  # numba offers the run-time type first: taken as a literal only
+        return None
     elem, red = view.dtype, RedOp(op.literal_value)
 
     def codegen(context, builder, sig, args):
@@ -643,6 +645,8 @@ def _multimem_store(typingctx, view, index, value):
 
 @intrinsic
 def _multimem_red(typingctx, view, index, value, op):
+    if not isinstance(op, types.Literal):  # numba offers the run-time type first: taken as a literal only
+        return None
     elem, red = view.dtype, RedOp(op.literal_value)
 
     def codegen(context, builder, sig, args):
@@ -664,6 +668,8 @@ def _pair_op(elem, red, accumulate):
 
 @intrinsic
 def _multimem_ld_reduce_vec(typingctx, view, index, op):
+    if not isinstance(op, types.Literal):  # numba offers the run-time type first: taken as a literal only
+        return None
     elem, red = view.dtype, RedOp(op.literal_value)
     lanes = 16 // (elem.bitwidth // 8)
 
@@ -695,6 +701,8 @@ def _multimem_store_vec(typingctx, view, index, values):
 
 @intrinsic
 def _multimem_red_vec(typingctx, view, index, values, op):
+    if not isinstance(op, types.Literal):  # numba offers the run-time type first: taken as a literal only
+        return None
     elem, red = view.dtype, RedOp(op.literal_value)
 
     def codegen(context, builder, sig, args):
@@ -706,6 +714,20 @@ def _multimem_red_vec(typingctx, view, index, values, op):
         return context.get_dummy_value()
 
     return types.void(view, index, values, op), codegen
+
+
+@intrinsic
+def _multimem_address_of(typingctx, view, index):
+    def codegen(context, builder, sig, args):
+        return builder.ptrtoint(_multimem_address(context, builder, view, args[0], index, args[1]), ir.IntType(64))
+
+    return types.uint64(view, index), codegen
+
+
+@overload(mem.multimem_address)
+def mem_multimem_address(view, index):
+    check(mem.multimem_address, view, index)
+    return lambda view, index: _multimem_address_of(view, index)
 
 
 @overload(mem.multimem_ld_reduce)
