@@ -22,7 +22,7 @@ __all__ = [
     "atomic_add", "atomic_cas", "atomic_exch", "red_add", "load_vec", "store_vec", "load_vec_relaxed",
     "store_vec_relaxed", "warp_store_vec", "vec_to_bits", "vec_from_bits", "to_bits", "from_bits", "address", "itemsize",
     "globaltimer", "multimem_ld_reduce", "multimem_store", "multimem_red", "multimem_ld_reduce_vec",
-    "multimem_store_vec", "multimem_red_vec", "multimem_refusal",
+    "multimem_store_vec", "multimem_red_vec", "multimem_address", "multimem_refusal", "multimem_forms",
 ]
 
 
@@ -208,6 +208,27 @@ def multimem_refusal(name: str, dtype: str, op=None, vector: bool = False) -> st
                 f"{' and '.join(o.name for o in ops)} for them. Use {' or '.join(o.name for o in ops)}, or load each "
                 "member's element through flowdsl.lsa.lsa_view and combine them")
     return None
+
+
+_BYTES = {"int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "int32": 4, "uint32": 4, "float32": 4,
+          "int64": 8, "uint64": 8, "float64": 8}
+
+
+def multimem_forms(dtype: str, op=None):
+    """``(lanes, one)`` for ``dtype`` elements and reduction ``op`` (None: a store): ``lanes`` the elements of
+    one 16-byte access, ``one`` True where PTX has the one-element form; each None where PTX lacks that form.
+    What :func:`flowdsl.lsa.multimem_reduce_sum` and the other helpers choose from when the kernel compiles."""
+    stem = "multimem_store" if op is None else "multimem_ld_reduce"
+    lanes = 16 // _BYTES[dtype] if multimem_refusal(stem + "_vec", dtype, op, True) is None else None
+    one = True if multimem_refusal(stem, dtype, op, False) is None else None
+    return lanes, one
+
+
+@primitive(gate=MULTIMEM_GATE, view=MULTIMEM_VIEW, index=INT)
+def multimem_address(view, index):
+    """The multicast address of element ``index`` of a multimem view as a uint64 (``multimem_address(v, i) % 16
+    == 0``: a 16-byte multimem access may start there, as :func:`address` tells of an array). Nothing is
+    accessed; ``index`` may be one past the end."""
 
 
 @primitive(gate=MULTIMEM_GATE, view=MULTIMEM_VIEW, index=INT, op=MULTIMEM_OP)

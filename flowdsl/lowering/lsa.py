@@ -3,8 +3,8 @@
 Pointers and views call the support library's ``ncclGet*Pointer`` wrappers; a view is a numba array
 over the pointer, its length checked against the window (past the end, it prints what and traps).
 A barrier session is a struct (communicator, coop, index) whose arrive, wait and sync call the
-function of the coop's kind. reduce_sum, copy and reduce_sum_copy compile the flowdsl programs that
-state their meaning (``flowdsl/lsa.py``), which the simulator runs too.
+function of the coop's kind. reduce_sum, copy and reduce_sum_copy, and their multimem forms, compile the
+flowdsl programs that state their meaning (``flowdsl/lsa.py``), which the simulator runs too.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .._spec import spec_of
 from .backend import populate_array
 from .checks import check, is_omitted
 from .declarations import call_extern, extern
-from .intrinsics import devcomm_ptr, emit_refusal, emit_trap, enum_value, make_session, typed_pointer
+from .intrinsics import devcomm_ptr, emit_refusal, emit_trap, enum_value, make_session, printed_refusal, typed_pointer
 from .types import LsaBarrierSessionType, MultimemViewType, TeamType
 
 __all__: list[str] = []
@@ -313,3 +313,51 @@ def lsa_reduce_sum_copy(coop, comm, src_win, src_start, dst_win, dst_start, coun
     check(lsa.reduce_sum_copy, coop, comm, src_win, src_start, dst_win)
     return lambda coop, comm, src_win, src_start, dst_win, dst_start, count: _reduce_sum_copy(
         coop, comm, src_win, src_start, dst_win, dst_start, count)
+
+
+# ---- the multimem helpers: the programs of flowdsl/lsa.py, with the loops the element type has -------------
+
+register_jitable(lsa._multimem_vectors)
+register_jitable(lsa._misalignment)
+_multimem_reduce_sum = register_jitable(lsa.multimem_reduce_sum_program)
+_multimem_copy = register_jitable(lsa.multimem_copy_program)
+_multimem_reduce_sum_copy = register_jitable(lsa.multimem_reduce_sum_copy_program)
+
+
+def _multimem_forms(stub, view, other, store_only=False):
+    """``(lanes, one)`` of the view's element type (None where PTX lacks the form: the program's branch on it
+    is dropped when numba types it), or the table's refusal."""
+    forms = lsa.multimem_helper_forms(stub.__name__, str(view.dtype), None if other is None else str(other.dtype),
+                                      store_only)
+    if isinstance(forms, str):
+        raise NumbaTypeError(forms)
+    return forms
+
+
+@overload(lsa.multimem_reduce_sum)
+def lsa_multimem_reduce_sum(coop, view, dst, count):
+    check(lsa.multimem_reduce_sum, coop, view, dst, count)
+    lanes, one = _multimem_forms(lsa.multimem_reduce_sum, view, dst)
+    return lambda coop, view, dst, count: _multimem_reduce_sum(coop, view, dst, count, lanes, one)
+
+
+@overload(lsa.multimem_copy)
+def lsa_multimem_copy(coop, src, view, count):
+    check(lsa.multimem_copy, coop, src, view, count)
+    lanes, one = _multimem_forms(lsa.multimem_copy, view, src, store_only=True)
+    return lambda coop, src, view, count: _multimem_copy(coop, src, view, count, lanes, one)
+
+
+@overload(lsa.multimem_reduce_sum_copy)
+def lsa_multimem_reduce_sum_copy(coop, src_view, dst_view, count):
+    check(lsa.multimem_reduce_sum_copy, coop, src_view, dst_view, count)
+    lanes, one = _multimem_forms(lsa.multimem_reduce_sum_copy, src_view, dst_view)
+    return lambda coop, src_view, dst_view, count: _multimem_reduce_sum_copy(coop, src_view, dst_view, count,
+                                                                             lanes, one)
+
+
+@overload(lsa.multimem_partial_vectors)
+def lsa_multimem_partial_vectors(offset, count, lanes):
+    check(lsa.multimem_partial_vectors, offset, count, lanes)
+    refuse = printed_refusal(lsa.multimem_partial_vectors_text("{}", "{}", "{}"))  # {}: count, offset, lanes, lanes
+    return lambda offset, count, lanes: refuse((count, offset, lanes, lanes))

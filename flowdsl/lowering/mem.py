@@ -738,6 +738,20 @@ def _multimem_red_vec(red):
     return multimem_red_vec
 
 
+@intrinsic
+def _multimem_address_of(typingctx, view, index):
+    def codegen(context, builder, sig, args):
+        return builder.ptrtoint(_multimem_address(context, builder, view, args[0], index, args[1]), ir.IntType(64))
+
+    return types.uint64(view, index), codegen
+
+
+@overload(mem.multimem_address)
+def mem_multimem_address(view, index):
+    check(mem.multimem_address, view, index)
+    return lambda view, index: _multimem_address_of(view, index)
+
+
 @overload(mem.multimem_ld_reduce)
 def mem_multimem_ld_reduce(view, index, op):
     check(mem.multimem_ld_reduce, view, index, op)

@@ -8,6 +8,7 @@ import numpy as np
 from .. import lsa
 from . import _state
 from .checks import KIND_CHECKS, barrier_index
+from .memory import raw
 from .errors import BarrierIndexError, KernelTypingError, UsageError, WindowAccessError, sim_error
 from .scheduler import Wait
 from .coop import coop_sync
@@ -284,3 +285,38 @@ def _lsa_sync(session, order):
 implements("flowdsl.lsa.reduce_sum")(lsa.reduce_sum_program)
 implements("flowdsl.lsa.copy")(lsa.copy_program)
 implements("flowdsl.lsa.reduce_sum_copy")(lsa.reduce_sum_copy_program)
+
+
+# The multimem helpers: the same programs, with the forms of the view's element type (flowdsl.mem's table).
+
+def _forms(name, view, other, store_only=False):
+    """``(lanes, one)`` for the program, or the refusal the GPU's typing makes, raised (the spec's checks of the
+    arguments' kinds have run)."""
+    other_dtype = other.dtype if isinstance(other, MultimemView) else raw(other).dtype
+    forms = lsa.multimem_helper_forms(name, view.dtype.name, other_dtype.name, store_only)
+    if isinstance(forms, str):
+        raise sim_error(KernelTypingError, forms)
+    return forms
+
+
+@implements("flowdsl.lsa.multimem_reduce_sum")
+def _lsa_multimem_reduce_sum(coop, view, dst, count):
+    lanes, one = _forms("multimem_reduce_sum", view, dst)
+    lsa.multimem_reduce_sum_program(coop, view, dst, int(count), lanes, one)
+
+
+@implements("flowdsl.lsa.multimem_copy")
+def _lsa_multimem_copy(coop, src, view, count):
+    lanes, one = _forms("multimem_copy", view, src, store_only=True)
+    lsa.multimem_copy_program(coop, src, view, int(count), lanes, one)
+
+
+@implements("flowdsl.lsa.multimem_reduce_sum_copy")
+def _lsa_multimem_reduce_sum_copy(coop, src_view, dst_view, count):
+    lanes, one = _forms("multimem_reduce_sum_copy", src_view, dst_view)
+    lsa.multimem_reduce_sum_copy_program(coop, src_view, dst_view, int(count), lanes, one)
+
+
+@implements("flowdsl.lsa.multimem_partial_vectors")
+def _lsa_multimem_partial_vectors(offset, count, lanes):
+    raise sim_error(UsageError, lsa.multimem_partial_vectors_text(int(offset), int(count), int(lanes)))

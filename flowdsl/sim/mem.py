@@ -396,6 +396,13 @@ def _vector_values(name, view, values):
     return np.array(values, view.dtype)
 
 
+@implements("flowdsl.mem.multimem_address")
+def _mem_multimem_address(view, index):
+    # Every member's window starts 16-byte aligned, as the multicast address does on the GPU.
+    first = view.members[0]
+    return np.uint64((first.start + int(index)) * view.dtype.itemsize)
+
+
 @implements("flowdsl.mem.multimem_ld_reduce")
 def _mem_multimem_ld_reduce(view, index, op):
     _multimem_refused("multimem_ld_reduce", view, op, False)
