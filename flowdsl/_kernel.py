@@ -401,7 +401,8 @@ class FlowKernel:
         ``lsa.barrier`` an LSA barrier, ``gin.rail_barrier`` a rail GIN barrier, ``gin.world_barrier`` a
         world GIN barrier,
         ``gin.hybrid_barrier`` both (``barrier_count``), ``cft.barrier`` a CFT barrier
-        (``cft_barrier_count``); a kernel that makes a GIN context asks for GIN (``gin_connection_type`` FULL,
+        (``cft_barrier_count``); a kernel that makes a multimem view asks for ``lsa_multimem``; a kernel that
+        makes a GIN context asks for GIN (``gin_connection_type`` FULL,
         unless another type is named). GIN signal and counter counts depend on run-time ids:
         pass ``gin_signal_count`` / ``gin_counter_count``.
         """
@@ -424,6 +425,8 @@ class FlowKernel:
             reqs["barrier_count"] = blocks
         if ("cft", "barrier") in pairs:
             reqs["cft_barrier_count"] = blocks
+        if ("lsa", "multimem_view") in pairs:
+            reqs["lsa_multimem"] = True
         return reqs
 
     # -- compilation ---------------------------------------------------------------------------

@@ -63,7 +63,12 @@ def _each(entries: str, outcome) -> dict:
 
 # ---- reasons shared by several names -----------------------------------------------------------------
 
-MULTIMEM = _not_yet("Multimem (NVLink SHARP multicast memory): its own issue")
+MULTIMEM = _not_yet("multimem beyond the LSA team's windows (other teams' and resource buffers' multicast addresses, "
+                    "multimem handles, CFT multimem, multimem barriers): not yet; lsa.multimem_view is the LSA "
+                    "team's window through its multicast address")
+#: The note of every multimem reduce/copy helper flowdsl has.
+MULTIMEM_HELPER = ("over lsa.multimem_view views (the LSA team's windows; element counts); flowdsl's own code, "
+                   "written in flowdsl (NCCL before 2.32 has no such helper)")
 LL_A2A = _not_yet("LL all-to-all sessions (ncclLLA2ASession): not yet")
 RESOURCE_BUFFERS = _not_yet("device resource buffers (resourceRequirementsList, ncclDevResourceHandle): not yet")
 CUSTOM_TEAM_BARRIERS = _not_yet("barriers over other teams than the built-in ones (barrier handles from "
@@ -117,9 +122,11 @@ COVERAGE: dict[str, Provided | Refused] = {
     "field ncclDevCommRequirements.ginForceEnable": _keyword("gin_force_enable"),
     "field ncclDevCommRequirements.cftCaps": _keyword("cft_caps", "NCCL >= 2.31"),
     "field ncclDevCommRequirements.cftBarrierCount": _keyword("cft_barrier_count", "NCCL >= 2.31"),
-    "field ncclDevCommRequirements.lsaMultimem": MULTIMEM,
+    "field ncclDevCommRequirements.lsaMultimem": _keyword(
+        "lsa_multimem", "refused on the host where the GPUs have no NVLink SHARP (on the simulator, unless "
+        "flowdsl.sim.spawn(..., multimem=True))"),
     "field ncclDevCommRequirements.teamRequirementsList": _not_yet(
-        "team requirements (multimem on other teams): with Multimem, its own issue"),
+        "team requirements (multimem on other teams than the LSA team): not yet"),
     "field ncclDevCommRequirements.resourceRequirementsList": RESOURCE_BUFFERS,
     "field ncclDevCommRequirements.lsaLLA2ABlockCount": LL_A2A,
     "field ncclDevCommRequirements.lsaLLA2ASlotCount": LL_A2A,
@@ -174,7 +181,9 @@ COVERAGE: dict[str, Provided | Refused] = {
         "flowdsl.lsa.get_peer_pointer",
         "the team overload is lsa.get_team_pointer; typed: lsa.peer_view, lsa.team_view"),
     "function ncclGetMultimemPointer": MULTIMEM,
-    "function ncclGetLsaMultimemPointer": MULTIMEM,
+    "function ncclGetLsaMultimemPointer": Provided(
+        "flowdsl.lsa.multimem_view", "a typed view (window, element offset), taken only by flowdsl.mem's multimem "
+        "operations and lsa's multimem helpers; the handle is the device communicator's own"),
     "function ncclGetCftLeInfo": Provided("flowdsl.cft.le_info"),
     "function ncclGetPeerLeInfo": Provided("flowdsl.cft.peer_le_info"),
     "function ncclGetMultimemLeInfo": MULTIMEM,
@@ -402,7 +411,8 @@ COVERAGE: dict[str, Provided | Refused] = {
     "method ncclSymPtr::peerPtr": Provided(
         "flowdsl.lsa.peer_view", "(window, element offset) for the ncclSymPtr; the team overload is lsa.team_view"),
     "method ncclSymPtr::multimemPtr": MULTIMEM,
-    "method ncclSymPtr::lsaMultimemPtr": MULTIMEM,
+    "method ncclSymPtr::lsaMultimemPtr": Provided("flowdsl.lsa.multimem_view",
+                                                  "(window, element offset) for the ncclSymPtr"),
 
     # ---- reduce and copy helpers (reduce_copy.h) --------------------------------------------------------
     "function ncclLsaReduceSum": Provided("flowdsl.lsa.reduce_sum", WRITTEN_IN_FLOWDSL),
@@ -421,10 +431,10 @@ COVERAGE: dict[str, Provided | Refused] = {
         function ncclLsaReduceSumMultimemCopy
         function ncclMultimemReduceSumLsaCopy
         function ncclMultimemReduceSumMultimemCopy
-        function ncclMultimemReduceSum
-        function ncclMultimemCopy
-        function ncclMultimemReduceSumCopy
     """, MULTIMEM),
+    "function ncclMultimemReduceSum": Provided("flowdsl.lsa.multimem_reduce_sum", MULTIMEM_HELPER),
+    "function ncclMultimemCopy": Provided("flowdsl.lsa.multimem_copy", MULTIMEM_HELPER),
+    "function ncclMultimemReduceSumCopy": Provided("flowdsl.lsa.multimem_reduce_sum_copy", MULTIMEM_HELPER),
 
     # ---- LL all-to-all (ll_a2a.h) -----------------------------------------------------------------------
     **_each("""

@@ -29,13 +29,13 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field, replace
 
-from .enums import MemoryOrder, ThreadScope
+from .enums import MemoryOrder, RedOp, ThreadScope
 from .errors import FlowDSLError
 
 __all__ = ["Arg", "Gate", "Spec", "SPECS", "spec_of", "ALL_ARCHS",
            "COMM", "COOP", "WINDOW", "TEAM", "TEAMS", "INT", "ORDER", "ARRAY", "SHARED_ARRAY",
            "LSA_SESSION", "GIN_CONTEXT", "REMOTE", "LOCAL", "CFT_SESSION", "ENUM", "NAMED_KINDS",
-           "SCOPE", "CONSTANT_ORDER", "FENCE_ORDER", "RED_OP", "RESULTS", "MEM_ARRAY", "INTEGER_ELEMENTS", "ARITHMETIC_ELEMENTS", "VECTOR_ELEMENTS",
+           "SCOPE", "CONSTANT_ORDER", "FENCE_ORDER", "RED_OP", "MULTIMEM_VIEW", "MULTIMEM_OP", "MULTIMEM_GATE", "RESULTS", "MEM_ARRAY", "INTEGER_ELEMENTS", "ARITHMETIC_ELEMENTS", "VECTOR_ELEMENTS",
            "NUMPY_ALLOCATING", "numpy_allocation_refusal"]
 
 #: Targets the support library is built for, oldest first.
@@ -96,6 +96,15 @@ RED_OP = ENUM.but("a flowdsl.RedOp", "Pass flowdsl.RedOp.SUM, PROD, MAX, MIN, AV
 #: A number of 4 or 8 bytes (a warp shuffle's and a coop broadcast's operand).
 WORD = Arg("word", "a number of 4 or 8 bytes (int32, uint32, int64, uint64, float32 or float64)",
            "Pass a value of one of those types")
+#: A multimem view: the multicast address of an LSA team's window (NVLink SHARP), which only
+#: ``flowdsl.mem``'s multimem operations take (a plain load or store of it is undefined in PTX).
+MULTIMEM_VIEW = Arg("multimem", "a multimem view (from flowdsl.lsa.multimem_view)",
+                    "Make one with flowdsl.lsa.multimem_view(comm, win) on a device communicator made with "
+                    "lsa_multimem=True")
+#: The reductions PTX's multimem.ld_reduce and multimem.red have for arithmetic (which element types take
+#: which is :func:`flowdsl.mem.multimem_refusal`), chosen when the kernel compiles.
+MULTIMEM_OP = RED_OP.but(fix="Pass flowdsl.RedOp.SUM, MAX or MIN", choices=(RedOp.SUM, RedOp.MAX, RedOp.MIN),
+                         constant=True)
 #: Kinds whose refusals name the argument: "requires ``name`` to be ``what``".
 NAMED_KINDS = ("int", "order", "enum", "shared_array", "scope", "word")
 #: How a primitive lowered from its spec gives the C function's result: ``"value"`` as it is, ``"bool"`` as
@@ -104,7 +113,7 @@ RESULTS = ("value", "bool", "team")
 #: Every argument kind a spec may name. Each layer that checks arguments (the GPU's typing,
 #: ``lowering/checks.py``; the simulator, ``sim/checks.py``) keeps a :class:`KindRegistry` of them.
 KINDS = ("comm", "coop", "window", "team", "int", "order", "enum", "scope", "array", "shared_array", "lsa_session",
-         "gin_context", "remote", "local", "cft_session", "word")
+         "gin_context", "remote", "local", "cft_session", "word", "multimem")
 
 
 class KindRegistry:
@@ -176,6 +185,10 @@ class Gate:
     def gates(self) -> bool:
         """Whether it asks more than every build has."""
         return self != Gate()
+
+
+#: Multimem instructions (``multimem.ld_reduce``, ``.st``, ``.red``) exist from sm_90 (Hopper) on.
+MULTIMEM_GATE = Gate(min_cc=(9, 0))
 
 
 @dataclass(frozen=True)

@@ -11,21 +11,25 @@ Typed views (element offsets, 1-D arrays of the window's dtype or ``dtype``):
 Barriers: :func:`barrier` returns a session with ``arrive(order)``,
 ``wait(order)`` and ``sync(order)``.
 Data movement over all LSA peers, written in flowdsl itself:
-:func:`reduce_sum`, :func:`copy`, :func:`reduce_sum_copy`.
+:func:`reduce_sum`, :func:`copy`, :func:`reduce_sum_copy`, and through the LSA team's multicast address
+(NVLink SHARP, :func:`multimem_view`): :func:`multimem_reduce_sum`, :func:`multimem_copy`,
+:func:`multimem_reduce_sum_copy`.
 """
 
 from __future__ import annotations
 
-from ._spec import ARRAY, COMM, COOP, INT, LSA_SESSION, ORDER, TEAM, WINDOW
+from ._spec import ARRAY, COMM, COOP, INT, LSA_SESSION, MULTIMEM_GATE, MULTIMEM_VIEW, ORDER, TEAM, WINDOW
 from ._stubs import primitive
 from . import coop as _coop
 from . import mem as _mem
+from .enums import RedOp
 
 __all__ = [
-    "get_local_pointer", "get_lsa_pointer", "get_peer_pointer", "get_team_pointer",
-    "local_view", "lsa_view", "peer_view", "team_view",
+    "MULTIMEM_MISSING", "get_local_pointer", "get_lsa_pointer", "get_peer_pointer", "get_team_pointer",
+    "local_view", "lsa_view", "peer_view", "team_view", "multimem_view",
     "barrier", "arrive", "wait", "sync",
-    "reduce_sum", "copy", "reduce_sum_copy",
+    "reduce_sum", "copy", "reduce_sum_copy", "multimem_reduce_sum", "multimem_copy", "multimem_reduce_sum_copy",
+    "multimem_partial_vectors",
 ]
 
 
@@ -77,6 +81,27 @@ def team_view(win, team, peer, start=0, count=-1, dtype=None):
     """``team``'s rank ``peer``'s window as a 1-D array."""
 
 
+#: What both paths say when a kernel makes a multimem view on a device communicator without multimem
+#: (the GPU prints it and traps; the simulator raises it).
+MULTIMEM_MISSING = ("flowdsl.lsa.multimem_view: the device communicator has no multimem. Make it with "
+                    "comm.device_communicator(lsa_multimem=True) on GPUs with NVLink SHARP (on the simulator, "
+                    "flowdsl.sim.spawn(..., multimem=True))")
+
+
+@primitive(extern="flowdsl_get_lsa_multimem_pointer", gate=MULTIMEM_GATE, comm=COMM, win=WINDOW, start=INT,
+           count=INT)
+def multimem_view(comm, win, start=0, count=-1, dtype=None):
+    """The LSA team's ``win`` through its multicast address (``ncclGetLsaMultimemPointer``): elements
+    ``start .. start+count-1`` (``count=-1``: to the end), of the window's dtype or ``dtype``.
+
+    Only :mod:`flowdsl.mem`'s multimem operations take it (one access reaches every LSA team member's
+    copy of the element through the NVLink switch: NVLink SHARP); it cannot be indexed. ``comm`` must
+    be a device communicator made with ``lsa_multimem=True`` (a GPU without NVLink SHARP refuses that
+    on the host; a kernel passed another traps, as the simulator reports). bfloat16 elements are
+    viewed as uint16 bits, as flowdsl's collectives carry them.
+    """
+
+
 @primitive(comm=COMM, coop=COOP, index=INT)
 def barrier(comm, coop, index):
     """An LSA barrier session on barrier ``index`` (``ncclLsaBarrierSession``, LSA team).
@@ -123,6 +148,60 @@ def copy(coop, comm, src, win, start, count):
 def reduce_sum_copy(coop, comm, src_win, src_start, dst_win, dst_start, count):
     """Sum ``src_win[src_start:]`` over LSA ranks and write the sum to every LSA rank's
     ``dst_win[dst_start:]`` (``ncclLsaReduceSumCopy``)."""
+
+
+@primitive(gate=MULTIMEM_GATE, coop=COOP.but("a coop"), view=MULTIMEM_VIEW, dst=ARRAY.but("an output array"),
+           count=INT)
+def multimem_reduce_sum(coop, view, dst, count):
+    """``dst[i] = sum over the LSA team's members m of view@m[i]`` for ``i < count``, one
+    ``multimem.ld_reduce`` per access (``ncclMultimemReduceSum``); ``dst`` has ``view``'s element type.
+
+    The types of :func:`flowdsl.mem.multimem_ld_reduce` and its ``_vec`` form with ``RedOp.SUM``: int32,
+    uint32, int64, uint64 and float64 one element at a time, float32 both ways, float16 and bfloat16
+    (uint16 bits) 16 bytes at a time only, so their view must start 16-byte aligned and ``count`` be a
+    multiple of 8 (:func:`multimem_partial_vectors` stops the kernel otherwise). Other types are refused
+    when the kernel compiles. The coop's threads share the work; no barrier is implied: make every
+    member's data visible first (``lsa.barrier(...).sync(MemoryOrder.ACQUIRE)``).
+    """
+
+
+@primitive(gate=MULTIMEM_GATE, coop=COOP.but("a coop"), src=ARRAY.but("an input array"), view=MULTIMEM_VIEW,
+           count=INT)
+def multimem_copy(coop, src, view, count):
+    """``view@m[i] = src[i]`` on every LSA team member ``m``, for ``i < count``, one ``multimem.st`` per access
+    (``ncclMultimemCopy``); ``src`` has ``view``'s element type.
+
+    Elements of 4 or 8 bytes one at a time or 16 bytes at a time (when the view and ``src`` start 16-byte
+    aligned); 1- and 2-byte elements (float16, bfloat16 bits, int8, ...) 16 bytes at a time only, from
+    aligned starts and ``count`` a multiple of ``16 // itemsize``. No barrier is implied: the members see
+    the stores after an LSA barrier.
+    """
+
+
+@primitive(gate=MULTIMEM_GATE, coop=COOP.but("a coop"), src_view=MULTIMEM_VIEW.but("a source multimem view"),
+           dst_view=MULTIMEM_VIEW.but("a destination multimem view"), count=INT)
+def multimem_reduce_sum_copy(coop, src_view, dst_view, count):
+    """The sum over the LSA team's members of ``src_view[i]``, stored to every member's ``dst_view[i]``, for
+    ``i < count``: one ``multimem.ld_reduce`` and one ``multimem.st`` per access
+    (``ncclMultimemReduceSumCopy``: an all-reduce of the range when every member calls it on its own part).
+    Both views have one element type, with :func:`multimem_reduce_sum`'s forms; no barrier is implied.
+    """
+
+
+def multimem_partial_vectors_text(offset, count, lanes) -> str:
+    """What both paths say when :func:`multimem_partial_vectors` stops a kernel."""
+    return (f"Cannot move {count} elements through a multimem view 16 bytes at a time: their type has no "
+            f"one-element multimem form, and a start is {offset} bytes past a 16-byte boundary or the count "
+            f"is not a multiple of {lanes}. Start the views and arrays at 16-byte aligned elements and "
+            f"move a multiple of {lanes} elements")
+
+
+@primitive(offset=INT, count=INT, lanes=INT)
+def multimem_partial_vectors(offset, count, lanes):
+    """Stop the kernel: a multimem reduce or copy (:func:`multimem_reduce_sum`, ...) of elements that PTX moves
+    only 16 bytes at a time was given ``count`` elements starting ``offset`` bytes past a 16-byte boundary, or
+    not a multiple of ``lanes``. On the GPU the kernel prints the values and the fix and traps; the simulator
+    raises a ``flowdsl.sim.UsageError`` with the same words."""
 
 
 # ---- what reduce_sum, copy and reduce_sum_copy do, written in flowdsl --------------------------
@@ -200,3 +279,110 @@ def reduce_sum_copy_program(coop, comm, src_win, src_start, dst_win, dst_start, 
         for peer in range(npeers):
             lsa_view(dst_win, peer, dst_start, count)[i] = acc
         i += nthreads
+
+
+# ---- what the multimem helpers do, written in flowdsl -----------------------------------------------------
+# NCCL's ncclMultimem* helpers. ``lanes`` (elements per 16-byte access) and ``one`` (True where the element type
+# has a one-element form) are flowdsl.mem.multimem_forms' answer for the view's element type, each None where PTX
+# lacks the form: the GPU compiles only the loops the type has (numba drops a branch on an argument that is
+# None), the simulator takes the same branches.
+
+def _multimem_vectors(count, lanes, offset, one):
+    """How many 16-byte accesses lead (none unless the starts are aligned: ``offset``, bytes past a 16-byte
+    boundary, is 0), stopping the kernel where the type has no one-element form for what they leave."""
+    nvec = count // lanes if offset == 0 else 0
+    if one is None and nvec * lanes != count:
+        multimem_partial_vectors(offset, count, lanes)
+    return nvec
+
+
+def _misalignment(a, b):
+    """Bytes past a 16-byte boundary of the first of two addresses that is not aligned (0: both are)."""
+    off = int(a) % 16
+    return off if off != 0 else int(b) % 16
+
+
+def multimem_reduce_sum_program(coop, view, dst, count, lanes, one):
+    """:func:`multimem_reduce_sum`."""
+    rank = _coop.thread_rank(coop)
+    nthreads = _coop.size(coop)
+    done = 0
+    if lanes is not None:
+        nvec = _multimem_vectors(count, lanes, int(_mem.multimem_address(view, 0)) % 16, one)
+        whole = int(_mem.address(dst, 0)) % 16 == 0  # else the sums are stored element by element
+        v = rank
+        while v < nvec:
+            i = v * lanes
+            acc = _mem.multimem_ld_reduce_vec(view, i, RedOp.SUM)
+            if whole:
+                _mem.store_vec(dst, i, acc)
+            else:
+                for k in range(lanes):
+                    dst[i + k] = acc[k]
+            v += nthreads
+        done = nvec * lanes
+    if one is not None:
+        i = done + rank
+        while i < count:
+            dst[i] = _mem.multimem_ld_reduce(view, i, RedOp.SUM)
+            i += nthreads
+
+
+def multimem_copy_program(coop, src, view, count, lanes, one):
+    """:func:`multimem_copy`."""
+    rank = _coop.thread_rank(coop)
+    nthreads = _coop.size(coop)
+    done = 0
+    if lanes is not None:
+        offset = _misalignment(_mem.multimem_address(view, 0), _mem.address(src, 0))
+        nvec = _multimem_vectors(count, lanes, offset, one)
+        v = rank
+        while v < nvec:
+            i = v * lanes
+            _mem.multimem_store_vec(view, i, _mem.load_vec(src, i))
+            v += nthreads
+        done = nvec * lanes
+    if one is not None:
+        i = done + rank
+        while i < count:
+            _mem.multimem_store(view, i, src[i])
+            i += nthreads
+
+
+def multimem_reduce_sum_copy_program(coop, src_view, dst_view, count, lanes, one):
+    """:func:`multimem_reduce_sum_copy`."""
+    rank = _coop.thread_rank(coop)
+    nthreads = _coop.size(coop)
+    done = 0
+    if lanes is not None:
+        offset = _misalignment(_mem.multimem_address(src_view, 0), _mem.multimem_address(dst_view, 0))
+        nvec = _multimem_vectors(count, lanes, offset, one)
+        v = rank
+        while v < nvec:
+            i = v * lanes
+            _mem.multimem_store_vec(dst_view, i, _mem.multimem_ld_reduce_vec(src_view, i, RedOp.SUM))
+            v += nthreads
+        done = nvec * lanes
+    if one is not None:
+        i = done + rank
+        while i < count:
+            _mem.multimem_store(dst_view, i, _mem.multimem_ld_reduce(src_view, i, RedOp.SUM))
+            i += nthreads
+
+
+def multimem_helper_forms(name: str, view_dtype: str, other_dtype: str | None = None, store_only: bool = False):
+    """``(lanes, one)`` of helper ``name`` (``"multimem_reduce_sum"``, ...) on elements ``view_dtype``, or the
+    refusal text (a str) when the other array or view has another element type, or PTX has no form of that type
+    at all (flowdsl.mem's table's words). Both paths ask this when the kernel is compiled or run."""
+    full = f"flowdsl.lsa.{name}"
+    if other_dtype is not None and other_dtype != view_dtype:
+        return (f"Cannot run {full} from {other_dtype if store_only else view_dtype} to "
+                f"{view_dtype if store_only else other_dtype} elements: it moves one element type. Pass arrays "
+                "and views of one element type")
+    op = None if store_only else RedOp.SUM
+    lanes, one = _mem.multimem_forms(view_dtype, op)
+    if lanes is None and one is None:
+        stem = "multimem_store" if store_only else "multimem_ld_reduce"
+        return (f"Cannot run {full} on {view_dtype} elements, which no multimem form takes: "
+                f"{_mem.multimem_refusal(stem, view_dtype, op, False)}")
+    return lanes, one

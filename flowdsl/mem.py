@@ -8,9 +8,10 @@ scope: :class:`flowdsl.ThreadScope` ``DEVICE`` (``.gpu``) or ``SYSTEM``
 
 from __future__ import annotations
 
-from ._spec import (ARITHMETIC_ELEMENTS, CONSTANT_ORDER, FENCE_ORDER, INT, INTEGER_ELEMENTS, MEM_ARRAY, SCOPE,
-                    VECTOR_ELEMENTS)
+from ._spec import (ARITHMETIC_ELEMENTS, CONSTANT_ORDER, FENCE_ORDER, INT, INTEGER_ELEMENTS, MEM_ARRAY, MULTIMEM_GATE,
+                    MULTIMEM_OP, MULTIMEM_VIEW, SCOPE, VECTOR_ELEMENTS)
 from ._stubs import primitive
+from .enums import RedOp
 
 _INTEGERS = MEM_ARRAY.but(dtypes=INTEGER_ELEMENTS)
 _ARITHMETIC = MEM_ARRAY.but(dtypes=ARITHMETIC_ELEMENTS)
@@ -20,7 +21,8 @@ __all__ = [
     "load_acquire", "load_relaxed", "store_release", "store_relaxed", "fence",
     "atomic_add", "atomic_cas", "atomic_exch", "red_add", "load_vec", "store_vec", "load_vec_relaxed",
     "store_vec_relaxed", "warp_store_vec", "vec_to_bits", "vec_from_bits", "to_bits", "from_bits", "address", "itemsize",
-    "globaltimer",
+    "globaltimer", "multimem_ld_reduce", "multimem_store", "multimem_red", "multimem_ld_reduce_vec",
+    "multimem_store_vec", "multimem_red_vec", "multimem_address", "multimem_refusal", "multimem_forms",
 ]
 
 
@@ -147,3 +149,119 @@ def itemsize(array):
 def globaltimer():
     """The GPU's global nanosecond timer as a uint64 (PTX ``%globaltimer``; on the simulator a
     clock that advances with the simulation). Only differences are meaningful."""
+
+
+# ---- multimem: one instruction reaches every member of the LSA team (NVLink SHARP) -----------------
+# A multimem view (flowdsl.lsa.multimem_view) is the multicast address of an LSA team's window: the
+# NVLink switch applies each access to every member's copy. ld_reduce and st are weak accesses, as a
+# plain load and store (order them with an LSA barrier, as NCCL's kernels do); red is a relaxed atomic
+# at system scope. Which element types and operators each form has is PTX's (ptxas for sm_90):
+
+_SUM_MIN_MAX = (RedOp.SUM, RedOp.MIN, RedOp.MAX)
+#: One element: ``multimem.ld_reduce`` and ``multimem.red`` of these (int64 sums as ``.u64``, the same bits).
+MULTIMEM_SCALAR_OPS = {"int32": _SUM_MIN_MAX, "uint32": _SUM_MIN_MAX, "int64": _SUM_MIN_MAX,
+                       "uint64": _SUM_MIN_MAX, "float32": (RedOp.SUM,), "float64": (RedOp.SUM,)}
+#: 16 bytes: ``.v4.f32``, ``.v4.f16x2`` and ``.v4.bf16x2`` (bfloat16 travels as uint16 bits, as in
+#: flowdsl's collectives). float16 and bfloat16 sums add in float32 and round once (``.acc::f32``).
+MULTIMEM_VECTOR_OPS = {"float32": (RedOp.SUM,), "float16": _SUM_MIN_MAX, "uint16": _SUM_MIN_MAX}
+#: ``multimem.st`` of one element: 4 or 8 bytes (16 bytes of any element type: multimem_store_vec).
+MULTIMEM_STORE_ELEMENTS = ARITHMETIC_ELEMENTS
+#: ``multimem_store_vec``: 16 bytes of these (stored as ``.v4.f32`` bits).
+MULTIMEM_STORE_VECTOR_ELEMENTS = VECTOR_ELEMENTS
+
+
+def _element_name(dtype: str) -> str:
+    return "bfloat16 (uint16 bits)" if dtype == "uint16" else dtype
+
+
+def multimem_refusal(name: str, dtype: str, op=None, vector: bool = False) -> str | None:
+    """Why PTX has no multimem form of primitive ``name`` (``"multimem_ld_reduce"``, ...) for ``dtype``
+    elements (a NumPy name; uint16 is bfloat16 bits) and reduction ``op`` (None for stores), or None
+    when it has one. The GPU's typing and the simulator refuse with this text."""
+    full = f"flowdsl.mem.{name}"
+    if op is None:  # a store
+        allowed = MULTIMEM_STORE_VECTOR_ELEMENTS if vector else MULTIMEM_STORE_ELEMENTS
+        if dtype in allowed:
+            return None
+        if not vector and dtype in MULTIMEM_STORE_VECTOR_ELEMENTS:
+            return (f"{full} cannot store one {dtype} element: PTX's multimem.st stores 4 or 8 bytes at a time. "
+                    f"Store 16 bytes with flowdsl.mem.multimem_store_vec")
+        return f"{full} cannot store {dtype} elements: PTX's multimem.st has no such type. Use one of {', '.join(allowed)}"
+    table = MULTIMEM_VECTOR_OPS if vector else MULTIMEM_SCALAR_OPS
+    ops = table.get(dtype)
+    instruction = "multimem.red" if name.startswith("multimem_red") else "multimem.ld_reduce"
+    if ops is None:
+        other = MULTIMEM_SCALAR_OPS if vector else MULTIMEM_VECTOR_OPS
+        if dtype in other:
+            form = ("one element at a time: use flowdsl.mem." + name.removesuffix("_vec")) if vector else \
+                "16 bytes at a time: use flowdsl.mem." + name + "_vec"
+            return f"{full} cannot reduce {_element_name(dtype)} elements this way: PTX's {instruction} takes them {form}"
+        return (f"{full} cannot reduce {_element_name(dtype)} elements: PTX's {instruction} reduces "
+                f"{', '.join(MULTIMEM_SCALAR_OPS)} one at a time and float32, float16, bfloat16 (uint16 bits) 16 "
+                f"bytes at a time. Load each member's element through flowdsl.lsa.lsa_view and combine them")
+    try:
+        op = RedOp(int(op))
+    except ValueError:
+        return None  # not an operator at all: the spec's choice check refuses it
+    if op not in ops:
+        return (f"{full} cannot reduce {_element_name(dtype)} elements with {op.name}: PTX's {instruction} has "
+                f"{' and '.join(o.name for o in ops)} for them. Use {' or '.join(o.name for o in ops)}, or load each "
+                "member's element through flowdsl.lsa.lsa_view and combine them")
+    return None
+
+
+_BYTES = {"int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "float16": 2, "int32": 4, "uint32": 4, "float32": 4,
+          "int64": 8, "uint64": 8, "float64": 8}
+
+
+def multimem_forms(dtype: str, op=None):
+    """``(lanes, one)`` for ``dtype`` elements and reduction ``op`` (None: a store): ``lanes`` the elements of
+    one 16-byte access, ``one`` True where PTX has the one-element form; each None where PTX lacks that form.
+    What :func:`flowdsl.lsa.multimem_reduce_sum` and the other helpers choose from when the kernel compiles."""
+    stem = "multimem_store" if op is None else "multimem_ld_reduce"
+    lanes = 16 // _BYTES[dtype] if multimem_refusal(stem + "_vec", dtype, op, True) is None else None
+    one = True if multimem_refusal(stem, dtype, op, False) is None else None
+    return lanes, one
+
+
+@primitive(gate=MULTIMEM_GATE, view=MULTIMEM_VIEW, index=INT)
+def multimem_address(view, index):
+    """The multicast address of element ``index`` of a multimem view as a uint64 (``multimem_address(v, i) % 16
+    == 0``: a 16-byte multimem access may start there, as :func:`address` tells of an array). Nothing is
+    accessed; ``index`` may be one past the end."""
+
+
+@primitive(gate=MULTIMEM_GATE, view=MULTIMEM_VIEW, index=INT, op=MULTIMEM_OP)
+def multimem_ld_reduce(view, index, op):
+    """``multimem.ld_reduce``: element ``index`` of every LSA team member's window, combined by ``op``
+    (``RedOp.SUM``, ``MIN`` or ``MAX``) in the switch, in one load. int32, uint32, int64, uint64 (every
+    operator), float32 and float64 (``SUM``); 16-bit floats: :func:`multimem_ld_reduce_vec`."""
+
+
+@primitive(gate=MULTIMEM_GATE, view=MULTIMEM_VIEW, index=INT)
+def multimem_store(view, index, value):
+    """``multimem.st``: ``value`` stored as element ``index`` of every LSA team member's window, in one
+    store. Elements of 4 or 8 bytes; 16 bytes of any type: :func:`multimem_store_vec`."""
+
+
+@primitive(gate=MULTIMEM_GATE, view=MULTIMEM_VIEW, index=INT, op=MULTIMEM_OP)
+def multimem_red(view, index, value, op):
+    """``multimem.red.relaxed.sys``: ``element = element op value`` atomically in every LSA team member's
+    window (the types and operators of :func:`multimem_ld_reduce`); returns nothing."""
+
+
+@primitive(gate=MULTIMEM_GATE, view=MULTIMEM_VIEW, index=INT, op=MULTIMEM_OP)
+def multimem_ld_reduce_vec(view, index, op):
+    """:func:`multimem_ld_reduce` of the 16 bytes at ``index`` (a tuple of ``16 // itemsize`` elements;
+    ``index`` 16-byte aligned, as :func:`load_vec`'s): float32 (``SUM``), float16 and bfloat16 (uint16
+    bits; ``SUM``, ``MIN``, ``MAX``; sums add in float32 and round once)."""
+
+
+@primitive(gate=MULTIMEM_GATE, view=MULTIMEM_VIEW, index=INT)
+def multimem_store_vec(view, index, values):
+    """:func:`multimem_store` of a 16-byte tuple (from :func:`load_vec`), any element type."""
+
+
+@primitive(gate=MULTIMEM_GATE, view=MULTIMEM_VIEW, index=INT, op=MULTIMEM_OP)
+def multimem_red_vec(view, index, values, op):
+    """:func:`multimem_red` of a 16-byte tuple: the types and operators of :func:`multimem_ld_reduce_vec`."""

@@ -231,9 +231,12 @@ def dtype_cell(dtype: str, op: str, entries, simulated) -> str:
     from flowdsl.collectives import _config, _library, programs  # noqa: PLC0415
 
     redop = _config.OPS[op]
-    reducing = [(a, c) for (a, c) in programs.PROGRAMS if c not in _library._NO_OP]
+    # The multimem all-reduce has only the forms PTX has (and a switch): listed where it is, never "missing".
+    reducing = [(a, c) for (a, c) in programs.PROGRAMS if c not in _library._NO_OP and a not in _library._BY_FORM]
     missing = [f"{a} {c}" for a, c in reducing if (a, c, redop, dtype) not in entries]
     parts = [f"— (no {', '.join(missing)})"] if missing else ["yes"]
+    if ("multimem", "all_reduce", redop, dtype) in entries:
+        parts.append("multimem")
     if dtype.startswith("float8"):
         parts.append(f"sm_{_config.FP8_REDUCTIONS_FROM_SM}+")
     if (dtype, op) in simulated:

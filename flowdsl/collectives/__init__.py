@@ -4,7 +4,8 @@ Host entry points take CuPy arrays or PyTorch tensors (any object with
 ``__cuda_array_interface__``; simulator buffers inside :func:`flowdsl.sim.spawn`)
 on a flowdsl communicator: :func:`all_reduce`, :func:`all_gather`,
 :func:`reduce_scatter`, :func:`broadcast`, :func:`reduce`, :func:`all_to_all`. ``algorithm`` is
-``"ring"``, ``"tree"`` (all_reduce only), ``"pairwise"`` (all_to_all), ``"nccl"`` (NCCL's own host
+``"ring"``, ``"tree"`` (all_reduce only), ``"multimem"`` (all_reduce through the NVLink switch, where
+``comm.supports_multimem``), ``"pairwise"`` (all_to_all), ``"nccl"`` (NCCL's own host
 collective) or ``"auto"`` (the cost model in :mod:`flowdsl.collectives.cost`). ``op`` is one of
 :data:`OPS` by name, or :func:`premul_sum` ``(scalar)`` (NCCL's pre-multiplied sum).
 

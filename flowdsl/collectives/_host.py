@@ -123,6 +123,93 @@ def _state(comm, config: FlowConfig, operation: str = "run a collective", stream
     return st
 
 
+class _MultimemState:
+    """What multimem all-reduces of one :class:`FlowConfig` use: a device communicator with ``lsa_multimem``
+    and one LSA barrier per channel (a block syncs its own), and a window every rank registers, that the
+    message goes through a chunk at a time (:func:`multimem_window_bytes`). No Flow staging."""
+
+    def __init__(self, comm, config: FlowConfig):
+        self.comm = comm
+        self.devcomm = comm.device_communicator(lsa_multimem=True, lsa_barrier_count=config.channels)
+        words = multimem_window_bytes(config, lsa_team_size(comm)) // 8
+        self.buffer = comm.alloc(words, np.uint64)
+        _fill(self.buffer, 0)  # the padding a call reads before it writes: zeros, not what the allocation held
+        self.window = comm.register(self.buffer)
+        comm.synchronize()
+
+    def close(self):
+        self.comm.__dict__.pop("_flowdsl_plans", None)  # their launches hold this device communicator
+        for res in (self.devcomm, self.window):
+            res.close()
+        free = getattr(self.comm, "free", None)
+        if free is not None:
+            free(self.buffer)
+
+
+def multimem_window_bytes(config: FlowConfig, lsa_size: int) -> int:
+    """Bytes of a multimem all-reduce's window per rank: what one connection's slots of every channel hold
+    (``channels x nslots x slot_bytes``: 12 MiB for ``FlowConfig()``, 512 bytes for the simulator tests' tiny
+    shape, so their messages cross chunks), and at least one 16-byte vector per block and LSA rank."""
+    return max(config.channels * config.nslots * config.slot_bytes, config.channels * lsa_size * 16)
+
+
+def _multimem_state(comm, config: FlowConfig, operation: str, stream: int | None) -> _MultimemState:
+    """The communicator's :class:`_MultimemState` for ``config``, created at first use (as :func:`_state`)."""
+    if _closed(comm):
+        raise UsageError(_CLOSED)
+    states = comm.__dict__.setdefault("_flowdsl_collectives", {})
+    key = (config, "multimem")
+    st = states.get(key)
+    if st is None:
+        if stream is not None and comm.cuda_graphs:
+            refuse_during_capture(stream, operation, "the first multimem call on this communicator (and config) "
+                                  "allocates and registers its window and creates a device communicator (not "
+                                  "capturable)")
+        st = states[key] = _MultimemState(comm, config)
+        track = getattr(comm, "_track", None)
+        if track is not None:
+            track(st)
+    return st
+
+
+def _multimem_available(comm, kernel_dtype: str, redop) -> bool:
+    """Whether a multimem all_reduce can take this call: one LSA team, NVLink SHARP, and a multimem form of
+    the type and operator (what :func:`_check_multimem` refuses otherwise)."""
+    from .programs import multimem_form  # noqa: PLC0415
+
+    return (lsa_team_size(comm) == comm.nranks and bool(getattr(comm, "supports_multimem", False))
+            and multimem_form(kernel_dtype, RedOp.SUM if redop is None else redop) is not None)
+
+
+_NOT_MULTIMEM = "Use 'ring', 'tree', 'one_shot' or 'auto'"
+
+
+def _check_multimem(comm, dtype: str, kernel_dtype: str, redop) -> None:
+    """Refuse a multimem all_reduce this communicator, type or operator cannot run, before anything is made."""
+    from .. import mem  # noqa: PLC0415
+    from .programs import multimem_form  # noqa: PLC0415
+
+    lsa_size = lsa_team_size(comm)
+    if lsa_size < comm.nranks:
+        raise UsageError(f"Cannot all_reduce with algorithm='multimem': the NVLink switch reaches one LSA team, and "
+                         f"this communicator spans several ({comm.nranks} ranks, {lsa_size} per team). Use 'ring', "
+                         "'tree' or 'auto'")
+    if not getattr(comm, "supports_multimem", False):
+        raise UsageError("Cannot all_reduce with algorithm='multimem': this communicator has no NVLink SHARP "
+                         "(comm.supports_multimem is False: no NVSwitch that multicasts, NCCL_NVLS_ENABLE=0, or a "
+                         f"simulator spawned without multimem=True). {_NOT_MULTIMEM}")
+    op = RedOp.SUM if redop is None else redop
+    if multimem_form(kernel_dtype, op) is None:
+        takes = {}
+        for table in (mem.MULTIMEM_VECTOR_OPS, mem.MULTIMEM_SCALAR_OPS):
+            for t, ops in table.items():
+                takes.setdefault("bfloat16" if t == "uint16" else t, set()).update(ops)
+        has = "; ".join(f"{t} {'/'.join(o.name.lower() for o in sorted(ops))}" for t, ops in takes.items())
+        raise UsageError(f"Cannot all_reduce {dtype} with op={op.name.lower()} and algorithm='multimem': PTX's "
+                         f"multimem.ld_reduce has no such form (it reduces {has}; avg is its sum, divided). "
+                         f"{_NOT_MULTIMEM}")
+
+
 # ---- argument checks ---------------------------------------------------------------------------
 
 class _Buffer:
@@ -464,25 +551,29 @@ class LaunchShape(NamedTuple):
 
 
 def launch_shape(collective: str, comm, count: int, dtype: str, algorithm: str = "auto",
-                 config: FlowConfig | None = None, *, torch_arrays: bool = False) -> LaunchShape:
+                 config: FlowConfig | None = None, *, torch_arrays: bool = False, op=None) -> LaunchShape:
     """The program, protocol and grid a call of ``count`` ``dtype`` elements per rank gets: what
     the launch uses, for references that must know the order a program combines in
     (:mod:`flowdsl.collectives.exact`). ``torch_arrays``: the call passes torch tensors (NCCL's
-    host collective then knows bfloat16 and fp8). Raises the call's own ``UsageError`` where the
-    call would be refused for its algorithm."""
+    host collective then knows bfloat16 and fp8). ``op``: the call's operator (a :class:`flowdsl.RedOp`;
+    None: ``SUM``), which decides whether a multimem all-reduce can take it. Raises the call's own
+    ``UsageError`` where the call would be refused for its algorithm."""
     from ._library import storage  # noqa: PLC0415
 
     kernel_dtype = storage(dtype)[0]
     nccl_knows = getattr(comm, "nccl", None) is not None and (kernel_dtype == dtype or torch_arrays)
     return _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, config or default_config(comm),
-                         nccl_knows)
+                         nccl_knows, op)
 
 
-def _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, config, nccl_knows) -> LaunchShape:
+def _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, config, nccl_knows,
+                  redop=None) -> LaunchShape:
     nbytes = count * np.dtype(kernel_dtype).itemsize
     if algorithm == "auto":
+        multimem = collective == "all_reduce" and _multimem_available(comm, kernel_dtype, redop)
         algorithm = cost.choose(collective, comm.nranks, lsa_team_size(comm), nbytes, nccl_available=nccl_knows,
-                                one_shot_available=_one_shot_fits(comm, count, kernel_dtype), config=config)
+                                one_shot_available=_one_shot_fits(comm, count, kernel_dtype),
+                                multimem_available=multimem, config=config)
     if algorithm == "nccl" and getattr(comm, "nccl", None) is not None and not nccl_knows:
         raise UsageError(f"Cannot {collective} {dtype} held in {kernel_dtype} arrays with algorithm='nccl': "
                          "NCCL would take them for integers. Pass torch tensors of that dtype, or use "
@@ -494,6 +585,9 @@ def _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, confi
                          f"a {algorithm} program. Use 'ring' or 'auto'")
     if algorithm == "nccl":
         return LaunchShape("nccl", None, None)
+    if algorithm == "multimem":  # no Flow, no protocol: blocks by the message as a Flow program's channels
+        _check_multimem(comm, dtype, kernel_dtype, redop)
+        return LaunchShape("multimem", None, cost.channels_for(nbytes, comm.nranks, config, Protocol.SIMPLE))
     protocol = config.protocol if config.protocol is not None else cost.protocol_for(nbytes, comm.nranks)
     grid = cost.channels_for(nbytes, comm.nranks, config, protocol)
     if collective == "all_to_all" and comm.nranks > 1:  # every round a channel at least (a block runs several)
@@ -513,7 +607,7 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
     nccl_knows = getattr(comm, "nccl", None) is not None and (kernel_dtype == s.dtype
                                                                or "torch" in type(s.array).__module__)
     algorithm, protocol, grid = _launch_shape(collective, comm, count, s.dtype, kernel_dtype, algorithm, config,
-                                              nccl_knows)
+                                              nccl_knows, redop)
     if algorithm == "nccl" and scalar is not None and scalar.buffer is not None and kernel_dtype != s.dtype \
             and "torch" not in type(scalar.buffer.array).__module__:
         raise UsageError(f"Cannot {collective} with algorithm='nccl' and {scalar.op!r}: its scalar is {s.dtype} "
@@ -526,15 +620,19 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
         dtype = s.dtype  # not s in the closure: a cached plan must not keep the call's arrays alive
         return _Planned(lambda src, dst: _run_nccl(collective, comm, src, src if dst is None else dst, redop, root,
                                                    stream, scalar, dtype), "nccl")
-    st = _state(comm, config, collective, stream, own=collective if collective in _OWN_STAGING else None)
-    window = st.window
+    if algorithm == "multimem":
+        st = _multimem_state(comm, config, collective, stream)
+        gin, window = False, st.window
+    else:
+        st = _state(comm, config, collective, stream, own=collective if collective in _OWN_STAGING else None)
+        gin, window = st.gin, st.window
     if collective == "all_to_all":
         _check_all_to_all_channels(comm, config)
     if algorithm == "one_shot":
         _check_one_shot(comm, st, count, kernel_dtype)
         window = st.one_shot_window(collective, stream)
-    kernel = kernel_for(algorithm, collective, redop if redop is not None else RedOp.SUM, st.gin, fp8,
-                        ll128=protocol == Protocol.LL128)
+    kernel = kernel_for(algorithm, collective, redop if redop is not None else RedOp.SUM, gin, fp8,
+                        ll128=protocol == Protocol.LL128, dtype=kernel_dtype)
     src, dst = s.kernel_array(), d.kernel_array()
     vectors = int(s.ptr % 16 == 0 and d.ptr % 16 == 0)
     # premulsum's scalar: a device array the kernel reads, or (an empty one and) the host immediate's bits.
@@ -542,7 +640,7 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
     scalar_at = scalar.buffer.kernel_array() if scalar is not None and scalar.buffer is not None else dst[:0]
     launch = kernel[grid, config.threads, stream].prepare(
         st.devcomm, window, src, dst, count, int(root or 0), int(s.same_memory(d)), config.channels,
-        config.nslots, config.slot_bytes // 8, int(protocol), vectors, bits, scalar_at)
+        config.nslots, config.slot_bytes // 8, int(protocol or 0), vectors, bits, scalar_at)
     return _Planned(lambda src, dst: launch(), algorithm)
 
 

@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from ..enums import RedOp
+from ..errors import UsageError
 from .programs import PROGRAMS
 
 __all__ = ["kernel_for", "library", "precompile", "load", "storage"]
@@ -20,7 +21,10 @@ __all__ = ["kernel_for", "library", "precompile", "load", "storage"]
 # Collectives whose result does not depend on the operator get one kernel.
 _NO_OP = ("all_gather", "broadcast", "all_to_all")
 # Programs that store into every peer's memory: one LSA team only.
-_LSA_ONLY = ("one_shot",)
+_LSA_ONLY = ("one_shot", "multimem")
+# Programs whose kernel depends on the element type's multimem form (programs.multimem_form): PTX has one
+# form per type, and numba types every call in a kernel, so the other form's kernel is another kernel.
+_BY_FORM = ("multimem",)
 
 
 #: Element types stored as another NumPy type in kernels, and the fp8 format code.
@@ -33,12 +37,22 @@ def storage(dtype: str) -> tuple[str, int]:
 
 
 def kernel_for(algorithm: str, collective: str, op: RedOp, gin_peers: bool = False, fp8: int = 0,
-               ll128: bool = False):
+               ll128: bool = False, dtype: str | None = None):
     """The ``@flowdsl.kernel`` of a program for ``op`` (``gin_peers``: peers beyond the LSA team;
     ``fp8``: the format of uint8 elements, for the collectives that combine them; ``ll128``: with
-    LL128's code, for calls whose ``FlowConfig`` asks for it: the library holds the kernels without)."""
+    LL128's code, for calls whose ``FlowConfig`` asks for it: the library holds the kernels without;
+    ``dtype``: the kernel's element type, needed by the multimem program, whose form depends on it)."""
     if algorithm in _LSA_ONLY:  # no GIN variant (the host refuses these across nodes), no Flow protocols
         gin_peers, ll128 = False, False
+    if algorithm in _BY_FORM:
+        from .programs import multimem_form  # noqa: PLC0415
+
+        form = multimem_form(storage(dtype)[0], op) if dtype is not None else None
+        if form is None:
+            raise UsageError(f"Cannot make the {algorithm} {collective} kernel for {dtype} and {RedOp(op).name}: "
+                             "PTX's multimem has no form for them (flowdsl.mem.multimem_refusal says why). Use "
+                             "another algorithm")
+        return PROGRAMS[(algorithm, collective)](RedOp(op), False, 0, False, form)
     if collective in _NO_OP:  # a copy: neither the operator nor the fp8 format matters
         return PROGRAMS[(algorithm, collective)](RedOp.SUM, bool(gin_peers), 0, bool(ll128))
     return PROGRAMS[(algorithm, collective)](RedOp(op), bool(gin_peers), int(fp8), bool(ll128))
@@ -48,6 +62,8 @@ def library(dtypes=None, ops=None) -> list[tuple[str, str, RedOp, str]]:
     """Every (algorithm, collective, op, dtype) the library holds."""
     from ._config import DTYPES  # noqa: PLC0415
 
+    from .programs import multimem_form  # noqa: PLC0415
+
     dtypes = tuple(dtypes or DTYPES)
     ops = tuple(ops or tuple(RedOp))
     out = []
@@ -55,6 +71,8 @@ def library(dtypes=None, ops=None) -> list[tuple[str, str, RedOp, str]]:
         for op in ((RedOp.SUM,) if collective in _NO_OP else ops):
             seen = set()
             for dt in dtypes:
+                if algorithm in _BY_FORM and multimem_form(storage(dt)[0], op) is None:
+                    continue  # what PTX's multimem lacks: the host refuses the call
                 kernel_type = storage(dt)[0] if collective in _NO_OP else dt  # fp8 copies are uint8 copies
                 if kernel_type not in seen:
                     seen.add(kernel_type)
@@ -76,7 +94,7 @@ def _argtypes(dtype: str, nccl, algorithm: str = "ring"):
 
 def _kernel_of(entry, gin_peers):
     algorithm, collective, op, dtype = entry
-    return kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1])
+    return kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1], dtype=dtype)
 
 
 def _build(entry, target, gin_peers) -> str:
@@ -242,7 +260,7 @@ def load(*, dtypes=None, ops=None, gin_peers: bool = False) -> dict:
     counts = {"kernels": 0, "disk": 0, "compiled": 0, "loaded": 0}
     with _collection_paused():
         for algorithm, collective, op, dtype in library(dtypes, ops):
-            kernel = kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1])
+            kernel = kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1], dtype=dtype)
             source = kernel._load_for(_argtypes(dtype, target.nccl, algorithm), target)
             counts["kernels"] += 1
             counts[source] += 1

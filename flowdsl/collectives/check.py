@@ -292,7 +292,7 @@ class Case:
 
 def cases(nranks: int, *, counts, dtypes=DTYPES, algorithms=None, collectives=None, ops=tuple(OPS),
           inplace=(False, True), protocols=PROTOCOLS, config: FlowConfig | None = None, like: str | None = None,
-          start: int = 0, lsa_size: int | None = None) -> list[Case]:
+          start: int = 0, lsa_size: int | None = None, multimem: bool = False) -> list[Case]:
     """The matrix: every program x dtype x placement (x op for the reducing collectives).
 
     Counts and protocols rotate over the calls (together they take every pairing within
@@ -315,8 +315,10 @@ def cases(nranks: int, *, counts, dtypes=DTYPES, algorithms=None, collectives=No
         start: Number of the first call (the calls' seeds are ``start, start + 1, ...``).
         lsa_size: Ranks per LSA team (default: all): programs that store into every peer's
             memory (one-shot) are left out across teams, and wherever a count exceeds their window.
+        multimem: The communicator has NVLink SHARP (``comm.supports_multimem``): the multimem all-reduce
+            is listed, for the types and operators it has (one LSA team only); without, it is left out.
     """
-    from .programs import PROGRAMS, one_shot_fits  # noqa: PLC0415 (compiling programs needs numba-cuda)
+    from .programs import PROGRAMS, multimem_form, one_shot_fits  # noqa: PLC0415 (needs numba-cuda)
 
     counts, protocols = tuple(counts), tuple(protocols)
     if not counts or not protocols:
@@ -342,6 +344,9 @@ def cases(nranks: int, *, counts, dtypes=DTYPES, algorithms=None, collectives=No
                     i += 1
                     if algorithm == "one_shot" and ((lsa_size or nranks) < nranks or not one_shot_fits(
                             count, storage_dtype(dtype).itemsize)):
+                        continue
+                    if algorithm == "multimem" and (not multimem or (lsa_size or nranks) < nranks or op is None
+                                                    or multimem_form(storage_dtype(dtype).name, OPS[op]) is None):
                         continue
                     residence = RESIDENCES[(i - 1) % len(RESIDENCES)] if op == "premulsum" else None
                     out.append(Case(algorithm, collective, dtype, op, bool(place), count, root, call_config, i - 1,

@@ -6,7 +6,8 @@ algorithm. ``bus_bytes`` is the message's bus size as nccl-tests defines it (all
 reduce 1). A Flow program's bandwidth is that of its channels (each block moves a measured
 rate) up to the link's (LSA inside a node, GIN across); the one-shot all-reduce writes every
 byte, as LL lines twice its size, to every peer; NCCL's host collective has its own floor and
-bandwidth. :data:`CONSTANTS` holds every number; docs/collectives.md says which were measured
+bandwidth; the multimem all-reduce moves each byte once per rank through the NVLink switch, plus
+a copy in and out of its window. :data:`CONSTANTS` holds every number; docs/collectives.md says which were measured
 on 2 H200s over NVLink and which remain assumptions.
 """
 
@@ -40,6 +41,12 @@ CONSTANTS = {
     # One-shot all-reduce on top of the launch: latency (us) and message bytes per second (GB/s), from
     # 6.5 us at 8 B and 12.9 us at 1 MiB on 2 H200s.
     "one_shot": {"us": 0.5, "gbps": 160.0},
+    # Multimem all-reduce (NVLink SHARP), PROVISIONAL: no GPU here has an NVSwitch that multicasts, so
+    # nothing of it is measured. ``us``: its two LSA barriers per chunk, taken as two LL hops; ``gbps``: the
+    # message's bytes per second over NVLink, each byte crossing a rank's link once each way (the switch
+    # reduces and multicasts: NCCL's NVLS reaches about 1.3-1.5x the ring's bus bandwidth), assumed at
+    # the link's bus bandwidth; the copies into and out of its window go at the local copy's rate.
+    "multimem": {"us": 4.0, "gbps": 360.0},
     # One rank: bytes per second of the local copy (H200, 1 GiB, measured): flowdsl's copy
     # loop, and NCCL's copy-engine memcpy.
     "local_gbps": {"flowdsl": 1950.0, "nccl": 2016.0},
@@ -91,6 +98,9 @@ def estimate(collective: str, algorithm: str, nranks: int, lsa_size: int, nbytes
         return c["launch_us"]["nccl"] + bus / (c["nccl_gbps"][collective] * 1e3)
     if algorithm == "one_shot":  # every rank's LL lines to every peer: grows with the peers
         return c["launch_us"]["flowdsl"] + c["one_shot"]["us"] + (nranks - 1) * nbytes / (c["one_shot"]["gbps"] * 1e3)
+    if algorithm == "multimem":  # the message once over the switch whatever the ranks, and two local copies
+        return (c["launch_us"]["flowdsl"] + c["multimem"]["us"] + nbytes / (c["multimem"]["gbps"] * 1e3)
+                + 2 * nbytes / (c["local_gbps"]["flowdsl"] * 1e3))
     transport = "gin" if lsa_size < nranks else "lsa"
     proto = protocol_for(nbytes, nranks)
     max_channels = config.channels if config is not None else 24
@@ -106,14 +116,17 @@ def estimate(collective: str, algorithm: str, nranks: int, lsa_size: int, nbytes
 
 
 def choose(collective: str, nranks: int, lsa_size: int, nbytes: int, *, nccl_available: bool = True,
-           one_shot_available: bool = False, config=None) -> str:
-    """The cheapest of ``ring``, ``tree`` and ``one_shot`` (all_reduce), ``pairwise`` (all_to_all, its one
-    program) and ``nccl`` for this call."""
+           one_shot_available: bool = False, multimem_available: bool = False, config=None) -> str:
+    """The cheapest of ``ring``, ``tree``, ``one_shot`` and ``multimem`` (all_reduce; ``multimem_available``:
+    the communicator has NVLink SHARP and the type and operator a multimem form), ``pairwise`` (all_to_all,
+    its one program) and ``nccl`` for this call."""
     candidates = ["pairwise"] if collective == "all_to_all" else ["ring"]
     if collective == "all_reduce":
         candidates.append("tree")
         if one_shot_available:
             candidates.append("one_shot")
+        if multimem_available and lsa_size == nranks and nranks > 1:
+            candidates.append("multimem")
     if nccl_available:
         candidates.append("nccl")
     return min(candidates, key=lambda a: estimate(collective, a, nranks, lsa_size, nbytes, config))

@@ -3,7 +3,8 @@
 Ring: :func:`ring_all_gather`, :func:`ring_reduce_scatter`, :func:`ring_broadcast`,
 :func:`ring_reduce`, :func:`ring_all_reduce`. Tree: :func:`tree_all_reduce`
 (double binary tree). One LSA team, small messages: :func:`one_shot_all_reduce`
-(every rank writes to every peer, no Flow). AllToAll: :func:`pairwise_all_to_all` (pairwise rounds). Each is a kernel factory: ``ring_all_reduce(RedOp.SUM)``
+(every rank writes to every peer, no Flow); through the NVLink switch:
+:func:`multimem_all_reduce` (NVLink SHARP, ``multimem`` loads and stores). AllToAll: :func:`pairwise_all_to_all` (pairwise rounds). Each is a kernel factory: ``ring_all_reduce(RedOp.SUM)``
 returns the ``@flowdsl.kernel`` for that operator (the operator is a compile-time
 constant; the element type comes from the arrays). The Flow programs are device functions
 made into factories by :func:`flow_program` (``ring_all_reduce.program`` is the algorithm
@@ -39,13 +40,15 @@ import functools
 from numba import cuda, int64, uint64
 
 import flowdsl
-from flowdsl import flow, gin, lsa, mem
+from flowdsl import coop, flow, gin, lsa, mem
 from flowdsl.enums import MemoryOrder, RedOp, ThreadScope
 
 __all__ = ["PROGRAMS", "flow_program", "premul_scale", "one_rank", "scale_for", "ring_chunks", "ring_connections", "ring_reduce_to_own_piece",
            "ring_gather_after_own_piece", "piece", "ring_all_gather", "ring_reduce_scatter", "ring_broadcast",
            "ring_reduce", "ring_all_reduce", "tree_all_reduce", "one_shot_all_reduce", "one_shot_words", "one_shot_fits",
-           "ONE_SHOT_BLOCKS", "ONE_SHOT_LINES", "pairwise_all_to_all", "pairwise_exchange", "all_to_all_share"]
+           "ONE_SHOT_BLOCKS", "ONE_SHOT_LINES", "pairwise_all_to_all", "pairwise_exchange", "all_to_all_share",
+           "multimem_all_reduce", "multimem_piece", "multimem_share",
+           "multimem_form"]
 
 # Elements a channel's share is rounded to: keeps every channel's start 16-byte aligned.
 _ALIGN = 16
@@ -554,6 +557,113 @@ def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     return one_shot_all_reduce
 
 
+# ---- one LSA team through the NVLink switch: multimem all-reduce -----------------------------------------
+
+@flowdsl.device
+def multimem_piece(m, nblocks, unit):
+    """Elements of each block's piece of a chunk of ``m``: a multiple of ``unit`` (one 16-byte vector per LSA
+    rank), so that every rank's share of a piece is whole vectors and starts 16-byte aligned."""
+    per = (m + nblocks - 1) // nblocks
+    return (per + unit - 1) // unit * unit
+
+
+@functools.cache
+def multimem_share(mm_op, vector):
+    """The device function ``share(mm, lo, hi, lanes, red)`` that reduces elements ``[lo, hi)`` over every
+    member's window in the switch by ``mm_op`` (``multimem_ld_reduce``), finishes them (``AVG`` divides) and
+    stores them to every member (``multimem_store``): 16 bytes at a time with ``vector`` (``lo`` aligned,
+    ``hi`` rounded up to a vector of ``lanes``), else one element at a time. ``mm_op`` must reach the
+    multimem primitive as a constant, so it is the factory's, not an argument."""
+    if vector:
+        def multimem_share_vectors(mm, lo, hi, lanes, red):
+            for i in range(lo + cuda.threadIdx.x * lanes, hi, cuda.blockDim.x * lanes):
+                mem.multimem_store_vec(mm, i, flow.finish_pack(red, mem.multimem_ld_reduce_vec(mm, i, mm_op)))
+
+        return flowdsl.device(multimem_share_vectors)
+
+    def multimem_share_elements(mm, lo, hi, lanes, red):
+        for i in range(lo + cuda.threadIdx.x, hi, cuda.blockDim.x):
+            mem.multimem_store(mm, i, flow.finish(red.op, mem.multimem_ld_reduce(mm, i, mm_op), red.nranks, red.fp8))
+
+    return flowdsl.device(multimem_share_elements)
+
+
+@functools.cache
+def multimem_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False, vector=True):
+    """AllReduce through the NVLink switch (NVLink SHARP) over one LSA team: NCCL's NVLS all-reduce.
+
+    ``stage`` is a window of this rank's, registered by every rank of the team; the message goes
+    through it a chunk at a time (what it holds, in whole pieces). Each block takes a piece of the
+    chunk, and each LSA rank owns ``1/n`` of every piece:
+
+    1. the block copies its piece of ``src`` into this rank's window;
+    2. LSA barrier (every member's piece is in place);
+    3. reduce-scatter and all-gather in one: this rank's share of the piece is read from every member's
+       window, combined in the switch (``multimem_ld_reduce``), and stored to every member's window
+       (``multimem_store``);
+    4. LSA barrier (every share is stored everywhere);
+    5. the block copies its piece of the window to ``dst``.
+
+    Each block syncs its own barrier (index ``blockIdx.x``) with the same block of every peer: a block
+    reads only the pieces that block wrote. A piece is whole vectors for every owner; the last vector of
+    the message is padded with zeros in the window, never copied out. ``vector``: reduce 16 bytes at a
+    time (float32, float16, bfloat16), else one element at a time (integers, float64): a constant of the
+    kernel, since PTX has only one of the forms for a type (``flowdsl.mem.MULTIMEM_SCALAR_OPS`` and
+    ``MULTIMEM_VECTOR_OPS``). ``AVG`` is the switch's ``SUM``, divided by the owner before it stores. No
+    Flow: ``channels``, ``nslots``, ``slot_words``, ``protocol`` and ``ll128`` are unused; ``gin_peers``
+    and ``fp8`` too (the host refuses several LSA teams and fp8). With one rank, the local copy.
+    """
+    mm_op = RedOp.SUM if op == RedOp.AVG else op
+    share = multimem_share(mm_op, vector)
+
+    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    def multimem_all_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol,
+                            vectors, scalar_bits, scalar_at):
+        n, me = comm.lsa_size, comm.lsa_rank
+        if n == 1:
+            local_copy(src, dst, count, inplace, vectors)
+            return
+        red = flow.reduction(op, n, 0)
+        window = lsa.local_view(stage, 0, -1, dst.dtype)
+        mm = lsa.multimem_view(comm, stage, 0, -1, dst.dtype)
+        bar = lsa.barrier(comm, coop.cta(), cuda.blockIdx.x)
+        lanes = 16 // mem.itemsize(dst)
+        unit = n * lanes
+        whole = cuda.gridDim.x * unit
+        chunk = window.size // whole * whole  # the host sizes the window for one piece per block at least
+        t, threads = cuda.threadIdx.x, cuda.blockDim.x
+        for base in range(0, count, chunk):
+            m = min(chunk, count - base)
+            per = multimem_piece(m, cuda.gridDim.x, unit)
+            lo = min(cuda.blockIdx.x * per, m)
+            hi = min(lo + per, m)
+            flow.copy(src, base + lo, window, lo, hi - lo, t, threads, vectors)
+            if lo < hi and hi == m:  # the message's last vector: zeros past its end, whatever an earlier call left
+                for i in range(m + t, (m + lanes - 1) // lanes * lanes, threads):
+                    window[i] = mem.from_bits(uint64(0), dst.dtype)
+            bar.sync(MemoryOrder.ACQ_REL)
+            own = cuda.blockIdx.x * per + me * (per // n)
+            end = min(own + per // n, (m + lanes - 1) // lanes * lanes)
+            share(mm, own, end, lanes, red)
+            bar.sync(MemoryOrder.ACQ_REL)
+            flow.copy(window, lo, dst, base + lo, hi - lo, t, threads, vectors)
+            cuda.syncthreads()  # the next chunk's copy-in may be another thread's element of this copy-out
+
+    return multimem_all_reduce
+
+
+def multimem_form(dtype: str, op: RedOp) -> bool | None:
+    """How PTX's multimem reduces ``dtype`` elements (a kernel's NumPy type; bfloat16 is uint16) by ``op``:
+    True 16 bytes at a time, False one element at a time, None not at all. ``AVG`` is ``SUM`` then a
+    division; ``PROD`` and ``PREMULSUM`` have no form. From :mod:`flowdsl.mem`'s tables."""
+    op = RedOp.SUM if op == RedOp.AVG else RedOp(op)
+    if op in mem.MULTIMEM_VECTOR_OPS.get(dtype, ()):
+        return True
+    if op in mem.MULTIMEM_SCALAR_OPS.get(dtype, ()):
+        return False
+    return None
+
+
 #: (algorithm, collective) → kernel factory.
 PROGRAMS = {
     ("ring", "all_gather"): ring_all_gather,
@@ -564,4 +674,5 @@ PROGRAMS = {
     ("tree", "all_reduce"): tree_all_reduce,
     ("one_shot", "all_reduce"): one_shot_all_reduce,
     ("pairwise", "all_to_all"): pairwise_all_to_all,
+    ("multimem", "all_reduce"): multimem_all_reduce,
 }

@@ -128,7 +128,8 @@ def _programs(nranks: int, lsa_size: int) -> list[tuple[str, str]]:
     from .programs import PROGRAMS  # noqa: PLC0415 (compiling programs needs numba-cuda)
 
     collectives = list(dict.fromkeys(c for (_, c) in PROGRAMS))
-    out = [key for key in PROGRAMS if not (key[0] == "one_shot" and lsa_size < nranks)]  # one LSA team only
+    out = [key for key in PROGRAMS if not (key[0] == "one_shot" and lsa_size < nranks)  # one LSA team only
+           and key[0] != "multimem"]  # the simulated worlds here have no NVLink SHARP (exact models no switch)
     return out + [("auto", c) for c in collectives]
 
 

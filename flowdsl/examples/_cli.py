@@ -20,9 +20,10 @@ def _pairs(returned):
     return list(returned) if isinstance(returned, list) else [returned]
 
 
-def run_somewhere(run, sim: bool, ranks: int, nodes: int = 1):
+def run_somewhere(run, sim: bool, ranks: int, nodes: int = 1, multimem: bool = False):
     """``run(comm)`` on this process's GPU rank, or (no GPU, or ``sim``) on ``ranks`` simulated ranks over
-    ``nodes``: ``(results by rank here, ranks, where it ran)``."""
+    ``nodes`` (with an NVLink SHARP switch in each node where ``multimem``, as an example over multimem needs):
+    ``(results by rank here, ranks, where it ran)``."""
     import flowdsl  # noqa: PLC0415
 
     if not sim:
@@ -32,7 +33,7 @@ def run_somewhere(run, sim: bool, ranks: int, nodes: int = 1):
                         f"on GPU (NCCL {'.'.join(map(str, comm.nccl_version))}, rank {comm.rank} shown)")
         except flowdsl.NoDeviceError:
             pass
-    return (flowdsl.sim.spawn(run, nranks=ranks, nodes=nodes), ranks,
+    return (flowdsl.sim.spawn(run, nranks=ranks, nodes=nodes, multimem=multimem), ranks,
             f"on the CPU simulator ({nodes} node{'s' if nodes > 1 else ''}{', --sim' if sim else ', no GPU found'})")
 
 
@@ -72,13 +73,15 @@ def checked(name: str, body) -> int:
         return 2
 
 
-def main(name: str, run, what: str, argv=None, ranks: int = 4, nodes: int = 1, tolerance: float = 1e-5) -> int:
+def main(name: str, run, what: str, argv=None, ranks: int = 4, nodes: int = 1, tolerance: float = 1e-5,
+         multimem: bool = False) -> int:
     """Run ``run(comm)`` and print one line: where it ran and whether every result matched its reference
-    (within ``tolerance``, relative and absolute). ``what``: what the example does, for that line."""
+    (within ``tolerance``, relative and absolute). ``what``: what the example does, for that line. ``multimem``:
+    the example needs NVLink SHARP (the simulator models a switch for it)."""
     args = parser(name, what, ranks, nodes).parse_args(argv)
 
     def body():
-        results, nranks, where = run_somewhere(run, args.sim, args.ranks, args.nodes)
+        results, nranks, where = run_somewhere(run, args.sim, args.ranks, args.nodes, multimem)
         ok = all(np.allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=tolerance,
                              atol=tolerance)
                  for returned in results for got, want in _pairs(returned))

@@ -19,7 +19,7 @@ __all__ = ["SUPPORTED_DTYPES", "numba_dtype", "DEVICE_REQUIREMENTS", "GIN_RESOUR
            "device_requirements", "ALLOC_LIKE", "GRID_LIMITS", "BLOCK_LIMITS", "MAX_BLOCK_THREADS", "alloc_dtype",
            "alloc_shape", "alloc_like", "torch_module", "communicator_open", "resource_closed", "count_of",
            "contiguous", "register_layout", "host_array_error", "not_a_buffer_error", "NOT_FROM_ALLOC",
-           "launch_shape"]
+           "launch_shape", "multimem_unavailable"]
 
 #: Element types ``comm.alloc`` takes. uint16 and int16 too: bfloat16 travels as uint16 bits
 #: (CuPy and NumPy have no bfloat16).
@@ -274,13 +274,22 @@ DEVICE_REQUIREMENTS = ("lsa_barrier_count", "barrier_count", "rail_gin_barrier_c
                        "gin_context_count", "gin_signal_count", "gin_counter_count", "gin_connection_type",
                        "gin_custom_stride", "gin_exclusive_contexts", "gin_queue_depth", "gin_traffic_class",
                        "gin_strong_signals_required", "gin_va_signals_required", "gin_force_enable", "cft_caps",
-                       "cft_barrier_count")
+                       "cft_barrier_count", "lsa_multimem")
 #: The requirements that ask NCCL for GIN resources (NCCL >= 2.29 creates none without GIN enabled:
 #: ``ncclGinResourcesRequested`` in its ``src/dev_runtime.cc``).
 GIN_RESOURCES = ("gin_signal_count", "gin_counter_count", "barrier_count", "rail_gin_barrier_count",
                  "world_gin_barrier_count")
 #: Requirements :func:`device_requirements` may fill in (a release without the field leaves it out).
 DEFAULTED_REQUIREMENTS = ("gin_connection_type",)
+
+
+def multimem_unavailable(why: str) -> UsageError:
+    """How both paths refuse ``device_communicator(lsa_multimem=True)`` where there is no NVLink SHARP
+    (``why``: what lacks it), before NCCL is asked (which would create multicast objects)."""
+    return UsageError(f"Cannot create a device communicator with lsa_multimem=True: {why}. Multimem (NVLink SHARP) "
+                      "needs GPUs joined by an NVSwitch that multicasts, with NCCL's NVLS on. Leave lsa_multimem "
+                      "out and reach the LSA team with views (flowdsl.lsa.lsa_view, lsa.reduce_sum); on the "
+                      "simulator, model a switch with flowdsl.sim.spawn(..., multimem=True)")
 
 
 def device_requirements(requirements: dict, for_kernel=None, grid=None) -> dict:

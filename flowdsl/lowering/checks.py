@@ -17,7 +17,7 @@ from numba.core.errors import NumbaTypeError
 
 from .._spec import Gate, KindRegistry, spec_of
 from .target import require
-from .types import CoopType, DevCommType, LsaBarrierSessionType, TeamType, WindowType
+from .types import CoopType, DevCommType, LsaBarrierSessionType, MultimemViewType, TeamType, WindowType
 
 __all__ = ["check", "require_gate", "expect", "expect_int", "is_omitted", "stub_default", "KIND_TYPES"]
 
@@ -29,6 +29,7 @@ KIND_TYPES = KindRegistry("the GPU's typing", {
     "comm": DevCommType, "coop": CoopType, "window": WindowType, "team": TeamType, "array": types.Array,
     "shared_array": types.Array, "lsa_session": LsaBarrierSessionType,
     "int": _INTEGERS, "order": _ENUMS, "enum": _ENUMS, "scope": _ENUMS, "word": (types.Integer, types.Float),
+    "multimem": MultimemViewType,
 })
 
 

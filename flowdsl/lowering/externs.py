@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 
 from .. import cft, coop, gin, lsa, team, wait  # noqa: F401 - their specs give the rows' gates
-from .._spec import SPECS, Gate, spec_of
+from .._spec import ALL_ARCHS, SPECS, Gate, spec_of
 from ..enums import CoopKind
 
 __all__ = ["Extern", "EXTERNS", "C_TYPES", "COOP_SUFFIX", "REMOTE_VARIANTS", "PAYLOAD_SUFFIX", "CFT_SINCE",
@@ -117,9 +117,11 @@ def _gate_of(name: str, of) -> Gate:
 
 
 def _e(name, ret, args, doc, of=None, **kw):
-    """A row whose oldest NCCL, archs and CUDA are those of the primitive that calls it."""
+    """A row whose oldest NCCL, archs and CUDA are those of the primitive that calls it (``archs=``: a C
+    function that every build defines, whatever arch its caller needs)."""
     gate = _gate_of(name, of)
-    return Extern(name, ret, tuple(args), doc, since=gate.nccl, archs=gate.archs, cuda=gate.cuda, **kw)
+    kw = {"since": gate.nccl, "archs": gate.archs, "cuda": gate.cuda, **kw}
+    return Extern(name, ret, tuple(args), doc, **kw)
 
 
 def _gin(name, ret, args, doc, **kw):
@@ -205,6 +207,9 @@ EXTERNS: tuple[Extern, ...] = (
     _e("flowdsl_get_peer_pointer", "ptr", [_WIN, ("size_t", "offset"), ("int", "peer")], "ncclGetPeerPointer."),
     _e("flowdsl_get_team_pointer", "ptr", [_WIN, ("size_t", "offset"), _TEAM, ("int", "peer")],
        "ncclGetPeerPointer with a team."),
+    _e("flowdsl_get_lsa_multimem_pointer", "ptr", [_WIN, ("size_t", "offset"), _COMM],
+       "ncclGetLsaMultimemPointer, or null when the communicator has no multimem (lsaMultimem not asked for).",
+       archs=ALL_ARCHS),  # pointer arithmetic: every arch builds it; the multimem instructions need sm_90
     # LSA barrier sessions on the LSA team; each call opens and closes a session.
     _e("flowdsl_lsa_barrier_arrive", "void", [_COMM, ("uint32", "index"), ("order", "order")],
        "ncclLsaBarrierSession::arrive.", coop=True),

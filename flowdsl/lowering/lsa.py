@@ -3,8 +3,8 @@
 Pointers and views call the support library's ``ncclGet*Pointer`` wrappers; a view is a numba array
 over the pointer, its length checked against the window (past the end, it prints what and traps).
 A barrier session is a struct (communicator, coop, index) whose arrive, wait and sync call the
-function of the coop's kind. reduce_sum, copy and reduce_sum_copy compile the flowdsl programs that
-state their meaning (``flowdsl/lsa.py``), which the simulator runs too.
+function of the coop's kind. reduce_sum, copy and reduce_sum_copy, and their multimem forms, compile the
+flowdsl programs that state their meaning (``flowdsl/lsa.py``), which the simulator runs too.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from .._spec import spec_of
 from .backend import populate_array
 from .checks import check, is_omitted
 from .declarations import call_extern, extern
-from .intrinsics import devcomm_ptr, emit_trap, enum_value, make_session, typed_pointer
-from .types import LsaBarrierSessionType, TeamType
+from .intrinsics import devcomm_ptr, emit_refusal, emit_trap, enum_value, make_session, printed_refusal, typed_pointer
+from .types import LsaBarrierSessionType, MultimemViewType, TeamType
 
 __all__: list[str] = []
 
@@ -75,14 +75,42 @@ def _view_dtype(op, win, dtype):
                          f"numba.float32), got {dtype}")
 
 
-def _view_type(stub, full):
-    """Typing of a window view: checks every argument (the spec's, then ``dtype``), gives the view's type."""
+def _view_element(stub, full, win):
+    """Typing of a window view: checks every argument (the spec's, then ``dtype``), gives its element type."""
     check(stub, *full)
     name = spec_of(stub).name
-    elem = _view_dtype(name, full[0], full[-1])
+    elem = _view_dtype(name, win, full[-1])
     if not isinstance(elem, (types.Integer, types.Float, types.Complex)):
         raise NumbaTypeError(f"{name} cannot view a window as {elem}: use a numeric type")
-    return types.Array(elem, 1, "C")
+    return elem
+
+
+def _view_type(stub, full):
+    """The type of a window view (an array) made with the arguments ``full``."""
+    return types.Array(_view_element(stub, full, full[0]), 1, "C")
+
+
+def _bind(stub, pysig, args, kws):
+    """Keywords and defaults folded into positions (omitted ones typed Omitted), as @overload does, so
+    ``peer_view(win, p, count=4)`` works."""
+    try:
+        bound = pysig.bind(*args, **kws)
+    except TypeError as exc:
+        raise NumbaTypeError(spec_of(stub).refusal_arity(str(exc))) from exc
+    return [bound.arguments[name] if name in bound.arguments else types.Omitted(param.default)
+            for name, param in pysig.parameters.items()]
+
+
+def _start_count(context, builder, sig, args, first):
+    """The view's ``start`` and ``count`` (positions ``first`` and ``first + 1``) as int64, or their defaults."""
+    i64 = types.int64
+
+    def arg(pos, default):
+        if pos < len(sig.args) and not is_omitted(sig.args[pos]):
+            return context.cast(builder, args[pos], sig.args[pos], i64)
+        return context.get_constant(i64, default)
+
+    return arg(first, 0), arg(first + 1, -1)
 
 
 def _view_length(context, builder, op, nbytes, start, count, itemsize):
@@ -140,14 +168,7 @@ def _register_view(stub, nwhere):
         key = stub
 
         def generic(self, args, kws):
-            # Fold keywords and defaults into positions (omitted ones typed Omitted), as
-            # @overload does, so `peer_view(win, p, count=4)` works.
-            try:
-                bound = pysig.bind(*args, **kws)
-            except TypeError as exc:
-                raise NumbaTypeError(spec_of(stub).refusal_arity(str(exc))) from exc
-            full = [bound.arguments[name] if name in bound.arguments else types.Omitted(param.default)
-                    for name, param in pysig.parameters.items()]
+            full = _bind(stub, pysig, args, kws)
             return signature(_view_type(stub, full), *full).replace(pysig=pysig)
 
     infer(ViewTemplate)
@@ -158,15 +179,8 @@ def _register_view(stub, nwhere):
         win_ty, win = sig.args[0], args[0]
         view_ty = sig.return_type
         itemsize = context.get_abi_sizeof(context.get_data_type(view_ty.dtype))
-        rest = list(zip(sig.args[1 + nwhere:], args[1 + nwhere:]))
         i64 = types.int64
-
-        def arg(pos, default):
-            if pos < len(rest) and not is_omitted(rest[pos][0]):
-                return context.cast(builder, rest[pos][1], rest[pos][0], i64)
-            return context.get_constant(i64, default)
-
-        start, count = arg(0, 0), arg(1, -1)
+        start, count = _start_count(context, builder, sig, args, 1 + nwhere)
         window = cgutils.create_struct_proxy(win_ty)(context, builder, value=win)
         n = _view_length(context, builder, op, window.nbytes, start, count, itemsize)
         offset = builder.mul(start, context.get_constant(i64, itemsize))
@@ -190,6 +204,46 @@ _register_view(lsa.local_view, 0)
 _register_view(lsa.lsa_view, 1)
 _register_view(lsa.peer_view, 1)
 _register_view(lsa.team_view, 2)
+
+
+# ---- the multimem view ----------------------------------------------------------------------------
+
+class _MultimemViewTemplate(AbstractTemplate):
+    key = lsa.multimem_view
+    _pysig = inspect.signature(lsa.multimem_view)
+
+    def generic(self, args, kws):
+        full = _bind(lsa.multimem_view, self._pysig, args, kws)
+        elem = _view_element(lsa.multimem_view, full, full[1])
+        return signature(MultimemViewType(elem), *full).replace(pysig=self._pysig)
+
+
+infer(_MultimemViewTemplate)
+infer_global(lsa.multimem_view, types.Function(_MultimemViewTemplate))
+
+
+@lower_builtin(lsa.multimem_view, types.VarArg(types.Any))
+def _lower_multimem_view(context, builder, sig, args):
+    """The multicast address of element ``start`` (checked against the window as views are), from NCCL's
+    ``ncclGetLsaMultimemPointer`` on a copy of the communicator; a communicator without multimem prints
+    the simulator's refusal and traps."""
+    comm_ty, win_ty = sig.args[:2]
+    view_ty = sig.return_type
+    itemsize = context.get_abi_sizeof(context.get_data_type(view_ty.dtype))
+    start, count = _start_count(context, builder, sig, args, 2)
+    window = cgutils.create_struct_proxy(win_ty)(context, builder, value=args[1])
+    n = _view_length(context, builder, "multimem_view", window.nbytes, start, count, itemsize)
+    offset = builder.mul(start, context.get_constant(types.int64, itemsize))
+    comm = cgutils.alloca_once(builder, context.get_value_type(comm_ty))
+    builder.store(args[0], comm)
+    ptr = call_extern(context, builder, spec_of(lsa.multimem_view).extern,
+                      [window.handle, offset, builder.bitcast(comm, cgutils.voidptr_t)])
+    with cgutils.if_unlikely(builder, cgutils.is_null(builder, ptr)):
+        emit_refusal(builder, lsa.MULTIMEM_MISSING, [])
+    view = cgutils.create_struct_proxy(view_ty)(context, builder)
+    view.data = builder.bitcast(ptr, context.get_data_type(view_ty.dtype).as_pointer())
+    view.count = n
+    return view._getvalue()
 
 
 # ---- barriers ------------------------------------------------------------------------------------
@@ -259,3 +313,51 @@ def lsa_reduce_sum_copy(coop, comm, src_win, src_start, dst_win, dst_start, coun
     check(lsa.reduce_sum_copy, coop, comm, src_win, src_start, dst_win)
     return lambda coop, comm, src_win, src_start, dst_win, dst_start, count: _reduce_sum_copy(
         coop, comm, src_win, src_start, dst_win, dst_start, count)
+
+
+# ---- the multimem helpers: the programs of flowdsl/lsa.py, with the loops the element type has -------------
+
+register_jitable(lsa._multimem_vectors)
+register_jitable(lsa._misalignment)
+_multimem_reduce_sum = register_jitable(lsa.multimem_reduce_sum_program)
+_multimem_copy = register_jitable(lsa.multimem_copy_program)
+_multimem_reduce_sum_copy = register_jitable(lsa.multimem_reduce_sum_copy_program)
+
+
+def _multimem_forms(stub, view, other, store_only=False):
+    """``(lanes, one)`` of the view's element type (None where PTX lacks the form: the program's branch on it
+    is dropped when numba types it), or the table's refusal."""
+    forms = lsa.multimem_helper_forms(stub.__name__, str(view.dtype), None if other is None else str(other.dtype),
+                                      store_only)
+    if isinstance(forms, str):
+        raise NumbaTypeError(forms)
+    return forms
+
+
+@overload(lsa.multimem_reduce_sum)
+def lsa_multimem_reduce_sum(coop, view, dst, count):
+    check(lsa.multimem_reduce_sum, coop, view, dst, count)
+    lanes, one = _multimem_forms(lsa.multimem_reduce_sum, view, dst)
+    return lambda coop, view, dst, count: _multimem_reduce_sum(coop, view, dst, count, lanes, one)
+
+
+@overload(lsa.multimem_copy)
+def lsa_multimem_copy(coop, src, view, count):
+    check(lsa.multimem_copy, coop, src, view, count)
+    lanes, one = _multimem_forms(lsa.multimem_copy, view, src, store_only=True)
+    return lambda coop, src, view, count: _multimem_copy(coop, src, view, count, lanes, one)
+
+
+@overload(lsa.multimem_reduce_sum_copy)
+def lsa_multimem_reduce_sum_copy(coop, src_view, dst_view, count):
+    check(lsa.multimem_reduce_sum_copy, coop, src_view, dst_view, count)
+    lanes, one = _multimem_forms(lsa.multimem_reduce_sum_copy, src_view, dst_view)
+    return lambda coop, src_view, dst_view, count: _multimem_reduce_sum_copy(coop, src_view, dst_view, count,
+                                                                             lanes, one)
+
+
+@overload(lsa.multimem_partial_vectors)
+def lsa_multimem_partial_vectors(offset, count, lanes):
+    check(lsa.multimem_partial_vectors, offset, count, lanes)
+    refuse = printed_refusal(lsa.multimem_partial_vectors_text("{}", "{}", "{}"))  # {}: count, offset, lanes, lanes
+    return lambda offset, count, lanes: refuse((count, offset, lanes, lanes))

@@ -13,13 +13,15 @@ and a literal that is not allowed is a compile-time error.
 
 from __future__ import annotations
 
+import functools
+
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.errors import NumbaTypeError
 from numba.cuda.extending import intrinsic, overload
 
 from .. import mem
-from ..enums import MemoryOrder, ThreadScope
+from ..enums import MemoryOrder, RedOp, ThreadScope
 from .checks import check
 from .intrinsics import emit_trap
 
@@ -550,3 +552,249 @@ def mem_itemsize(array):
 @overload(mem.globaltimer)
 def mem_globaltimer():
     return lambda: _globaltimer()
+
+
+# ---- multimem (NVLink SHARP): one instruction on every LSA team member's copy --------------------------
+# ld_reduce and st are weak (a plain load and store: an LSA barrier orders them, as NCCL's kernels do);
+# red is relaxed at system scope. Which element type takes which operator is flowdsl.mem.multimem_refusal,
+# checked at typing. 16-byte forms move four 32-bit registers: f32 lanes, or f16x2 / bf16x2 pairs.
+
+_MULTIMEM_OPS = {RedOp.SUM: "add", RedOp.MIN: "min", RedOp.MAX: "max"}
+#: 16-byte element -> PTX type of one of its four 32-bit registers.
+_MULTIMEM_PAIRS = {types.float32: "f32", types.float16: "f16x2", types.uint16: "bf16x2"}
+
+
+def _multimem_typing(stub, view, op, vector):
+    """The spec's checks, then PTX's table of types and operators (the simulator's refusal text)."""
+    name = stub.__name__
+    refusal = mem.multimem_refusal(name, str(view.dtype), None if op is None else op.literal_value, vector)
+    if refusal is not None:
+        raise NumbaTypeError(refusal)
+
+
+def _multimem_address(context, builder, view_ty, view, index_ty, index):
+    proxy = cgutils.create_struct_proxy(view_ty)(context, builder, value=view)
+    return builder.gep(proxy.data, [context.cast(builder, index, index_ty, types.intp)])
+
+
+def _multimem_scalar(elem, op):
+    """(PTX type, register constraint) of one element: an int64 sum adds as .u64 (PTX has no .s64 add)."""
+    ptx, reg = PTX_TYPES[elem]
+    if elem == types.int64 and op == RedOp.SUM:
+        ptx = "u64"
+    return ptx, reg
+
+
+def _multimem_lanes(context, builder, elem, regs):
+    """The UniTuple of ``elem`` that four i32 registers hold."""
+    lanes = 16 // (elem.bitwidth // 8)
+    i32 = ir.IntType(32)
+    vec = ir.Constant(ir.VectorType(i32, 4), None)
+    for i, r in enumerate(regs):
+        vec = builder.insert_element(vec, r, ir.Constant(i32, i))
+    narrow = builder.bitcast(vec, ir.VectorType(context.get_value_type(elem), lanes))
+    return context.make_tuple(builder, types.UniTuple(elem, lanes),
+                              [builder.extract_element(narrow, ir.Constant(i32, i)) for i in range(lanes)])
+
+
+def _multimem_registers(context, builder, elem, values, values_ty):
+    """Four i32 registers holding the 16-byte tuple ``values`` of ``elem``."""
+    lanes = 16 // (elem.bitwidth // 8)
+    i32 = ir.IntType(32)
+    vec = ir.Constant(ir.VectorType(context.get_value_type(elem), lanes), None)
+    for i in range(lanes):
+        lane = context.cast(builder, builder.extract_value(values, i), values_ty[i], elem)
+        vec = builder.insert_element(vec, lane, ir.Constant(i32, i))
+    wide = builder.bitcast(vec, ir.VectorType(i32, 4))
+    return [builder.extract_element(wide, ir.Constant(i32, i)) for i in range(4)]
+
+
+def _vector_values(stub, view, values):
+    lanes = 16 // (view.dtype.bitwidth // 8)
+    if not isinstance(values, types.BaseTuple) or len(values) != lanes:
+        raise NumbaTypeError(f"flowdsl.mem.{stub.__name__} requires a tuple of {lanes} {view.dtype} values "
+                             f"(16 bytes), got {values}")
+
+
+@functools.cache
+def _multimem_ld_reduce(red):
+    """The intrinsic for operator ``red``, a constant baked in: inside an overload's implementation the
+    call's literal types are gone (a closure's or a global's operator arrives as a plain integer)."""
+
+    @intrinsic
+    def multimem_ld_reduce(typingctx, view, index, op):
+        elem = view.dtype
+
+        def codegen(context, builder, sig, args):
+            ptr = _multimem_address(context, builder, view, args[0], index, args[1])
+            ptx, reg = _multimem_scalar(elem, red)
+            return _asm(builder, context.get_value_type(elem), [ptr],
+                        f"multimem.ld_reduce.global.{_MULTIMEM_OPS[red]}.{ptx} $0, [$1];", f"={reg},l,~{{memory}}")
+
+        return elem(view, index, op), codegen
+
+    return multimem_ld_reduce
+
+
+@intrinsic
+def _multimem_store(typingctx, view, index, value):
+    elem = view.dtype
+
+    def codegen(context, builder, sig, args):
+        ptr = _multimem_address(context, builder, view, args[0], index, args[1])
+        ptx, reg = PTX_TYPES[elem]
+        _asm(builder, ir.VoidType(), [ptr, context.cast(builder, args[2], value, elem)],
+             f"multimem.st.global.{ptx} [$0], $1;", f"l,{reg},~{{memory}}")
+        return context.get_dummy_value()
+
+    return types.void(view, index, value), codegen
+
+
+@functools.cache
+def _multimem_red(red):
+    """The intrinsic for operator ``red``, a constant baked in: inside an overload's implementation the
+    call's literal types are gone (a closure's or a global's operator arrives as a plain integer)."""
+
+    @intrinsic
+    def multimem_red(typingctx, view, index, value, op):
+        elem = view.dtype
+
+        def codegen(context, builder, sig, args):
+            ptr = _multimem_address(context, builder, view, args[0], index, args[1])
+            ptx, reg = _multimem_scalar(elem, red)
+            _asm(builder, ir.VoidType(), [ptr, context.cast(builder, args[2], value, elem)],
+                 f"multimem.red.relaxed.sys.global.{_MULTIMEM_OPS[red]}.{ptx} [$0], $1;", f"l,{reg},~{{memory}}")
+            return context.get_dummy_value()
+
+        return types.void(view, index, value, op), codegen
+
+    return multimem_red
+
+
+def _pair_op(elem, red, accumulate):
+    """``add.v4.f32``, ``add.acc::f32.v4.f16x2``, ``min.v4.bf16x2``, ...: half sums add in float32 where
+    the instruction can (``accumulate``: ld_reduce; multimem.red has no .acc)."""
+    acc = ".acc::f32" if accumulate and red == RedOp.SUM and elem != types.float32 else ""
+    return f"{_MULTIMEM_OPS[red]}{acc}.v4.{_MULTIMEM_PAIRS[elem]}"
+
+
+@functools.cache
+def _multimem_ld_reduce_vec(red):
+    """The intrinsic for operator ``red``, a constant baked in: inside an overload's implementation the
+    call's literal types are gone (a closure's or a global's operator arrives as a plain integer)."""
+
+    @intrinsic
+    def multimem_ld_reduce_vec(typingctx, view, index, op):
+        elem = view.dtype
+        lanes = 16 // (elem.bitwidth // 8)
+
+        def codegen(context, builder, sig, args):
+            ptr = _multimem_address(context, builder, view, args[0], index, args[1])
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
+            packed = builder.asm(fnty, f"multimem.ld_reduce.global.{_pair_op(elem, red, True)} {{$0, $1, $2, $3}}, [$4];",
+                                 "=r,=r,=r,=r,l,~{memory}", [ptr], side_effect=True)
+            return _multimem_lanes(context, builder, elem, [builder.extract_value(packed, i) for i in range(4)])
+
+        return types.UniTuple(elem, lanes)(view, index, op), codegen
+
+    return multimem_ld_reduce_vec
+
+
+@intrinsic
+def _multimem_store_vec(typingctx, view, index, values):
+    elem = view.dtype
+
+    def codegen(context, builder, sig, args):
+        ptr = _multimem_address(context, builder, view, args[0], index, args[1])
+        regs = _multimem_registers(context, builder, elem, args[2], values)
+        # 16 bytes of any type as four f32 lanes: multimem.st has vectors of float types only.
+        _asm(builder, ir.VoidType(), [ptr] + regs, "multimem.st.global.v4.f32 [$0], {$1, $2, $3, $4};",
+             "l,r,r,r,r,~{memory}")
+        return context.get_dummy_value()
+
+    return types.void(view, index, values), codegen
+
+
+@functools.cache
+def _multimem_red_vec(red):
+    """The intrinsic for operator ``red``, a constant baked in: inside an overload's implementation the
+    call's literal types are gone (a closure's or a global's operator arrives as a plain integer)."""
+
+    @intrinsic
+    def multimem_red_vec(typingctx, view, index, values, op):
+        elem = view.dtype
+
+        def codegen(context, builder, sig, args):
+            ptr = _multimem_address(context, builder, view, args[0], index, args[1])
+            regs = _multimem_registers(context, builder, elem, args[2], values)
+            _asm(builder, ir.VoidType(), [ptr] + regs,
+                 f"multimem.red.relaxed.sys.global.{_pair_op(elem, red, False)} [$0], {{$1, $2, $3, $4}};",
+                 "l,r,r,r,r,~{memory}")
+            return context.get_dummy_value()
+
+        return types.void(view, index, values, op), codegen
+
+    return multimem_red_vec
+
+
+@intrinsic
+def _multimem_address_of(typingctx, view, index):
+    def codegen(context, builder, sig, args):
+        return builder.ptrtoint(_multimem_address(context, builder, view, args[0], index, args[1]), ir.IntType(64))
+
+    return types.uint64(view, index), codegen
+
+
+@overload(mem.multimem_address)
+def mem_multimem_address(view, index):
+    check(mem.multimem_address, view, index)
+    return lambda view, index: _multimem_address_of(view, index)
+
+
+@overload(mem.multimem_ld_reduce)
+def mem_multimem_ld_reduce(view, index, op):
+    check(mem.multimem_ld_reduce, view, index, op)
+    _multimem_typing(mem.multimem_ld_reduce, view, op, False)
+    baked = _multimem_ld_reduce(RedOp(op.literal_value))
+    return lambda view, index, op: baked(view, index, op)
+
+
+@overload(mem.multimem_store)
+def mem_multimem_store(view, index, value):
+    check(mem.multimem_store, view, index, value)
+    _multimem_typing(mem.multimem_store, view, None, False)
+    return lambda view, index, value: _multimem_store(view, index, value)
+
+
+@overload(mem.multimem_red)
+def mem_multimem_red(view, index, value, op):
+    check(mem.multimem_red, view, index, value, op)
+    _multimem_typing(mem.multimem_red, view, op, False)
+    baked = _multimem_red(RedOp(op.literal_value))
+    return lambda view, index, value, op: baked(view, index, value, op)
+
+
+@overload(mem.multimem_ld_reduce_vec)
+def mem_multimem_ld_reduce_vec(view, index, op):
+    check(mem.multimem_ld_reduce_vec, view, index, op)
+    _multimem_typing(mem.multimem_ld_reduce_vec, view, op, True)
+    baked = _multimem_ld_reduce_vec(RedOp(op.literal_value))
+    return lambda view, index, op: baked(view, index, op)
+
+
+@overload(mem.multimem_store_vec)
+def mem_multimem_store_vec(view, index, values):
+    check(mem.multimem_store_vec, view, index, values)
+    _multimem_typing(mem.multimem_store_vec, view, None, True)
+    _vector_values(mem.multimem_store_vec, view, values)
+    return lambda view, index, values: _multimem_store_vec(view, index, values)
+
+
+@overload(mem.multimem_red_vec)
+def mem_multimem_red_vec(view, index, values, op):
+    check(mem.multimem_red_vec, view, index, values, op)
+    _multimem_typing(mem.multimem_red_vec, view, op, True)
+    _vector_values(mem.multimem_red_vec, view, values)
+    baked = _multimem_red_vec(RedOp(op.literal_value))
+    return lambda view, index, values, op: baked(view, index, values, op)

@@ -19,7 +19,7 @@ from numba.cuda.extending import register_model
 from ..enums import CoopKind
 
 __all__ = [
-    "DevCommType", "WindowType", "TeamType", "CoopType", "SessionType", "LsaBarrierSessionType",
+    "DevCommType", "WindowType", "MultimemViewType", "TeamType", "CoopType", "SessionType", "LsaBarrierSessionType",
     "team_type", "ArgumentMarshaller", "ConstantEnumClass", "devcomm_words", "bind_attributes",
     "register_struct_model",
 ]
@@ -64,6 +64,20 @@ class WindowType(types.Type):
     @property
     def key(self):
         return self.dtype, self.staging
+
+
+class MultimemViewType(types.Type):
+    """A multimem view of ``dtype`` elements (:func:`flowdsl.lsa.multimem_view`): the multicast address of
+    its first element and how many it holds. Not an array: a plain load or store of a multimem address is
+    undefined in PTX, so only ``flowdsl.mem``'s multimem operations take it."""
+
+    def __init__(self, dtype: types.Type):
+        self.dtype = dtype
+        super().__init__(name=f"MultimemView({dtype})")
+
+    @property
+    def key(self):
+        return self.dtype
 
 
 class TeamType(types.Type):
@@ -136,6 +150,7 @@ def register_struct_model(type_class, members) -> None:
 register_model(ConstantEnumClass)(OpaqueModel)
 register_struct_model(DevCommType, lambda fe: [("words", fe.words_type)])
 register_struct_model(WindowType, lambda fe: [("handle", types.voidptr), ("nbytes", types.uint64)])
+register_struct_model(MultimemViewType, lambda fe: [("data", types.CPointer(fe.dtype)), ("count", types.int64)])
 register_struct_model(TeamType, lambda fe: [("nranks", types.int32), ("rank", types.int32), ("stride", types.int32)])
 register_struct_model(CoopType, lambda fe: [("word", types.uint32)])
 register_struct_model(LsaBarrierSessionType, lambda fe: [("comm", fe.comm), ("coop", fe.coop), ("index", types.uint32)])

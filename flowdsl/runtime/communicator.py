@@ -22,6 +22,7 @@ __all__ = ["init", "Communicator", "REQUIREMENT_FIELDS", "requirement_fields"]
 #: keyword of device_communicator() -> field of ncclDevCommRequirements.
 REQUIREMENT_FIELDS = {
     "lsa_barrier_count": "lsaBarrierCount",
+    "lsa_multimem": "lsaMultimem",
     "barrier_count": "barrierCount",
     "rail_gin_barrier_count": "railGinBarrierCount",
     "gin_context_count": "ginContextCount",
@@ -365,9 +366,36 @@ class Communicator:
         self._check_open("create a device communicator")
         given = set(requirements)
         requirements = checks.device_requirements(requirements, for_kernel, grid)
+        if requirements.get("lsa_multimem"):
+            self._check_multimem()
         layout = abi_layout(self.nccl_version)
         fields = requirement_fields(requirements, given, layout, self.nccl_version)
         return DevComm(self, fields, layout, self.nccl_version)
+
+    def _check_multimem(self) -> None:
+        """Refuse multimem where this GPU or NCCL's settings have none, before NCCL would create multicast
+        objects for it (``cuMulticastCreate``)."""
+        why = self._multimem_missing()
+        if why is not None:
+            raise checks.multimem_unavailable(why)
+
+    def _multimem_missing(self) -> str | None:
+        """What lacks NVLink SHARP here (None: nothing): NCCL's settings, then the GPU (asked of the driver,
+        which creates nothing for it)."""
+        if os.environ.get("NCCL_NVLS_ENABLE", "").strip() == "0":
+            return "NCCL_NVLS_ENABLE=0 turns NVLink SHARP off in NCCL"
+        from .memory import multicast_supported  # noqa: PLC0415
+
+        if not multicast_supported(self.device):
+            return f"GPU {self.device} does not multicast (CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED is 0)"
+        return None
+
+    @property
+    def supports_multimem(self) -> bool:
+        """Whether ``device_communicator(lsa_multimem=True)`` would be accepted here (NVLink SHARP: this GPU
+        multicasts and NCCL's NVLS is not turned off); asks the driver, creates nothing. The simulator's
+        communicator has the same property (``flowdsl.sim.spawn(..., multimem=True)``)."""
+        return self._multimem_missing() is None
 
     # -- synchronisation, timeouts and teardown -------------------------------------------------
     @property

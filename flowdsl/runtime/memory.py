@@ -317,6 +317,18 @@ def require_gpu(operation: str) -> None:
                             "program on the CPU simulator with flowdsl.sim.spawn(main, nranks=N).")
 
 
+def multicast_supported(device: int) -> bool:
+    """Whether GPU ``device`` multicasts (``CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED``: an NVSwitch system
+    with NVLink SHARP); asked of the driver, which creates nothing for it."""
+    from cuda.bindings import driver  # noqa: PLC0415
+
+    err, dev = driver.cuDeviceGet(int(device))
+    if int(err) != 0:
+        return False
+    err, value = driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, dev)
+    return int(err) == 0 and bool(value)
+
+
 class HostArrayCopies:
     """Device copies of host NumPy arrays for one launch on stream handle ``stream`` (numba-cuda's device
     arrays, as numba-cuda's own launch makes them; :mod:`flowdsl.host.transfers` says when)."""

@@ -29,7 +29,7 @@ from .scheduler import Block, Cond, HostTask, HostThread, KernelThread, Launch, 
 __all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch"]
 
 _OPTIONS = {"livelock_rounds": 100, "max_steps": None, "gin_delivery": "ordered", "gin_backend": "proxy",
-            "races": None, "host_threads": False, "stall_seconds": 30.0}
+            "races": None, "host_threads": False, "stall_seconds": 30.0, "multimem": False}
 
 
 class _Collective:
@@ -245,6 +245,10 @@ class SimComm(Closable):
         ``lsa_barrier_count``, and what ``for_kernel`` (a ``@flowdsl.kernel``) needs at ``grid``."""
         self._open("create a device communicator")
         reqs = _checked(checks.device_requirements, requirements, for_kernel, grid)
+        if reqs.get("lsa_multimem") and not self.world.multimem:
+            raise sim_error(UsageError, str(checks.multimem_unavailable(
+                "this simulated system has no NVLink SHARP (flowdsl.sim.spawn(..., multimem=False), the default, "
+                "as GPUs without an NVSwitch)")))
         lsa_barrier_count = reqs.pop("lsa_barrier_count", 0)
         c = self.world.collective(self.rank, "device_communicator", (int(lsa_barrier_count), reqs))
         if c.result is None:
@@ -339,6 +343,12 @@ class SimComm(Closable):
     def wait_timeout(self) -> float:
         return getattr(self, "_wait_timeout", resolve_timeout(None))
 
+    @property
+    def supports_multimem(self) -> bool:
+        """Whether ``device_communicator(lsa_multimem=True)`` would be accepted: the simulated system has NVLink
+        SHARP (``spawn(..., multimem=True)``), as the GPU communicator's property says of its GPU."""
+        return bool(self.world.multimem)
+
     @wait_timeout.setter
     def wait_timeout(self, seconds) -> None:
         self._wait_timeout = resolve_timeout(seconds)
@@ -389,6 +399,7 @@ class World:
         self.fn_cache = {}
         self.net = None
         self.returned = set()  # ranks whose host program returned
+        self.multimem = False  # NVLink SHARP in each node (spawn(multimem=True))
 
     # ---- memory names (for reports) ----------------------------------------
     def add_region(self, arr, name):
@@ -768,7 +779,10 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
             state: what PyTorch programs need, ``flowdsl.torch``'s operators among them; default
             ``False``, greenlets on the caller's thread), ``stall_seconds`` (seconds a kernel thread may
             run without reaching a point where the simulator switches threads, such as a loop spinning on a
-            plain load, before :class:`flowdsl.sim.StalledError`; default 30, 0: never).
+            plain load, before :class:`flowdsl.sim.StalledError`; default 30, 0: never), ``multimem``
+            (``True``: each node's GPUs share an NVSwitch with NVLink SHARP, so device communicators may ask
+            for ``lsa_multimem`` and kernels use ``flowdsl.lsa.multimem_view``; default ``False``, as GPUs
+            without one, where that request is refused).
 
     Returns:
         ``[main(comm_0), main(comm_1), ...]``.
@@ -790,6 +804,7 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
     sched = Scheduler(seed=seed, livelock_rounds=opts["livelock_rounds"], max_steps=opts["max_steps"])
     sched.host_threads = bool(opts["host_threads"])
     world = World(nranks, nodes, sched)
+    world.multimem = bool(opts["multimem"])
     sched.world = world
     world.net = sched.net = Network(seed, opts["gin_delivery"], opts["gin_backend"], world)
     races = enabled_by_default() if opts["races"] is None else bool(opts["races"])

@@ -3,16 +3,19 @@ reduce and copy (the programs of ``flowdsl/lsa.py``)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import lsa
 from . import _state
 from .checks import KIND_CHECKS, barrier_index
-from .errors import BarrierIndexError, UsageError, WindowAccessError, sim_error
+from .memory import raw
+from .errors import BarrierIndexError, KernelTypingError, UsageError, WindowAccessError, sim_error
 from .scheduler import Wait
 from .coop import coop_sync
 from .semantics import current, implements, run
 from .timeouts import note_bounded
 
-__all__ = ["Pointer", "BarrierSession", "lsa_barrier", "lsa_arrive", "lsa_wait"]
+__all__ = ["Pointer", "MultimemView", "BarrierSession", "lsa_barrier", "lsa_arrive", "lsa_wait"]
 
 
 class Pointer:
@@ -108,6 +111,44 @@ def _lsa_team_view(win, team, peer, start=0, count=-1, dtype=None):
     w = win.own("make a team view")
     world = w.rank + (int(peer) - team.rank) * team.stride
     return w.view(_world_lsa_check(w, world, "make a team view"), start, count, dtype, "make a team view")
+
+
+class MultimemView:
+    """A simulated multimem view (:func:`flowdsl.lsa.multimem_view`): one window view per LSA team member,
+    in LSA rank order, the copies the NVLink switch reaches through one multicast address. Only
+    ``flowdsl.mem``'s multimem operations take it; indexing it is refused as the GPU's typing refuses it."""
+
+    __slots__ = ("members", "dtype")
+    __flowdsl_sim__ = True
+
+    def __init__(self, members):
+        self.members = members
+        self.dtype = np.asarray(members[0]).dtype
+
+    def __len__(self):
+        return len(self.members[0])
+
+    def _refuse(self, *args):
+        raise sim_error(KernelTypingError, "Cannot index a multimem view (flowdsl.lsa.multimem_view): a plain load or "
+                        "store of a multimem address is undefined. Use flowdsl.mem.multimem_ld_reduce, multimem_store "
+                        "or multimem_red (or their _vec forms), or an LSA view (flowdsl.lsa.lsa_view) of one member")
+
+    __getitem__ = __setitem__ = _refuse
+
+    def __repr__(self):
+        return f"<sim MultimemView {self.members[0].group.name()} x{len(self.members)} {self.dtype.name}>"
+
+
+@implements("flowdsl.lsa.multimem_view")
+def _lsa_multimem_view(comm, win, start=0, count=-1, dtype=None):
+    w = win.own("make a multimem view")
+    if not comm.group.reqs.get("lsa_multimem"):
+        raise sim_error(UsageError, lsa.MULTIMEM_MISSING)
+    base = comm.rank - comm.lsa_rank
+    return MultimemView([w.view(base + p, start, count, dtype, "make a multimem view") for p in range(comm.lsa_size)])
+
+
+KIND_CHECKS.register("multimem", lambda v: isinstance(v, MultimemView))
 
 
 class BarrierSession:
@@ -244,3 +285,38 @@ def _lsa_sync(session, order):
 implements("flowdsl.lsa.reduce_sum")(lsa.reduce_sum_program)
 implements("flowdsl.lsa.copy")(lsa.copy_program)
 implements("flowdsl.lsa.reduce_sum_copy")(lsa.reduce_sum_copy_program)
+
+
+# The multimem helpers: the same programs, with the forms of the view's element type (flowdsl.mem's table).
+
+def _forms(name, view, other, store_only=False):
+    """``(lanes, one)`` for the program, or the refusal the GPU's typing makes, raised (the spec's checks of the
+    arguments' kinds have run)."""
+    other_dtype = other.dtype if isinstance(other, MultimemView) else raw(other).dtype
+    forms = lsa.multimem_helper_forms(name, view.dtype.name, other_dtype.name, store_only)
+    if isinstance(forms, str):
+        raise sim_error(KernelTypingError, forms)
+    return forms
+
+
+@implements("flowdsl.lsa.multimem_reduce_sum")
+def _lsa_multimem_reduce_sum(coop, view, dst, count):
+    lanes, one = _forms("multimem_reduce_sum", view, dst)
+    lsa.multimem_reduce_sum_program(coop, view, dst, int(count), lanes, one)
+
+
+@implements("flowdsl.lsa.multimem_copy")
+def _lsa_multimem_copy(coop, src, view, count):
+    lanes, one = _forms("multimem_copy", view, src, store_only=True)
+    lsa.multimem_copy_program(coop, src, view, int(count), lanes, one)
+
+
+@implements("flowdsl.lsa.multimem_reduce_sum_copy")
+def _lsa_multimem_reduce_sum_copy(coop, src_view, dst_view, count):
+    lanes, one = _forms("multimem_reduce_sum_copy", src_view, dst_view)
+    lsa.multimem_reduce_sum_copy_program(coop, src_view, dst_view, int(count), lanes, one)
+
+
+@implements("flowdsl.lsa.multimem_partial_vectors")
+def _lsa_multimem_partial_vectors(offset, count, lanes):
+    raise sim_error(UsageError, lsa.multimem_partial_vectors_text(int(offset), int(count), int(lanes)))

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..enums import MemoryOrder
+from .. import mem as mem_surface
+from ..enums import MemoryOrder, RedOp
 from . import _state
-from .errors import UsageError, WindowAccessError, sim_error
+from .errors import KernelTypingError, UsageError, WindowAccessError, sim_error
 from .memory import WindowView, address_key, as_dtype, raw
 from .network import note_load
 from .scheduler import block_sync
@@ -299,3 +300,140 @@ _NS_PER_STEP = 100
 @implements("flowdsl.mem.globaltimer")
 def _mem_globaltimer():
     return np.uint64(_state.sched.steps * _NS_PER_STEP)
+
+
+# ---- multimem: each access reaches every member of the LSA team (flowdsl.lsa.multimem_view) -------------
+# The switch applies a multimem access to every member's copy: ld_reduce and st are weak (plain) reads and
+# writes of each copy, as the race detector sees them; red is a relaxed atomic on each. The switch's order of
+# combining is unspecified on GPUs; here members combine in LSA rank order (sums of 16-bit floats in float32,
+# rounded once, as ``.acc::f32``).
+
+def _multimem_refused(name, view, op, vector):
+    refusal = mem_surface.multimem_refusal(name, view.dtype.name, op, vector)
+    if refusal is not None:
+        raise sim_error(KernelTypingError, refusal)
+
+
+def _bf16_to_f32(bits):
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_to_bf16(x):
+    """float32 to bfloat16 bits, rounded to nearest even (NaN stays a quiet NaN)."""
+    u = np.asarray(x, np.float32).view(np.uint32)
+    rounded = ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(np.asarray(x, np.float32)), np.uint16(0x7FC0), rounded)
+
+
+def _combine(values, op, dtype):
+    """``values`` (one array per member, same shape) combined by ``op`` in ``dtype``'s arithmetic."""
+    op = RedOp(int(op))
+    if dtype == np.float16 or dtype == np.uint16:  # 16-bit floats: in float32, rounded once
+        wide = [_bf16_to_f32(v) if dtype == np.uint16 else np.asarray(v, np.float32) for v in values]
+        acc = wide[0].copy()
+        for v in wide[1:]:
+            acc = acc + v if op == RedOp.SUM else (np.fmin(acc, v) if op == RedOp.MIN else np.fmax(acc, v))
+        return _f32_to_bf16(acc) if dtype == np.uint16 else acc.astype(np.float16)
+    acc = np.array(values[0], dtype)
+    with np.errstate(over="ignore"):
+        for v in values[1:]:
+            v = np.array(v, dtype)
+            acc = (acc + v).astype(dtype) if op == RedOp.SUM else (np.minimum(acc, v) if op == RedOp.MIN
+                                                                    else np.maximum(acc, v))
+    return acc
+
+
+def _member_reads(view, index, n, name):
+    """Each member's ``n`` elements at ``index`` (bounds- and race-checked reads), in LSA rank order."""
+    out = []
+    for m in view.members:
+        if n == 1:
+            out.append(np.array(m[int(index)]))
+        else:
+            a, i, _ = _vec(m, index, name)
+            _vec_access(m, i, n, False)
+            out.append(a[i:i + n].copy())
+    return out
+
+
+def _member_writes(view, index, values, name):
+    n = len(values) if isinstance(values, np.ndarray) and values.ndim else 1
+    for m in view.members:
+        if n == 1:
+            m[int(index)] = values
+        else:
+            a, i, _ = _vec(m, index, name)
+            a[i:i + n] = values
+            _vec_access(m, i, n, True)
+
+
+def _member_reds(view, index, values, op, name):
+    """``element = element op value`` on each member, atomically (relaxed, as multimem.red.relaxed.sys)."""
+    n = len(values)
+    rc = _state.race
+    for m in view.members:
+        if n == 1:
+            a, i = _elem(m, index, name)
+        else:
+            a, i, _ = _vec(m, index, name)
+        old = a[i:i + n].copy()
+        a[i:i + n] = _combine([old, values], op, a.dtype)
+        for k in range(i, i + n):
+            _note_write(m, k, a[k])
+            if rc is not None:
+                rc.atomic(m, k, False, True, MemoryOrder.RELAXED)
+
+
+def _lanes(view):
+    return 16 // view.dtype.itemsize
+
+
+def _vector_values(name, view, values):
+    n = _lanes(view)
+    if not isinstance(values, tuple) or len(values) != n:
+        raise sim_error(KernelTypingError, f"flowdsl.mem.{name} requires a tuple of {n} {view.dtype.name} values "
+                        f"(16 bytes), got {values!r}")
+    return np.array(values, view.dtype)
+
+
+@implements("flowdsl.mem.multimem_address")
+def _mem_multimem_address(view, index):
+    # Every member's window starts 16-byte aligned, as the multicast address does on the GPU.
+    first = view.members[0]
+    return np.uint64((first.start + int(index)) * view.dtype.itemsize)
+
+
+@implements("flowdsl.mem.multimem_ld_reduce")
+def _mem_multimem_ld_reduce(view, index, op):
+    _multimem_refused("multimem_ld_reduce", view, op, False)
+    return view.dtype.type(_combine(_member_reads(view, index, 1, "multimem_ld_reduce"), op, view.dtype)[()])
+
+
+@implements("flowdsl.mem.multimem_store")
+def _mem_multimem_store(view, index, value):
+    _multimem_refused("multimem_store", view, None, False)
+    _member_writes(view, index, view.dtype.type(value), "multimem_store")
+
+
+@implements("flowdsl.mem.multimem_red")
+def _mem_multimem_red(view, index, value, op):
+    _multimem_refused("multimem_red", view, op, False)
+    _member_reds(view, index, np.array([value], view.dtype), op, "multimem_red")
+
+
+@implements("flowdsl.mem.multimem_ld_reduce_vec")
+def _mem_multimem_ld_reduce_vec(view, index, op):
+    _multimem_refused("multimem_ld_reduce_vec", view, op, True)
+    return tuple(_combine(_member_reads(view, index, _lanes(view), "multimem_ld_reduce_vec"), op, view.dtype))
+
+
+@implements("flowdsl.mem.multimem_store_vec")
+def _mem_multimem_store_vec(view, index, values):
+    _multimem_refused("multimem_store_vec", view, None, True)
+    _member_writes(view, index, _vector_values("multimem_store_vec", view, values), "multimem_store_vec")
+
+
+@implements("flowdsl.mem.multimem_red_vec")
+def _mem_multimem_red_vec(view, index, values, op):
+    _multimem_refused("multimem_red_vec", view, op, True)
+    _member_reds(view, index, _vector_values("multimem_red_vec", view, values), op, "multimem_red_vec")

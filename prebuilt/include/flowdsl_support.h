@@ -80,6 +80,9 @@ FLOWDSL_API void* flowdsl_get_peer_pointer(ncclWindow_t win, size_t offset, int 
 // ncclGetPeerPointer with a team. (NCCL >= 2.28.9)
 FLOWDSL_API void* flowdsl_get_team_pointer(ncclWindow_t win, size_t offset, int team_nranks, int team_rank, int team_stride, int peer);
 
+// ncclGetLsaMultimemPointer, or null when the communicator has no multimem (lsaMultimem not asked for). (NCCL >= 2.28.9)
+FLOWDSL_API void* flowdsl_get_lsa_multimem_pointer(ncclWindow_t win, size_t offset, const ncclDevComm* comm);
+
 // ncclLsaBarrierSession::arrive. (NCCL >= 2.28.9)
 FLOWDSL_COOP_API(void, flowdsl_lsa_barrier_arrive, (uint32_t coop, const ncclDevComm* comm, uint32_t index, int order));
 

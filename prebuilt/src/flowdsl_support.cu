@@ -117,6 +117,12 @@ FLOWDSL_API void* flowdsl_get_team_pointer(ncclWindow_t win, size_t offset, int 
   return ncclGetPeerPointer(win, offset, make_team(team_nranks, team_rank, team_stride), peer);
 }
 
+// A device communicator made without lsaMultimem has no multicast base: null, which the caller reports
+// (flowdsl/lowering/lsa.py) in the simulator's words.
+FLOWDSL_API void* flowdsl_get_lsa_multimem_pointer(ncclWindow_t win, size_t offset, const ncclDevComm* comm) {
+  return comm->lsaMultimem.mcBasePtr == nullptr ? nullptr : ncclGetLsaMultimemPointer(win, offset, *comm);
+}
+
 // ---- LSA barrier sessions -------------------------------------------------------
 // Each call opens a session (which loads the barrier's epoch from NCCL's
 // resource window) and closes it (which stores the epoch back), so Python

@@ -48,8 +48,14 @@ def test_precompile_gives_each_worker_a_run_of_kernels_that_share_compiled_steps
 def test_library_lists_every_collective_dtype_and_op():
     entries = _library.library()
     # all_gather, broadcast and all_to_all have no operator, and copy fp8 as uint8 and bfloat16 as uint16
-    # 3 copying programs x 10 storage types, 5 reducing programs x NCCL's 12 dtypes x 6 ops (premulsum too)
-    assert len(entries) == 3 * 10 + 5 * 12 * 6
+    # 3 copying programs x 10 storage types, 5 reducing programs x NCCL's 12 dtypes x 6 ops (premulsum too),
+    # and the multimem all-reduce for the forms PTX has: sum and avg of 8 types, min and max of 6
+    assert len(entries) == 3 * 10 + 5 * 12 * 6 + 2 * 8 + 2 * 6
+    assert ("multimem", "all_reduce", RedOp.AVG, "bfloat16") in entries
+    assert ("multimem", "all_reduce", RedOp.MAX, "uint64") in entries
+    assert not any(e[0] == "multimem" and (e[2] in (RedOp.PROD, RedOp.PREMULSUM) or e[3] in ("int8", "uint8"))
+                   for e in entries)
+    assert ("multimem", "all_reduce", RedOp.MAX, "float32") not in entries
     assert ("pairwise", "all_to_all", RedOp.SUM, "uint8") in entries
     assert ("one_shot", "all_reduce", RedOp.PREMULSUM, "float8_e5m2") in entries
     assert ("tree", "all_reduce", RedOp.AVG, "bfloat16") in entries

@@ -168,3 +168,19 @@ def test_flow_guide_example_runs_on_the_simulator(nranks, nodes):
     results = flowdsl.sim.spawn(namespace["main"], nranks=nranks, nodes=nodes, seed=nranks,
                                 gin_delivery="reordered" if nodes > 1 else "ordered")
     assert results == [True] * nranks
+
+
+def test_the_guides_multimem_table_is_flowdsl_mems():
+    """docs/index.md's table of multimem forms says what flowdsl/mem.py's table (PTX's) says, row by row."""
+    from flowdsl import mem
+    from flowdsl._spec import VECTOR_ELEMENTS
+
+    def ops(table, dtype):
+        return ", ".join(op.name for op in table[dtype]) if dtype in table else "—"
+
+    rows = [f"| {'bfloat16 (uint16 bits)' if d == 'uint16' else d} | {ops(mem.MULTIMEM_SCALAR_OPS, d)} | "
+            f"{ops(mem.MULTIMEM_VECTOR_OPS, d)} | {'yes' if d in mem.MULTIMEM_STORE_ELEMENTS else '—'} | "
+            f"{'yes' if d in mem.MULTIMEM_STORE_VECTOR_ELEMENTS else '—'} |" for d in VECTOR_ELEMENTS]
+    guide = (ROOT / "docs" / "index.md").read_text()
+    table = guide[guide.index("| elements | `multimem_ld_reduce`"):].split("\n\n", 1)[0].splitlines()[2:]
+    assert table == rows

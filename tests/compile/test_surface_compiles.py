@@ -14,7 +14,7 @@ from numba import cuda, float32, int32, uint32, uint64
 from numba.core.types import float16
 
 import flowdsl
-from flowdsl import MemoryOrder, ThreadScope, coop, lsa, mem, team
+from flowdsl import MemoryOrder, RedOp, ThreadScope, coop, lsa, mem, team
 from flowdsl._stubs import PRIMITIVES
 
 pytestmark = pytest.mark.compile
@@ -97,6 +97,19 @@ def every_primitive(comm, win, flags, out):
     flags[8] = uint32(mem.address(out, 3) & uint64(15))  # 16-byte alignment of an element
     flags[9] = uint32(mem.globaltimer() & uint64(1))
     flags[10] = uint32(16 // mem.itemsize(out))  # a constant of the code, no division
+
+    mm = lsa.multimem_view(comm, win, 0, 16)  # NVLink SHARP: the LSA team's window through its multicast address
+    both = mem.multimem_ld_reduce_vec(mm, 0, RedOp.SUM)
+    mem.multimem_store_vec(mm, 4, both)
+    mem.multimem_red_vec(mm, 8, both, RedOp.SUM)
+    mem.multimem_store(mm, 12, mem.multimem_ld_reduce(mm, 13, RedOp.SUM))
+    mem.multimem_red(mm, 14, float32(1.0), RedOp.SUM)
+    flags[11] = uint32(mem.multimem_address(mm, 4) & uint64(15))
+    lsa.multimem_reduce_sum(cta, mm, out, 8)
+    lsa.multimem_copy(cta, out, mm, 8)
+    lsa.multimem_reduce_sum_copy(cta, mm, lsa.multimem_view(comm, win, 16, 16), 8)
+    if flag == 12345:
+        lsa.multimem_partial_vectors(4, 7, 8)
 
 
 ARGS = ("devcomm", ("window", np.float32), np.zeros(8, np.uint32), np.zeros(16, np.float32))

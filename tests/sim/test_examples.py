@@ -7,7 +7,7 @@ import flowdsl
 
 from flowdsl.testing import assert_ranks_close, for_seeds, run_ranks
 
-from flowdsl.examples import allgather_lsa, allreduce_lsa, alltoall_lsa, rmsnorm_lsa
+from flowdsl.examples import allgather_lsa, allreduce_lsa, alltoall_lsa, rmsnorm_lsa, rmsnorm_multimem
 
 pytestmark = pytest.mark.sim
 
@@ -35,6 +35,39 @@ def test_rmsnorm_in_half_precision_matches_numpy_within_the_types_rounding(nrank
 def test_rmsnorm_refuses_an_element_type_it_has_no_arithmetic_for():
     with pytest.raises(ValueError, match=r"choose one of \('float32', 'float16', 'bfloat16'\)"):
         run_ranks(lambda c: rmsnorm_lsa.run(c, dtype="int32"), nranks=1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("nranks", [1, 2, 4])
+def test_rmsnorm_multimem_matches_numpy(nranks, dtype):
+    """The reduce-scatter by multimem.ld_reduce, the all-gather by multimem.st, on a simulated NVLink SHARP switch."""
+    tol = 1e-5 if dtype == "float32" else rmsnorm_multimem.TOLERANCE[dtype]
+    results = run_ranks(lambda c: rmsnorm_multimem.run(c, tokens_per_rank=2, hidden=256, seed=nranks, dtype=dtype),
+                        nranks=nranks, multimem=True)
+    assert len(results) == nranks
+    assert_ranks_close(results, rtol=tol, atol=tol)
+    assert all(not np.isnan(r).any() for r, _ in results)
+
+
+def test_rmsnorm_multimem_equals_the_lsa_example_in_bfloat16():
+    """Both sum in float32 and round once per phase: the same bits, whichever path the sum took."""
+    def both(comm):
+        return [rmsnorm_multimem.run(comm, tokens_per_rank=2, hidden=64, seed=5, dtype="bfloat16")[0],
+                rmsnorm_lsa.run(comm, tokens_per_rank=2, hidden=64, seed=5, dtype="bfloat16")[0]]
+    for multimem, lsa in run_ranks(both, nranks=2, multimem=True):
+        np.testing.assert_array_equal(multimem, lsa)
+
+
+def test_rmsnorm_multimem_is_refused_without_a_switch():
+    with pytest.raises(flowdsl.UsageError, match=r"Cannot create a device communicator with lsa_multimem=True: this "
+                                                 r"simulated system has no NVLink SHARP"):
+        run_ranks(lambda c: rmsnorm_multimem.run(c, tokens_per_rank=1, hidden=64), nranks=2)
+
+
+def test_rmsnorm_multimem_refuses_a_token_of_partial_16_byte_accesses():
+    with pytest.raises(flowdsl.UsageError, match=r"hidden=60 float16 elements: each token moves in 16-byte multimem "
+                                                 r"accesses\. Use a multiple of 8"):
+        run_ranks(lambda c: rmsnorm_multimem.run(c, hidden=60, dtype="float16"), nranks=1, multimem=True)
 
 
 @pytest.mark.parametrize("nranks", [1, 2, 3, 4, 8])
