@@ -12,7 +12,8 @@ import pytest
 import flowdsl
 from flowdsl import collectives
 
-pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("nothing_left_open"),
+# No nothing_left_open: the collectives keep their window and device communicator for later calls.
+pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(os.environ.get("NCCL_NVLS_ENABLE") != "0",
                                  reason="asking NCCL for multimem with NVLS on would create multicast objects: "
                                         "these machines must keep NCCL_NVLS_ENABLE=0")]
@@ -20,9 +21,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("nothing_left_open"),
 
 def test_a_device_communicator_with_multimem_is_refused_before_nccl(comm):
     assert comm.supports_multimem is False
+    before = list(comm.open_resources)
     with pytest.raises(flowdsl.UsageError, match=r"lsa_multimem=True: NCCL_NVLS_ENABLE=0 turns NVLink SHARP off "
                                                  r"in NCCL\. Multimem \(NVLink SHARP\) needs"):
         comm.device_communicator(lsa_multimem=True)
+    assert list(comm.open_resources) == before  # refused before anything was made
 
 
 def test_the_multimem_all_reduce_is_refused_and_auto_runs_another(comm):
