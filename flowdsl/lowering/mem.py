@@ -564,6 +564,13 @@ _MULTIMEM_OPS = {RedOp.SUM: "add", RedOp.MIN: "min", RedOp.MAX: "max"}
 _MULTIMEM_PAIRS = {types.float32: "f32", types.float16: "f16x2", types.uint16: "bf16x2"}
 
 
+def _per_operator(make):
+    """``make(red)``, the intrinsic for operator ``red``, made once per operator with the operator baked in:
+    inside an overload's implementation the call's literal types are gone (a closure's or a global's
+    operator arrives as a plain integer)."""
+    return functools.cache(make)
+
+
 def _multimem_typing(stub, view, op, vector):
     """The spec's checks, then PTX's table of types and operators (the simulator's refusal text)."""
     name = stub.__name__
@@ -616,10 +623,8 @@ def _vector_values(stub, view, values):
                              f"(16 bytes), got {values}")
 
 
-@functools.cache
+@_per_operator
 def _multimem_ld_reduce(red):
-    """The intrinsic for operator ``red``, a constant baked in: inside an overload's implementation the
-    call's literal types are gone (a closure's or a global's operator arrives as a plain integer)."""
 
     @intrinsic
     def multimem_ld_reduce(typingctx, view, index, op):
@@ -650,10 +655,8 @@ def _multimem_store(typingctx, view, index, value):
     return types.void(view, index, value), codegen
 
 
-@functools.cache
+@_per_operator
 def _multimem_red(red):
-    """The intrinsic for operator ``red``, a constant baked in: inside an overload's implementation the
-    call's literal types are gone (a closure's or a global's operator arrives as a plain integer)."""
 
     @intrinsic
     def multimem_red(typingctx, view, index, value, op):
@@ -678,10 +681,8 @@ def _pair_op(elem, red, accumulate):
     return f"{_MULTIMEM_OPS[red]}{acc}.v4.{_MULTIMEM_PAIRS[elem]}"
 
 
-@functools.cache
+@_per_operator
 def _multimem_ld_reduce_vec(red):
-    """The intrinsic for operator ``red``, a constant baked in: inside an overload's implementation the
-    call's literal types are gone (a closure's or a global's operator arrives as a plain integer)."""
 
     @intrinsic
     def multimem_ld_reduce_vec(typingctx, view, index, op):
@@ -716,10 +717,8 @@ def _multimem_store_vec(typingctx, view, index, values):
     return types.void(view, index, values), codegen
 
 
-@functools.cache
+@_per_operator
 def _multimem_red_vec(red):
-    """The intrinsic for operator ``red``, a constant baked in: inside an overload's implementation the
-    call's literal types are gone (a closure's or a global's operator arrives as a plain integer)."""
 
     @intrinsic
     def multimem_red_vec(typingctx, view, index, values, op):
