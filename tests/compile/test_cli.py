@@ -215,9 +215,12 @@ def test_ctrl_c_stops_precompile_and_its_workers_at_once(tmp_path):
     import time
 
     env = dict(os.environ, FLOWDSL_CACHE_DIR=str(tmp_path / "cache"))
+    # As a terminal's foreground command: Ctrl-C not ignored, even when these tests run as a background job (a
+    # shell starts those with SIGINT ignored, and an ignored signal stays ignored in every process started below).
     proc = subprocess.Popen([sys.executable, "-m", "flowdsl", "precompile", "--arch", "sm_90", "--nccl", "2.28.9",
                              "--dtypes", "float32", "bfloat16", "--jobs", "2"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while time.time() < deadline and not any((tmp_path / "cache").rglob("*")):  # the workers have started
         time.sleep(0.2)
