@@ -393,3 +393,17 @@ def test_empty_arrays_are_never_one_buffer():
     assert not a.same_memory(b) and not a.overlaps(b)
     c, d = _Buffer(Empty(4), "src", "all_to_all"), _Buffer(Empty(4), "dst", "all_to_all")
     assert c.same_memory(d) and c.overlaps(d)
+
+
+def test_empty_buffers_share_one_address_as_cupys_do():
+    """The simulator's empty buffers lie where CuPy's do, all at one address: the call sequences at count 0
+    then meet what a GPU meets (an out-of-place call of two empty arrays looked in place there)."""
+    def main(comm):
+        a, b = comm.alloc(0, np.float32), comm.alloc((0, 3), np.int64)
+        c = comm.alloc(0, np.float32)
+        comm.free(c)
+        coll.all_to_all(comm, a, comm.alloc(0, np.float32))
+        comm.synchronize()
+        return a.__array_interface__["data"][0] == b.__array_interface__["data"][0], b.shape
+
+    assert spawn(main, nranks=2) == [(True, (0, 3))] * 2
