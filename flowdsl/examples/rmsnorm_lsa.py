@@ -14,14 +14,12 @@ its sum.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import cuda, float32
 
 import flowdsl
 from flowdsl import MemoryOrder, coop, flow, lsa
-from flowdsl.examples._block import block_sum
+from flowdsl.examples._block import rms_normalize
 
 THREADS = 256
 
@@ -47,13 +45,7 @@ def rmsnorm_lsa(comm, win, hidden, eps):
     cta.sync()
 
     # Phase 2: RMSNorm of the reduced token (block-wide sum of squares).
-    sq = float32(0.0)
-    for i in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
-        x = flow.to_float(mine[i])
-        sq += x * x
-    scale = float32(1.0) / math.sqrt(block_sum(partial, sq) / float32(hidden) + eps)
-    for i in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
-        mine[i] = flow.from_float(flow.to_float(mine[i]) * scale, mine[i])
+    rms_normalize(partial, mine, hidden, eps)
     cta.sync()
 
     # Phase 3: all-gather. Write the normalised token into every rank's window.

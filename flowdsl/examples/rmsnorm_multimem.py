@@ -19,14 +19,13 @@ simulator models a switch with ``spawn(..., multimem=True)``).
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 from numba import cuda, float32
 
 import flowdsl
-from flowdsl import MemoryOrder, RedOp, coop, flow, lsa, mem
-from flowdsl.examples._block import block_sum
+from flowdsl import MemoryOrder, RedOp, coop, lsa, mem
+from flowdsl.examples._block import rms_normalize
 from flowdsl.examples.rmsnorm_lsa import ELEMENT_TYPES, TOLERANCE, THREADS, reference, to_elements, to_float32
 
 __all__ = ["rmsnorm_multimem", "run", "THREADS", "ELEMENT_TYPES", "TOLERANCE"]
@@ -51,13 +50,7 @@ def rmsnorm_multimem(comm, win, hidden, eps):
     cta.sync()
 
     # Phase 2: RMSNorm of the reduced token (block-wide sum of squares).
-    sq = float32(0.0)
-    for i in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
-        x = flow.to_float(mine[i])
-        sq += x * x
-    scale = float32(1.0) / math.sqrt(block_sum(partial, sq) / float32(hidden) + eps)
-    for i in range(cuda.threadIdx.x, hidden, cuda.blockDim.x):
-        mine[i] = flow.from_float(flow.to_float(mine[i]) * scale, mine[i])
+    rms_normalize(partial, mine, hidden, eps)
     cta.sync()
 
     # Phase 3: all-gather. One store per 16 bytes writes the normalised token into every LSA rank's window.
