@@ -102,21 +102,26 @@ def _closed(comm) -> bool:
 
 def _state(comm, config: FlowConfig, operation: str = "run a collective", stream: int | None = None,
            own: str | None = None) -> _FlowState:
-    """The communicator's :class:`_FlowState` for ``config``, created at first use (not while
-    ``stream`` captures a CUDA graph: creating one allocates, registers and synchronizes). ``own``: the
-    collective that has a staging window and device communicator of its own (all_to_all: its inboxes join
+    """The communicator's :class:`_FlowState` for ``config``, created at first use (:func:`_made_once`). ``own``:
+    the collective that has a staging window and device communicator of its own (all_to_all: its inboxes join
     other ranks than the ring's and tree's, and a Flow inbox keeps one sender across launches)."""
+    return _made_once(comm, config if own is None else (config, own), lambda: _FlowState(comm, config), operation,
+                      stream, "the first call on this communicator (and config) allocates and registers its staging "
+                      "window and creates a device communicator (not capturable)")
+
+
+def _made_once(comm, key, make, operation: str, stream: int | None, why: str):
+    """The communicator's state under ``key``, ``make()`` at first use and tracked with the communicator's
+    resources; not while ``stream`` captures a CUDA graph (creating one allocates, registers and synchronizes:
+    ``why``)."""
     if _closed(comm):
         raise UsageError(_CLOSED)
     states = comm.__dict__.setdefault("_flowdsl_collectives", {})
-    key = config if own is None else (config, own)
     st = states.get(key)
     if st is None:
         if stream is not None and comm.cuda_graphs:
-            refuse_during_capture(stream, operation, "the first call on this communicator (and config) "
-                                  "allocates and registers its staging window and creates a device communicator "
-                                  "(not capturable)")
-        st = states[key] = _FlowState(comm, config)
+            refuse_during_capture(stream, operation, why)
+        st = states[key] = make()
         track = getattr(comm, "_track", None)
         if track is not None:
             track(st)
@@ -154,22 +159,10 @@ def multimem_window_bytes(config: FlowConfig, lsa_size: int) -> int:
 
 
 def _multimem_state(comm, config: FlowConfig, operation: str, stream: int | None) -> _MultimemState:
-    """The communicator's :class:`_MultimemState` for ``config``, created at first use (as :func:`_state`)."""
-    if _closed(comm):
-        raise UsageError(_CLOSED)
-    states = comm.__dict__.setdefault("_flowdsl_collectives", {})
-    key = (config, "multimem")
-    st = states.get(key)
-    if st is None:
-        if stream is not None and comm.cuda_graphs:
-            refuse_during_capture(stream, operation, "the first multimem call on this communicator (and config) "
-                                  "allocates and registers its window and creates a device communicator (not "
-                                  "capturable)")
-        st = states[key] = _MultimemState(comm, config)
-        track = getattr(comm, "_track", None)
-        if track is not None:
-            track(st)
-    return st
+    """The communicator's :class:`_MultimemState` for ``config``, created at first use (:func:`_made_once`)."""
+    return _made_once(comm, (config, "multimem"), lambda: _MultimemState(comm, config), operation, stream,
+                      "the first multimem call on this communicator (and config) allocates and registers its window "
+                      "and creates a device communicator (not capturable)")
 
 
 def _multimem_available(comm, kernel_dtype: str, redop) -> bool:
