@@ -12,7 +12,7 @@ from ..enums import CoopKind
 from .checks import is_omitted
 from .types import CoopType, DevCommType, LsaBarrierSessionType, team_type
 
-__all__ = ["devcomm_ptr", "wait_record_ptr", "array_ptr", "struct_maker", "make_coop", "make_team", "make_session",
+__all__ = ["devcomm_ptr", "emit_devcomm_ptr", "wait_record_ptr", "array_ptr", "struct_maker", "make_coop", "make_team", "make_session",
            "value_or", "typed_pointer", "enum_value", "emit_trap", "feature_marker"]
 
 
@@ -23,12 +23,17 @@ def devcomm_ptr(typingctx, comm):
         return None
 
     def codegen(context, builder, sig, args):
-        slot = cgutils.alloca_once(builder, context.get_value_type(comm))
-        slot.align = 16
-        builder.store(args[0], slot)
-        return builder.bitcast(slot, cgutils.voidptr_t)
+        return emit_devcomm_ptr(context, builder, comm, args[0])
 
     return types.voidptr(comm), codegen
+
+
+def emit_devcomm_ptr(context, builder, comm_type, value):
+    """``const ncclDevComm*`` to a local copy of ``value``'s words (:func:`devcomm_ptr`, from lowering code)."""
+    slot = cgutils.alloca_once(builder, context.get_value_type(comm_type))
+    slot.align = 16
+    builder.store(value, slot)
+    return builder.bitcast(slot, cgutils.voidptr_t)
 
 
 @intrinsic

@@ -22,7 +22,7 @@ from .._spec import spec_of
 from .backend import populate_array
 from .checks import check, is_omitted
 from .declarations import call_extern, extern
-from .intrinsics import devcomm_ptr, emit_refusal, emit_trap, enum_value, make_session, printed_refusal, typed_pointer
+from .intrinsics import devcomm_ptr, emit_devcomm_ptr, emit_refusal, emit_trap, enum_value, make_session, printed_refusal, typed_pointer
 from .types import LsaBarrierSessionType, MultimemViewType, TeamType
 
 __all__: list[str] = []
@@ -234,10 +234,8 @@ def _lower_multimem_view(context, builder, sig, args):
     window = cgutils.create_struct_proxy(win_ty)(context, builder, value=args[1])
     n = _view_length(context, builder, "multimem_view", window.nbytes, start, count, itemsize)
     offset = builder.mul(start, context.get_constant(types.int64, itemsize))
-    comm = cgutils.alloca_once(builder, context.get_value_type(comm_ty))
-    builder.store(args[0], comm)
     ptr = call_extern(context, builder, spec_of(lsa.multimem_view).extern,
-                      [window.handle, offset, builder.bitcast(comm, cgutils.voidptr_t)])
+                      [window.handle, offset, emit_devcomm_ptr(context, builder, comm_ty, args[0])])
     with cgutils.if_unlikely(builder, cgutils.is_null(builder, ptr)):
         emit_refusal(builder, lsa.MULTIMEM_MISSING, [])
     view = cgutils.create_struct_proxy(view_ty)(context, builder)
