@@ -34,7 +34,7 @@ from numba.cuda.stubs import Stub as _Stub  # the simulator shims numba.cuda, wh
 
 from .._devices import code_names
 from .._spec import NUMPY_ALLOCATING, numpy_allocation_refusal
-from . import _state, intrinsics
+from . import _state, division, intrinsics
 from .bf16 import SimBf16
 from .errors import KernelTypingError, UnsupportedFeatureError, UsageError, sim_error
 from .memory import as_dtype, poisoned, raw
@@ -444,15 +444,18 @@ def _is_device_function(v):
     return pf is not None and isinstance(pf, types.FunctionType)
 
 
-def simulate_function(fn, cache):
-    """``fn`` rebuilt with simulated globals (device functions it calls are rebuilt too).
+def simulate_function(fn, cache, debug: bool = False):
+    """``fn`` rebuilt with simulated globals (device functions it calls are rebuilt too), its divisions by
+    zero under numba-cuda's error model (:mod:`flowdsl.sim.division`).
 
     Args:
         fn: The user's Python function (a kernel's or device function's ``py_func``).
         cache: Dict reused across calls of one simulation.
+        debug: The kernel's ``debug`` (Python's error model; device functions keep NumPy's, as numba-cuda's).
     """
-    # Kernels made by one factory share code and globals but not their closure cells.
-    key = id(fn.__code__), id(fn.__globals__), tuple(id(c) for c in fn.__closure__ or ())
+    # Kernels made by one factory share code and globals but not their closure cells; one function may be
+    # two kernels, with debug and without (numba-cuda's own tests make both).
+    key = id(fn.__code__), id(fn.__globals__), tuple(id(c) for c in fn.__closure__ or ()), debug
     hit = cache.get(key)
     if hit is not None:
         return hit
@@ -462,7 +465,10 @@ def simulate_function(fn, cache):
     # Cells whose value is left as it is stay the user's own (one still empty now sees its later value).
     cells = tuple(types.CellType() if _to_simulate(c) else c for c in fn.__closure__) if fn.__closure__ else None
     _refuse_unmodelled(fn)
-    new = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, cells)
+    code = division.code_with_model(fn)
+    if code is not None:
+        g.update(division.model(debug))
+    new = types.FunctionType(code or fn.__code__, g, fn.__name__, fn.__defaults__, cells)
     new.__kwdefaults__ = fn.__kwdefaults__
     cache[key] = new
     for mine, cell in zip(cells or (), fn.__closure__ or ()):

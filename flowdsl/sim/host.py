@@ -743,7 +743,7 @@ def launch(kernel_obj, griddim, blockdim, stream, sharedmem, args, wait=False):
     # like="torch" buffers are CPU tensors here: kernels see NumPy views of the same memory
     args = tuple(a.numpy() if is_torch(a) and not a.is_cuda else a for a in args)
     py = getattr(kernel_obj, "py_func", kernel_obj)
-    fn = simulate_function(py, world.fn_cache)
+    fn = simulate_function(py, world.fn_cache, debug=bool(getattr(kernel_obj, "debug", False)))
     grid, block = _dim3(griddim, "griddim"), _dim3(blockdim, "blockdim")
     if block[0] * block[1] * block[2] > 1024:
         raise sim_error(UsageError, f"Cannot launch kernel {name!r} with blockdim {blockdim}: more than 1024 "
