@@ -103,12 +103,33 @@ def _dynamic(t, dtype):
     return blk.dynamic[:blk.launch.shared // dtype.itemsize * dtype.itemsize].view(dtype)
 
 
+def _checked_alignment(alignment, kind: str):
+    """``alignment`` of ``cuda.<kind>.array`` as numba-cuda's typing and lowering take it (``cudadecl``,
+    ``cudaimpl._validate_alignment``): an integer constant, positive, a power of 2 and a multiple of the pointer
+    size (8), or None; anything else refused in numba-cuda's words, as compiling for a GPU refuses it."""
+    if alignment is None:
+        return None
+    fix = ("Give a power of 2 that is a multiple of 8 (8, 16, 32, ...), written in the kernel or held in a global "
+           "or closure variable, or leave alignment out")
+    if isinstance(alignment, (bool, np.bool_)) or not isinstance(alignment, (int, np.integer)):
+        raise sim_error(KernelTypingError, (
+            f"RequireLiteralValue: alignment must be a constant integer, not {alignment!r} "
+            f"(cuda.{kind}.array(..., alignment={alignment!r})). {fix}"))
+    alignment = int(alignment)
+    problem = ("positive" if alignment <= 0 else "a power of 2" if alignment & (alignment - 1)
+               else "a multiple of 8" if alignment % 8 else None)
+    if problem is not None:
+        raise sim_error(UsageError, f"Alignment must be {problem}: cuda.{kind}.array(..., alignment={alignment}). {fix}")
+    return alignment
+
+
 class _Shared:
     @staticmethod
     def array(shape, dtype, alignment=None):
         """Block-shared array: the k-th call in a block returns the block's k-th array. Shape 0 is the
         launch's dynamic shared memory (:func:`_dynamic`): as many elements as its bytes hold, so an index
         past them is an error naming the array."""
+        alignment = _checked_alignment(alignment, "shared")
         t = _thread()
         blk = t.blk
         k = t.nshared
@@ -123,8 +144,8 @@ class _Shared:
             blk.shared.append(a)
             return a
         a = poisoned(shape, as_dtype(dtype))
-        if alignment and a.__array_interface__["data"][0] % int(alignment):
-            a = _aligned_copy(a, int(alignment))
+        if alignment and a.__array_interface__["data"][0] % alignment:
+            a = _aligned_copy(a, alignment)
         name = f"shared array #{k} of rank {t.rank} {blk.name()}"
         _state.sched.world.add_region(a, name)
         if _state.race is not None:  # its element accesses are checked for races
@@ -137,9 +158,10 @@ class _Local:
     @staticmethod
     def array(shape, dtype, alignment=None):
         """Thread-private array (poisoned), ``alignment`` bytes aligned if given."""
+        alignment = _checked_alignment(alignment, "local")
         a = poisoned(shape, as_dtype(dtype))
-        if alignment and a.__array_interface__["data"][0] % int(alignment):
-            a = _aligned_copy(a, int(alignment))
+        if alignment and a.__array_interface__["data"][0] % alignment:
+            a = _aligned_copy(a, alignment)
         return a
 
 
