@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _argtypes, _cache, _launch, _targets
+from . import _argtypes, _cache, _launch, _stubs, _targets
 from ._devices import device
 from ._launch import _config_key, _Launch, _Loaded, check_features
 from ._release import format_version, parse_version
@@ -290,7 +290,11 @@ class FlowKernel:
         """``{argument types: loaded kernel}`` for each signature (numba-cuda's ``overloads``; a declared
         signature not launched yet is loaded on this GPU now). The values have numba-cuda's kernel attributes
         (``regs_per_thread``, ``shared_mem_per_block``, ...) and its typing (``_type_annotation.typemap``,
-        typed again the first time it is read here)."""
+        typed again the first time it is read here). Inside a simulated rank, the simulator's: no GPU is asked
+        (under numba-cuda's simulator that would be its stand-in device of sm_52, which flowdsl does not build
+        for)."""
+        if _stubs._simulator_active():
+            return {argtypes: _stubs._simulator_overload(self, argtypes) for argtypes in self.signatures}
         kernels = self._loaded_kernels()
         for argtypes, kernel in kernels.items():
             if getattr(kernel, "_type_annotation", None) is None:  # a kernel loaded from its cubin: no typing kept

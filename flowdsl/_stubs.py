@@ -24,6 +24,9 @@ _simulator_dispatch: Callable[..., Any] | None = None
 _simulator_launch: Callable[..., Any] | None = None
 #: Returns True while a simulated rank's host code is running (set by ``flowdsl.sim``).
 _simulator_active: Callable[[], bool] = lambda: False
+#: ``overload(kernel, argtypes)``: a kernel's code for one signature as the simulator gives it
+#: (``kernel.overloads`` inside a simulated rank); set by ``flowdsl.sim``.
+_simulator_overload: Callable[..., Any] | None = None
 
 
 def set_simulator_dispatch(dispatch: Callable[..., Any] | None) -> None:
@@ -36,11 +39,14 @@ def set_simulator_dispatch(dispatch: Callable[..., Any] | None) -> None:
     _simulator_dispatch = dispatch
 
 
-def set_simulator_launch(launch: Callable[..., Any] | None, active: Callable[[], bool] | None = None) -> None:
-    """Install (or remove) the simulator's kernel-launch hook and its "inside a simulated rank" test."""
-    global _simulator_launch, _simulator_active
+def set_simulator_launch(launch: Callable[..., Any] | None, active: Callable[[], bool] | None = None,
+                         overload: Callable[..., Any] | None = None) -> None:
+    """Install (or remove) the simulator's kernel-launch hook, its "inside a simulated rank" test and its
+    maker of a kernel's code for one signature (``kernel.overloads`` there)."""
+    global _simulator_launch, _simulator_active, _simulator_overload
     _simulator_launch = launch
     _simulator_active = active or (lambda: False)
+    _simulator_overload = overload
 
 
 def primitive(fn: Callable[..., Any] | None = None, /, *, extern: str | None = None, gate=None,

@@ -31,7 +31,7 @@ from .errors import (BarrierIndexError, CftCoverageError, CollectiveMismatchErro
                      GinBackendError, GinCoverageError, GinResourceError, IndexAccessError, LivelockError, SimulationError,
                      StaleDataError, StalledError, UnsupportedFeatureError, UsageError, WaitTimeoutError,
                      WindowAccessError)
-from .host import launch, spawn
+from .host import SimulatedOverload, launch, spawn
 from .semantics import SEMANTICS, dispatch, implements
 
 __all__ = [
@@ -49,4 +49,4 @@ def last_stats() -> dict:
 
 
 _stubs.set_simulator_dispatch(dispatch)
-_stubs.set_simulator_launch(launch, lambda: _state.cur is not None)
+_stubs.set_simulator_launch(launch, lambda: _state.cur is not None, SimulatedOverload)

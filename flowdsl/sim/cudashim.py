@@ -34,7 +34,7 @@ from numba.cuda.stubs import Stub as _Stub  # the simulator shims numba.cuda, wh
 
 from .._devices import code_names
 from .._spec import NUMPY_ALLOCATING, numpy_allocation_refusal
-from . import _state, intrinsics
+from . import _state, division, intrinsics
 from .bf16 import SimBf16
 from .errors import KernelTypingError, UnsupportedFeatureError, UsageError, sim_error
 from .memory import as_dtype, poisoned, raw
@@ -103,12 +103,33 @@ def _dynamic(t, dtype):
     return blk.dynamic[:blk.launch.shared // dtype.itemsize * dtype.itemsize].view(dtype)
 
 
+def _checked_alignment(alignment, kind: str):
+    """``alignment`` of ``cuda.<kind>.array`` as numba-cuda's typing and lowering take it (``cudadecl``,
+    ``cudaimpl._validate_alignment``): an integer constant, positive, a power of 2 and a multiple of the pointer
+    size (8), or None; anything else refused in numba-cuda's words, as compiling for a GPU refuses it."""
+    if alignment is None:
+        return None
+    fix = ("Give a power of 2 that is a multiple of 8 (8, 16, 32, ...), written in the kernel or held in a global "
+           "or closure variable, or leave alignment out")
+    if isinstance(alignment, (bool, np.bool_)) or not isinstance(alignment, (int, np.integer)):
+        raise sim_error(KernelTypingError, (
+            f"RequireLiteralValue: alignment must be a constant integer, not {alignment!r} "
+            f"(cuda.{kind}.array(..., alignment={alignment!r})). {fix}"))
+    alignment = int(alignment)
+    problem = ("positive" if alignment <= 0 else "a power of 2" if alignment & (alignment - 1)
+               else "a multiple of 8" if alignment % 8 else None)
+    if problem is not None:
+        raise sim_error(UsageError, f"Alignment must be {problem}: cuda.{kind}.array(..., alignment={alignment}). {fix}")
+    return alignment
+
+
 class _Shared:
     @staticmethod
     def array(shape, dtype, alignment=None):
         """Block-shared array: the k-th call in a block returns the block's k-th array. Shape 0 is the
         launch's dynamic shared memory (:func:`_dynamic`): as many elements as its bytes hold, so an index
         past them is an error naming the array."""
+        alignment = _checked_alignment(alignment, "shared")
         t = _thread()
         blk = t.blk
         k = t.nshared
@@ -123,8 +144,8 @@ class _Shared:
             blk.shared.append(a)
             return a
         a = poisoned(shape, as_dtype(dtype))
-        if alignment and a.__array_interface__["data"][0] % int(alignment):
-            a = _aligned_copy(a, int(alignment))
+        if alignment and a.__array_interface__["data"][0] % alignment:
+            a = _aligned_copy(a, alignment)
         name = f"shared array #{k} of rank {t.rank} {blk.name()}"
         _state.sched.world.add_region(a, name)
         if _state.race is not None:  # its element accesses are checked for races
@@ -137,9 +158,10 @@ class _Local:
     @staticmethod
     def array(shape, dtype, alignment=None):
         """Thread-private array (poisoned), ``alignment`` bytes aligned if given."""
+        alignment = _checked_alignment(alignment, "local")
         a = poisoned(shape, as_dtype(dtype))
-        if alignment and a.__array_interface__["data"][0] % int(alignment):
-            a = _aligned_copy(a, int(alignment))
+        if alignment and a.__array_interface__["data"][0] % alignment:
+            a = _aligned_copy(a, alignment)
         return a
 
 
@@ -444,15 +466,18 @@ def _is_device_function(v):
     return pf is not None and isinstance(pf, types.FunctionType)
 
 
-def simulate_function(fn, cache):
-    """``fn`` rebuilt with simulated globals (device functions it calls are rebuilt too).
+def simulate_function(fn, cache, debug: bool = False):
+    """``fn`` rebuilt with simulated globals (device functions it calls are rebuilt too), its divisions by
+    zero under numba-cuda's error model (:mod:`flowdsl.sim.division`).
 
     Args:
         fn: The user's Python function (a kernel's or device function's ``py_func``).
         cache: Dict reused across calls of one simulation.
+        debug: The kernel's ``debug`` (Python's error model; device functions keep NumPy's, as numba-cuda's).
     """
-    # Kernels made by one factory share code and globals but not their closure cells.
-    key = id(fn.__code__), id(fn.__globals__), tuple(id(c) for c in fn.__closure__ or ())
+    # Kernels made by one factory share code and globals but not their closure cells; one function may be
+    # two kernels, with debug and without (numba-cuda's own tests make both).
+    key = id(fn.__code__), id(fn.__globals__), tuple(id(c) for c in fn.__closure__ or ()), debug
     hit = cache.get(key)
     if hit is not None:
         return hit
@@ -462,7 +487,10 @@ def simulate_function(fn, cache):
     # Cells whose value is left as it is stay the user's own (one still empty now sees its later value).
     cells = tuple(types.CellType() if _to_simulate(c) else c for c in fn.__closure__) if fn.__closure__ else None
     _refuse_unmodelled(fn)
-    new = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, cells)
+    code = division.code_with_model(fn)
+    if code is not None:
+        g.update(division.model(debug))
+    new = types.FunctionType(code or fn.__code__, g, fn.__name__, fn.__defaults__, cells)
     new.__kwdefaults__ = fn.__kwdefaults__
     cache[key] = new
     for mine, cell in zip(cells or (), fn.__closure__ or ()):

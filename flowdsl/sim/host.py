@@ -26,7 +26,7 @@ from .races import RaceDetector, enabled_by_default
 from .watchdog import Watchdog
 from .scheduler import Block, Cond, HostTask, HostThread, KernelThread, Launch, Scheduler, Wait, fmt_ids
 
-__all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch"]
+__all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch", "SimulatedOverload"]
 
 #: Where every empty buffer of comm.alloc lies: CuPy gives all its empty arrays one address (0).
 _EMPTY = np.empty(16, np.uint8)
@@ -743,7 +743,7 @@ def launch(kernel_obj, griddim, blockdim, stream, sharedmem, args, wait=False):
     # like="torch" buffers are CPU tensors here: kernels see NumPy views of the same memory
     args = tuple(a.numpy() if is_torch(a) and not a.is_cuda else a for a in args)
     py = getattr(kernel_obj, "py_func", kernel_obj)
-    fn = simulate_function(py, world.fn_cache)
+    fn = simulate_function(py, world.fn_cache, debug=bool(getattr(kernel_obj, "debug", False)))
     grid, block = _dim3(griddim, "griddim"), _dim3(blockdim, "blockdim")
     if block[0] * block[1] * block[2] > 1024:
         raise sim_error(UsageError, f"Cannot launch kernel {name!r} with blockdim {blockdim}: more than 1024 "
@@ -755,6 +755,35 @@ def launch(kernel_obj, griddim, blockdim, stream, sharedmem, args, wait=False):
     world.enqueue(t.rank, fn, name, grid, block, args, int(sharedmem or 0))
     if wait:
         t.comm._wait_for_kernels(t)
+
+
+class SimulatedOverload:
+    """A kernel's code for one signature on the simulator (``kernel.overloads[sig]`` inside a simulated rank):
+    numba-cuda's loaded kernel where the simulator has the answer; the GPU's own figures of compiled code
+    (registers, local memory, SASS) are refused by name, as the simulator compiles nothing."""
+
+    def __init__(self, kernel, argtypes):
+        self._kernel, self.argtypes = kernel, tuple(argtypes)
+
+    def __repr__(self):
+        return f"<simulated code of {getattr(self._kernel, '__name__', 'kernel')} for {self.argtypes}>"
+
+    def max_cooperative_grid_blocks(self, blockdim) -> int:
+        """The most blocks of ``blockdim`` a cooperative launch may have: 1, which every GPU holds (a block
+        that fits a GPU is resident alone), 0 for a block no GPU launches. The simulator runs every block of
+        a launch at once, so ``cuda.cg.this_grid().sync()`` works at any grid size here; how many blocks a
+        real GPU keeps resident (its SMs, the kernel's registers and shared memory) it does not model."""
+        block = _dim3(blockdim, "blockdim")
+        return 1 if block[0] * block[1] * block[2] <= 1024 else 0
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise sim_error(UnsupportedFeatureError, (
+            f"Cannot read {name} of kernel {getattr(self._kernel, '__name__', '?')!r} on the simulator: it is a "
+            "figure of the kernel's code compiled for a GPU (numba-cuda's loaded kernel), and the simulator "
+            "compiles nothing. Read it on a GPU (flowdsl.init()), where kernel.overloads holds numba-cuda's "
+            "loaded kernels"))
 
 
 def _data_ptr(a):

@@ -170,7 +170,7 @@ def test_host_exception_names_rank_and_seed():
 
 
 def test_kernel_exception_names_thread_and_seed():
-    @flowdsl.kernel
+    @flowdsl.kernel(debug=True, opt=False)  # numba's Python error model: a division by zero raises
     def divide(comm, win):
         x = 1 // (cuda.threadIdx.x - 3)
 

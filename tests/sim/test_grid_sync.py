@@ -57,6 +57,32 @@ def test_without_the_grid_sync_the_race_is_reported():
         run_ranks(main, nranks=1)
 
 
+def test_overloads_inside_a_simulated_rank_are_the_simulators_and_ask_no_gpu():
+    """numba-cuda's own test sizes its grid with ``overloads[sig].max_cooperative_grid_blocks``: on the simulator
+    that is the simulator's answer (1, which every GPU holds), never a compile for a GPU's architecture (numba-cuda's
+    simulator stands in a device of sm_52, which flowdsl's support library does not build for)."""
+    from numba import types
+
+    sig = (types.int32[:, ::1],)
+    declared = flowdsl.kernel([sig])(sequential_rows.py_func)
+
+    def main(comm):
+        code = declared.overloads[sig]
+        sizes = [code.max_cooperative_grid_blocks(b) for b in (256, (16, 16), (16, 4, 4), 1025)]
+        m = comm.alloc((8, 32), np.int32)
+        m.set(np.zeros((8, 32), np.int32))
+        declared[sizes[0], 32](m)
+        comm.synchronize()
+        with pytest.raises(flowdsl.sim.UnsupportedFeatureError) as e:
+            code.regs_per_thread  # noqa: B018 - a figure of GPU code, refused by name
+        return sizes, m.get(), str(e.value)
+    sizes, m, refusal = run_ranks(main, nranks=1)[0]
+    assert sizes == [1, 1, 1, 0]  # a block of more than 1024 threads launches nowhere
+    np.testing.assert_array_equal(m, reference((8, 32)))
+    assert "Cannot read regs_per_thread of kernel 'sequential_rows' on the simulator" in refusal
+    assert "Read it on a GPU (flowdsl.init())" in refusal
+
+
 @pytest.mark.compile
 def test_a_grid_sync_links_cudadevrt_and_marks_the_kernel_cooperative():
     from numba import types
