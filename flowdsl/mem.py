@@ -22,7 +22,7 @@ __all__ = [
     "atomic_add", "atomic_cas", "atomic_exch", "red_add", "load_vec", "store_vec", "load_vec_relaxed",
     "store_vec_relaxed", "warp_store_vec", "vec_to_bits", "vec_from_bits", "to_bits", "from_bits", "address", "itemsize",
     "globaltimer", "multimem_ld_reduce", "multimem_store", "multimem_red", "multimem_ld_reduce_vec",
-    "multimem_store_vec", "multimem_red_vec", "multimem_address", "multimem_refusal", "multimem_forms",
+    "multimem_store_vec", "multimem_store_vec_relaxed", "multimem_red_vec", "multimem_address", "multimem_refusal", "multimem_forms",
 ]
 
 
@@ -260,6 +260,14 @@ def multimem_ld_reduce_vec(view, index, op):
 @primitive(gate=MULTIMEM_GATE, view=MULTIMEM_VIEW, index=INT)
 def multimem_store_vec(view, index, values):
     """:func:`multimem_store` of a 16-byte tuple (from :func:`load_vec`), any element type."""
+
+
+@primitive(gate=MULTIMEM_GATE, view=MULTIMEM_VIEW, index=INT, scope=SCOPE)
+def multimem_store_vec_relaxed(view, index, values, scope):
+    """:func:`multimem_store_vec` as one ``multimem.st.relaxed.<scope>.v4.f32``: 16 bytes that readers in every
+    member poll (:func:`load_relaxed` of a word of them), as :func:`store_vec_relaxed` is for one window. Each
+    member's copy gets the 16 bytes in one store; a relaxed access, so a poll of it is no data race where
+    :func:`multimem_store_vec`'s weak store would be one."""
 
 
 @primitive(gate=MULTIMEM_GATE, view=MULTIMEM_VIEW, index=INT, op=MULTIMEM_OP)

@@ -717,6 +717,23 @@ def _multimem_store_vec(typingctx, view, index, values):
     return types.void(view, index, values), codegen
 
 
+@intrinsic
+def _multimem_store_vec_relaxed(typingctx, view, index, values, scope):
+    elem = view.dtype
+
+    def codegen(context, builder, sig, args):
+        ptr = _multimem_address(context, builder, view, args[0], index, args[1])
+        regs = _multimem_registers(context, builder, elem, args[2], values)
+        table = {(int(s),): (lambda b, s=s: _asm(b, ir.VoidType(), [ptr] + regs,
+                                                  f"multimem.st.relaxed.{_SCOPES[s]}.global.v4.f32 "
+                                                  "[$0], {$1, $2, $3, $4};", "l,r,r,r,r,~{memory}"))
+                 for s in _SCOPES}
+        _select(context, builder, [(args[3], scope)], table)
+        return context.get_dummy_value()
+
+    return types.void(view, index, values, scope), codegen
+
+
 @_per_operator
 def _multimem_red_vec(red):
 
@@ -788,6 +805,14 @@ def mem_multimem_store_vec(view, index, values):
     _multimem_typing(mem.multimem_store_vec, view, None, True)
     _vector_values(mem.multimem_store_vec, view, values)
     return lambda view, index, values: _multimem_store_vec(view, index, values)
+
+
+@overload(mem.multimem_store_vec_relaxed)
+def mem_multimem_store_vec_relaxed(view, index, values, scope):
+    check(mem.multimem_store_vec_relaxed, view, index, values, scope)
+    _multimem_typing(mem.multimem_store_vec_relaxed, view, None, True)
+    _vector_values(mem.multimem_store_vec_relaxed, view, values)
+    return lambda view, index, values, scope: _multimem_store_vec_relaxed(view, index, values, scope)
 
 
 @overload(mem.multimem_red_vec)

@@ -304,7 +304,8 @@ def _mem_globaltimer():
 
 # ---- multimem: each access reaches every member of the LSA team (flowdsl.lsa.multimem_view) -------------
 # The switch applies a multimem access to every member's copy: ld_reduce and st are weak (plain) reads and
-# writes of each copy, as the race detector sees them; red is a relaxed atomic on each. The switch's order of
+# writes of each copy, as the race detector sees them; red and st.relaxed are relaxed atomics on each (a
+# 16-byte st.relaxed lands in every copy at one instant, whole). The switch's order of
 # combining is unspecified on GPUs; here members combine in LSA rank order (sums of 16-bit floats in float32,
 # rounded once, as ``.acc::f32``).
 
@@ -431,6 +432,20 @@ def _mem_multimem_ld_reduce_vec(view, index, op):
 def _mem_multimem_store_vec(view, index, values):
     _multimem_refused("multimem_store_vec", view, None, True)
     _member_writes(view, index, _vector_values("multimem_store_vec", view, values), "multimem_store_vec")
+
+
+@implements("flowdsl.mem.multimem_store_vec_relaxed")
+def _mem_multimem_store_vec_relaxed(view, index, values, scope):
+    _multimem_refused("multimem_store_vec_relaxed", view, None, True)
+    values = _vector_values("multimem_store_vec_relaxed", view, values)
+    rc = _state.race
+    for m in view.members:  # every member's 16 bytes at this one instant: a poll sees them whole or not at all
+        a, i, n = _vec(m, index, "multimem_store_vec_relaxed")
+        a[i:i + n] = values
+        for k in range(i, i + n):  # atomic per element, as the relaxed .v4 store each element is
+            _note_write(m, k, a[k])
+            if rc is not None:
+                rc.atomic(m, k, False, True, MemoryOrder.RELAXED)
 
 
 @implements("flowdsl.mem.multimem_red_vec")

@@ -11,7 +11,7 @@ import pytest
 from numba import cuda
 
 import flowdsl
-from flowdsl import RedOp, lsa, mem
+from flowdsl import RedOp, ThreadScope, lsa, mem
 from tests.sim import test_multimem as sim_kernels
 
 pytestmark = pytest.mark.compile
@@ -26,6 +26,7 @@ def every_multimem_form(comm, win, win16, winb, out, out16):
     mem.multimem_red(mm, i + 1, s, RedOp.SUM)
     v = mem.multimem_ld_reduce_vec(mm, i, RedOp.SUM)
     mem.multimem_store_vec(mm, i, v)
+    mem.multimem_store_vec_relaxed(mm, i, v, ThreadScope.SYSTEM)
     mem.multimem_red_vec(mm, i, v, RedOp.SUM)
     out[0] = v[3]
     h = lsa.multimem_view(comm, win16)
@@ -51,7 +52,7 @@ def test_every_form_is_its_ptx_instruction(linked_ptx, nccl, arch):
     ptx = linked_ptx(every_multimem_form, _argtypes(nccl), nccl=nccl, arch=arch)
     for instruction in ("multimem.ld_reduce.global.add.f32", "multimem.st.global.f32",
                         "multimem.red.relaxed.sys.global.add.f32", "multimem.ld_reduce.global.add.v4.f32",
-                        "multimem.st.global.v4.f32", "multimem.red.relaxed.sys.global.add.v4.f32",
+                        "multimem.st.global.v4.f32", "multimem.st.relaxed.sys.global.v4.f32", "multimem.red.relaxed.sys.global.add.v4.f32",
                         "multimem.ld_reduce.global.max.v4.f16x2", "multimem.ld_reduce.global.add.acc::f32.v4.f16x2",
                         "multimem.ld_reduce.global.add.acc::f32.v4.bf16x2",
                         "multimem.red.relaxed.sys.global.min.v4.bf16x2", "multimem.ld_reduce.global.min.s64",

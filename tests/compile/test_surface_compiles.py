@@ -101,6 +101,7 @@ def every_primitive(comm, win, flags, out):
     mm = lsa.multimem_view(comm, win, 0, 16)  # NVLink SHARP: the LSA team's window through its multicast address
     both = mem.multimem_ld_reduce_vec(mm, 0, RedOp.SUM)
     mem.multimem_store_vec(mm, 4, both)
+    mem.multimem_store_vec_relaxed(mm, 4, both, ThreadScope.SYSTEM)  # 16 bytes a peer polls
     mem.multimem_red_vec(mm, 8, both, RedOp.SUM)
     mem.multimem_store(mm, 12, mem.multimem_ld_reduce(mm, 13, RedOp.SUM))
     mem.multimem_red(mm, 14, float32(1.0), RedOp.SUM)

@@ -8,7 +8,7 @@ from numba import cuda
 
 import flowdsl
 import flowdsl.sim as sim
-from flowdsl import RedOp, lsa, mem
+from flowdsl import RedOp, ThreadScope, lsa, mem
 from flowdsl.enums import MemoryOrder
 
 pytestmark = pytest.mark.sim
@@ -198,6 +198,50 @@ def test_races_of_multimem_stores_are_reported():
 
     with pytest.raises(sim.DataRaceError):
         sim.spawn(main, nranks=2, multimem=True)
+
+
+@flowdsl.kernel
+def publish_and_poll(comm, win, relaxed, out):
+    """LSA rank 0 stores 16 bytes into every member's copy through the multicast address; every rank polls the
+    last word of its own copy (relaxed, system scope) until it is no longer 0, then reads the 16 bytes."""
+    mine = lsa.local_view(win)
+    if comm.lsa_rank == 0:
+        mm = lsa.multimem_view(comm, win)
+        v = (np.uint32(11), np.uint32(22), np.uint32(33), np.uint32(44))
+        if relaxed:
+            mem.multimem_store_vec_relaxed(mm, 0, v, ThreadScope.SYSTEM)
+        else:
+            mem.multimem_store_vec(mm, 0, v)
+    while mem.load_relaxed(mine, 3, ThreadScope.SYSTEM) == 0:
+        pass
+    for k in range(3):
+        out[k] = mem.load_relaxed(mine, k, ThreadScope.SYSTEM)
+
+
+def _publish(relaxed, nranks=3, seed=0):
+    def main(comm):
+        buf = comm.alloc(4, np.uint32)
+        buf.set(np.zeros(4, np.uint32))
+        out = comm.alloc(3, np.uint32)
+        with comm.register(buf) as win, comm.device_communicator(lsa_multimem=True) as dc:
+            publish_and_poll[1, 1](dc, win, relaxed, out)
+            comm.synchronize()
+            return out.get()
+    return sim.spawn(main, nranks=nranks, multimem=True, seed=seed, races=True)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_relaxed_16_byte_multimem_store_lands_whole_for_a_poller(seed):
+    """multimem.st.relaxed.sys.v4: every member's copy gets the 16 bytes at one instant, so a poll of the last
+    word that sees it sees the other three too; relaxed on both sides, no data race."""
+    for got in _publish(True, seed=seed):
+        np.testing.assert_array_equal(got, [11, 22, 33])
+
+
+def test_a_weak_multimem_store_that_a_peer_polls_is_a_data_race():
+    """multimem.st (weak) polled by a relaxed load: a data race under PTX's memory model, named as one."""
+    with pytest.raises(sim.DataRaceError, match=r"(?s)atomic read.*publish_and_poll.*write"):
+        _publish(False, nranks=2, seed=1)
 
 
 def test_a_system_without_a_switch_refuses_multimem():
