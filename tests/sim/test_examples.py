@@ -7,7 +7,8 @@ import flowdsl
 
 from flowdsl.testing import assert_ranks_close, for_seeds, run_ranks
 
-from flowdsl.examples import allgather_lsa, allreduce_lsa, alltoall_lsa, rmsnorm_lsa, rmsnorm_multimem
+from flowdsl.examples import (allgather_lsa, allreduce_lsa, allreduce_multimem, alltoall_lsa, rmsnorm_lsa,
+                              rmsnorm_multimem)
 
 pytestmark = pytest.mark.sim
 
@@ -165,3 +166,99 @@ def test_an_examples_command_line_says_it_matched_numpy(name, capsys, monkeypatc
     out = capsys.readouterr().out
     assert out.startswith(f"{name}: ") and "on the CPU simulator" in out and out.rstrip().endswith(
         "every result equal to NumPy's: OK"), out
+
+
+# ---- NCCL's contrib/custom_algos/allreduce: the three multimem all-reduces -------------------------------------
+MULTIMEM_ALLREDUCES = ["run_oneshot", "run_twoshot", "run_poison"]
+
+
+@pytest.mark.parametrize("nranks", [1, 2, 4])
+@pytest.mark.parametrize("variant", MULTIMEM_ALLREDUCES)
+def test_allreduce_multimem_matches_numpy_in_every_call(variant, nranks):
+    """Several calls on one device communicator, new random inputs each, outputs poisoned (NaN, or the poison's
+    .w) first, the race detector on, on a simulated NVLink SHARP switch: every call's sums bit-equal to NumPy's
+    float32 sums in LSA rank order (the order the simulated switch adds in)."""
+    run = getattr(allreduce_multimem, variant)
+    for calls in flowdsl.sim.spawn(lambda c: run(c, lines=12 * nranks, blocks=3, threads=32, seed=nranks),
+                                   nranks=nranks, seed=nranks, races=True, multimem=True):
+        assert len(calls) == (5 if variant == "run_poison" else 3)
+        for result, reference in calls:
+            np.testing.assert_array_equal(result, reference)
+
+
+@for_seeds(3)
+def test_allreduce_multimem_poison_under_seeds(seed):
+    """Five calls with no host barrier between them, three receive windows rotating, a block with no part of the
+    chunk (12 lines over 4 ranks, 3 per rank, 4 blocks), under several interleavings."""
+    for calls in flowdsl.sim.spawn(lambda c: allreduce_multimem.run_poison(c, lines=12, blocks=4, threads=32,
+                                                                           calls=7, seed=seed),
+                                   nranks=4, seed=seed, races=True, multimem=True):
+        for result, reference in calls:
+            np.testing.assert_array_equal(result, reference)
+
+
+def test_allreduce_multimem_poison_with_nccls_clear_takes_a_stale_line(monkeypatch):
+    """NCCL's kernel re-poisons only its own chunk of its local copy: another rank's chunk there keeps the sums of
+    three calls before, and three calls later the poll passes over it before that rank wrote it again. The
+    simulator says so where the line is taken (wait.accepted)."""
+    from flowdsl.sim import StaleDataError
+
+    repoison = allreduce_multimem.repoison.py_func
+    block_part = allreduce_multimem._block_part.py_func
+
+    @flowdsl.device
+    def own_chunk_only(comm, clear_win, lines, first, last):
+        mine, start, end, _ = block_part(comm, lines)
+        repoison(comm, clear_win, lines, mine + start, mine + end)
+
+    monkeypatch.setattr(allreduce_multimem, "repoison", own_chunk_only)
+    with pytest.raises(StaleDataError, match=r"(?s)as fresh data from rank \d: .*launch #0 of rank .*launch #3 of "
+                                             r"rank \d\)"):
+        flowdsl.sim.spawn(lambda c: allreduce_multimem.run_poison(c, lines=16, blocks=2, threads=32, calls=6),
+                          nranks=2, seed=0, races=True, multimem=True)
+
+
+def test_allreduce_multimem_poison_with_a_weak_multimem_store_is_a_data_race(monkeypatch):
+    """NCCL stores the line with the weak multimem.st, which the peers' relaxed polls of .w race with under PTX's
+    memory model; the simulator names both accesses."""
+    from flowdsl.sim import DataRaceError, semantics
+
+    weak = semantics.SEMANTICS["flowdsl.mem.multimem_store_vec"]
+    monkeypatch.setitem(semantics.SEMANTICS, "flowdsl.mem.multimem_store_vec_relaxed",
+                        lambda view, index, values, scope: weak(view, index, values))
+    with pytest.raises(DataRaceError, match=r"(?s)write by rank .*atomic read by rank .*twoshot_mc_poison_allreduce"):
+        flowdsl.sim.spawn(lambda c: allreduce_multimem.run_poison(c, lines=16, blocks=2, threads=32),
+                          nranks=2, seed=1, races=True, multimem=True)
+
+
+@pytest.mark.parametrize("variant", MULTIMEM_ALLREDUCES)
+def test_allreduce_multimem_is_refused_without_a_switch(variant):
+    run = getattr(allreduce_multimem, variant)
+    with pytest.raises(flowdsl.UsageError, match=r"Cannot create a device communicator with lsa_multimem=True: this "
+                                                 r"simulated system has no NVLink SHARP"):
+        run_ranks(lambda c: run(c, lines=8), nranks=2)
+
+
+def test_allreduce_multimem_command_runs_on_a_switch_and_refuses_in_one_line_without(capsys):
+    """``python -m flowdsl.examples.allreduce_multimem``: OK on the simulator's switch; where the system has no
+    NVLink SHARP (here a simulated one without a switch, as a GPU without NVLS refuses in the same words) one line
+    on stderr and status 2, no traceback."""
+    from flowdsl.examples import _cli
+
+    assert allreduce_multimem.main(["--sim", "--ranks", "2"]) == 0
+    assert "allreduce_multimem: 2 rank(s) on the CPU simulator" in capsys.readouterr().out
+    assert _cli.main("allreduce_multimem", allreduce_multimem.run, allreduce_multimem.WHAT,
+                     argv=["--sim", "--ranks", "2"], multimem=False) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m flowdsl.examples.allreduce_multimem: error: Cannot create a device communicator "
+                          "with lsa_multimem=True: this simulated system has no NVLink SHARP") and \
+        "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_allreduce_multimem_refuses_lines_it_cannot_split_and_two_nodes():
+    with pytest.raises(flowdsl.UsageError, match=r"twoshot_mc_allreduce with lines=10: each rank owns an equal "
+                                                 r"chunk of the 16-byte lines. Use a positive multiple of 4"):
+        run_ranks(lambda c: allreduce_multimem.run_twoshot(c, lines=10), nranks=4, multimem=True)
+    with pytest.raises(flowdsl.UsageError, match=r"oneshot_mc_allreduce on 4 ranks in LSA teams of 2: its multicast "
+                                                 r"address reaches one LSA team"):
+        run_ranks(lambda c: allreduce_multimem.run_oneshot(c, lines=8), nranks=4, nodes=2, multimem=True)
