@@ -88,26 +88,26 @@ def _lsa_get_team_pointer(win, offset, team, peer):
 
 
 @implements("flowdsl.lsa.local_view")
-def _lsa_local_view(win, start=0, count=-1, dtype=None):
+def _lsa_local_view(win, start, count, dtype):
     w = win.own("make a local view")
     return w.view(w.rank, start, count, dtype, "make a local view")
 
 
 @implements("flowdsl.lsa.lsa_view")
-def _lsa_lsa_view(win, lsa_peer, start=0, count=-1, dtype=None):
+def _lsa_lsa_view(win, lsa_peer, start, count, dtype):
     w = win.own("make an LSA view")
     return w.view(_lsa_to_world(w, lsa_peer, "make an LSA view"), start, count, dtype,
                   f"make an LSA view (lsa_peer {int(lsa_peer)})")
 
 
 @implements("flowdsl.lsa.peer_view")
-def _lsa_peer_view(win, peer, start=0, count=-1, dtype=None):
+def _lsa_peer_view(win, peer, start, count, dtype):
     w = win.own("make a peer view")
     return w.view(_world_lsa_check(w, peer, "make a peer view"), start, count, dtype, "make a peer view")
 
 
 @implements("flowdsl.lsa.team_view")
-def _lsa_team_view(win, team, peer, start=0, count=-1, dtype=None):
+def _lsa_team_view(win, team, peer, start, count, dtype):
     w = win.own("make a team view")
     world = w.rank + (int(peer) - team.rank) * team.stride
     return w.view(_world_lsa_check(w, world, "make a team view"), start, count, dtype, "make a team view")
@@ -140,7 +140,7 @@ class MultimemView:
 
 
 @implements("flowdsl.lsa.multimem_view")
-def _lsa_multimem_view(comm, win, start=0, count=-1, dtype=None):
+def _lsa_multimem_view(comm, win, start, count, dtype):
     w = win.own("make a multimem view")
     if not comm.group.reqs.get("lsa_multimem"):
         raise sim_error(UsageError, lsa.MULTIMEM_MISSING)
