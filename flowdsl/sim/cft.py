@@ -44,7 +44,7 @@ from .network import Op
 from .memory import raw
 from .races import net_what, where_now
 from .scheduler import Cond, Wait
-from .semantics import current, implements, run
+from .semantics import BarrierSession, current, implements, method_of
 from .team import Team
 from .timeouts import note_bounded
 
@@ -501,22 +501,13 @@ def _cft_fence(coop, order, producer, consumer, scope):
 
 
 # ---------------------------------------------------------------- barrier
-class CftBarrierSession:
+class CftBarrierSession(BarrierSession):
     """A CFT barrier session over the CFT team (every rank), barrier ``index``."""
 
-    __slots__ = ("comm", "coop", "index", "epoch")
-
-    def __init__(self, comm, coop, index, epoch):
-        self.comm, self.coop, self.index, self.epoch = comm, coop, index, epoch
-
-    def arrive(self, *args, **kwargs):  # the stub's parameters, checked by run() as the GPU's typing checks them
-        return run("flowdsl.cft.barrier_arrive", self, *args, **kwargs)
-
-    def wait(self, *args, **kwargs):  # the stub's parameters, checked by run() as the GPU's typing checks them
-        return run("flowdsl.cft.barrier_wait", self, *args, **kwargs)
-
-    def sync(self, *args, **kwargs):  # the stub's parameters, checked by run() as the GPU's typing checks them
-        return run("flowdsl.cft.barrier_sync", self, *args, **kwargs)
+    __slots__ = ()
+    arrive = method_of("flowdsl.cft.barrier_arrive")
+    wait = method_of("flowdsl.cft.barrier_wait")
+    sync = method_of("flowdsl.cft.barrier_sync")
 
 
 KIND_CHECKS.register("cft_barrier_session", lambda v: isinstance(v, CftBarrierSession))

@@ -12,7 +12,8 @@ from .memory import raw
 from .errors import BarrierIndexError, KernelTypingError, UsageError, WindowAccessError, sim_error
 from .scheduler import Wait
 from .coop import coop_sync
-from .semantics import current, implements, run
+from . import semantics
+from .semantics import current, implements, method_of
 from .timeouts import note_bounded
 
 __all__ = ["Pointer", "MultimemView", "BarrierSession", "lsa_barrier", "lsa_arrive", "lsa_wait"]
@@ -151,7 +152,7 @@ def _lsa_multimem_view(comm, win, start, count, dtype):
 KIND_CHECKS.register("multimem", lambda v: isinstance(v, MultimemView))
 
 
-class BarrierSession:
+class BarrierSession(semantics.BarrierSession):
     """A thread's LSA barrier session (``ncclLsaBarrierSession``) on one index.
 
     Attributes:
@@ -161,19 +162,11 @@ class BarrierSession:
         epoch: This thread's copy of the barrier's epoch.
     """
 
-    __slots__ = ("comm", "coop", "index", "epoch")
+    __slots__ = ()
 
-    def __init__(self, comm, coop, index, epoch):
-        self.comm, self.coop, self.index, self.epoch = comm, coop, index, epoch
-
-    def arrive(self, *args, **kwargs):  # the stub's parameters, checked by run() as the GPU's typing checks them
-        return run("flowdsl.lsa.arrive", self, *args, **kwargs)
-
-    def wait(self, *args, **kwargs):  # the stub's parameters, checked by run() as the GPU's typing checks them
-        return run("flowdsl.lsa.wait", self, *args, **kwargs)
-
-    def sync(self, *args, **kwargs):  # the stub's parameters, checked by run() as the GPU's typing checks them
-        return run("flowdsl.lsa.sync", self, *args, **kwargs)
+    arrive = method_of("flowdsl.lsa.arrive")
+    wait = method_of("flowdsl.lsa.wait")
+    sync = method_of("flowdsl.lsa.sync")
 
 
 KIND_CHECKS.register("lsa_session", lambda v: isinstance(v, BarrierSession))

@@ -28,7 +28,7 @@ from .checks import check_call
 from .errors import UnsupportedFeatureError, sim_error
 from .scheduler import KernelThread
 
-__all__ = ["SEMANTICS", "implements", "take_stub_defaults", "dispatch", "run", "current"]
+__all__ = ["SEMANTICS", "implements", "take_stub_defaults", "dispatch", "run", "method_of", "BarrierSession", "current"]
 
 #: primitive name -> implementation (same arguments as the stub).
 SEMANTICS: dict[str, Callable[..., Any]] = {}
@@ -87,6 +87,25 @@ def run(name, *args, **kwargs):
     """Primitive ``name`` with its arguments checked (a method of a simulated value calls it)."""
     check_call(name, args, kwargs)
     return SEMANTICS[name](*args, **kwargs)
+
+
+class BarrierSession:
+    """One thread's barrier session: its device communicator, coop, barrier index and copy of the epoch."""
+
+    __slots__ = ("comm", "coop", "index", "epoch")
+
+    def __init__(self, comm, coop, index, epoch):
+        self.comm, self.coop, self.index, self.epoch = comm, coop, index, epoch
+
+
+def method_of(name: str):
+    """A simulated session's method that is primitive ``name`` on the session: the stub's parameters after the
+    session, checked by :func:`run` as the GPU's typing checks them (``session.sync(order)`` is
+    ``lsa.sync(session, order)``)."""
+    def method(self, *args, **kwargs):
+        return run(name, self, *args, **kwargs)
+    method.__name__ = name.rpartition(".")[2]
+    return method
 
 
 def current() -> KernelThread:
