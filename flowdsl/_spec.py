@@ -34,7 +34,7 @@ from .errors import FlowDSLError
 
 __all__ = ["Arg", "Gate", "Spec", "SPECS", "spec_of", "ALL_ARCHS",
            "COMM", "COOP", "WINDOW", "TEAM", "TEAMS", "INT", "ORDER", "ARRAY", "SHARED_ARRAY",
-           "LSA_SESSION", "GIN_CONTEXT", "REMOTE", "LOCAL", "CFT_SESSION", "ENUM", "NAMED_KINDS",
+           "LSA_SESSION", "GIN_CONTEXT", "REMOTE", "LOCAL", "CFT_SESSION", "CFT_BARRIER_SESSION", "ENUM", "NAMED_KINDS",
            "SCOPE", "CONSTANT_ORDER", "FENCE_ORDER", "RED_OP", "MULTIMEM_VIEW", "MULTIMEM_OP", "MULTIMEM_GATE", "RESULTS", "MEM_ARRAY", "INTEGER_ELEMENTS", "ARITHMETIC_ELEMENTS", "VECTOR_ELEMENTS",
            "NUMPY_ALLOCATING", "numpy_allocation_refusal"]
 
@@ -88,6 +88,8 @@ REMOTE = Arg("remote", "a signal action (flowdsl.gin.strong_signal_inc(id), ...)
 LOCAL = Arg("local", "local=flowdsl.gin.counter_inc(counter)", "Pass flowdsl.gin.counter_inc(id)")
 CFT_SESSION = Arg("cft_session", "a CFT session (flowdsl.cft.session(comm, coop, storage))",
                   "Open one with flowdsl.cft.session(comm, coop, storage)")
+CFT_BARRIER_SESSION = Arg("cft_barrier_session", "a CFT barrier session (from flowdsl.cft.barrier)",
+                          "Open one with flowdsl.cft.barrier(comm, coop, index)")
 #: A flowdsl enum member or an int (``ENUM.but("a flowdsl.cft.MemProxyType")``).
 ENUM = Arg("enum", "an enum member", "Pass one of its members")
 #: A reduction operator: a run-time value, or a constant that the GPU compiles in (so its range is not
@@ -113,7 +115,7 @@ RESULTS = ("value", "bool", "team")
 #: Every argument kind a spec may name. Each layer that checks arguments (the GPU's typing,
 #: ``lowering/checks.py``; the simulator, ``sim/checks.py``) keeps a :class:`KindRegistry` of them.
 KINDS = ("comm", "coop", "window", "team", "int", "order", "enum", "scope", "array", "shared_array", "lsa_session",
-         "gin_context", "remote", "local", "cft_session", "word", "multimem")
+         "gin_context", "remote", "local", "cft_session", "cft_barrier_session", "word", "multimem")
 
 
 class KindRegistry:

@@ -35,14 +35,14 @@ from __future__ import annotations
 
 import enum
 
-from ._spec import CFT_SESSION, COMM, COOP, ENUM, SHARED_ARRAY, TEAM, WINDOW, Gate
+from ._spec import CFT_BARRIER_SESSION, CFT_SESSION, COMM, COOP, ENUM, SHARED_ARRAY, TEAM, WINDOW, Gate
 from ._stubs import primitive
 from .enums import ConstantEnumMeta, MemoryOrder
 
 __all__ = [
     "SESSION_WORDS", "MemProxyType", "MemFenceScope", "team", "le_info", "peer_le_info", "session", "put",
     "put_counted", "get", "submit", "flush", "flush_smem", "close", "read_counter", "wait_counted", "fence",
-    "barrier",
+    "barrier", "barrier_arrive", "barrier_wait", "barrier_sync",
 ]
 
 #: Every CFT primitive needs NCCL 2.31, Blackwell (sm_100) and a CUDA 13.3 linker (NCCL's headers compile
@@ -164,11 +164,32 @@ def fence(coop, order=MemoryOrder.ACQUIRE, producer=MemProxyType.FABRIC, consume
     """
 
 
-@primitive(extern="flowdsl_cft_barrier", gate=GATE, comm=COMM, coop=COOP.but("a coop"))
+@primitive(gate=GATE, comm=COMM, coop=COOP.but("a coop"))
 def barrier(comm, coop, index):
     """A barrier session over the CFT team (``ncclCftBarrierSession``, barrier ``index``).
 
-    ``index`` must be below the device communicator's ``cft_barrier_count``. The
-    session's ``arrive``, ``wait`` and ``sync`` take ``(order, producer=GENERIC,
-    consumer=GENERIC)`` and are collective on ``coop``.
+    ``index`` must be below the device communicator's ``cft_barrier_count``. The session's
+    ``arrive``, ``wait`` and ``sync`` are :func:`barrier_arrive`, :func:`barrier_wait` and
+    :func:`barrier_sync` (``session.sync(order)``), collective on ``coop``.
     """
+
+
+# The session's methods: NCCL's ncclCftBarrierSession::arrive, wait and sync. ``order`` has no default (as
+# NCCL's); ``producer`` and ``consumer`` choose the proxies the wait's fence orders (NCCL's defaults).
+_BARRIER_ARGS = dict(gate=GATE, session=CFT_BARRIER_SESSION, order=ORDER_ENUM, producer=PROXY_ENUM,
+                     consumer=PROXY_ENUM)
+
+
+@primitive(extern="flowdsl_cft_barrier_arrive", **_BARRIER_ARGS)
+def barrier_arrive(session, order, producer=MemProxyType.GENERIC, consumer=MemProxyType.GENERIC):
+    """``session.arrive(order)``: this coop has arrived at the CFT barrier."""
+
+
+@primitive(extern="flowdsl_cft_barrier_wait", **_BARRIER_ARGS)
+def barrier_wait(session, order, producer=MemProxyType.GENERIC, consumer=MemProxyType.GENERIC):
+    """``session.wait(order)``: wait until every rank has arrived, then fence ``producer`` to ``consumer``."""
+
+
+@primitive(extern="flowdsl_cft_barrier_sync", **_BARRIER_ARGS)
+def barrier_sync(session, order, producer=MemProxyType.GENERIC, consumer=MemProxyType.GENERIC):
+    """``session.sync(order)``: ``arrive`` then ``wait``."""

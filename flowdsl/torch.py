@@ -117,7 +117,7 @@ def check_tensor(operation: str, name: str, t, comm) -> None:
         raise UsageError(f"Cannot {operation}: {name} is on {t.device}, and a simulated rank's tensors are CPU tensors "
                          "(they stand for its GPU's memory). Create it on the CPU")
     if not sim:
-        want = getattr(comm, "device", None)
+        want = comm.device
         if t.device.type != "cuda":
             raise UsageError(f"Cannot {operation}: {name} is on {t.device}; the communicator's ranks use CUDA device "
                              f"{want}. Move it there (.to('cuda:{want}'))")

@@ -169,12 +169,9 @@ def _error(collective, differences, message) -> CollectiveMismatchError:
 def agreement(comm):
     """The communicator's check of collective calls across ranks (:class:`Agreement`), or None where its
     calls are not compared (a GPU communicator made without ``check_collectives``)."""
-    d = getattr(comm, "__dict__", None)
-    if d is None:
-        return None
-    found = d.get("_flowdsl_agreement", False)
+    found = comm.__dict__.get("_flowdsl_agreement", False)
     if found is False:
-        found = d["_flowdsl_agreement"] = Agreement(comm) if getattr(comm, "check_collectives", False) else None
+        found = comm.__dict__["_flowdsl_agreement"] = Agreement(comm) if comm.check_collectives else None
     return found
 
 

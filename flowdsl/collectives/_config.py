@@ -80,6 +80,6 @@ SIMULATOR_CONFIG = FlowConfig(channels=2, nslots=4, slot_bytes=4096, threads=64)
 def default_config(comm) -> FlowConfig:
     """The shape of a call that names none: ``FlowConfig()`` where the memory is a GPU's, ``SIMULATOR_CONFIG``
     where host memory stands for it (the simulator: CPU time per simulated thread)."""
-    return SIMULATOR_CONFIG if getattr(comm, "memory_device", "cuda") == "cpu" else DEFAULT_CONFIG
+    return SIMULATOR_CONFIG if comm.memory_device == "cpu" else DEFAULT_CONFIG
 #: What ``algorithm=`` takes: the programs' algorithms, NCCL's host collective, or the cost model's choice.
 ALGORITHMS = ("auto", *dict.fromkeys(a for (a, c) in PROGRAMS), "nccl")

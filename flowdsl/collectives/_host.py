@@ -72,7 +72,6 @@ class _FlowState:
 
     def close(self):
         self.comm.__dict__.pop("_flowdsl_plans", None)  # their launches hold this device communicator
-        free = getattr(self.comm, "free", None)
         buffers = [self.buffer]
         if self._one_shot is not None:
             buffers.append(self._one_shot[0])
@@ -80,9 +79,8 @@ class _FlowState:
             self._one_shot = None
         for res in (self.devcomm, self.window):
             res.close()
-        if free is not None:
-            for buf in buffers:
-                free(buf)
+        for buf in buffers:
+            self.comm.free(buf)
 
 
 def _fill(buf, value):
@@ -97,7 +95,7 @@ _CLOSED = ("Cannot run a collective: the communicator is closed, and with it its
 
 
 def _closed(comm) -> bool:
-    return bool(getattr(comm, "closed", False) or getattr(comm, "_closed", False))
+    return comm.closed
 
 
 def _state(comm, config: FlowConfig, operation: str = "run a collective", stream: int | None = None,
@@ -122,9 +120,7 @@ def _made_once(comm, key, make, operation: str, stream: int | None, why: str):
         if stream is not None and comm.cuda_graphs:
             refuse_during_capture(stream, operation, why)
         st = states[key] = make()
-        track = getattr(comm, "_track", None)
-        if track is not None:
-            track(st)
+        comm.track(st)
     return st
 
 
@@ -146,9 +142,7 @@ class _MultimemState:
         self.comm.__dict__.pop("_flowdsl_plans", None)  # their launches hold this device communicator
         for res in (self.devcomm, self.window):
             res.close()
-        free = getattr(self.comm, "free", None)
-        if free is not None:
-            free(self.buffer)
+        self.comm.free(self.buffer)
 
 
 def multimem_window_bytes(config: FlowConfig, lsa_size: int) -> int:
@@ -170,7 +164,7 @@ def _multimem_available(comm, kernel_dtype: str, redop) -> bool:
     the type and operator (what :func:`_check_multimem` refuses otherwise)."""
     from .programs import multimem_form  # noqa: PLC0415
 
-    return (lsa_team_size(comm) == comm.nranks and bool(getattr(comm, "supports_multimem", False))
+    return (lsa_team_size(comm) == comm.nranks and comm.supports_multimem
             and multimem_form(kernel_dtype, RedOp.SUM if redop is None else redop) is not None)
 
 
@@ -187,7 +181,7 @@ def _check_multimem(comm, dtype: str, kernel_dtype: str, redop) -> None:
         raise UsageError(f"Cannot all_reduce with algorithm='multimem': the NVLink switch reaches one LSA team, and "
                          f"this communicator spans several ({comm.nranks} ranks, {lsa_size} per team). Use 'ring', "
                          "'tree' or 'auto'")
-    if not getattr(comm, "supports_multimem", False):
+    if not comm.supports_multimem:
         raise UsageError("Cannot all_reduce with algorithm='multimem': this communicator has no NVLink SHARP "
                          "(comm.supports_multimem is False: no NVSwitch that multicasts, NCCL_NVLS_ENABLE=0, or a "
                          f"simulator spawned without multimem=True). {_NOT_MULTIMEM}")
@@ -309,7 +303,7 @@ def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", r
     if _closed(comm):
         raise UsageError(_CLOSED)
     _refuse_after_a_timeout(comm)
-    sim = getattr(comm, "memory_device", "cuda") == "cpu"  # host memory stands for the rank's GPU memory
+    sim = comm.memory_device == "cpu"  # host memory stands for the rank's GPU memory
     s = _Buffer(src, "src", operation, sim)
     d = s if dst is None or dst is src else _Buffer(dst, "dst", operation, sim)
     if dtype is not None:
@@ -328,7 +322,7 @@ def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", r
                          "dst of its own")
     if d.dtype != s.dtype:
         raise UsageError(f"Cannot {operation}: src is {s.dtype} but dst is {d.dtype}. Pass arrays of one dtype")
-    want_dev = getattr(comm, "device", None)
+    want_dev = comm.device
     for b in (s, d):
         if b.device is not None and want_dev is not None and b.device != want_dev:
             raise UsageError(f"Cannot {operation}: {b.name} is on device {b.device} but the communicator "
@@ -410,7 +404,7 @@ def _scalar(operation, op: PreMulSum, s, dtype, comm, sim) -> _Scalar:
         storage = {"bfloat16": "a torch.bfloat16 tensor or a uint16 array of its bits"}.get(s.dtype, s.dtype)
         raise UsageError(f"Cannot {operation} {s.dtype} with {op!r}: its scalar is {b.dtype}, and NCCL takes the "
                          f"scalar in the data's type. Pass a one-element array of {storage}")
-    want = getattr(comm, "device", None)
+    want = comm.device
     if b.device is not None and want is not None and b.device != want:
         raise UsageError(f"Cannot {operation}: premul_sum's scalar is on device {b.device} but the communicator "
                          f"uses device {want}. Move it there first")
@@ -554,7 +548,7 @@ def launch_shape(collective: str, comm, count: int, dtype: str, algorithm: str =
     from ._library import storage  # noqa: PLC0415
 
     kernel_dtype = storage(dtype)[0]
-    nccl_knows = getattr(comm, "nccl", None) is not None and (kernel_dtype == dtype or torch_arrays)
+    nccl_knows = comm.nccl is not None and (kernel_dtype == dtype or torch_arrays)
     return _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, config or default_config(comm),
                          nccl_knows, op)
 
@@ -567,7 +561,7 @@ def _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, confi
         algorithm = cost.choose(collective, comm.nranks, lsa_team_size(comm), nbytes, nccl_available=nccl_knows,
                                 one_shot_available=_one_shot_fits(comm, count, kernel_dtype),
                                 multimem_available=multimem, config=config)
-    if algorithm == "nccl" and getattr(comm, "nccl", None) is not None and not nccl_knows:
+    if algorithm == "nccl" and comm.nccl is not None and not nccl_knows:
         raise UsageError(f"Cannot {collective} {dtype} held in {kernel_dtype} arrays with algorithm='nccl': "
                          "NCCL would take them for integers. Pass torch tensors of that dtype, or use "
                          "'ring', 'tree' or 'auto'")
@@ -597,7 +591,7 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
     kernel_dtype, fp8 = storage(s.dtype)
     # NCCL's host collective reads the element type from the array: a uint8 or uint16 array
     # standing for fp8 or bfloat16 would be summed as integers there.
-    nccl_knows = getattr(comm, "nccl", None) is not None and (kernel_dtype == s.dtype
+    nccl_knows = comm.nccl is not None and (kernel_dtype == s.dtype
                                                                or "torch" in type(s.array).__module__)
     algorithm, protocol, grid = _launch_shape(collective, comm, count, s.dtype, kernel_dtype, algorithm, config,
                                               nccl_knows, redop)
@@ -607,7 +601,7 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
                          f"held in a {kernel_dtype} array, which NCCL would take for an integer. Pass a torch "
                          f"tensor of {s.dtype}, or use 'ring', 'tree' or 'auto'")
     if algorithm == "nccl":
-        if getattr(comm, "nccl", None) is None:
+        if comm.nccl is None:
             raise UsageError(f"Cannot {collective} with algorithm='nccl': this communicator has no NCCL host "
                              "communicator (the simulator). Use 'ring' or 'tree'")
         dtype = s.dtype  # not s in the closure: a cached plan must not keep the call's arrays alive
@@ -687,7 +681,7 @@ def _nranks(comm):
 
 
 def _run_nccl(collective, comm, src, dst, redop, root, stream, scalar=None, dtype=None):
-    nccl_comm = getattr(comm, "nccl", None)
+    nccl_comm = comm.nccl
     if nccl_comm is None:
         raise UsageError(f"Cannot {collective} with algorithm='nccl': this communicator has no NCCL host "
                          "communicator (the simulator). Use 'ring' or 'tree'")
@@ -758,8 +752,7 @@ def _refuse_after_a_timeout(comm) -> None:
     """Raise the timeout a kernel of ``comm`` recorded, if one did: the kernels whose waits gave up ran
     on with garbage, so this rank's step counters and one-shot call count no longer match its peers',
     and a further call could take stale data for fresh."""
-    device_error = getattr(comm, "device_error", None)  # every flowdsl communicator has it; stand-ins may not
-    error = device_error() if device_error is not None else None
+    error = comm.device_error()
     if error is not None:
         error.add_note("flowdsl's collectives refuse every call after a timeout: the communicator's connections are "
                        "out of step with its peers', and a further call could return stale data. Call comm.abort() "

@@ -505,10 +505,9 @@ def run_case(comm, case: Case) -> Outcome:
         comm.synchronize()
         result = _host_copy(out)
     finally:
-        free = getattr(comm, "free", None)  # the simulator has none: its buffers are NumPy's
-        for buf in buffers if free is not None else ():
+        for buf in buffers:
             if buf.size:  # an empty CuPy array has no address: it stays until the communicator closes
-                free(buf)
+                comm.free(buf)
     label = f"{case.label} rank={r}"
     if case.collective == "reduce" and r != case.root:  # dst is the root's only
         before = ins[r] if case.inplace else np.full(size_out, poison(case.dtype), store)

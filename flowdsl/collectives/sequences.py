@@ -370,9 +370,8 @@ class _Arrays:
         return out
 
     def free(self):
-        free = getattr(self.comm, "free", None)  # the simulator has none: its buffers are NumPy's
-        for buf in self.allocs if free is not None else ():
-            free(buf)
+        for buf in self.allocs:
+            self.comm.free(buf)
         self.allocs = []
 
 
@@ -502,9 +501,8 @@ def _run_call(comm, call: Call, kept: _Arrays | None):
     comm.synchronize()
     getattr(collectives, call.collective)(comm, arrays.src, arrays.dst, **kwargs)
     comm.synchronize()
-    free = getattr(comm, "free", None)
-    for buf in scalar_buffers if free is not None else ():
-        free(buf)
+    for buf in scalar_buffers:
+        comm.free(buf)
     after = [buf.get() for buf in arrays.allocs]
     shape = launch_shape(call.collective, comm, call.count, call.dtype, call.algorithm, call.config)
     expected, tolerant = _expected_output(comm, call, ins, shape)

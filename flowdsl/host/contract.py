@@ -28,6 +28,8 @@ class Communicator(Protocol):
     #: Whether work on this rank's streams can be captured in CUDA graphs (what is not capturable is then
     #: refused during a capture); False on the simulator, whose ranks have no CUDA streams.
     cuda_graphs: bool
+    #: The CUDA device (its index) this rank's memory and streams are on; None on the simulator.
+    device: int | None
     #: Whether the rank's host code has an OS thread of its own, with its own thread-local state (a process
     #: per GPU; on the simulator with ``spawn(..., host_threads=True)`` or one rank): what torch needs.
     own_thread: bool
@@ -43,6 +45,12 @@ class Communicator(Protocol):
     @property
     def wait_timeout(self) -> float: ...
 
+    @property
+    def supports_multimem(self) -> bool:
+        """Whether ``device_communicator(lsa_multimem=True)`` would be accepted (NVLink SHARP; on the simulator,
+        ``spawn(..., multimem=True)``)."""
+        ...
+
     def alloc(self, shape, dtype=np.float32, *, like="cupy") -> Any: ...
 
     def free(self, buf) -> None: ...
@@ -53,6 +61,11 @@ class Communicator(Protocol):
 
     @property
     def open_resources(self) -> list: ...
+
+    def track(self, resource) -> None:
+        """Own ``resource`` (anything with ``close()``, such as the collectives' state): closed with the
+        communicator, listed in ``open_resources`` until then."""
+        ...
 
     def synchronize(self) -> None: ...
 

@@ -495,6 +495,20 @@ def overloaded_methods():
             yield template.key, template._attr, fn
 
 
+def overloaded_stubs():
+    """``(stub, overload function)`` of every ``@overload`` of a flowdsl primitive registered for the CUDA target
+    (numba-cuda's typing registry keeps each as a global whose templates hold ``_overload_func``)."""
+    from numba.cuda.typing.templates import builtin_registry  # noqa: PLC0415
+
+    for value, typ in builtin_registry.globals:
+        if getattr(value, "__flowdsl_primitive__", None) is None:
+            continue
+        for template in getattr(typ, "templates", ()):
+            fn = getattr(template, "_overload_func", None)
+            if fn is not None:
+                yield value, fn
+
+
 # -- what the disk cache keys by -----------------------------------------------------------------
 
 def versions() -> dict:

@@ -28,7 +28,7 @@ from numba.core.errors import NumbaTypeError
 from numba.cuda.extending import make_attribute_wrapper, overload, overload_method
 
 from .. import cft
-from .._spec import SPECS, spec_of
+from .._spec import SPECS
 from .checks import KIND_TYPES, check, stub_default
 from .declarations import extern
 from .intrinsics import array_ptr, devcomm_ptr, enum_value, struct_maker, value_or
@@ -65,10 +65,9 @@ _CALL = re.compile(r"@\"?(flowdsl_cft_[a-z_]+?)(?:__(?:thread|warp|lanes|warp_sp
 
 def cft_primitives_called(llvm_ir: str) -> list[str]:
     """Names of the ``flowdsl.cft`` primitives whose C functions ``llvm_ir`` calls, sorted (from their
-    specs' ``extern``; a barrier session's ``<stem>_<method>`` is the barrier's)."""
+    specs' ``extern``)."""
     primitive_of = {s.extern: s.name for s in SPECS.values() if s.name.startswith("flowdsl.cft.")}
-    return sorted({primitive_of.get(stem) or primitive_of[stem.rsplit("_", 1)[0]]
-                   for stem in _CALL.findall(llvm_ir)})
+    return sorted({primitive_of[stem] for stem in _CALL.findall(llvm_ir)})
 
 
 class CftSessionType(SessionType):
@@ -94,11 +93,11 @@ for _name in ("comm", "coop", "index"):
 
 
 KIND_TYPES.register("cft_session", CftSessionType)
+KIND_TYPES.register("cft_barrier_session", CftBarrierSessionType)
 
 _make_session = struct_maker(lambda comm, coop, storage: CftSessionType(comm, coop), ("comm", "coop", "storage"))
 _make_barrier = struct_maker(lambda comm, coop, index: CftBarrierSessionType(comm, coop), ("comm", "coop", "index"))
 
-_GENERIC = int(cft.MemProxyType.GENERIC)  # the barrier session methods' producer and consumer
 
 
 # ---- teams and logical endpoints -------------------------------------------------------------------
@@ -222,28 +221,29 @@ def cft_barrier(comm, coop, index):
     return lambda comm, coop, index: _make_barrier(comm, coop, index)
 
 
-def _barrier_call(method, session, order):
-    if not isinstance(order, KIND_TYPES["enum"]):
-        raise NumbaTypeError(f"flowdsl.cft.barrier(...).{method} requires order to be a flowdsl.MemoryOrder, "
-                             f"got {order}")
-    fn = extern(cft.barrier, session.coop, stem=f"{spec_of(cft.barrier).extern}_{method}")
+def _barrier_call(stub, session, order, producer, consumer):
+    fn = _session_checked(stub, session, order, producer, consumer)
+    producer_default, consumer_default = (stub_default(stub, p) for p in ("producer", "consumer"))
 
     def impl(session, order, producer=None, consumer=None):
         fn(session.coop._word, devcomm_ptr(session.comm), session.index, enum_value(order),
-           value_or(producer, _GENERIC), value_or(consumer, _GENERIC))
+           value_or(producer, producer_default), value_or(consumer, consumer_default))
     return impl
 
 
 @overload_method(CftBarrierSessionType, "arrive")
+@overload(cft.barrier_arrive)
 def cft_barrier_arrive(session, order, producer=None, consumer=None):
-    return _barrier_call("arrive", session, order)
+    return _barrier_call(cft.barrier_arrive, session, order, producer, consumer)
 
 
 @overload_method(CftBarrierSessionType, "wait")
+@overload(cft.barrier_wait)
 def cft_barrier_wait(session, order, producer=None, consumer=None):
-    return _barrier_call("wait", session, order)
+    return _barrier_call(cft.barrier_wait, session, order, producer, consumer)
 
 
 @overload_method(CftBarrierSessionType, "sync")
+@overload(cft.barrier_sync)
 def cft_barrier_sync(session, order, producer=None, consumer=None):
-    return _barrier_call("sync", session, order)
+    return _barrier_call(cft.barrier_sync, session, order, producer, consumer)

@@ -109,17 +109,15 @@ class Extern:
         return self.since
 
 
-def _gate_of(name: str, of) -> Gate:
-    """The gate of the primitive that calls ``name`` (``of``, else the one whose spec names it)."""
-    if of is not None:
-        return spec_of(of).gate
+def _gate_of(name: str) -> Gate:
+    """The gate of the primitive whose spec calls ``name``."""
     return next((s.gate for s in SPECS.values() if s.extern == name), Gate())
 
 
-def _e(name, ret, args, doc, of=None, **kw):
+def _e(name, ret, args, doc, **kw):
     """A row whose oldest NCCL, archs and CUDA are those of the primitive that calls it (``archs=``: a C
     function that every build defines, whatever arch its caller needs)."""
-    gate = _gate_of(name, of)
+    gate = _gate_of(name)
     kw = {"since": gate.nccl, "archs": gate.archs, "cuda": gate.cuda, **kw}
     return Extern(name, ret, tuple(args), doc, **kw)
 
@@ -129,15 +127,13 @@ def _gin(name, ret, args, doc, **kw):
 
 
 def _cft(name, ret, args, doc, **kw):
-    return _e(name, ret, args, doc, library="cft", of=kw.pop("of", None) or _CFT_STEM_OF.get(name), **kw)
+    return _e(name, ret, args, doc, library="cft", **kw)
 
 
 #: CFT needs NCCL 2.31, Blackwell (sm_100) and CUDA 13.3 (flowdsl.cft.GATE).
 CFT_SINCE = cft.GATE.nccl
 CFT_ARCHS = cft.GATE.archs
 CFT_CUDA = cft.GATE.cuda
-#: CFT rows a primitive calls under another name: its barrier session's methods.
-_CFT_STEM_OF = {f"flowdsl_cft_barrier_{method}": cft.barrier for method in ("arrive", "wait", "sync")}
 LIBRARIES = ("support", "gin", "cft")
 
 _COMM = ("devcomm", "comm")

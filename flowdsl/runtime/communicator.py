@@ -247,7 +247,7 @@ class Communicator:
         self._wait_record = WaitRecord(resolve_timeout(wait_timeout), rank)
 
     # -- resource bookkeeping ------------------------------------------------------------
-    def _track(self, resource) -> None:
+    def track(self, resource) -> None:
         self._check_open("create a resource")
         self._resources.append(resource)
 

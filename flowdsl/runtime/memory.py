@@ -42,7 +42,7 @@ class Resource:
     def __init__(self, comm):
         self._comm = comm
         self._closed = False
-        comm._track(self)
+        comm.track(self)
 
     @property
     def closed(self) -> bool:

@@ -33,7 +33,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..cft import MemFenceScope, MemProxyType
+from ..cft import MemProxyType
 from ..enums import MemoryOrder
 from . import _state
 from .errors import CftCoverageError, UsageError, WindowAccessError, sim_error
@@ -44,7 +44,7 @@ from .network import Op
 from .memory import raw
 from .races import net_what, where_now
 from .scheduler import Cond, Wait
-from .semantics import current, implements
+from .semantics import BarrierSession, current, implements, method_of
 from .team import Team
 from .timeouts import note_bounded
 
@@ -450,7 +450,7 @@ def _race_counter(t, g, offset, order):
 
 
 @implements("flowdsl.cft.read_counter")
-def _cft_read_counter(win, offset, order=MemoryOrder.RELAXED):
+def _cft_read_counter(win, offset, order):
     g, offset = _counter(win, offset, "read a CFT counter")
     t = current()
     v = _value(g, t.rank, offset)
@@ -461,7 +461,7 @@ def _cft_read_counter(win, offset, order=MemoryOrder.RELAXED):
 
 
 @implements("flowdsl.cft.wait_counted")
-def _cft_wait_counted(session, win, offset, expected, order=MemoryOrder.ACQUIRE, consumer=MemProxyType.GENERIC):
+def _cft_wait_counted(session, win, offset, expected, order, consumer):
     _session(session, "wait for a CFT counter")
     g, offset = _counter(win, offset, "wait for a CFT counter")
     t = current()
@@ -490,8 +490,7 @@ def _fence(rank, order, producer):
 
 
 @implements("flowdsl.cft.fence")
-def _cft_fence(coop, order=MemoryOrder.ACQUIRE, producer=MemProxyType.FABRIC, consumer=MemProxyType.GENERIC,
-               scope=MemFenceScope.SYS):
+def _cft_fence(coop, order, producer, consumer, scope):
     order = MemoryOrder(int(order))
     producer = MemProxyType(int(producer))
     _fence(current().rank, order, producer)
@@ -502,23 +501,16 @@ def _cft_fence(coop, order=MemoryOrder.ACQUIRE, producer=MemProxyType.FABRIC, co
 
 
 # ---------------------------------------------------------------- barrier
-class CftBarrierSession:
+class CftBarrierSession(BarrierSession):
     """A CFT barrier session over the CFT team (every rank), barrier ``index``."""
 
-    __slots__ = ("comm", "coop", "index", "epoch")
+    __slots__ = ()
+    arrive = method_of("flowdsl.cft.barrier_arrive")
+    wait = method_of("flowdsl.cft.barrier_wait")
+    sync = method_of("flowdsl.cft.barrier_sync")
 
-    def __init__(self, comm, coop, index, epoch):
-        self.comm, self.coop, self.index, self.epoch = comm, coop, index, epoch
 
-    def arrive(self, order, producer=None, consumer=None):
-        _bar_arrive(self, order)
-
-    def wait(self, order, producer=None, consumer=None):
-        _bar_wait(self, order, producer)
-
-    def sync(self, order, producer=None, consumer=None):
-        _bar_arrive(self, order)
-        _bar_wait(self, order, producer)
+KIND_CHECKS.register("cft_barrier_session", lambda v: isinstance(v, CftBarrierSession))
 
 
 def _bar_state(g):
@@ -577,7 +569,7 @@ def _bar_wait(s, order, producer):
             break
         cond.waiters.append(t)
         _state.sched.block(t, w)
-    _fence(me, MemoryOrder(int(order)), MemProxyType.GENERIC if producer is None else MemProxyType(int(producer)))
+    _fence(me, MemoryOrder(int(order)), MemProxyType(int(producer)))
     if _state.race is not None:
         _state.race.acquire_from(t, ("cft-bar", s.comm.group.did, me, s.index), order)
     coop_sync(s.coop)
@@ -585,3 +577,19 @@ def _bar_wait(s, order, producer):
         s.epoch = need
     if s.coop.trank == 0:
         bs.epoch[me][s.index] = s.epoch
+
+
+@implements("flowdsl.cft.barrier_arrive")
+def _cft_barrier_arrive(session, order, producer, consumer):
+    _bar_arrive(session, order)
+
+
+@implements("flowdsl.cft.barrier_wait")
+def _cft_barrier_wait(session, order, producer, consumer):
+    _bar_wait(session, order, producer)
+
+
+@implements("flowdsl.cft.barrier_sync")
+def _cft_barrier_sync(session, order, producer, consumer):
+    _bar_arrive(session, order)
+    _bar_wait(session, order, producer)

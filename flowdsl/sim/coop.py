@@ -156,7 +156,7 @@ def _coop_within_warp(coop):
 
 
 @implements("flowdsl.coop.coalesced")
-def _coop_coalesced(coop=None):
+def _coop_coalesced(coop):
     if coop is None:
         return _coop_lanes(shim.activemask())  # the active lanes, as the simulator's warp functions see them
     if coop.kind in _WITHIN_WARP:
@@ -165,7 +165,7 @@ def _coop_coalesced(coop=None):
 
 
 @implements("flowdsl.coop.bcast")
-def _coop_bcast(coop, value, root, entry_sync=True):
+def _coop_bcast(coop, value, root, entry_sync):
     size = 8 if isinstance(value, (int, float)) else np.asarray(value).dtype.itemsize  # a Python number: 64-bit
     if size not in (4, 8):
         raise sim_error(KernelTypingError, bcast_width_refusal(_typeof(value)))

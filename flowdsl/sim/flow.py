@@ -18,7 +18,7 @@ __all__: list[str] = []
 
 
 @implements("flowdsl.flow.reduction")
-def _flow_reduction(op, nranks, fp8=0, scale=None):
+def _flow_reduction(op, nranks, fp8, scale):
     if op == RedOp.PREMULSUM and scale is None:  # the GPU refuses a constant PREMULSUM without one when it types it
         raise sim_error(KernelTypingError, scale_refusal())
     return Reduction(op, nranks, fp8, scale)

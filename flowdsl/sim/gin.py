@@ -222,7 +222,7 @@ def _coop_issue(coop):
 
 # ---------------------------------------------------------------- context and actions
 @implements("flowdsl.gin.context")
-def _gin_context(comm, index=0):
+def _gin_context(comm, index):
     return GinContext(comm, index)
 
 
@@ -297,8 +297,7 @@ def _gin_counter_inc(counter):
 
 # ---------------------------------------------------------------- operations
 @implements("flowdsl.gin.put")
-def _gin_put(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remote=None, local=None,
-             coop=None):
+def _gin_put(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remote, local, coop):
     opn = "issue flowdsl.gin.put"
     dst = _peer(ctx, team, peer, opn)
     spans = _spans(opn, dst, nbytes, (dst_win, dst_offset, "dst_win", "destination"),
@@ -317,7 +316,7 @@ def _gin_put(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, 
 
 
 @implements("flowdsl.gin.put_value")
-def _gin_put_value(ctx, team, peer, dst_win, dst_offset, value, remote=None, coop=None):
+def _gin_put_value(ctx, team, peer, dst_win, dst_offset, value, remote, coop):
     opn = "issue flowdsl.gin.put_value"
     dst = _peer(ctx, team, peer, opn)
     dg = dst_win.own(opn, "dst_win").group
@@ -338,7 +337,7 @@ def _gin_put_value(ctx, team, peer, dst_win, dst_offset, value, remote=None, coo
 
 
 @implements("flowdsl.gin.signal")
-def _gin_signal(ctx, team, peer, remote, coop=None):
+def _gin_signal(ctx, team, peer, remote, coop):
     opn = "issue flowdsl.gin.signal"
     dst = _peer(ctx, team, peer, opn)
     if remote is None:
@@ -354,7 +353,7 @@ def _gin_signal(ctx, team, peer, remote, coop=None):
 
 
 @implements("flowdsl.gin.get")
-def _gin_get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nbytes, coop=None):
+def _gin_get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nbytes, coop):
     opn = "issue flowdsl.gin.get"
     dst = _peer(ctx, team, peer, opn)
     spans = _spans(opn, dst, nbytes, (remote_win, remote_offset, "remote_win", "remote"),
@@ -369,7 +368,7 @@ def _gin_get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset
 
 
 @implements("flowdsl.gin.flush")
-def _gin_flush(ctx, coop, order=MemoryOrder.ACQUIRE):
+def _gin_flush(ctx, coop, order):
     t = current()
     net = _net()
     key = _issuer(t, coop)
@@ -412,7 +411,7 @@ def _wait_rolled(t, values, cond, ident, least, bits, code, wait, comm):
 
 
 @implements("flowdsl.gin.read_signal")
-def _gin_read_signal(ctx, signal, bits=64, order=MemoryOrder.ACQUIRE):
+def _gin_read_signal(ctx, signal, bits, order):
     st = ctx.state
     sig = _check_signal(st, signal, "read a signal")
     t, did = current(), st.group.did
@@ -422,7 +421,7 @@ def _gin_read_signal(ctx, signal, bits=64, order=MemoryOrder.ACQUIRE):
 
 
 @implements("flowdsl.gin.read_counter")
-def _gin_read_counter(ctx, counter, bits=56, order=MemoryOrder.ACQUIRE):
+def _gin_read_counter(ctx, counter, bits, order):
     st = ctx.state
     c = _check_counter(st, counter, "read a counter")
     t, did = current(), st.group.did
@@ -431,7 +430,7 @@ def _gin_read_counter(ctx, counter, bits=56, order=MemoryOrder.ACQUIRE):
 
 
 @implements("flowdsl.gin.wait_signal")
-def _gin_wait_signal(ctx, coop, signal, least, bits=64, order=MemoryOrder.ACQUIRE):
+def _gin_wait_signal(ctx, coop, signal, least, bits, order):
     st = ctx.state
     sig = _check_signal(st, signal, "wait for a signal")
     t = current()
@@ -450,7 +449,7 @@ def _gin_wait_signal(ctx, coop, signal, least, bits=64, order=MemoryOrder.ACQUIR
 
 
 @implements("flowdsl.gin.wait_counter")
-def _gin_wait_counter(ctx, coop, counter, least, bits=56, order=MemoryOrder.ACQUIRE):
+def _gin_wait_counter(ctx, coop, counter, least, bits, order):
     st = ctx.state
     c = _check_counter(st, counter, "wait for a counter")
     t = current()

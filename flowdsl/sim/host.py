@@ -143,6 +143,7 @@ class SimComm(Closable):
     #: mismatch is a CollectiveMismatchError naming both calls); on GPUs with ``init(check_collectives=True)``.
     check_collectives = True
     memory_device = "cpu"
+    device = None  # no CUDA device: host memory stands for the rank's GPU memory
     cuda_graphs = False
     #: NCCL's host communicator on GPUs; the simulator has none (``algorithm="nccl"`` is refused there).
     nccl = None
@@ -238,11 +239,12 @@ class SimComm(Closable):
                 c.result.cft_counted = bool(cft_counted)
         if isinstance(c.result, Exception):
             raise c.result
-        return self._track(Window(c.result, self.rank, self))
+        win = Window(c.result, self.rank, self)
+        self.track(win)
+        return win
 
-    def _track(self, resource):
+    def track(self, resource) -> None:
         self._resources.append(resource)
-        return resource
 
     def device_communicator(self, *, for_kernel=None, grid=None, **requirements) -> DevComm:
         """A device communicator (collective), as the GPU runtime's: ``requirements`` such as
@@ -265,7 +267,9 @@ class SimComm(Closable):
                 c.result = DevCommGroup(self.world.ndevcomms - 1, self.world, counts[0], reqs)
         if isinstance(c.result, Exception):
             raise c.result
-        return self._track(DevComm(c.result, self))
+        dc = DevComm(c.result, self)
+        self.track(dc)
+        return dc
 
     def synchronize(self):
         """Wait until this rank's launched kernels have finished."""

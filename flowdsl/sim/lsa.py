@@ -12,7 +12,8 @@ from .memory import raw
 from .errors import BarrierIndexError, KernelTypingError, UsageError, WindowAccessError, sim_error
 from .scheduler import Wait
 from .coop import coop_sync
-from .semantics import current, implements, run
+from . import semantics
+from .semantics import current, implements, method_of
 from .timeouts import note_bounded
 
 __all__ = ["Pointer", "MultimemView", "BarrierSession", "lsa_barrier", "lsa_arrive", "lsa_wait"]
@@ -88,26 +89,26 @@ def _lsa_get_team_pointer(win, offset, team, peer):
 
 
 @implements("flowdsl.lsa.local_view")
-def _lsa_local_view(win, start=0, count=-1, dtype=None):
+def _lsa_local_view(win, start, count, dtype):
     w = win.own("make a local view")
     return w.view(w.rank, start, count, dtype, "make a local view")
 
 
 @implements("flowdsl.lsa.lsa_view")
-def _lsa_lsa_view(win, lsa_peer, start=0, count=-1, dtype=None):
+def _lsa_lsa_view(win, lsa_peer, start, count, dtype):
     w = win.own("make an LSA view")
     return w.view(_lsa_to_world(w, lsa_peer, "make an LSA view"), start, count, dtype,
                   f"make an LSA view (lsa_peer {int(lsa_peer)})")
 
 
 @implements("flowdsl.lsa.peer_view")
-def _lsa_peer_view(win, peer, start=0, count=-1, dtype=None):
+def _lsa_peer_view(win, peer, start, count, dtype):
     w = win.own("make a peer view")
     return w.view(_world_lsa_check(w, peer, "make a peer view"), start, count, dtype, "make a peer view")
 
 
 @implements("flowdsl.lsa.team_view")
-def _lsa_team_view(win, team, peer, start=0, count=-1, dtype=None):
+def _lsa_team_view(win, team, peer, start, count, dtype):
     w = win.own("make a team view")
     world = w.rank + (int(peer) - team.rank) * team.stride
     return w.view(_world_lsa_check(w, world, "make a team view"), start, count, dtype, "make a team view")
@@ -140,7 +141,7 @@ class MultimemView:
 
 
 @implements("flowdsl.lsa.multimem_view")
-def _lsa_multimem_view(comm, win, start=0, count=-1, dtype=None):
+def _lsa_multimem_view(comm, win, start, count, dtype):
     w = win.own("make a multimem view")
     if not comm.group.reqs.get("lsa_multimem"):
         raise sim_error(UsageError, lsa.MULTIMEM_MISSING)
@@ -151,7 +152,7 @@ def _lsa_multimem_view(comm, win, start=0, count=-1, dtype=None):
 KIND_CHECKS.register("multimem", lambda v: isinstance(v, MultimemView))
 
 
-class BarrierSession:
+class BarrierSession(semantics.BarrierSession):
     """A thread's LSA barrier session (``ncclLsaBarrierSession``) on one index.
 
     Attributes:
@@ -161,19 +162,11 @@ class BarrierSession:
         epoch: This thread's copy of the barrier's epoch.
     """
 
-    __slots__ = ("comm", "coop", "index", "epoch")
+    __slots__ = ()
 
-    def __init__(self, comm, coop, index, epoch):
-        self.comm, self.coop, self.index, self.epoch = comm, coop, index, epoch
-
-    def arrive(self, *args, **kwargs):  # the stub's parameters, checked by run() as the GPU's typing checks them
-        return run("flowdsl.lsa.arrive", self, *args, **kwargs)
-
-    def wait(self, *args, **kwargs):  # the stub's parameters, checked by run() as the GPU's typing checks them
-        return run("flowdsl.lsa.wait", self, *args, **kwargs)
-
-    def sync(self, *args, **kwargs):  # the stub's parameters, checked by run() as the GPU's typing checks them
-        return run("flowdsl.lsa.sync", self, *args, **kwargs)
+    arrive = method_of("flowdsl.lsa.arrive")
+    wait = method_of("flowdsl.lsa.wait")
+    sync = method_of("flowdsl.lsa.sync")
 
 
 KIND_CHECKS.register("lsa_session", lambda v: isinstance(v, BarrierSession))

@@ -176,7 +176,7 @@ def test_arrays_on_another_gpu_are_refused_before_launch():
     from flowdsl import UsageError
     from flowdsl import collectives as coll
 
-    comm = type("Comm", (), {"nranks": 1, "device": 0, "alloc": None})()
+    comm, _ = _fake_comm()  # on GPU 0
     with pytest.raises(UsageError, match="src is on device 1 but the communicator uses device 0. Move it there"):
         coll.all_reduce(comm, _DeviceArray(1))
     with pytest.raises(UsageError, match="dst is on device 2 but the communicator uses device 0"):
@@ -221,8 +221,11 @@ class _FakeNccl:
 
 
 def _fake_comm(**attributes):
+    """A GPU communicator on GPU 0 with what the host contract gives the collectives' checks and NCCL's path."""
     nccl = _FakeNccl()
-    comm = type("Comm", (), {"nranks": 1, "device": 0, "alloc": None, "closed": False, "nccl": nccl})()
+    comm = type("Comm", (), {"nranks": 1, "device": 0, "alloc": None, "closed": False, "nccl": nccl,
+                             "memory_device": "cuda", "check_collectives": False, "cuda_graphs": True,
+                             "device_error": lambda self: None})()
     comm.__dict__.update(attributes)
     return comm, nccl
 

@@ -73,7 +73,8 @@ def test_both_sides_keep_the_contract(index):
 def test_the_contract_lists_what_both_offer():
     names = _members(contract.Communicator)
     assert {"alloc", "free", "register", "device_communicator", "open_resources", "synchronize", "barrier", "abort",
-            "close", "closed", "check_collectives", "wait_timeout", "device_error", "rank", "nranks"} <= set(names)
+            "close", "closed", "check_collectives", "wait_timeout", "device_error", "rank", "nranks", "exchange",
+            "track", "supports_multimem", "device", "memory_device"} <= set(names)
     assert names["device_communicator"] == "method" and names["closed"] == names["open_resources"] == "property"
 
 
@@ -160,7 +161,6 @@ _ONE_SIDED = {
         "world": "the simulated world itself",
     },
     "gpu": {
-        "device": "the CUDA device ordinal (the simulator has no devices)",
         "nccl_version": "the loaded libnccl's release (the simulator models the device API of every release)",
     },
 }

@@ -51,7 +51,7 @@ CupyLike.__module__ = "cupy._core.core"
 
 
 class Comm:
-    def _track(self, resource):
+    def track(self, resource):
         pass
 
     def _untrack(self, resource):

@@ -6,6 +6,7 @@ primitive needs only its stub (here reusing an existing C function) to compile; 
 from __future__ import annotations
 
 import importlib
+import inspect
 
 import numpy as np
 import pytest
@@ -126,45 +127,94 @@ def _lowered_methods():
     return {(typ.__name__, attr): fn for typ, attr, fn in overloaded_methods() if fn.__module__.startswith("flowdsl.")}
 
 
+def _params(fn, skip_first=False):
+    import inspect
+
+    return [(p.name, p.kind, p.default) for p in list(inspect.signature(fn).parameters.values())[int(skip_first):]]
+
+
+def _lowering_differs(stub, fn, skip_first=False) -> bool:
+    """Whether lowering ``fn`` takes other parameters than ``stub``: a lowering's default is the stub's, or
+    None where the stub's default is an enum member (left out: the lowering reads the member from the spec,
+    ``checks.stub_default``, as numba compiles a left-out argument from the typer's default)."""
+    spec = spec_of(stub)
+
+    def same(lowered, stubs):
+        (name, kind, default), (_, _, stub_default) = lowered, stubs
+        return default == stub_default or (default is None and name in spec.args
+                                           and spec.args[name].kind in ("order", "enum", "scope"))
+
+    lowered, stubbed = _params(fn, skip_first), _params(stub, skip_first)
+    return ([(n, k) for n, k, _ in lowered] != [(n, k) for n, k, _ in stubbed]
+            or not all(same(a, b) for a, b in zip(lowered, stubbed)))
+
+
+def test_every_lowering_takes_its_stubs_parameters():
+    """Each ``@overload`` of a stub takes the stub's parameters and defaults (or None for an enum default, which
+    the spec gives): a default restated in the lowering (``bits=64`` of gin.read_signal) cannot drift."""
+    importlib.import_module("flowdsl.lowering.bindings")  # binds every stub
+    from flowdsl.lowering.backend import overloaded_stubs
+
+    pairs = list(overloaded_stubs())
+    assert {stub for stub, _ in pairs} >= {flowdsl.gin.flush, flowdsl.gin.wait_signal, flowdsl.cft.fence,
+                                           flowdsl.cft.barrier_sync, flowdsl.lsa.sync}
+    differ = [f"{spec_of(stub).name}: lowering {fn.__name__}{_params(fn)}, stub {_params(stub)}"
+              for stub, fn in pairs if _lowering_differs(stub, fn)]
+    assert differ == []
+
+
+def test_the_lowering_check_finds_a_restated_default():
+    def read_signal(ctx, signal, bits=32, order=None):
+        """A lowering that restated gin.read_signal's bits, then drifted."""
+
+    assert _lowering_differs(flowdsl.gin.read_signal, read_signal)
+    read_signal.__defaults__ = (64, None)
+    assert not _lowering_differs(flowdsl.gin.read_signal, read_signal)
+    read_signal.__defaults__ = (None, None)  # None stands only for an enum default, which the spec gives
+    assert _lowering_differs(flowdsl.gin.read_signal, read_signal)
+
+
 def test_every_session_method_takes_the_gpus_parameters_on_the_simulator():
     """A method of a session or coop (``gin.rail_barrier(...).sync(order)``) has no stub of its own: the
     simulator's class must take the parameters the GPU's typing takes, defaults included (its GIN barriers'
-    ``sync`` defaulted ``order`` to SEQ_CST, so ``.sync()`` ran on the simulator and failed to compile)."""
-    import inspect
-
+    ``sync`` defaulted ``order`` to SEQ_CST, so ``.sync()`` ran on the simulator and failed to compile). A
+    method that is a stub's lowering too (``lsa.sync``, ``cft.barrier_sync``) takes the stub's parameters
+    on both sides, and its simulator class forwards to the stub (``run``), whose defaults the spec holds."""
+    from flowdsl.lowering.backend import overloaded_stubs
     from flowdsl.sim import cft, coop, gin, lsa
 
     simulated = {"CoopType": (coop.Coop,), "LsaBarrierSessionType": (lsa.BarrierSession,),
                  "GinBarrierSessionType": (gin.GinBarrierSession, gin.HybridBarrierSession),
                  "CftBarrierSessionType": (cft.CftBarrierSession,)}
-
-    def params(fn, skip_first):
-        ps = list(inspect.signature(fn).parameters.values())[1 if skip_first else 0:]
-        return [(p.name, p.kind, p.default) for p in ps]
-
     lowered = _lowered_methods()
+    stub_of = {fn: stub for stub, fn in overloaded_stubs()}
     assert {t for t, _ in lowered} == set(simulated), "a lowered type's simulator classes are not listed"
+    assert {(t, a) for (t, a), fn in lowered.items() if fn in stub_of} >= {
+        ("CftBarrierSessionType", m) for m in ("arrive", "wait", "sync")}, "the CFT barrier's methods have specs"
+    forwarding = [(inspect.Parameter.VAR_POSITIONAL, None), (inspect.Parameter.VAR_KEYWORD, None)]
     differ = []
     for (typ, attr), fn in sorted(lowered.items()):
+        stub = stub_of.get(fn)
+        if stub is not None and _lowering_differs(stub, fn, True):
+            differ.append(f"{typ}.{attr}: GPU {_params(fn, True)}, stub {_params(stub, True)}")
         for cls in simulated[typ]:
             method = getattr(cls, attr, None)
             if method is None:
                 differ.append(f"{cls.__name__} has no {attr}")
                 continue
-            sim_params = params(method, True)
-            if [k for _, k, _ in sim_params] == [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]:
-                # it forwards to the stub flowdsl.<module>.<attr>, whose parameters the simulator checks
-                stub = PRIMITIVES.get(f"{cls.__module__.replace('.sim', '')}.{attr}")
-                sim_params = None if stub is None else params(stub, True)
-            if sim_params != params(fn, True):
-                differ.append(f"{cls.__name__}.{attr}: simulator {sim_params}, GPU {params(fn, True)}")
+            sim_params = _params(method, True)
+            if stub is not None:  # forwarded to the stub (whose parameters run() checks), or the stub's own
+                if [(k, None) for _, k, _ in sim_params] != forwarding and sim_params != _params(stub, True):
+                    differ.append(f"{cls.__name__}.{attr} takes {sim_params}: forward to {spec_of(stub).name}")
+            elif sim_params != _params(fn, True):
+                differ.append(f"{cls.__name__}.{attr}: simulator {sim_params}, GPU {_params(fn, True)}")
     assert differ == []
 
 
 def test_an_enum_parameter_left_out_means_the_stubs_default():
     """What an omitted order, proxy or scope means is the stub's default (a member, in the spec), which the
-    lowering reads (``checks.stub_default``) and the simulator's implementation repeats in its signature
-    (``tests/sim/test_semantics.py`` compares them): a ``None`` default left each layer to pick its own."""
+    lowering reads (``checks.stub_default``) and the simulator's implementation is given when it registers
+    (``sim.semantics.implements``): a ``None`` default left each layer to pick its own."""
     import enum
     import inspect
 

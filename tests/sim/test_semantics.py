@@ -521,3 +521,29 @@ def test_element_addresses_for_alignment_checks():
             return out.get()
     for got in run_ranks(main, nranks=2):
         assert list(got[:3]) == [16, 4, 16]
+
+
+def test_a_simulation_takes_the_stubs_defaults_and_states_none():
+    """The stub is the one home of a default: ``implements`` gives the simulation the stub's and refuses one
+    that states its own or takes other parameters."""
+    import inspect
+
+    from flowdsl.errors import FlowDSLError
+    from flowdsl.sim.semantics import take_stub_defaults
+
+    assert inspect.signature(sim.SEMANTICS["flowdsl.gin.flush"]).parameters["order"].default \
+        is flowdsl.MemoryOrder.ACQUIRE
+
+    def flush(ctx, coop, order=flowdsl.MemoryOrder.SEQ_CST):
+        pass
+
+    with pytest.raises(FlowDSLError, match=r"as the simulation of flowdsl.gin.flush: it states defaults \(order\), "
+                                           r"which are the stub's to give. Drop them"):
+        take_stub_defaults("flowdsl.gin.flush", flush)
+
+    def flush2(ctx, coop):
+        pass
+
+    with pytest.raises(FlowDSLError, match=r"it takes \(ctx, coop\), the stub \(ctx, coop, order=.*\)\. Take the "
+                                           r"stub's parameters"):
+        take_stub_defaults("flowdsl.gin.flush", flush2)
