@@ -31,6 +31,9 @@ ALLOWED_BUILTIN_RAISES = {
     ("flowdsl/gin.py", "AttributeError"): "module __getattr__ protocol (gin.barrier, renamed by team)",
     ("flowdsl/lowering/backend.py", "AttributeError"): "module __getattr__ protocol",
     ("flowdsl/sim/races.py", "AttributeError"): "__getattr__ protocol (a record array's fields by name)",
+    ("flowdsl/sim/host.py", "AttributeError"): "__getattr__ protocol (a simulated kernel code's private names)",
+    ("flowdsl/sim/division.py", "ZeroDivisionError"): "the user kernel's own exception, as numba-cuda raises it "
+                                                      "under debug=True (not a refusal of flowdsl's)",
     ("flowdsl/_launch_params.py", "AssertionError"): "an internal invariant (a packer exists for every packed type)",
     ("flowdsl/collectives/check.py", "AssertionError"): "compare() is an assertion helper for tests, as numpy.testing",
     ("flowdsl/runtime/memory.py", "NotImplementedError"): "an abstract method, overridden by every resource",
