@@ -578,6 +578,10 @@ def _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, confi
                          f"a {algorithm} program. Use 'ring' or 'auto'")
     if algorithm == "nccl":
         return LaunchShape("nccl", None, None)
+    if algorithm == "hierarchical":
+        why = hierarchical_refusal(collective, comm)
+        if why is not None:
+            raise UsageError(why)
     if algorithm == "multimem":  # no Flow, no protocol: blocks by the message as a Flow program's channels
         _check_multimem(comm, dtype, kernel_dtype, redop)
         return LaunchShape("multimem", None, cost.channels_for(nbytes, comm.nranks, config, Protocol.SIMPLE))
@@ -617,10 +621,10 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
         st = _multimem_state(comm, config, collective, stream)
         gin, window = False, st.window
     else:
-        st = _state(comm, config, collective, stream, own=collective if collective in _OWN_STAGING else None)
+        st = _state(comm, config, collective, stream, own=_own_staging(collective, algorithm))
         gin, window = st.gin, st.window
     if collective == "all_to_all":
-        _check_all_to_all_channels(comm, config)
+        _check_all_to_all_channels(comm, config, algorithm)
     if algorithm == "one_shot":
         _check_one_shot(comm, st, count, kernel_dtype)
         window = st.one_shot_window(collective, stream)
@@ -641,14 +645,51 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
 _OWN_STAGING = ("all_to_all",)
 
 
-def _check_all_to_all_channels(comm, config) -> None:
-    from ..flow import MAX_CONNECTIONS  # noqa: PLC0415
+def _own_staging(collective: str, algorithm: str) -> str | None:
+    """Which staging window of its own a call uses (None: the ring and tree programs' one). The hierarchical
+    programs join rail and node neighbours on their connections, so they have one (all_gather and
+    reduce_scatter share it: the same neighbours on the same numbers), and the hierarchical all_to_all another."""
+    if algorithm == "hierarchical":
+        return "hierarchical all_to_all" if collective == "all_to_all" else "hierarchical"
+    return collective if collective in _OWN_STAGING else None
 
-    needed = -(-(comm.nranks - 1) // MAX_CONNECTIONS)
+
+def _check_all_to_all_channels(comm, config, algorithm="pairwise") -> None:
+    from ..flow import MAX_CONNECTIONS  # noqa: PLC0415
+    from .programs import HIERARCHICAL_ROUNDS_PER_CHANNEL  # noqa: PLC0415
+
+    per = HIERARCHICAL_ROUNDS_PER_CHANNEL if algorithm == "hierarchical" else MAX_CONNECTIONS
+    needed = -(-(comm.nranks - 1) // per)
     if config.channels < needed:
+        rounds = "hierarchical rounds take 2 connections each, so 2 rounds" if algorithm == "hierarchical" \
+            else f"pairwise rounds take {MAX_CONNECTIONS} connections"
         raise UsageError(f"Cannot all_to_all over {comm.nranks} ranks with FlowConfig(channels={config.channels}): "
-                         f"its {comm.nranks - 1} pairwise rounds take {MAX_CONNECTIONS} connections a channel, so "
-                         f"at least {needed} channels. Pass FlowConfig(channels={needed}) or more")
+                         f"its {comm.nranks - 1} {rounds} a channel, so at least {needed} channels. Pass "
+                         f"FlowConfig(channels={needed}) or more")
+
+
+def hierarchical_refusal(collective: str, comm) -> str | None:
+    """Why ``collective`` cannot run hierarchically on ``comm`` (None: it can): it needs several nodes (LSA
+    teams) of several ranks each, the same number on every node, laid out node by node (rank ``r`` is LSA rank
+    ``r % L`` of node ``r // L``: NCCL's LSA team is ``L`` consecutive ranks, its rail every ``L``-th)."""
+    n, lsa_size = comm.nranks, lsa_team_size(comm)
+    lsa_rank = getattr(comm, "lsa_rank", None)
+    head = f"Cannot {collective} with algorithm='hierarchical': "
+    if lsa_size >= n:
+        return (head + f"this communicator is one LSA team ({n} ranks on one node), so nothing crosses the network "
+                "and there is no rail to gather along. Use 'ring' or 'auto'" + (" ('pairwise' for all_to_all)"
+                                                                                  if collective == "all_to_all" else ""))
+    if n % lsa_size or (lsa_rank is not None and int(lsa_rank) != comm.rank % lsa_size):
+        where = f"rank {comm.rank} is LSA rank {lsa_rank}" if lsa_rank is not None else \
+            f"{n} ranks do not split into LSA teams of {lsa_size}"
+        return (head + f"the ranks are not laid out node by node with as many on every node ({where}; the rails "
+                f"need rank r to be LSA rank r % {lsa_size}). Launch the same number of ranks on every node, "
+                "numbered node by node (torchrun does), or use 'ring' or 'auto'")
+    if lsa_size == 1:
+        return (head + f"every node holds one rank ({n} nodes), so the rail is the whole ring and there is nothing "
+                "to do inside a node. Use 'ring' or 'auto'" + (" ('pairwise' for all_to_all)"
+                                                              if collective == "all_to_all" else ""))
+    return None
 
 
 def _one_shot_fits(comm, count: int, kernel_dtype: str) -> bool:
