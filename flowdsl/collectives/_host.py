@@ -572,9 +572,9 @@ def _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, confi
                          "NCCL would take them for integers. Pass torch tensors of that dtype, or use "
                          "'ring', 'tree' or 'auto'")
     if algorithm != "nccl" and (algorithm, collective) not in PROGRAMS:
-        has = [a for (a, c) in PROGRAMS if a == algorithm]
+        has = [c for (a, c) in PROGRAMS if a == algorithm]
         raise UsageError(f"Cannot {collective} with algorithm={algorithm!r}: only "
-                         f"{', '.join(c for (a, c) in PROGRAMS if a == algorithm) if has else 'no collective'} has "
+                         f"{', '.join(has) if has else 'no collective'} {'have' if len(has) > 1 else 'has'} "
                          f"a {algorithm} program. Use 'ring' or 'auto'")
     if algorithm == "nccl":
         return LaunchShape("nccl", None, None)
@@ -680,8 +680,8 @@ def hierarchical_refusal(collective: str, comm) -> str | None:
                 "and there is no rail to gather along. Use 'ring' or 'auto'" + (" ('pairwise' for all_to_all)"
                                                                                   if collective == "all_to_all" else ""))
     if n % lsa_size or (lsa_rank is not None and int(lsa_rank) != comm.rank % lsa_size):
-        where = f"rank {comm.rank} is LSA rank {lsa_rank}" if lsa_rank is not None else \
-            f"{n} ranks do not split into LSA teams of {lsa_size}"
+        where = f"{n} ranks do not split into LSA teams of {lsa_size}" if n % lsa_size else \
+            f"rank {comm.rank} is LSA rank {lsa_rank}"
         return (head + f"the ranks are not laid out node by node with as many on every node ({where}; the rails "
                 f"need rank r to be LSA rank r % {lsa_size}). Launch the same number of ranks on every node, "
                 "numbered node by node (torchrun does), or use 'ring' or 'auto'")
