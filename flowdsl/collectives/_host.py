@@ -566,7 +566,8 @@ def _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, confi
         multimem = collective == "all_reduce" and _multimem_available(comm, kernel_dtype, redop)
         algorithm = cost.choose(collective, comm.nranks, lsa_team_size(comm), nbytes, nccl_available=nccl_knows,
                                 one_shot_available=_one_shot_fits(comm, count, kernel_dtype),
-                                multimem_available=multimem, config=config)
+                                multimem_available=multimem, config=config,
+                                hierarchical_available=hierarchical_refusal(collective, comm) is None)
     if algorithm == "nccl" and getattr(comm, "nccl", None) is not None and not nccl_knows:
         raise UsageError(f"Cannot {collective} {dtype} held in {kernel_dtype} arrays with algorithm='nccl': "
                          "NCCL would take them for integers. Pass torch tensors of that dtype, or use "
@@ -675,10 +676,10 @@ def hierarchical_refusal(collective: str, comm) -> str | None:
     n, lsa_size = comm.nranks, lsa_team_size(comm)
     lsa_rank = getattr(comm, "lsa_rank", None)
     head = f"Cannot {collective} with algorithm='hierarchical': "
+    instead = "Use 'ring' or 'auto'" + (" ('pairwise' for all_to_all)" if collective == "all_to_all" else "")
     if lsa_size >= n:
         return (head + f"this communicator is one LSA team ({n} ranks on one node), so nothing crosses the network "
-                "and there is no rail to gather along. Use 'ring' or 'auto'" + (" ('pairwise' for all_to_all)"
-                                                                                  if collective == "all_to_all" else ""))
+                f"and there is no rail to gather along. {instead}")
     if n % lsa_size or (lsa_rank is not None and int(lsa_rank) != comm.rank % lsa_size):
         where = f"{n} ranks do not split into LSA teams of {lsa_size}" if n % lsa_size else \
             f"rank {comm.rank} is LSA rank {lsa_rank}"
@@ -687,8 +688,7 @@ def hierarchical_refusal(collective: str, comm) -> str | None:
                 "numbered node by node (torchrun does), or use 'ring' or 'auto'")
     if lsa_size == 1:
         return (head + f"every node holds one rank ({n} nodes), so the rail is the whole ring and there is nothing "
-                "to do inside a node. Use 'ring' or 'auto'" + (" ('pairwise' for all_to_all)"
-                                                              if collective == "all_to_all" else ""))
+                f"to do inside a node. {instead}")
     return None
 
 

@@ -4,8 +4,10 @@ Ring: :func:`ring_all_gather`, :func:`ring_reduce_scatter`, :func:`ring_broadcas
 :func:`ring_reduce`, :func:`ring_all_reduce`. Tree: :func:`tree_all_reduce`
 (double binary tree). One LSA team, small messages: :func:`one_shot_all_reduce`
 (every rank writes to every peer, no Flow); through the NVLink switch:
-:func:`multimem_all_reduce` (NVLink SHARP, ``multimem`` loads and stores). AllToAll: :func:`pairwise_all_to_all` (pairwise rounds). Several nodes, along rails: :func:`hierarchical_all_gather`,
-:func:`hierarchical_reduce_scatter`, :func:`hierarchical_all_to_all`. Each is a kernel factory: ``ring_all_reduce(RedOp.SUM)``
+:func:`multimem_all_reduce` (NVLink SHARP, ``multimem`` loads and stores). AllToAll: :func:`pairwise_all_to_all`
+(pairwise rounds). Several nodes, over the network along rails only: :func:`hierarchical_all_gather`,
+:func:`hierarchical_reduce_scatter`, :func:`hierarchical_all_to_all`. Each is a kernel factory:
+``ring_all_reduce(RedOp.SUM)``
 returns the ``@flowdsl.kernel`` for that operator (the operator is a compile-time
 constant; the element type comes from the arrays). The Flow programs are device functions
 made into factories by :func:`flow_program` (``ring_all_reduce.program`` is the algorithm

@@ -145,3 +145,40 @@ def test_launch_shape_names_the_program():
                 for c in ("all_gather", "reduce_scatter")]
 
     assert spawn(main, nranks=4, nodes=2)[0] == ["hierarchical", "hierarchical"]
+
+
+def test_cost_model_picks_it_across_nodes_only_where_modelled():
+    """(Without NCCL's host collective, as on the simulator.) Across nodes the rail carries each block once per
+    node and the node ring the rest over LSA, where the
+    flat ring carries every block over GIN: auto picks the hierarchical all_gather and reduce_scatter there
+    (when the communicator is laid out for it), never within a node, and never for all_to_all (as many
+    network bytes as pairwise)."""
+    cfg = coll.FlowConfig()
+
+    def pick(collective, nranks, lsa_size, nbytes, **kw):
+        return coll.cost.choose(collective, nranks, lsa_size, nbytes, nccl_available=False, config=cfg, **kw)
+
+    for nbytes in (8, 64 * 1024, 64 << 20):
+        for collective in ("all_gather", "reduce_scatter"):
+            assert pick(collective, 8, 4, nbytes, hierarchical_available=True) == "hierarchical"
+            assert pick(collective, 8, 4, nbytes) != "hierarchical"
+            assert pick(collective, 8, 8, nbytes, hierarchical_available=True) != "hierarchical"
+        assert pick("all_to_all", 8, 4, nbytes, hierarchical_available=True) != "hierarchical"
+    assert coll.cost.estimate("all_gather", "hierarchical", 8, 4, 1 << 20, cfg) < \
+        coll.cost.estimate("all_gather", "ring", 8, 4, 1 << 20, cfg)
+
+
+def test_auto_runs_it_across_nodes():
+    def main(comm):
+        shape = launch_shape("all_gather", comm, 300, "float32", "auto", TINY)
+        x = comm.alloc(300, np.float32)
+        x[:] = np.arange(300, dtype=np.float32) + 1000 * comm.rank
+        y = comm.alloc(300 * comm.nranks, np.float32)
+        coll.all_gather(comm, x, y, config=TINY)
+        comm.synchronize()
+        return shape.algorithm, np.array(y)
+
+    want = np.concatenate([np.arange(300, dtype=np.float32) + 1000 * r for r in range(4)])
+    for algorithm, got in spawn(main, nranks=4, nodes=2, seed=1, gin_delivery="reordered"):
+        assert algorithm == "hierarchical"
+        np.testing.assert_array_equal(got, want)
