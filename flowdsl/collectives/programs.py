@@ -51,7 +51,7 @@ __all__ = ["PROGRAMS", "flow_program", "premul_scale", "one_rank", "scale_for", 
            "ring_reduce", "ring_all_reduce", "tree_all_reduce", "one_shot_all_reduce", "one_shot_words", "one_shot_fits",
            "ONE_SHOT_BLOCKS", "ONE_SHOT_LINES", "pairwise_all_to_all", "pairwise_exchange", "all_to_all_share",
            "multimem_all_reduce", "multimem_piece", "multimem_share",
-           "multimem_form", "hierarchical_layout", "hierarchical_connections", "hierarchical_all_gather",
+           "multimem_form", "hierarchical_layout", "hierarchical_connections", "block_of", "hierarchical_all_gather",
            "hierarchical_reduce_scatter", "node_reduce_scatter", "hierarchical_all_to_all", "hierarchical_round",
            "HIERARCHICAL_ROUNDS_PER_CHANNEL"]
 
@@ -482,11 +482,11 @@ def hierarchical_connections(proc):
 
 
 @flowdsl.device
-def block(arr, count, node, lsa_rank, L):
-    """Block ``node * L + lsa_rank`` (``count`` elements) of ``arr``: that rank's in an all-gather's output,
-    for that rank in a reduce-scatter's input."""
-    j = node * L + lsa_rank
-    return arr[j * count:(j + 1) * count]
+def block_of(node, lsa_rank, L):
+    """Index of the block of node ``node``'s LSA rank ``lsa_rank`` (its world rank): that rank's block of an
+    all-gather's output, the block for it of a reduce-scatter's or all-to-all's input. A step on one array
+    takes the block at element ``block_of(...) * count``; a step between two arrays takes a slice of it."""
+    return node * L + lsa_rank
 
 
 @flow_program
@@ -501,16 +501,19 @@ def hierarchical_all_gather(proc, red, partial, src, dst, count, root, lo, hi):
     for base in range(lo, hi, chunk):
         m = min(chunk, hi - base)
         # Rail: this rank's block, then the blocks of rail ranks a-1, a-2, ..., a+1 as they come round.
-        flow.copy_send(proc, rail_nxt, src, block(dst, count, a, l, L), base, m)
+        r = block_of(a, l, L)
+        flow.copy_send(proc, rail_nxt, src, dst[r * count:(r + 1) * count], base, m)
         for s in range(1, nodes - 1):
-            flow.recv_copy_send(proc, rail_prv, rail_nxt, block(dst, count, (a + nodes - s) % nodes, l, L), base, m)
-        flow.recv(proc, rail_prv, block(dst, count, (a + 1) % nodes, l, L), base, m)
+            j = block_of((a + nodes - s) % nodes, l, L)
+            flow.recv_copy_send(proc, rail_prv, rail_nxt, dst, j * count + base, m)
+        flow.recv(proc, rail_prv, dst, block_of((a + 1) % nodes, l, L) * count + base, m)
         # Node: every node's block of this LSA rank goes round the node; those of the others come in.
         for b in range(nodes):
-            flow.send(proc, node_nxt, block(dst, count, b, l, L), base, m)
+            flow.send(proc, node_nxt, dst, block_of(b, l, L) * count + base, m)
             for s in range(1, L - 1):
-                flow.recv_copy_send(proc, node_prv, node_nxt, block(dst, count, b, (l + L - s) % L, L), base, m)
-            flow.recv(proc, node_prv, block(dst, count, b, (l + 1) % L, L), base, m)
+                j = block_of(b, (l + L - s) % L, L)
+                flow.recv_copy_send(proc, node_prv, node_nxt, dst, j * count + base, m)
+            flow.recv(proc, node_prv, dst, block_of(b, (l + 1) % L, L) * count + base, m)
 
 
 @flowdsl.device
@@ -519,10 +522,10 @@ def node_reduce_scatter(proc, node_nxt, node_prv, red, partial, src, own, dst, c
     the node ring (a ring reduce-scatter), this rank keeping block ``(b, its LSA rank)``'s node sum in ``dst``,
     not finished (``partial``). ``own`` holds this rank's contribution to that block."""
     nodes, L, a, l = hierarchical_layout(proc.comm)
-    flow.send(proc, node_nxt, block(src, count, b, (l + L - 1) % L, L), base, m, red)
+    flow.send(proc, node_nxt, src, block_of(b, (l + L - 1) % L, L) * count + base, m, red)
     for s in range(1, L - 1):
-        flow.recv_reduce_send(proc, node_prv, node_nxt, block(src, count, b, (l + 2 * L - s - 1) % L, L), base, m,
-                              red)
+        j = block_of(b, (l + 2 * L - s - 1) % L, L)
+        flow.recv_reduce_send(proc, node_prv, node_nxt, src, j * count + base, m, red)
     flow.recv_reduce_copy(proc, node_prv, own, dst, base, m, partial)
 
 
@@ -543,7 +546,7 @@ def hierarchical_reduce_scatter(proc, red, partial, src, dst, count, root, lo, h
     chunk = chunk_elements(proc, mem.itemsize(dst))
     for base in range(lo, hi, chunk):
         m = min(chunk, hi - base)
-        flow.send(proc, keep, block(src, count, a, l, L), base, m)
+        flow.send(proc, keep, src, block_of(a, l, L) * count + base, m)
         for k in range(nodes):
             b = (a + 2 * nodes - 1 - k) % nodes
             if k == nodes - 1:  # this rank's own block: its own input back into dst, then the node's column
@@ -551,7 +554,8 @@ def hierarchical_reduce_scatter(proc, red, partial, src, dst, count, root, lo, h
                 node_reduce_scatter(proc, node_nxt, node_prv, red, partial, src, dst, dst, count, b, base, m)
                 flow.recv_reduce_copy(proc, rail_prv, dst, dst, base, m, carried)
             else:
-                node_reduce_scatter(proc, node_nxt, node_prv, red, partial, src, block(src, count, b, l, L), dst,
+                j = block_of(b, l, L)
+                node_reduce_scatter(proc, node_nxt, node_prv, red, partial, src, src[j * count:(j + 1) * count], dst,
                                     count, b, base, m)
                 if k == 0:
                     flow.send(proc, rail_nxt, dst, base, m)
@@ -578,15 +582,15 @@ def hierarchical_round(proc, number, k, src, dst, count, lo, hi):
     for base in range(lo, hi, chunk):
         m = min(chunk, hi - base)
         if s == 0:
-            flow.send(proc, node_out, block(src, count, a, (l + t) % L, L), base, m)
-            flow.recv(proc, node_in, block(dst, count, a, (l + L - t) % L, L), base, m)
+            flow.send(proc, node_out, src, block_of(a, (l + t) % L, L) * count + base, m)
+            flow.recv(proc, node_in, dst, block_of(a, (l + L - t) % L, L) * count + base, m)
         elif t == 0:
-            flow.send(proc, rail_out, block(src, count, to_node, l, L), base, m)
-            flow.recv(proc, rail_in, block(dst, count, from_node, l, L), base, m)
+            flow.send(proc, rail_out, src, block_of(to_node, l, L) * count + base, m)
+            flow.recv(proc, rail_in, dst, block_of(from_node, l, L) * count + base, m)
         else:
-            flow.send(proc, rail_out, block(src, count, to_node, (l + t) % L, L), base, m)
+            flow.send(proc, rail_out, src, block_of(to_node, (l + t) % L, L) * count + base, m)
             flow.recv_send(proc, rail_in, node_out, dst, base, m)
-            flow.recv(proc, node_in, block(dst, count, from_node, (l + L - t) % L, L), base, m)
+            flow.recv(proc, node_in, dst, block_of(from_node, (l + L - t) % L, L) * count + base, m)
 
 
 #: Rounds of the hierarchical all-to-all a channel carries at most (each takes two connection numbers).
