@@ -100,7 +100,7 @@ __all__ = [
     "slot_elements", "ll_line", "ll_read", "ll_lines_per_element", "ll_flag", "ll_cleans", "LL_FLAG_CYCLE",
     "E4M3", "E5M2",
     "send", "recv", "copy_send", "recv_reduce_send", "recv_reduce_copy", "recv_reduce_copy_send",
-    "recv_copy_send", "copy", "direct_send", "direct_recv", "direct_copy_send", "direct_recv_copy_send",
+    "recv_copy_send", "recv_send", "copy", "direct_send", "direct_recv", "direct_copy_send", "direct_recv_copy_send",
 ]
 
 
@@ -701,6 +701,7 @@ _recv_reduce_send_step = _step_kind("recv_reduce_send", recv=1, send=1, reduce=1
 _recv_reduce_copy_step = _step_kind("recv_reduce_copy", recv=1, send=0, reduce=1, store=1, last=1)
 _recv_reduce_copy_send_step = _step_kind("recv_reduce_copy_send", recv=1, send=1, reduce=1, store=1, last=1)
 _recv_copy_send_step = _step_kind("recv_copy_send", recv=1, send=1, reduce=0, store=1, last=0)
+_recv_send_step = _step_kind("recv_send", recv=1, send=1, reduce=0, store=0, last=0)
 
 
 @device
@@ -745,6 +746,15 @@ def recv_reduce_copy_send(proc, inp, out, src, dst, offset, n, red):
 def recv_copy_send(proc, inp, out, dst, offset, n):
     """Receive into ``dst`` and send the same elements on ``out``."""
     _recv_copy_send_step(proc, inp, out, dst, dst, offset, n, reduction(RedOp.SUM, 1))
+
+
+@device
+def recv_send(proc, inp, out, like, offset, n):
+    """Receive ``n`` elements from ``inp`` and send them on ``out`` as they are, storing nothing (NCCL's
+    ``recvSend``: a rank that passes another's data through, as the hierarchical all-to-all's rail ranks
+    do). ``like`` is an array of the element type (the slots' element size and alignment; never read or
+    written) and ``offset`` an element of it."""
+    _recv_send_step(proc, inp, out, like, like, offset, n, reduction(RedOp.SUM, 1))
 
 
 # ---- direct steps --------------------------------------------------------------------------------

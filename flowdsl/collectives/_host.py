@@ -560,18 +560,23 @@ def _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, confi
         multimem = collective == "all_reduce" and _multimem_available(comm, kernel_dtype, redop)
         algorithm = cost.choose(collective, comm.nranks, lsa_team_size(comm), nbytes, nccl_available=nccl_knows,
                                 one_shot_available=_one_shot_fits(comm, count, kernel_dtype),
-                                multimem_available=multimem, config=config)
+                                multimem_available=multimem, config=config,
+                                hierarchical_available=hierarchical_refusal(collective, comm) is None)
     if algorithm == "nccl" and comm.nccl is not None and not nccl_knows:
         raise UsageError(f"Cannot {collective} {dtype} held in {kernel_dtype} arrays with algorithm='nccl': "
                          "NCCL would take them for integers. Pass torch tensors of that dtype, or use "
                          "'ring', 'tree' or 'auto'")
     if algorithm != "nccl" and (algorithm, collective) not in PROGRAMS:
-        has = [a for (a, c) in PROGRAMS if a == algorithm]
+        has = [c for (a, c) in PROGRAMS if a == algorithm]
         raise UsageError(f"Cannot {collective} with algorithm={algorithm!r}: only "
-                         f"{', '.join(c for (a, c) in PROGRAMS if a == algorithm) if has else 'no collective'} has "
+                         f"{', '.join(has) if has else 'no collective'} {'have' if len(has) > 1 else 'has'} "
                          f"a {algorithm} program. Use 'ring' or 'auto'")
     if algorithm == "nccl":
         return LaunchShape("nccl", None, None)
+    if algorithm == "hierarchical":
+        why = hierarchical_refusal(collective, comm)
+        if why is not None:
+            raise UsageError(why)
     if algorithm == "multimem":  # no Flow, no protocol: blocks by the message as a Flow program's channels
         _check_multimem(comm, dtype, kernel_dtype, redop)
         return LaunchShape("multimem", None, cost.channels_for(nbytes, comm.nranks, config, Protocol.SIMPLE))
@@ -611,10 +616,10 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
         st = _multimem_state(comm, config, collective, stream)
         gin, window = False, st.window
     else:
-        st = _state(comm, config, collective, stream, own=collective if collective in _OWN_STAGING else None)
+        st = _state(comm, config, collective, stream, own=_own_staging(collective, algorithm))
         gin, window = st.gin, st.window
     if collective == "all_to_all":
-        _check_all_to_all_channels(comm, config)
+        _check_all_to_all_channels(comm, config, algorithm)
     if algorithm == "one_shot":
         _check_one_shot(comm, st, count, kernel_dtype)
         window = st.one_shot_window(collective, stream)
@@ -635,14 +640,50 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
 _OWN_STAGING = ("all_to_all",)
 
 
-def _check_all_to_all_channels(comm, config) -> None:
-    from ..flow import MAX_CONNECTIONS  # noqa: PLC0415
+def _own_staging(collective: str, algorithm: str) -> str | None:
+    """Which staging window of its own a call uses (None: the ring and tree programs' one). The hierarchical
+    programs join rail and node neighbours on their connections, so they have one (all_gather and
+    reduce_scatter share it: the same neighbours on the same numbers), and the hierarchical all_to_all another."""
+    if algorithm == "hierarchical":
+        return "hierarchical all_to_all" if collective == "all_to_all" else "hierarchical"
+    return collective if collective in _OWN_STAGING else None
 
-    needed = -(-(comm.nranks - 1) // MAX_CONNECTIONS)
+
+def _check_all_to_all_channels(comm, config, algorithm="pairwise") -> None:
+    from ..flow import MAX_CONNECTIONS  # noqa: PLC0415
+    from .programs import HIERARCHICAL_ROUNDS_PER_CHANNEL  # noqa: PLC0415
+
+    per = HIERARCHICAL_ROUNDS_PER_CHANNEL if algorithm == "hierarchical" else MAX_CONNECTIONS
+    needed = -(-(comm.nranks - 1) // per)
     if config.channels < needed:
+        rounds = "hierarchical rounds take 2 connections each, so 2 rounds" if algorithm == "hierarchical" \
+            else f"pairwise rounds take {MAX_CONNECTIONS} connections"
         raise UsageError(f"Cannot all_to_all over {comm.nranks} ranks with FlowConfig(channels={config.channels}): "
-                         f"its {comm.nranks - 1} pairwise rounds take {MAX_CONNECTIONS} connections a channel, so "
-                         f"at least {needed} channels. Pass FlowConfig(channels={needed}) or more")
+                         f"its {comm.nranks - 1} {rounds} a channel, so at least {needed} channels. Pass "
+                         f"FlowConfig(channels={needed}) or more")
+
+
+def hierarchical_refusal(collective: str, comm) -> str | None:
+    """Why ``collective`` cannot run hierarchically on ``comm`` (None: it can): it needs several nodes (LSA
+    teams) of several ranks each, the same number on every node, laid out node by node (rank ``r`` is LSA rank
+    ``r % L`` of node ``r // L``: NCCL's LSA team is ``L`` consecutive ranks, its rail every ``L``-th)."""
+    n, lsa_size = comm.nranks, lsa_team_size(comm)
+    lsa_rank = getattr(comm, "lsa_rank", None)
+    head = f"Cannot {collective} with algorithm='hierarchical': "
+    instead = "Use 'ring' or 'auto'" + (" ('pairwise' for all_to_all)" if collective == "all_to_all" else "")
+    if lsa_size >= n:
+        return (head + f"this communicator is one LSA team ({n} ranks on one node), so nothing crosses the network "
+                f"and there is no rail to gather along. {instead}")
+    if n % lsa_size or (lsa_rank is not None and int(lsa_rank) != comm.rank % lsa_size):
+        where = f"{n} ranks do not split into LSA teams of {lsa_size}" if n % lsa_size else \
+            f"rank {comm.rank} is LSA rank {lsa_rank}"
+        return (head + f"the ranks are not laid out node by node with as many on every node ({where}; the rails "
+                f"need rank r to be LSA rank r % {lsa_size}). Launch the same number of ranks on every node, "
+                "numbered node by node (torchrun does), or use 'ring' or 'auto'")
+    if lsa_size == 1:
+        return (head + f"every node holds one rank ({n} nodes), so the rail is the whole ring and there is nothing "
+                f"to do inside a node. {instead}")
+    return None
 
 
 def _one_shot_fits(comm, count: int, kernel_dtype: str) -> bool:

@@ -22,6 +22,8 @@ __all__ = ["kernel_for", "library", "precompile", "load", "storage"]
 _NO_OP = ("all_gather", "broadcast", "all_to_all")
 # Programs that store into every peer's memory: one LSA team only.
 _LSA_ONLY = ("one_shot", "multimem")
+# Programs that run across several LSA teams only (the host refuses one node): always the GIN build.
+_ACROSS_ONLY = ("hierarchical",)
 # Programs whose kernel depends on the element type's multimem form (programs.multimem_form): PTX has one
 # form per type, and numba types every call in a kernel, so the other form's kernel is another kernel.
 _BY_FORM = ("multimem",)
@@ -44,6 +46,8 @@ def kernel_for(algorithm: str, collective: str, op: RedOp, gin_peers: bool = Fal
     ``dtype``: the kernel's element type, needed by the multimem program, whose form depends on it)."""
     if algorithm in _LSA_ONLY:  # no GIN variant (the host refuses these across nodes), no Flow protocols
         gin_peers, ll128 = False, False
+    if algorithm in _ACROSS_ONLY:  # no LSA-only variant: the host refuses these within one node
+        gin_peers = True
     if algorithm in _BY_FORM:
         from .programs import multimem_form  # noqa: PLC0415
 

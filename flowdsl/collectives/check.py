@@ -315,10 +315,12 @@ def cases(nranks: int, *, counts, dtypes=DTYPES, algorithms=None, collectives=No
         start: Number of the first call (the calls' seeds are ``start, start + 1, ...``).
         lsa_size: Ranks per LSA team (default: all): programs that store into every peer's
             memory (one-shot) are left out across teams, and wherever a count exceeds their window.
+            The hierarchical programs are listed only across several teams of several ranks each
+            (:func:`hierarchical_fits`); their all_to_all gets the channels it needs.
         multimem: The communicator has NVLink SHARP (``comm.supports_multimem``): the multimem all-reduce
             is listed, for the types and operators it has (one LSA team only); without, it is left out.
     """
-    from .programs import PROGRAMS, multimem_form, one_shot_fits  # noqa: PLC0415 (needs numba-cuda)
+    from .programs import HIERARCHICAL_ROUNDS_PER_CHANNEL, PROGRAMS, multimem_form, one_shot_fits  # noqa: PLC0415
 
     counts, protocols = tuple(counts), tuple(protocols)
     if not counts or not protocols:
@@ -345,6 +347,11 @@ def cases(nranks: int, *, counts, dtypes=DTYPES, algorithms=None, collectives=No
                     if algorithm == "one_shot" and ((lsa_size or nranks) < nranks or not one_shot_fits(
                             count, storage_dtype(dtype).itemsize)):
                         continue
+                    if algorithm == "hierarchical" and not hierarchical_fits(nranks, lsa_size or nranks):
+                        continue
+                    if algorithm == "hierarchical" and collective in _APART and call_config is not None:
+                        call_config = dataclasses.replace(call_config, channels=max(
+                            call_config.channels, -(-(nranks - 1) // HIERARCHICAL_ROUNDS_PER_CHANNEL)))
                     if algorithm == "multimem" and (not multimem or (lsa_size or nranks) < nranks or op is None
                                                     or multimem_form(storage_dtype(dtype).name, OPS[op]) is None):
                         continue
@@ -352,6 +359,12 @@ def cases(nranks: int, *, counts, dtypes=DTYPES, algorithms=None, collectives=No
                     out.append(Case(algorithm, collective, dtype, op, bool(place), count, root, call_config, i - 1,
                                     like, residence))
     return out
+
+
+def hierarchical_fits(nranks: int, lsa_size: int) -> bool:
+    """Whether the hierarchical programs run on ``nranks`` ranks in LSA teams of ``lsa_size``: several teams,
+    of several ranks each, all the same size (what the host refuses otherwise)."""
+    return 1 < lsa_size < nranks and nranks % lsa_size == 0
 
 
 class Outcome(NamedTuple):

@@ -17,7 +17,7 @@ import math
 
 from ..enums import Protocol
 
-__all__ = ["CONSTANTS", "estimate", "choose", "protocol_for", "channels_for", "one_shot_blocks"]
+__all__ = ["CONSTANTS", "HIERARCHICAL_AUTO", "estimate", "choose", "protocol_for", "channels_for", "one_shot_blocks"]
 
 CONSTANTS = {
     # Time per call back to back at 8 bytes, microseconds: host launch and kernel (flowdsl's one-shot
@@ -107,6 +107,8 @@ def estimate(collective: str, algorithm: str, nranks: int, lsa_size: int, nbytes
     channels = min(max(1, -(-nbytes // c["channel_bytes"][proto])), max_channels)
     bw = min(c["link_gbps"][transport], channels * c["channel_gbps"][proto]) * 1e3  # bytes per microsecond
     hop = c["hop_us"][transport][proto]
+    if algorithm == "hierarchical":
+        return c["launch_us"]["flowdsl"] + _hierarchical_us(collective, nranks, lsa_size, nbytes, proto, channels)
     if algorithm == "tree":
         # Up then down a tree of this depth; a rank is an inner node of one tree and a leaf of the
         # other, so twice the all-reduce's bus bytes cross its links.
@@ -115,12 +117,41 @@ def estimate(collective: str, algorithm: str, nranks: int, lsa_size: int, nbytes
     return c["launch_us"]["flowdsl"] + _RING_HOPS[collective](nranks) * hop + bus / bw
 
 
+def _hierarchical_us(collective, nranks, lsa_size, nbytes, proto, channels) -> float:
+    """The hierarchical programs' hops and bytes, on top of the launch: along the rail over GIN (``nodes - 1``
+    hops; each rank's block, or reduced block, crosses once per other node), inside the node over LSA (the
+    ring of each of the ``nodes`` gathered blocks: ``L - 1`` hops each); the all-to-all's rounds run side by side,
+    each a rail hop and a node hop, the rail carrying ``(nodes - 1) L`` blocks, the node ``(L - 1) nodes``."""
+    c = CONSTANTS
+    L = lsa_size
+    nodes = nranks // L
+
+    def rate(transport):
+        return min(c["link_gbps"][transport], channels * c["channel_gbps"][proto]) * 1e3
+
+    if collective == "all_to_all":
+        return (c["hop_us"]["gin"][proto] + c["hop_us"]["lsa"][proto] + (nodes - 1) * L * nbytes / rate("gin")
+                + (L - 1) * nodes * nbytes / rate("lsa"))
+    return ((nodes - 1) * c["hop_us"]["gin"][proto] + nodes * (L - 1) * c["hop_us"]["lsa"][proto]
+            + (nodes - 1) * nbytes / rate("gin") + nodes * (L - 1) * nbytes / rate("lsa"))
+
+
+#: Collectives whose hierarchical program ``"auto"`` may pick. Not all_to_all: it sends as many bytes over the
+#: network as the pairwise program (every block for another node crosses once either way); what it gains is
+#: that each NIC talks to its own rail only, which the model does not capture, and it forwards inside the node.
+HIERARCHICAL_AUTO = ("all_gather", "reduce_scatter")
+
+
 def choose(collective: str, nranks: int, lsa_size: int, nbytes: int, *, nccl_available: bool = True,
-           one_shot_available: bool = False, multimem_available: bool = False, config=None) -> str:
+           one_shot_available: bool = False, multimem_available: bool = False, hierarchical_available: bool = False,
+           config=None) -> str:
     """The cheapest of ``ring``, ``tree``, ``one_shot`` and ``multimem`` (all_reduce; ``multimem_available``:
     the communicator has NVLink SHARP and the type and operator a multimem form), ``pairwise`` (all_to_all,
-    its one program) and ``nccl`` for this call."""
+    its one program), ``hierarchical`` (all_gather and reduce_scatter across nodes laid out node by node:
+    ``hierarchical_available``) and ``nccl`` for this call."""
     candidates = ["pairwise"] if collective == "all_to_all" else ["ring"]
+    if hierarchical_available and collective in HIERARCHICAL_AUTO and 1 < lsa_size < nranks:
+        candidates.append("hierarchical")
     if collective == "all_reduce":
         candidates.append("tree")
         if one_shot_available:

@@ -314,6 +314,29 @@ def _tree(values, tree, arith, op, pos=0):
     return acc
 
 
+def _hierarchical_reduce_scatter(values, arith, op, lsa_size):
+    """The hierarchical reduce-scatter's order: block ``(a, l)`` (node ``a``, LSA rank ``l``) is a chain along
+    the rail from node ``a+1`` round to ``a``, of each node's sum ``S[b]``; ``S[b]`` is the chain inside node
+    ``b`` from LSA rank ``l+1`` round to ``l``, stored unfinished (``avg`` over one contribution) in between."""
+    n = values.shape[0]
+    if not lsa_size or n % lsa_size:
+        raise UsageError("Cannot compute the exact reference of the hierarchical reduce_scatter without its LSA "
+                         "team size. Pass lsa_size= (ranks per node, dividing nranks)")
+    L, nodes = lsa_size, n // lsa_size
+    count = values.shape[1] // n
+    out = []
+    for r in range(n):
+        a, l = divmod(r, L)
+        blocks = values[:, r * count:(r + 1) * count]
+        sums = [arith.finish(op, _chain(blocks[b * L:(b + 1) * L], np.full(count, l + 1), arith, op), 1)
+                for b in range(nodes)]
+        acc = sums[(a + 1) % nodes]
+        for k in range(2, nodes + 1):
+            acc = arith.combine(op, acc, sums[(a + k) % nodes])
+        out.append(arith.finish(op, acc, n))
+    return out
+
+
 def _all_reduce(algorithm, values, arith, op, protocol, grid, config):
     n, count = values.shape
     if algorithm == "one_shot":
@@ -333,7 +356,8 @@ def _all_reduce(algorithm, values, arith, op, protocol, grid, config):
 
 
 def reference(collective: str, algorithm: str, inputs, dtype: str, op: str | None = None, root: int = 0, *,
-              protocol: Protocol | None = None, grid: int = 1, config=None, scalars=None) -> list:
+              protocol: Protocol | None = None, grid: int = 1, config=None, scalars=None,
+              lsa_size: int | None = None) -> list:
     """Each rank's output, bit for bit, in the storage dtype (``None``: a non-root rank of reduce,
     whose output stays as it was).
 
@@ -351,6 +375,7 @@ def reference(collective: str, algorithm: str, inputs, dtype: str, op: str | Non
             channels depend on them.
         config: The call's :class:`~flowdsl.collectives.FlowConfig` (slot size and count: the
             ring all-reduce's chunk).
+        lsa_size: Ranks per LSA team (node): the hierarchical reduce_scatter's order depends on it.
         scalars: ``premulsum``: each rank's scalar (storage dtype). Each rank's input is
             multiplied by its own before anything is combined, as the programs take ``src``.
     """
@@ -380,9 +405,11 @@ def reference(collective: str, algorithm: str, inputs, dtype: str, op: str | Non
         if collective == "all_reduce":
             out = _all_reduce(algorithm, values, arith, op, protocol, grid, config)
             return [out.copy() for _ in range(n)]
+        if collective == "reduce_scatter" and algorithm == "hierarchical":
+            return _hierarchical_reduce_scatter(values, arith, op, lsa_size)
         if algorithm != "ring":
             raise UsageError(f"Cannot compute the exact reference of {collective} with algorithm={algorithm!r}: "
-                             "only its ring program's order is modelled")
+                             "only its ring program's order is modelled (and the hierarchical reduce_scatter's)")
         if collective == "reduce":
             acc = _chain(values, np.full(values.shape[1], root + 1), arith, op)
             return [arith.finish(op, acc, n) if r == root else None for r in range(n)]

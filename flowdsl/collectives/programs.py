@@ -4,7 +4,10 @@ Ring: :func:`ring_all_gather`, :func:`ring_reduce_scatter`, :func:`ring_broadcas
 :func:`ring_reduce`, :func:`ring_all_reduce`. Tree: :func:`tree_all_reduce`
 (double binary tree). One LSA team, small messages: :func:`one_shot_all_reduce`
 (every rank writes to every peer, no Flow); through the NVLink switch:
-:func:`multimem_all_reduce` (NVLink SHARP, ``multimem`` loads and stores). AllToAll: :func:`pairwise_all_to_all` (pairwise rounds). Each is a kernel factory: ``ring_all_reduce(RedOp.SUM)``
+:func:`multimem_all_reduce` (NVLink SHARP, ``multimem`` loads and stores). AllToAll: :func:`pairwise_all_to_all`
+(pairwise rounds). Several nodes, over the network along rails only: :func:`hierarchical_all_gather`,
+:func:`hierarchical_reduce_scatter`, :func:`hierarchical_all_to_all`. Each is a kernel factory:
+``ring_all_reduce(RedOp.SUM)``
 returns the ``@flowdsl.kernel`` for that operator (the operator is a compile-time
 constant; the element type comes from the arrays). The Flow programs are device functions
 made into factories by :func:`flow_program` (``ring_all_reduce.program`` is the algorithm
@@ -48,7 +51,9 @@ __all__ = ["PROGRAMS", "flow_program", "premul_scale", "one_rank", "scale_for", 
            "ring_reduce", "ring_all_reduce", "tree_all_reduce", "one_shot_all_reduce", "one_shot_words", "one_shot_fits",
            "ONE_SHOT_BLOCKS", "ONE_SHOT_LINES", "pairwise_all_to_all", "pairwise_exchange", "all_to_all_share",
            "multimem_all_reduce", "multimem_piece", "multimem_share",
-           "multimem_form"]
+           "multimem_form", "hierarchical_layout", "hierarchical_connections", "block_of", "hierarchical_all_gather",
+           "hierarchical_reduce_scatter", "node_reduce_scatter", "hierarchical_all_to_all", "hierarchical_round",
+           "HIERARCHICAL_ROUNDS_PER_CHANNEL"]
 
 # Elements a channel's share is rounded to: keeps every channel's start 16-byte aligned.
 _ALIGN = 16
@@ -448,6 +453,181 @@ def pairwise_all_to_all(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     return pairwise_all_to_all
 
 
+# ---- several nodes: hierarchical all-gather, reduce-scatter and all-to-all ------------------------------
+#
+# The world is ``nodes`` LSA teams of ``L`` ranks laid out node by node: rank ``r`` is LSA rank ``r % L`` of node
+# ``r // L``, and its *rail* is the ranks with its LSA rank on every node (``r % L``, ``r % L + L``, ...). Data
+# cross the network only along rails (each rank's own NIC, GIN), and each byte once per node that needs it;
+# inside a node they move over LSA. The programs have a staging window of their own (the host's), where
+# connection 0 joins rail neighbours, 1 node neighbours and 2 a rank to itself, on every channel.
+
+@flowdsl.device
+def hierarchical_layout(comm):
+    """``(nodes, L, node, lsa_rank)`` of this rank: ``nodes`` LSA teams of ``L`` ranks, node by node."""
+    L = comm.lsa_size
+    return comm.nranks // L, L, comm.rank // L, comm.rank % L
+
+
+@flowdsl.device
+def hierarchical_connections(proc):
+    """The rail ring (connection 0, over GIN: the same LSA rank on the next and previous node) and the node
+    ring (connection 1, over LSA: the next and previous rank of this node): ``rail_nxt, rail_prv, node_nxt,
+    node_prv``."""
+    nodes, L, a, l = hierarchical_layout(proc.comm)
+    rail_nxt = flow.connect(proc, ((a + 1) % nodes) * L + l, 0, 0)
+    rail_prv = flow.connect(proc, ((a + nodes - 1) % nodes) * L + l, 0, 0)
+    node_nxt = flow.connect(proc, a * L + (l + 1) % L, 1, 1)
+    node_prv = flow.connect(proc, a * L + (l + L - 1) % L, 1, 1)
+    return rail_nxt, rail_prv, node_nxt, node_prv
+
+
+@flowdsl.device
+def block_of(node, lsa_rank, L):
+    """Index of the block of node ``node``'s LSA rank ``lsa_rank`` (its world rank): that rank's block of an
+    all-gather's output, the block for it of a reduce-scatter's or all-to-all's input. A step on one array
+    takes the block at element ``block_of(...) * count``; a step between two arrays takes a slice of it."""
+    return node * L + lsa_rank
+
+
+@flow_program
+@flowdsl.device
+def hierarchical_all_gather(proc, red, partial, src, dst, count, root, lo, hi):
+    """Hierarchical AllGather, a chunk at a time: a ring along the rail gathers the blocks of this rank's LSA
+    rank on every node (over GIN: each block crosses the network once per node), then a ring inside the node
+    passes each of those ``nodes`` blocks to the node's other ranks (over LSA)."""
+    nodes, L, a, l = hierarchical_layout(proc.comm)
+    rail_nxt, rail_prv, node_nxt, node_prv = hierarchical_connections(proc)
+    chunk = chunk_elements(proc, mem.itemsize(dst))
+    for base in range(lo, hi, chunk):
+        m = min(chunk, hi - base)
+        # Rail: this rank's block, then the blocks of rail ranks a-1, a-2, ..., a+1 as they come round.
+        r = block_of(a, l, L)
+        flow.copy_send(proc, rail_nxt, src, dst[r * count:(r + 1) * count], base, m)
+        for s in range(1, nodes - 1):
+            j = block_of((a + nodes - s) % nodes, l, L)
+            flow.recv_copy_send(proc, rail_prv, rail_nxt, dst, j * count + base, m)
+        flow.recv(proc, rail_prv, dst, block_of((a + 1) % nodes, l, L) * count + base, m)
+        # Node: every node's block of this LSA rank goes round the node; those of the others come in.
+        for b in range(nodes):
+            flow.send(proc, node_nxt, dst, block_of(b, l, L) * count + base, m)
+            for s in range(1, L - 1):
+                j = block_of(b, (l + L - s) % L, L)
+                flow.recv_copy_send(proc, node_prv, node_nxt, dst, j * count + base, m)
+            flow.recv(proc, node_prv, dst, block_of(b, (l + 1) % L, L) * count + base, m)
+
+
+@flowdsl.device
+def node_reduce_scatter(proc, node_nxt, node_prv, red, partial, src, own, dst, count, b, base, m):
+    """Column ``b`` of a hierarchical reduce-scatter inside the node: blocks ``(b, 0..L-1)`` reduced around
+    the node ring (a ring reduce-scatter), this rank keeping block ``(b, its LSA rank)``'s node sum in ``dst``,
+    not finished (``partial``). ``own`` holds this rank's contribution to that block."""
+    nodes, L, a, l = hierarchical_layout(proc.comm)
+    flow.send(proc, node_nxt, src, block_of(b, (l + L - 1) % L, L) * count + base, m, red)
+    for s in range(1, L - 1):
+        j = block_of(b, (l + 2 * L - s - 1) % L, L)
+        flow.recv_reduce_send(proc, node_prv, node_nxt, src, j * count + base, m, red)
+    flow.recv_reduce_copy(proc, node_prv, own, dst, base, m, partial)
+
+
+@flow_program
+@flowdsl.device
+def hierarchical_reduce_scatter(proc, red, partial, src, dst, count, root, lo, hi):
+    """Hierarchical ReduceScatter, a chunk at a time: a ring along the rail (over GIN) whose every step first
+    reduces its column inside the node (over LSA, :func:`node_reduce_scatter`). Step ``k`` of the rail ring
+    carries node ``a-1-k``'s column: this node's sum of the block of that node's rank with this LSA rank is
+    made in ``dst`` (one block of room, reused each step), then sent, or combined with what the rail brought
+    and sent on; the last step is this rank's own block, whose rail sum is combined with this node's and
+    finished. Each byte crosses the network once per node. This rank's own input for its own block is kept
+    in its own inbox (connection 2) meanwhile: in place it is ``dst``, which the steps before overwrite."""
+    nodes, L, a, l = hierarchical_layout(proc.comm)
+    rail_nxt, rail_prv, node_nxt, node_prv = hierarchical_connections(proc)
+    keep = flow.connect(proc, proc.comm.rank, 2, 2)
+    carried = flow.unscaled(red)  # the rail carries node sums, pre-multiplied already
+    chunk = chunk_elements(proc, mem.itemsize(dst))
+    for base in range(lo, hi, chunk):
+        m = min(chunk, hi - base)
+        flow.send(proc, keep, src, block_of(a, l, L) * count + base, m)
+        for k in range(nodes):
+            b = (a + 2 * nodes - 1 - k) % nodes
+            if k == nodes - 1:  # this rank's own block: its own input back into dst, then the node's column
+                flow.recv(proc, keep, dst, base, m)
+                node_reduce_scatter(proc, node_nxt, node_prv, red, partial, src, dst, dst, count, b, base, m)
+                flow.recv_reduce_copy(proc, rail_prv, dst, dst, base, m, carried)
+            else:
+                j = block_of(b, l, L)
+                node_reduce_scatter(proc, node_nxt, node_prv, red, partial, src, src[j * count:(j + 1) * count], dst,
+                                    count, b, base, m)
+                if k == 0:
+                    flow.send(proc, rail_nxt, dst, base, m)
+                else:
+                    flow.recv_reduce_send(proc, rail_prv, rail_nxt, dst, base, m, carried)
+
+
+@flowdsl.device
+def hierarchical_round(proc, number, k, src, dst, count, lo, hi):
+    """Round ``k`` (1 .. nranks-1) of the hierarchical all-to-all on connections ``number`` (rail) and
+    ``number + 1`` (node): with ``s, t = divmod(k, L)``, this rank's block for the rank ``t`` further on in the
+    node ``s`` further on goes along the rail to that node's rank with this LSA rank, which passes it to its
+    node peer ``t`` further on (``flow.recv_send``); meanwhile this rank passes on what its rail peer ``s``
+    back sent for its node peer ``t`` further on, and takes in what its node peer ``t`` back passed on, from
+    node ``s`` back. ``s == 0``: within the node only; ``t == 0``: along the rail only."""
+    nodes, L, a, l = hierarchical_layout(proc.comm)
+    s, t = k // L, k % L
+    to_node, from_node = (a + s) % nodes, (a + nodes - s) % nodes
+    rail_out = flow.connect(proc, to_node * L + l, number, number)
+    rail_in = flow.connect(proc, from_node * L + l, number, number)
+    node_out = flow.connect(proc, a * L + (l + t) % L, number + 1, number + 1)
+    node_in = flow.connect(proc, a * L + (l + L - t) % L, number + 1, number + 1)
+    chunk = chunk_elements(proc, mem.itemsize(dst))
+    for base in range(lo, hi, chunk):
+        m = min(chunk, hi - base)
+        if s == 0:
+            flow.send(proc, node_out, src, block_of(a, (l + t) % L, L) * count + base, m)
+            flow.recv(proc, node_in, dst, block_of(a, (l + L - t) % L, L) * count + base, m)
+        elif t == 0:
+            flow.send(proc, rail_out, src, block_of(to_node, l, L) * count + base, m)
+            flow.recv(proc, rail_in, dst, block_of(from_node, l, L) * count + base, m)
+        else:
+            flow.send(proc, rail_out, src, block_of(to_node, (l + t) % L, L) * count + base, m)
+            flow.recv_send(proc, rail_in, node_out, dst, base, m)
+            flow.recv(proc, node_in, dst, block_of(from_node, (l + L - t) % L, L) * count + base, m)
+
+
+#: Rounds of the hierarchical all-to-all a channel carries at most (each takes two connection numbers).
+HIERARCHICAL_ROUNDS_PER_CHANNEL = 2
+
+
+@functools.cache
+def hierarchical_all_to_all(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
+    """Hierarchical AllToAll: block ``j`` of this rank's ``src`` lands as block ``r`` of rank ``j``'s ``dst``
+    (NCCL's ``ncclAlltoAll``), moving over the network only along rails. Its ``nranks - 1`` rounds
+    (:func:`hierarchical_round`) go to the channels in turn: round ``k`` on channel ``(k-1) % channels``,
+    connections ``2 * ((k-1) // channels)`` and the next (so at least ``(nranks-1)/2`` channels: the host asks
+    for them); a block runs channels ``blockIdx.x``, ``blockIdx.x + gridDim.x``, ... one after another, every
+    rank in the same order. Each block for another node crosses the network once, from the sender's NIC to
+    the receiving node's rank on the same rail. Its own block is a local copy. ``op`` and ``fp8`` are unused
+    (a copy); its staging window is its own (the host's)."""
+    context = gin_context if gin_peers else no_gin_context
+    ll128 = int(ll128)
+
+    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    def hierarchical_all_to_all(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words,
+                                protocol, vectors, scalar_bits, scalar_at):
+        n, r = comm.nranks, comm.rank
+        flow.copy(src, r * count, dst, r * count, count, cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x,
+                  cuda.gridDim.x * cuda.blockDim.x, vectors)
+        if n == 1:
+            return
+        for channel in range(cuda.blockIdx.x, channels, cuda.gridDim.x):
+            proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, channel, ll128)
+            for p in range(HIERARCHICAL_ROUNDS_PER_CHANNEL):
+                k = 1 + channel + p * channels
+                if k < n:
+                    hierarchical_round(proc, 2 * p, k, src, dst, count, 0, count)
+
+    return hierarchical_all_to_all
+
+
 # ---- one LSA team: one-shot all-reduce ------------------------------------------------------------
 
 #: Blocks of a one-shot all-reduce at most.
@@ -675,4 +855,7 @@ PROGRAMS = {
     ("one_shot", "all_reduce"): one_shot_all_reduce,
     ("pairwise", "all_to_all"): pairwise_all_to_all,
     ("multimem", "all_reduce"): multimem_all_reduce,
+    ("hierarchical", "all_gather"): hierarchical_all_gather,
+    ("hierarchical", "reduce_scatter"): hierarchical_reduce_scatter,
+    ("hierarchical", "all_to_all"): hierarchical_all_to_all,
 }

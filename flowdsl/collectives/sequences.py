@@ -129,7 +129,8 @@ def _programs(nranks: int, lsa_size: int) -> list[tuple[str, str]]:
 
     collectives = list(dict.fromkeys(c for (_, c) in PROGRAMS))
     out = [key for key in PROGRAMS if not (key[0] == "one_shot" and lsa_size < nranks)  # one LSA team only
-           and key[0] != "multimem"]  # the simulated worlds here have no NVLink SHARP (exact models no switch)
+           and key[0] != "multimem"  # the simulated worlds here have no NVLink SHARP (exact models no switch)
+           and not (key[0] == "hierarchical" and not (1 < lsa_size < nranks))]  # several nodes of several ranks
     return out + [("auto", c) for c in collectives]
 
 
@@ -214,6 +215,8 @@ def generate(seed: int, ncalls: int = DEFAULT_CALLS, nranks: int = 2, lsa_size: 
         count = _count(rng, config, itemsize, nranks, largest, collective == "all_reduce")
         if algorithm == "one_shot" and not one_shot_fits(count, itemsize):
             count = rng.choice(_SMALL_PRIMES)
+        if algorithm == "hierarchical" and collective == "all_to_all":  # two rounds a channel at most
+            config = dataclasses.replace(config, channels=max(config.channels, -(-(nranks - 1) // 2)))
         root = rng.randrange(nranks) if collective in _ROOTED else 0
         placement = rng.choices(("out-of-place", "in-place", "mixed"), weights=(45, 45, 10))[0]
         if collective in _APART:  # no in-place form
@@ -440,7 +443,8 @@ def _expected_output(comm, call, ins, shape):
         tolerant = call.collective in exact.REDUCING and exact.elements(call.dtype).storage.kind == "f"
         algorithm, protocol, grid = "ring", Protocol.SIMPLE, 1  # an order, for the bits it cannot change
     out = exact.reference(call.collective, algorithm, ins, call.dtype, call.op, call.root, protocol=protocol,
-                          grid=grid, config=call.config, scalars=call_scalars(call, comm.nranks))[comm.rank]
+                          grid=grid, config=call.config, scalars=call_scalars(call, comm.nranks),
+                          lsa_size=getattr(comm, "lsa_size", comm.nranks))[comm.rank]
     return out, tolerant
 
 

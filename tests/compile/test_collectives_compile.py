@@ -48,9 +48,11 @@ def test_precompile_gives_each_worker_a_run_of_kernels_that_share_compiled_steps
 def test_library_lists_every_collective_dtype_and_op():
     entries = _library.library()
     # all_gather, broadcast and all_to_all have no operator, and copy fp8 as uint8 and bfloat16 as uint16
-    # 3 copying programs x 10 storage types, 5 reducing programs x NCCL's 12 dtypes x 6 ops (premulsum too),
+    # 5 copying programs x 10 storage types, 6 reducing programs x NCCL's 12 dtypes x 6 ops (premulsum too),
     # and the multimem all-reduce for the forms PTX has: sum and avg of 8 types, min and max of 6
-    assert len(entries) == 3 * 10 + 5 * 12 * 6 + 2 * 8 + 2 * 6
+    assert len(entries) == 5 * 10 + 6 * 12 * 6 + 2 * 8 + 2 * 6
+    assert ("hierarchical", "reduce_scatter", RedOp.PREMULSUM, "float8_e4m3fn") in entries
+    assert ("hierarchical", "all_to_all", RedOp.SUM, "uint16") in entries
     assert ("multimem", "all_reduce", RedOp.AVG, "bfloat16") in entries
     assert ("multimem", "all_reduce", RedOp.MAX, "uint64") in entries
     assert not any(e[0] == "multimem" and (e[2] in (RedOp.PROD, RedOp.PREMULSUM) or e[3] in ("int8", "uint8"))
@@ -395,3 +397,16 @@ def test_all_to_all_compiles_inside_a_node_and_across_nodes(nccl, arch):
     inside = _library.kernel_for("pairwise", "all_to_all", RedOp.SUM).compile(argtypes, arch=arch, nccl=nccl)
     assert STRONG_SIGNAL_FEATURE not in inside.features and not [
         s for s in inside.function_symbols() if s.startswith("flowdsl_gin")]
+
+
+@pytest.mark.parametrize("nccl,arch", [("2.28.9", "sm_90"), ("2.32.3", "sm_100")])
+@pytest.mark.parametrize("collective,dtype,op", [("all_gather", "uint16", RedOp.SUM),
+                                                 ("reduce_scatter", "bfloat16", RedOp.PREMULSUM),
+                                                 ("all_to_all", "uint8", RedOp.SUM)])
+def test_hierarchical_programs_link_with_gin_across_nodes(nccl, arch, collective, dtype, op):
+    """The hierarchical programs are only ever the GIN build (the host refuses them within one node): linked
+    for sm_90 on NCCL 2.28.9 (legacy signals) and sm_100 on 2.32.3 (strong signals)."""
+    kernel = _library.kernel_for("hierarchical", collective, op, gin_peers=False)
+    assert kernel is _library.kernel_for("hierarchical", collective, op, gin_peers=True)
+    compiled = kernel.compile(_library._argtypes(dtype, nccl, "hierarchical"), arch=arch, nccl=nccl)
+    assert STRONG_SIGNAL_FEATURE in compiled.features  # its connections to other nodes are GIN's
