@@ -497,6 +497,100 @@ COVERAGE: dict[str, Provided | Refused] = {
 }
 
 
+# ---- NCCL 2.32.3's C API for LLVM IR (gin.h, coop.h; NCCL_IR_EXTERN_C; gone in 2.32.6) ----------------
+# Flat C functions over a type-erased coop (ncclCoopAny) for languages that cannot instantiate NCCL's
+# templates. Each does what one of ncclGin's methods does, so each gets that method's flowdsl name or
+# refusal; flowdsl's support library has its own C wrappers (prebuilt/), so nothing here is needed to
+# reach them.
+C_API = "NCCL 2.32.3's C form (for LLVM IR) of "
+#: C function -> the method (or type) of the C++ API it is the C form of.
+C_FORMS = {
+    "function ncclGin_C_init": "type ncclGin",
+    "function ncclGinPut": "method ncclGin::put",
+    "function ncclGinPut_v2": "method ncclGin::put",
+    "function ncclGinPut_v3": "method ncclGin::put",
+    "function ncclGinPutValue": "method ncclGin::putValue",
+    "function ncclGinPutValue_v2": "method ncclGin::putValue",
+    "function ncclGinPutValue_v3": "method ncclGin::putValue",
+    "function ncclGinGet": "method ncclGin::get",
+    "function ncclGinGet_v2": "method ncclGin::get",
+    "function ncclGinSignal": "method ncclGin::signal",
+    "function ncclGinSignal_v2": "method ncclGin::signal",
+    "function ncclGinSignal_v3": "method ncclGin::signal",
+    "function ncclGinFlush": "method ncclGin::flush",
+    "function ncclGinFlush_v2": "method ncclGin::flush",
+    "function ncclGinFlushAsync": "method ncclGin::flushAsync",
+    "function ncclGinWait": "method ncclGin::wait",
+    "function ncclGinWaitTimeout": "method ncclGin::wait",
+    "function ncclGinReadCounter": "method ncclGin::readCounter",
+    "function ncclGinWaitCounter": "method ncclGin::waitCounter",
+    "function ncclGinResetCounter": "method ncclGin::resetCounter",
+    "function ncclGinGetSignalShadowPtr": "method ncclGin::getSignalShadowPtr",
+    "function ncclGinIncreaseSignalShadow": "method ncclGin::increaseSignalShadow",
+    "function ncclGinReadSignal": "method ncclGin::readSignal",
+    "function ncclGinWaitSignal": "method ncclGin::waitSignal",
+    "function ncclGinWaitSignalMeetShadow": "method ncclGin::waitSignalMeetShadow",
+    "function ncclGinWaitSignalFollowShadow": "method ncclGin::waitSignalFollowShadow",
+    "function ncclGinResetSignal": "method ncclGin::resetSignal",
+}
+
+
+def _c_form(entry: str, method: str):
+    """The outcome of C function ``entry``: ``method``'s, its note saying which C form it is."""
+    outcome = COVERAGE[method]
+    what = method.split(" ", 1)[1]
+    if isinstance(outcome, Provided):
+        return Provided(outcome.name, C_API + what + (f"; {outcome.note}" if outcome.note else ""))
+    return outcome
+
+
+COVERAGE.update({entry: _c_form(entry, method) for entry, method in C_FORMS.items()})
+_TIMEOUT_FORMS = {
+    "function ncclGinFlushTimeout": "flowdsl.gin.flush",
+    "function ncclGinWaitCounterTimeout": "flowdsl.gin.wait_counter",
+    "function ncclGinWaitSignalTimeout": "flowdsl.gin.wait_signal",
+}
+COVERAGE.update({entry: Provided(name, C_API + "a wait with a timeout; " + TIMEOUTS)
+                 for entry, name in _TIMEOUT_FORMS.items()})
+COVERAGE.update({
+    **_each("""
+        function ncclGinReadSignalVA
+        function ncclGinResetSignalVA
+        function ncclGinWaitSignalVA
+        function ncclGinWaitSignalTimeoutVA
+    """, _not_yet("NCCL 2.32.3's C form (for LLVM IR) of the VA signal overloads of readSignal, waitSignal and "
+                  "resetSignal: not yet, as those overloads; flowdsl kernels read a VA signal with flowdsl.mem")),
+    "function ncclGin_C_initWithResourceSharingMode": SHARING_MODES,
+    "type ncclGin_C": Provided("flowdsl.gin.context", C_API + "ncclGin: a GIN context"),
+    "type ncclCoopAny": Provided("flowdsl.coop.cta", "NCCL 2.32.3's type-erased coop of its C API: flowdsl's "
+                                 "calls take any coop (flowdsl.coop.thread, warp, lanes, tile, warp_span, cta)"),
+    "method ncclCoopAny::thread_rank": Provided("flowdsl.coop.thread_rank", "of any coop"),
+    "method ncclCoopAny::size": Provided("flowdsl.coop.size", "of any coop"),
+    "method ncclCoopAny::num_threads": Provided("flowdsl.coop.size", "of any coop"),
+    "method ncclCoopAny::sync": Provided("flowdsl.coop.sync", "of any coop"),
+    "method ncclCoopAny::get_vtable": _not_applicable(
+        "the type erasure's own table (NCCL's C API); flowdsl's coops are typed when the kernel compiles"),
+    "type ncclGinSegmentType": Provided("flowdsl.gin.put", C_API + "the segment tags: device memory only"),
+    "value ncclGinSegmentType::ncclGinSegmentTypeDevice": Provided(
+        "flowdsl.gin.put", "the default: windows of device memory"),
+    "value ncclGinSegmentType::ncclGinSegmentTypeMixed": HOST_SEGMENTS,
+    "value ncclGinSegmentType::ncclGinSegmentTypeHostNuma": HOST_SEGMENTS,
+    "type ncclGinSignalOp_t": Provided("flowdsl.gin.strong_signal_inc", C_API + "the signal actions: inc or add, "
+                                       "each its own flowdsl action (strong_signal_inc, strong_signal_add, ...)"),
+    "value ncclGinSignalOp_t::ncclGinSignalInc": Provided("flowdsl.gin.strong_signal_inc",
+                                                          "and weak_signal_inc, signal_inc"),
+    "value ncclGinSignalOp_t::ncclGinSignalAdd": Provided("flowdsl.gin.strong_signal_add",
+                                                          "and weak_signal_add, signal_add"),
+    "type ncclGinSignalType": Provided("flowdsl.gin.strong_signal_inc", C_API + "the signal kinds: none, "
+                                       "by id, VA; each its own flowdsl action"),
+    "value ncclGinSignalType::NCCL_GIN_SIGNAL_TYPE_NONE": Provided("flowdsl.gin.put", "remote=None"),
+    "value ncclGinSignalType::NCCL_GIN_SIGNAL_TYPE_INDEXED": Provided(
+        "flowdsl.gin.strong_signal_inc", "signals by id: strong_*, weak_*, signal_*"),
+    "value ncclGinSignalType::NCCL_GIN_SIGNAL_TYPE_VA": Provided(
+        "flowdsl.gin.strong_va_signal_inc", "strong_va_signal_inc/add, weak_va_signal_inc/add"),
+})
+
+
 def category(entry: str) -> str:
     """:data:`PROVIDED`, the refusal's category, or ``"missing"`` for an entry the table lacks."""
     outcome = COVERAGE.get(entry)

@@ -1,6 +1,9 @@
 """List the public surface of NCCL's device API from its headers, and render flowdsl's coverage of it.
 
-The list, ``docs/nccl_device_surface.txt``, has one public name a line, sorted, with its kind:
+A list has one public name a line, sorted, with its kind; there is one per NCCL release flowdsl has
+support builds for (:data:`RELEASES`): ``docs/nccl_device_surface.txt`` of the newest,
+``docs/nccl_device_surface-<release>.txt`` of each older one (a release's names differ: 2.32.3 has a C
+API for LLVM IR, ``ncclGin_C``, that 2.32.6 dropped; 2.32.6 adds Flow). The entries:
 
 * ``field ncclDevCommRequirements.lsaBarrierCount``: a field of the host's requirements struct that
   users set (all but ``size``, ``magic`` and ``version``, which NCCL's header marks "attributes that
@@ -34,13 +37,14 @@ The parser is a tokenizer and a walk over declarations, enough for NCCL's header
 
 Usage::
 
-    python scripts/nccl_device_surface.py            # write the list (from the installed NCCL) and the page
-    python scripts/nccl_device_surface.py --markdown # write docs/nccl-coverage.md from the committed list
-    python scripts/nccl_device_surface.py --check    # exit 1, naming the differences, if either is stale
+    python scripts/nccl_device_surface.py            # write the installed NCCL's list, and the page
+    python scripts/nccl_device_surface.py --markdown # write docs/nccl-coverage.md from the committed lists
+    python scripts/nccl_device_surface.py --check    # exit 1, naming the differences, if any is stale
 
-``--include DIR`` reads the headers of another NCCL. tests/compile/test_nccl_coverage.py runs the
-same checks, and fails while an entry of the list has neither a flowdsl name nor a refusal in
-:mod:`flowdsl._nccl_coverage`.
+``--include DIR`` reads the headers of another NCCL (its list is the one of DIR's release);
+``--release 2.32.3`` downloads that release's wheel for its headers (as ``prebuilt/build.sh`` does).
+tests/compile/test_nccl_coverage.py runs the same checks, and fails while an entry of any list has
+neither a flowdsl name nor a refusal in :mod:`flowdsl._nccl_coverage`.
 """
 
 from __future__ import annotations
@@ -54,6 +58,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LIST = ROOT / "docs" / "nccl_device_surface.txt"
+#: The releases with a committed list: those flowdsl has support builds for (support_build.SUPPORTED_VERSIONS),
+#: the newest last (its list is LIST).
+RELEASES = ("2.28.9", "2.32.3", "2.32.6")
 PAGE = ROOT / "docs" / "nccl-coverage.md"
 
 #: Headers of nccl_device/ that are not the device API, with why.
@@ -517,6 +524,27 @@ def list_text(entries: list[str], version: str) -> str:
     return "\n".join(header + entries) + "\n"
 
 
+def list_path(release: str) -> Path:
+    """The committed list of ``release``: :data:`LIST` for the newest of :data:`RELEASES`."""
+    return LIST if release == RELEASES[-1] else LIST.with_name(f"nccl_device_surface-{release}.txt")
+
+
+def read_lists() -> dict[str, list[str]]:
+    """``{release: entries}`` of every committed list, oldest first."""
+    out = {}
+    for release in RELEASES:
+        entries, version = read_list(list_path(release))
+        if version != release:
+            raise SystemExit(f"{list_path(release)} says it is NCCL {version}'s list, not {release}'s")
+        out[release] = entries
+    return out
+
+
+def union(lists: dict[str, list[str]]) -> list[str]:
+    """Every entry of any list, in the lists' order."""
+    return sorted({e for entries in lists.values() for e in entries}, key=lambda e: (e.split(" ", 1)[1], e))
+
+
 def read_list(path: Path = LIST) -> tuple[list[str], str | None]:
     """``(entries, NCCL version)`` of a committed list."""
     text = path.read_text()
@@ -529,15 +557,17 @@ def read_list(path: Path = LIST) -> tuple[list[str], str | None]:
 PAGE_INTRO = """\
 # NCCL device API coverage
 
-Every public name of NCCL's device API ({version}'s `nccl_device.h` headers) beside the flowdsl
-name that provides it, or the reason flowdsl does not. The list of names,
-`docs/nccl_device_surface.txt`, is generated from NCCL's headers by
+Every public name of NCCL's device API (the `nccl_device.h` headers of {version}: the releases flowdsl
+has support builds for) beside the flowdsl name that provides it, or the reason flowdsl does not. The
+lists of names, `docs/nccl_device_surface.txt` (the newest release) and
+`docs/nccl_device_surface-<release>.txt`, are generated from each release's headers by
 `scripts/nccl_device_surface.py` (its docstring says what counts as public); the flowdsl column
 comes from `flowdsl/_nccl_coverage.py`, and this page from both
 (`python scripts/nccl_device_surface.py --markdown`). CI (`tests/compile/test_nccl_coverage.py`)
-fails when the installed NCCL's headers differ from the list, when a name has neither a flowdsl
-name nor a refusal, when a flowdsl name does not resolve, and when this page is stale: a new NCCL
-release's additions show up there.
+fails when the installed NCCL's headers differ from its release's list (or, for a release without
+one, from the newest list), when a name has neither a flowdsl name nor a refusal, when a flowdsl
+name does not resolve, and when this page is stale: a new NCCL release's additions show up there.
+The releases column says which releases declare a name ("all": every one listed).
 
 Kinds: `field` of `ncclDevCommRequirements` (set through `comm.device_communicator(...)`
 keywords), device `function`, `type`, `method` of a type, enum `value`.
@@ -550,8 +580,10 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render(entries: list[str], version: str | None) -> str:
-    """The Markdown page: a row per entry of the list, with its coverage."""
+def render(lists: dict[str, list[str]]) -> str:
+    """The Markdown page: a row per entry of any list, with the releases that declare it and its coverage."""
+    entries = union(lists)
+    sets = {release: set(names) for release, names in lists.items()}
     sys.path.insert(0, str(ROOT))
     from flowdsl import _nccl_coverage as coverage  # noqa: PLC0415 - the table lives in the package
 
@@ -559,11 +591,13 @@ def render(entries: list[str], version: str | None) -> str:
     tally = ", ".join(f"{counts[what]} {what}" for what in coverage.CATEGORIES)
     missing = f", {counts['missing']} **missing**" if counts["missing"] else ""
     summary = [f"Of the {len(entries)} names, {tally}{missing}.", "",
+               "Names per release: " + ", ".join(f"{release} {len(names)}" for release, names in lists.items()) +
+               ".", "",
                "What is not yet there, and how many names each item covers:", ""]
     not_yet = Counter(coverage.COVERAGE[entry].reason for entry in entries
                       if coverage.category(entry) == coverage.NOT_YET)
     summary += [f"* {reason} ({count})" for reason, count in sorted(not_yet.items(), key=lambda rc: (-rc[1], rc[0]))]
-    rows = ["| NCCL name | kind | flowdsl | note |", "| --- | --- | --- | --- |"]
+    rows = ["| NCCL name | kind | releases | flowdsl | note |", "| --- | --- | --- | --- | --- |"]
     for entry in entries:
         kind, name = entry.split(" ", 1)
         got = coverage.COVERAGE.get(entry)
@@ -573,35 +607,44 @@ def render(entries: list[str], version: str | None) -> str:
             flowdsl, note = f"— ({got.category})", got.reason
         else:
             flowdsl, note = "**missing**", "no flowdsl name and no refusal in flowdsl/_nccl_coverage.py"
-        rows.append(f"| `{name}` | {kind} | {_cell(flowdsl)} | {_cell(note)} |")
-    return PAGE_INTRO.format(version=f"NCCL {version}" if version else "NCCL", summary="\n".join(summary)) + \
+        having = [release for release in lists if entry in sets[release]]
+        releases = "all" if len(having) == len(lists) else ", ".join(having)
+        rows.append(f"| `{name}` | {kind} | {releases} | {_cell(flowdsl)} | {_cell(note)} |")
+    version = "NCCL " + ", ".join(lists)
+    return PAGE_INTRO.format(version=version, summary="\n".join(summary)) + \
         "\n" + "\n".join(rows) + "\n"
 
 
 # ---- the command line -------------------------------------------------------------------------------
 
-def differences(committed: list[str], current: list[str]) -> list[str]:
-    """Lines saying what the headers have that the list lacks (``+``) and the reverse (``-``)."""
-    return ([f"+ {e}  (in the headers, not in {LIST.name})" for e in sorted(set(current) - set(committed))] +
-            [f"- {e}  (in {LIST.name}, not in the headers)" for e in sorted(set(committed) - set(current))])
+def list_for(version: str) -> Path:
+    """The list the headers of NCCL ``version`` are compared with: its own, else the newest (a new release)."""
+    return list_path(version) if version in RELEASES else LIST
+
+
+def differences(committed: list[str], current: list[str], name: str = LIST.name) -> list[str]:
+    """Lines saying what the headers have that the list ``name`` lacks (``+``) and the reverse (``-``)."""
+    return ([f"+ {e}  (in the headers, not in {name})" for e in sorted(set(current) - set(committed))] +
+            [f"- {e}  (in {name}, not in the headers)" for e in sorted(set(committed) - set(current))])
 
 
 def check(include_dir: Path | None) -> list[str]:
-    """What is stale (the list against ``include_dir``'s headers, the page against the list); [] if nothing."""
+    """What is stale (``include_dir``'s release's list against its headers, the page against the lists); []
+    if nothing."""
     problems = []
-    committed, listed_version = read_list()
     if include_dir is None:
-        print("No installed NCCL headers (nvidia-nccl-cu13): the list is not compared with any.")
+        print("No installed NCCL headers (nvidia-nccl-cu13): no list is compared with any.")
     else:
         version = nccl_version(include_dir)
-        if listed_version != version:
-            print(f"The list was made from NCCL {listed_version}'s headers; comparing it with the installed "
-                  f"NCCL {version}'s anyway.")
-        found = differences(committed, surface(include_dir))
+        path = list_for(version)
+        if version not in RELEASES:
+            print(f"NCCL {version} has no list; comparing its headers with the newest ({RELEASES[-1]}'s).")
+        found = differences(read_list(path)[0], surface(include_dir), path.name)
         if found:
-            problems.append(f"{LIST.relative_to(ROOT)} differs from NCCL {version}'s headers ({include_dir}); "
-                            "rerun python scripts/nccl_device_surface.py:\n  " + "\n  ".join(found))
-    if PAGE.read_text() != render(committed, listed_version):
+            problems.append(f"{path.relative_to(ROOT)} differs from NCCL {version}'s headers ({include_dir}); "
+                            "rerun python scripts/nccl_device_surface.py --include DIR (a new release: add it "
+                            "to RELEASES):\n  " + "\n  ".join(found))
+    if PAGE.read_text() != render(read_lists()):
         problems.append(f"{PAGE.relative_to(ROOT)} is stale: python scripts/nccl_device_surface.py --markdown")
     return problems
 
@@ -611,7 +654,16 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the list or the page is stale")
     parser.add_argument("--markdown", action="store_true", help="write only the page, from the committed list")
     parser.add_argument("--include", type=Path, help="NCCL's include directory (default: the installed wheel's)")
+    parser.add_argument("--release", help="download this release's nvidia-nccl-cu13 wheel for its headers")
     args = parser.parse_args(argv)
+    if args.release:
+        import tempfile  # noqa: PLC0415
+
+        sys.path.insert(0, str(ROOT))
+        from flowdsl.runtime import support_build  # noqa: PLC0415
+
+        workdir = Path(tempfile.mkdtemp(prefix="nccl-headers-"))
+        args.include = support_build._fetch_headers(args.release, workdir)[0]  # noqa: SLF001 - the build's fetcher
     include_dir = args.include or installed_include_dir()
     if args.check:
         problems = check(include_dir)
@@ -622,8 +674,9 @@ def main(argv=None) -> int:
         if include_dir is None:
             print("No NCCL headers: install nvidia-nccl-cu13 or pass --include DIR", file=sys.stderr)
             return 1
-        LIST.write_text(list_text(surface(include_dir), nccl_version(include_dir)))
-    PAGE.write_text(render(*read_list()))
+        version = nccl_version(include_dir)
+        list_for(version).write_text(list_text(surface(include_dir), version))
+    PAGE.write_text(render(read_lists()))
     return 0
 
 

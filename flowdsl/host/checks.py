@@ -292,12 +292,44 @@ def multimem_unavailable(why: str) -> UsageError:
                       "simulator, model a switch with flowdsl.sim.spawn(..., multimem=True)")
 
 
-def device_requirements(requirements: dict, for_kernel=None, grid=None) -> dict:
+#: NCCL's words (src/dev_runtime.cc) for GIN asked of a communicator that lacks it, and for FULL of one
+#: whose network connects only the rail team.
+NCCL_NO_GIN = "User requested GIN but not all ranks in the communicator support GIN"
+NCCL_RAIL_ONLY = ("User requested GIN connection type NCCL_GIN_CONNECTION_FULL but the communicator supports only "
+                  "NCCL_GIN_CONNECTION_RAIL")
+
+
+def gin_unsupported(kind, gin_support, forced=False) -> None:
+    """Refuse GIN connections of ``kind`` (None: none asked) that a communicator whose widest is
+    ``gin_support`` (None: unknown) lacks, as NCCL refuses them, in its words."""
+    from ..enums import GinConnectionType  # noqa: PLC0415
+
+    if kind is None or gin_support is None or kind is GinConnectionType.NONE:
+        return
+    asked = "gin_force_enable" if forced else f"gin_connection_type {kind.name}"
+    if gin_support is GinConnectionType.NONE:
+        raise UsageError(f"Cannot create a device communicator: it asks for GIN ({asked}), and not every rank of "
+                         "this communicator has GIN (a network card that GPUs drive), which NCCL refuses "
+                         f"(\"{NCCL_NO_GIN}\"). Ask for no GIN resources and no gin_connection_type (LSA only: "
+                         "every peer in this node), or run where every rank has a GIN-capable network card")
+    if kind is GinConnectionType.FULL and gin_support is GinConnectionType.RAIL:
+        raise UsageError(f"Cannot create a device communicator: it asks for GIN connections to every rank ({asked}), "
+                         "and this communicator's network connects only the rail team (the same local rank on "
+                         f"every node), which NCCL refuses (\"{NCCL_RAIL_ONLY}\"). Pass gin_connection_type="
+                         "GinConnectionType.RAIL (puts and signals to the rail team, rail barriers; no world GIN "
+                         "barrier)")
+
+
+def device_requirements(requirements: dict, for_kernel=None, grid=None, gin_support=None) -> dict:
     """A device communicator's requirements, checked: known names, values >= 0, with what
-    ``for_kernel`` needs at ``grid`` added (the larger of the two for each), and NCCL's rules for GIN:
-    GIN resources need GIN enabled, so a request for them that names no ``gin_connection_type`` (nor
-    ``gin_force_enable``, which NCCL takes as ``FULL``) gets ``FULL``; one that names ``NONE`` is refused
-    as NCCL refuses it, and so is a world GIN barrier over ``RAIL`` connections."""
+    ``for_kernel`` needs at ``grid`` added (the larger of the two for each), and NCCL's rules for GIN
+    (``ncclDevCommCreate`` in its ``src/dev_runtime.cc``, in its order): GIN resources need GIN enabled,
+    so a request for them that names no ``gin_connection_type`` (nor ``gin_force_enable``, which NCCL
+    takes as ``FULL``) gets ``FULL``; one that names ``NONE`` is refused as NCCL refuses it; so is GIN
+    asked for where the communicator has none, ``FULL`` where it connects only the rail team, and a
+    world GIN barrier over ``RAIL`` connections. ``gin_support`` is the widest connection type the
+    communicator has (a :class:`flowdsl.GinConnectionType`: NCCL's ``ncclCommProperties``, the
+    simulator's ``spawn(gin_connections=...)``), None where it cannot be known (NCCL 2.28)."""
     from ..enums import GinConnectionType  # noqa: PLC0415
 
     unknown = sorted(set(requirements) - set(DEVICE_REQUIREMENTS))
@@ -337,6 +369,9 @@ def device_requirements(requirements: dict, for_kernel=None, grid=None) -> dict:
                          "with gin_connection_type NONE, which NCCL refuses (\"User requested GIN resources but "
                          "did not request GIN to be enabled!\"). Pass gin_connection_type=GinConnectionType.FULL "
                          "(or RAIL), or ask for no GIN resources")
+    if out.get("gin_force_enable"):
+        kind = GinConnectionType.FULL  # NCCL: ginForceEnable overrides the type named
+    gin_unsupported(kind, gin_support, out.get("gin_force_enable"))
     if int(out.get("world_gin_barrier_count", 0)) > 0 and kind is GinConnectionType.RAIL:
         raise UsageError("Cannot create a device communicator: a world GIN barrier (world_gin_barrier_count="
                          f"{out['world_gin_barrier_count']}) needs GIN connections to every rank, and "

@@ -12,7 +12,7 @@ from ..host.arrays import cuda_array_interface, is_torch, torch_bits
 from .._release import format_version
 from . import nccl
 from ..host import checks, streams
-from .memory import (DevComm, SymmetricAllocation, Window, array_at, device_pointer, require_gpu,
+from .memory import (DevComm, SymmetricAllocation, Window, array_at, device_pointer, gin_support_of, require_gpu,
                      resources_changed)
 from .support import abi_layout
 from .wait_record import GRACE, WaitRecord, aborted_error, resolve_timeout, wait_for_device
@@ -365,7 +365,7 @@ class Communicator:
         """
         self._check_open("create a device communicator")
         given = set(requirements)
-        requirements = checks.device_requirements(requirements, for_kernel, grid)
+        requirements = checks.device_requirements(requirements, for_kernel, grid, gin_support_of(self))
         if requirements.get("lsa_multimem"):
             self._check_multimem()
         layout = abi_layout(self.nccl_version)

@@ -197,6 +197,25 @@ def gin_backend_of(comm) -> GinBackend | None:
         return None
 
 
+def gin_support_of(comm):
+    """The widest GIN connection type the communicator has (a :class:`flowdsl.GinConnectionType`, NCCL's
+    ``ncclCommProperties``: ``ginConnectionType`` from 2.31, else FULL where ``ginType`` names a transport
+    reaching every rank, RAIL where only ``railedGinType`` does, NONE where neither), or None where NCCL
+    cannot say (2.28 has no query)."""
+    from ..enums import GinConnectionType  # noqa: PLC0415
+
+    try:
+        props = comm._nccl.properties
+        kind = getattr(props, "gin_connection_type", None)
+        if kind is not None:
+            return GinConnectionType(int(kind))
+        if int(props.gin_type):
+            return GinConnectionType.FULL
+        return GinConnectionType.RAIL if int(props.railed_gin_type) else GinConnectionType.NONE
+    except Exception:  # noqa: BLE001 - ncclCommQueryProperties is missing before NCCL 2.29
+        return None
+
+
 def gin_backends_in(raw: bytes, layout: dict) -> frozenset | None:
     """The backends of the GIN connections an ``ncclDevComm`` struct records (what its device code
     dispatches on), or None when the layout does not say where they are."""

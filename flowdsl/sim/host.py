@@ -31,7 +31,8 @@ __all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch", "Si
 #: Where every empty buffer of comm.alloc lies: CuPy gives all its empty arrays one address (0).
 _EMPTY = np.empty(16, np.uint8)
 _OPTIONS = {"livelock_rounds": 100, "max_steps": None, "gin_delivery": "ordered", "gin_backend": "proxy",
-            "races": None, "host_threads": False, "stall_seconds": 30.0, "multimem": False}
+            "races": None, "host_threads": False, "stall_seconds": 30.0, "multimem": False,
+            "gin_connections": "full"}
 
 
 class _Collective:
@@ -250,7 +251,7 @@ class SimComm(Closable):
         """A device communicator (collective), as the GPU runtime's: ``requirements`` such as
         ``lsa_barrier_count``, and what ``for_kernel`` (a ``@flowdsl.kernel``) needs at ``grid``."""
         self._open("create a device communicator")
-        reqs = _checked(checks.device_requirements, requirements, for_kernel, grid)
+        reqs = _checked(checks.device_requirements, requirements, for_kernel, grid, self.world.gin_support)
         if reqs.get("lsa_multimem") and not self.world.multimem:
             raise sim_error(UsageError, str(checks.multimem_unavailable(
                 "this simulated system has no NVLink SHARP (flowdsl.sim.spawn(..., multimem=False), the default, "
@@ -549,6 +550,17 @@ def _ranks(ranks) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {fmt_ids(ranks)}"
 
 
+def _gin_connections(option):
+    """The :class:`flowdsl.GinConnectionType` of ``spawn(gin_connections=...)``."""
+    from ..enums import GinConnectionType  # noqa: PLC0415
+
+    names = {"full": GinConnectionType.FULL, "rail": GinConnectionType.RAIL, "none": GinConnectionType.NONE}
+    if option not in names:
+        raise UsageError(f"Cannot spawn with gin_connections={option!r}: pass \"full\" (every rank, the default), "
+                         "\"rail\" (the rail team only) or \"none\" (no GIN-capable network card)")
+    return names[option]
+
+
 def _checked(check, *args):
     """``check(*args)``, its UsageError re-raised naming the rank and the seed."""
     try:
@@ -819,7 +831,10 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
             plain load, before :class:`flowdsl.sim.StalledError`; default 30, 0: never), ``multimem``
             (``True``: each node's GPUs share an NVSwitch with NVLink SHARP, so device communicators may ask
             for ``lsa_multimem`` and kernels use ``flowdsl.lsa.multimem_view``; default ``False``, as GPUs
-            without one, where that request is refused).
+            without one, where that request is refused), ``gin_connections`` (what the simulated network
+            connects, NCCL's ``ncclCommProperties.ginConnectionType``: ``"full"``, the default, every rank;
+            ``"rail"``, the rail team only, where NCCL refuses a device communicator that asks for ``FULL``;
+            ``"none"``, no GIN-capable network card, where NCCL refuses one that asks for GIN at all).
 
     Returns:
         ``[main(comm_0), main(comm_1), ...]``.
@@ -842,6 +857,7 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
     sched.host_threads = bool(opts["host_threads"])
     world = World(nranks, nodes, sched)
     world.multimem = bool(opts["multimem"])
+    world.gin_support = _gin_connections(opts["gin_connections"])
     sched.world = world
     world.net = sched.net = Network(seed, opts["gin_delivery"], opts["gin_backend"], world)
     races = enabled_by_default() if opts["races"] is None else bool(opts["races"])

@@ -176,3 +176,21 @@ def test_what_only_one_communicator_offers_is_listed_with_its_reason():
 
     gpu, sim = public(Communicator), public(host.SimComm)
     assert {"sim": sim - gpu, "gpu": gpu - sim} == {side: set(names) for side, names in _ONE_SIDED.items()}
+
+
+def test_the_gin_support_of_a_gpu_communicator_is_read_from_nccls_properties():
+    """The GPU runtime passes NCCL's ncclCommProperties (through nccl4py) to the one check of GIN requirements:
+    ginConnectionType from NCCL 2.31, else ginType (every rank) / railedGinType (the rail team); None on 2.28."""
+    from types import SimpleNamespace
+
+    from flowdsl import GinConnectionType
+    from flowdsl.runtime.memory import gin_support_of
+
+    def comm(**props):
+        return SimpleNamespace(_nccl=SimpleNamespace(properties=SimpleNamespace(**props)))
+
+    assert gin_support_of(comm(gin_connection_type=2, gin_type=0, railed_gin_type=3)) is GinConnectionType.RAIL
+    assert gin_support_of(comm(gin_connection_type=None, gin_type=3, railed_gin_type=3)) is GinConnectionType.FULL
+    assert gin_support_of(comm(gin_type=0, railed_gin_type=5)) is GinConnectionType.RAIL
+    assert gin_support_of(comm(gin_type=0, railed_gin_type=0)) is GinConnectionType.NONE
+    assert gin_support_of(SimpleNamespace(_nccl=SimpleNamespace())) is None  # NCCL 2.28: no query

@@ -1,8 +1,9 @@
 """Every public name of NCCL's device API has a flowdsl name or a refusal, and the lists behind that hold.
 
-docs/nccl_device_surface.txt is generated from NCCL's headers (scripts/nccl_device_surface.py);
-flowdsl/_nccl_coverage.py maps its entries; docs/nccl-coverage.md renders both. A new NCCL release's
-additions fail here until the list is regenerated and each new name is mapped or refused.
+docs/nccl_device_surface.txt (the newest release) and docs/nccl_device_surface-<release>.txt (each older
+release flowdsl has support builds for) are generated from NCCL's headers (scripts/nccl_device_surface.py);
+flowdsl/_nccl_coverage.py maps their entries; docs/nccl-coverage.md renders them. A new NCCL release's
+additions fail here until its list is generated and each new name is mapped or refused.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from flowdsl.runtime.communicator import REQUIREMENT_FIELDS
 pytestmark = pytest.mark.compile
 ROOT = Path(__file__).resolve().parents[2]
 GENERATOR = runpy.run_path(str(ROOT / "scripts" / "nccl_device_surface.py"))
-ENTRIES, LISTED_VERSION = GENERATOR["read_list"]()
+LISTS = GENERATOR["read_lists"]()
+ENTRIES = GENERATOR["union"](LISTS)
 
 
 def test_every_listed_name_has_a_flowdsl_name_or_a_refusal():
@@ -90,14 +92,33 @@ def test_the_list_is_the_installed_nccls_headers():
     if include_dir is None:
         pytest.skip("no installed NCCL headers (nvidia-nccl-cu13) to compare docs/nccl_device_surface.txt with")
     version = GENERATOR["nccl_version"](include_dir)
-    found = GENERATOR["differences"](ENTRIES, GENERATOR["surface"](include_dir))
-    assert not found, (f"docs/nccl_device_surface.txt (from NCCL {LISTED_VERSION}) differs from the installed NCCL "
-                       f"{version}'s headers; run python scripts/nccl_device_surface.py, then map or refuse each "
-                       "new name in flowdsl/_nccl_coverage.py:\n  " + "\n  ".join(found))
+    path = GENERATOR["list_for"](version)
+    found = GENERATOR["differences"](GENERATOR["read_list"](path)[0], GENERATOR["surface"](include_dir), path.name)
+    assert not found, (f"docs/{path.name} differs from the installed NCCL {version}'s headers; run python "
+                       "scripts/nccl_device_surface.py (a new release: add it to RELEASES first), then map or "
+                       "refuse each new name in flowdsl/_nccl_coverage.py:\n  " + "\n  ".join(found))
+
+
+def test_there_is_a_list_for_every_release_with_support_builds():
+    from flowdsl.runtime.support_build import SUPPORTED_VERSIONS  # noqa: PLC0415
+
+    assert tuple(LISTS) == tuple(SUPPORTED_VERSIONS) == GENERATOR["RELEASES"]
+    assert GENERATOR["list_path"](SUPPORTED_VERSIONS[-1]).name == "nccl_device_surface.txt"
+
+
+def test_the_releases_lists_differ_where_their_headers_do():
+    """2.32.3 has NCCL's C API for LLVM IR (ncclGin_C, ncclGinPut, ...), which 2.32.6 dropped; 2.32.6 adds Flow:
+    both are on the page, each mapped, with the releases that declare it."""
+    assert "function ncclGinPut_v3" in LISTS["2.32.3"] and "function ncclGinPut_v3" not in LISTS["2.32.6"]
+    assert "type ncclFlowProcessor" in LISTS["2.32.6"] and "type ncclFlowProcessor" not in LISTS["2.32.3"]
+    assert set(LISTS["2.28.9"]) <= set(LISTS["2.32.3"]) | set(LISTS["2.32.6"])
+    page = (ROOT / "docs" / "nccl-coverage.md").read_text()
+    assert "| `ncclGinPut_v3` | function | 2.32.3 | `flowdsl.gin.put` |" in page
+    assert "| `ncclGin::put` | method | all | `flowdsl.gin.put` |" in page
 
 
 def test_the_page_is_the_rendered_table():
-    assert (ROOT / "docs" / "nccl-coverage.md").read_text() == GENERATOR["render"](ENTRIES, LISTED_VERSION), (
+    assert (ROOT / "docs" / "nccl-coverage.md").read_text() == GENERATOR["render"](LISTS), (
         "docs/nccl-coverage.md is stale: python scripts/nccl_device_surface.py --markdown")
 
 

@@ -78,3 +78,125 @@ def test_the_gin_context_count_is_read_on_host_and_in_kernels(asked, count):
             comm.synchronize()
             return dc.gin_context_count, int(out.get()[0])
     assert sim.spawn(main, nranks=2, nodes=2) == [(count, count)] * 2
+
+
+# ---- the communicator's GIN support: NCCL's rules against a transcription of them ----------------------
+
+_NONE, _FULL, _RAIL, _STRIDE = (GinConnectionType.NONE, GinConnectionType.FULL, GinConnectionType.RAIL,
+                                GinConnectionType.CUSTOM_STRIDE)
+_RESOURCES = ("gin_signal_count", "gin_counter_count", "barrier_count", "rail_gin_barrier_count",
+              "world_gin_barrier_count")
+
+
+def _nccl_refusal(reqs: dict, support) -> str | None:
+    """What NCCL's ncclDevCommCreate (src/dev_runtime.cc, NVIDIA/nccl master) WARNs for these requirements
+    on a communicator whose widest GIN connection type is ``support``, None where it creates the device
+    communicator: written from NCCL's source, not from flowdsl's check."""
+    requested = reqs.get("gin_connection_type", _NONE)  # NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER: NONE
+    if reqs.get("gin_force_enable"):
+        requested = _FULL
+    if any(reqs.get(key, 0) > 0 for key in _RESOURCES) and requested == _NONE:
+        return "User requested GIN resources but did not request GIN to be enabled!"
+    if requested != _NONE:
+        if support == _NONE:
+            return "User requested GIN but not all ranks in the communicator support GIN"
+        if requested == _FULL and support == _RAIL:
+            return ("User requested GIN connection type NCCL_GIN_CONNECTION_FULL but the communicator supports "
+                    "only NCCL_GIN_CONNECTION_RAIL")
+    if reqs.get("world_gin_barrier_count", 0) > 0 and requested == _RAIL:
+        return "Cannot create worldGinBarrier with NCCL_GIN_CONNECTION_RAIL."
+    return None
+
+
+def _cases():
+    for mask in range(1 << len(_RESOURCES)):
+        resources = {key: 1 for i, key in enumerate(_RESOURCES) if mask >> i & 1}
+        for kind in (None, _NONE, _FULL, _RAIL, _STRIDE):
+            for force in (False, True):
+                reqs = dict(resources)
+                if kind is not None:
+                    reqs["gin_connection_type"] = kind
+                if force:
+                    reqs["gin_force_enable"] = 1
+                yield reqs
+
+
+@pytest.mark.parametrize("support", [_FULL, _RAIL, _NONE], ids=["full", "rail", "none"])
+def test_flowdsl_refuses_exactly_what_nccl_refuses_quoting_it(support):
+    """Every combination of GIN resources, connection type and gin_force_enable (320), on a communicator with
+    FULL, RAIL or no GIN: what flowdsl passes NCCL, NCCL creates; what flowdsl refuses, NCCL refuses given
+    flowdsl's default (FULL where GIN resources name no type), and flowdsl's message quotes NCCL's."""
+    from flowdsl.host import checks
+
+    refused = expected = 0
+    for reqs in _cases():
+        defaulted = dict(reqs)
+        if any(reqs.get(key, 0) > 0 for key in _RESOURCES) and "gin_connection_type" not in reqs \
+                and not reqs.get("gin_force_enable"):
+            defaulted["gin_connection_type"] = _FULL
+        nccl = _nccl_refusal(defaulted, support)
+        expected += nccl is not None
+        try:
+            out = checks.device_requirements(dict(reqs), gin_support=support)
+        except flowdsl.UsageError as exc:
+            assert nccl is not None, f"{reqs} on {support.name}: flowdsl refuses ({exc}), NCCL creates it"
+            assert f'"{nccl}"' in str(exc), (reqs, support.name, str(exc))
+            refused += 1
+        else:
+            assert _nccl_refusal(out, support) is None, f"{reqs} on {support.name}: NCCL refuses what flowdsl passes"
+    assert refused == expected > 0
+
+
+def test_the_defaults_are_what_nccl_creates_on_a_machine_with_a_nic():
+    """With a GIN-capable NIC reaching every rank (FULL), whatever GIN resources a device communicator asks for
+    and names no type for, NCCL creates it with flowdsl's defaults."""
+    from flowdsl.host import checks
+
+    for reqs in _cases():
+        if "gin_connection_type" in reqs or reqs.get("gin_force_enable"):
+            continue
+        out = checks.device_requirements(dict(reqs), gin_support=_FULL)
+        assert _nccl_refusal(out, _FULL) is None, reqs
+
+
+def _on(gin_connections, **requirements):
+    def main(comm):
+        with comm.device_communicator(**requirements) as dc:
+            return dict(dc.group.reqs)
+    return sim.spawn(main, nranks=2, nodes=2, gin_connections=gin_connections)[0]
+
+
+def test_the_simulator_refuses_gin_where_its_network_has_none():
+    with pytest.raises(sim.UsageError, match=r"asks for GIN \(gin_connection_type FULL\), and not every rank of this "
+                                             r"communicator has GIN .*\(\"User requested GIN but not all ranks in "
+                                             r"the communicator support GIN\"\)\. Ask for no GIN resources"):
+        _on("none", gin_signal_count=1)
+    assert "gin_connection_type" not in _on("none", lsa_barrier_count=1)  # LSA only: NCCL creates it
+
+
+def test_the_simulator_refuses_full_where_its_network_connects_the_rail_team_only():
+    with pytest.raises(sim.UsageError, match=r"\(\"User requested GIN connection type NCCL_GIN_CONNECTION_FULL but "
+                                             r"the communicator supports only NCCL_GIN_CONNECTION_RAIL\"\)\. Pass "
+                                             r"gin_connection_type=GinConnectionType\.RAIL"):
+        _on("rail", rail_gin_barrier_count=1)
+    assert _on("rail", rail_gin_barrier_count=1, gin_connection_type=_RAIL)["gin_connection_type"] is _RAIL
+
+
+def test_a_kernel_that_uses_gin_is_refused_where_there_is_none():
+    @flowdsl.kernel
+    def put_one(comm, win):
+        ctx = flowdsl.gin.context(comm)
+        flowdsl.gin.put(ctx, flowdsl.team.world(comm), 0, win, 0, win, 0, 4)
+
+    def main(comm):
+        buf = comm.alloc(4, np.float32)
+        with comm.register(buf), comm.device_communicator(for_kernel=put_one, grid=1):
+            pass
+
+    with pytest.raises(sim.UsageError, match=r"not all ranks in the communicator support GIN"):
+        sim.spawn(main, nranks=2, nodes=2, gin_connections="none")
+
+
+def test_an_unknown_gin_connections_option_is_refused():
+    with pytest.raises(flowdsl.UsageError, match=r"gin_connections='wide': pass \"full\""):
+        sim.spawn(lambda comm: None, nranks=1, gin_connections="wide")
