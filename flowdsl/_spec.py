@@ -2,14 +2,17 @@
 
 A primitive's stub (``flowdsl/lsa.py`` ...) declares, in ``@primitive(...)``, the kind of each
 argument that is checked (:class:`Arg`), the support-library function it calls (``extern``, the
-C name stem; a coop primitive adds ``__<coop kind>``) and the target it needs (:class:`Gate`).
+C name stem; a coop primitive adds ``__<coop kind>``), that function's C signature (``c=``, a
+:class:`CFunction`: its row of the extern table, declared once, by the first stub that calls it)
+and the target it needs (:class:`Gate`).
 Its defaults are the stub's own. From that one :class:`Spec`:
 
 * the numba typing checks each argument's type (``flowdsl/lowering/checks.py``: "``op`` requires
   ``what``, got ``type``") and gates the target (``flowdsl.lowering.target.require``);
 * the lowering names the C function it calls (``flowdsl.lowering.declarations.extern``);
-* the extern table (``flowdsl/lowering/externs.py``) takes each row's oldest NCCL, archs and CUDA
-  from the gate of the primitive that calls it;
+* the extern table (``flowdsl/lowering/externs.py``: ``EXTERNS``, and the C headers generated from
+  it) gathers each spec's :class:`CFunction` rows, each row's oldest NCCL, archs and CUDA those of
+  the spec's gate;
 * the simulator checks each argument's value (``flowdsl/sim/checks.py``), with the same words
   followed by the fix (:meth:`Spec.refusal`: "``name`` requires ``what``, got ``type``");
 * a primitive that is one C call (``returns=`` set: :data:`RESULTS`) is lowered from the spec alone
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from .enums import MemoryOrder, RedOp, ThreadScope
 from .errors import FlowDSLError
 
-__all__ = ["Arg", "Gate", "Spec", "SPECS", "spec_of", "ALL_ARCHS",
+__all__ = ["Arg", "Gate", "Spec", "CFunction", "C_COMM", "C_WIN", "C_TEAM", "SPECS", "spec_of", "ALL_ARCHS",
            "COMM", "COOP", "WINDOW", "TEAM", "TEAMS", "INT", "ORDER", "ARRAY", "SHARED_ARRAY",
            "LSA_SESSION", "GIN_CONTEXT", "REMOTE", "LOCAL", "CFT_SESSION", "CFT_BARRIER_SESSION", "ENUM", "NAMED_KINDS",
            "SCOPE", "CONSTANT_ORDER", "FENCE_ORDER", "RED_OP", "MULTIMEM_VIEW", "MULTIMEM_OP", "MULTIMEM_GATE", "RESULTS", "MEM_ARRAY", "INTEGER_ELEMENTS", "ARITHMETIC_ELEMENTS", "VECTOR_ELEMENTS",
@@ -194,6 +197,40 @@ MULTIMEM_GATE = Gate(min_cc=(9, 0))
 
 
 @dataclass(frozen=True)
+class CFunction:
+    """A support-library C function a primitive calls: its row of the extern table
+    (``flowdsl.lowering.externs.Extern``, which adds the name and, from the spec's gate, the oldest NCCL,
+    archs and CUDA). Argument and result types are the table's C type keys (``externs.C_TYPES``:
+    ``"devcomm"``, ``"window"``, ``"int"``, ...); no lowering is imported here.
+
+    Attributes:
+        ret: C type key of the result.
+        args: ``(type key, argument name)`` pairs.
+        doc: What it does, in one line; copied into the header.
+        coop: One function per coop kind, with a leading ``uint32_t coop`` word.
+        variants: One C function per ``(suffix, oldest NCCL)``, named ``<name>__<suffix>[__<coop>]``.
+        library: ``"support"``, ``"gin"`` or ``"cft"`` (the header and build it belongs to).
+        archs: Targets every build defines it for, where that is not the gate's (``None``: the gate's).
+        name: The C name, where that is not the spec's ``extern`` (a second function the primitive calls).
+    """
+
+    ret: str
+    args: tuple[tuple[str, str], ...]
+    doc: str
+    coop: bool = False
+    variants: tuple[tuple[str, tuple[int, int, int]], ...] = ()
+    library: str = "support"
+    archs: tuple[str, ...] | None = None
+    name: str | None = None
+
+
+#: The C arguments most rows share: the device communicator, a window, a team (three ints in C).
+C_COMM = ("devcomm", "comm")
+C_WIN = ("window", "win")
+C_TEAM = ("team", "team")
+
+
+@dataclass(frozen=True)
 class Spec:
     """One primitive: its name, its parameters (names and defaults, from the stub), the kinds of the
     checked ones, the C function stem it calls and its gate."""
@@ -205,6 +242,9 @@ class Spec:
     gate: Gate = Gate()
     #: One of :data:`RESULTS` when the primitive is one call of ``extern`` and lowered from this spec.
     returns: str | None = None
+    #: The rows of the extern table this primitive declares (its C functions; empty where another stub
+    #: declares ``extern``'s row, or it calls none).
+    c: tuple[CFunction, ...] = ()
 
     @property
     def short(self) -> str:
@@ -277,7 +317,7 @@ SPECS: dict[str, Spec] = {}
 
 
 def make_spec(fn, extern: str | None = None, gate: Gate | None = None, returns: str | None = None,
-              **args: Arg) -> Spec:
+              c: CFunction | tuple[CFunction, ...] = (), **args: Arg) -> Spec:
     """The spec of stub body ``fn``; every keyword in ``args`` must name one of its parameters."""
     params = tuple(inspect.signature(fn).parameters.values())
     unknown = set(args) - {p.name for p in params}
@@ -287,7 +327,11 @@ def make_spec(fn, extern: str | None = None, gate: Gate | None = None, returns: 
     if returns is not None and (returns not in RESULTS or extern is None):
         raise FlowDSLError(f"Cannot describe {fn.__name__} with returns={returns!r}: a primitive lowered from its "
                            f"spec calls extern= and returns one of {RESULTS}")
-    spec = Spec(f"{fn.__module__}.{fn.__name__}", params, dict(args), extern, gate or Gate(), returns)
+    rows = (c,) if isinstance(c, CFunction) else tuple(c)
+    if any((row.name or extern) is None for row in rows):
+        raise FlowDSLError(f"Cannot describe {fn.__name__}: its C function has no name. Give extern= (or the "
+                           "CFunction's name=)")
+    spec = Spec(f"{fn.__module__}.{fn.__name__}", params, dict(args), extern, gate or Gate(), returns, rows)
     SPECS[spec.name] = spec
     return spec
 

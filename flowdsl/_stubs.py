@@ -50,15 +50,16 @@ def set_simulator_launch(launch: Callable[..., Any] | None, active: Callable[[],
 
 
 def primitive(fn: Callable[..., Any] | None = None, /, *, extern: str | None = None, gate=None,
-              module: str | None = None, returns: str | None = None, **args):
+              module: str | None = None, returns: str | None = None, c=(), **args):
     """Mark ``fn`` as a device primitive; its body is never run.
 
-    Used bare (``@primitive``) or with the primitive's spec (``@primitive(extern=..., comm=COMM, ...)``:
+    Used bare (``@primitive``) or with the primitive's spec (``@primitive(extern=..., c=CFunction(...),
+    comm=COMM, ...)``:
     see :mod:`flowdsl._spec`), which every layer reads. ``module`` is the module users reach it
     from, where that is not the one defining it (``flowdsl.flow`` re-exports a private module's).
     """
     if fn is None:
-        return lambda f: primitive(f, extern=extern, gate=gate, module=module, returns=returns, **args)
+        return lambda f: primitive(f, extern=extern, gate=gate, module=module, returns=returns, c=c, **args)
     from ._spec import make_spec  # noqa: PLC0415 - a leaf module
 
     if module is not None:
@@ -76,6 +77,6 @@ def primitive(fn: Callable[..., Any] | None = None, /, *, extern: str | None = N
         )
 
     stub.__flowdsl_primitive__ = name
-    stub.__flowdsl_spec__ = make_spec(fn, extern, gate, returns, **args)
+    stub.__flowdsl_spec__ = make_spec(fn, extern, gate, returns, c, **args)
     PRIMITIVES[name] = stub
     return stub

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import enum
 
-from ._spec import CFT_BARRIER_SESSION, CFT_SESSION, COMM, COOP, ENUM, SHARED_ARRAY, TEAM, WINDOW, Gate
+from ._spec import (C_COMM, C_TEAM, C_WIN, CFT_BARRIER_SESSION, CFT_SESSION, COMM, COOP, ENUM, SHARED_ARRAY, TEAM,
+                    WINDOW, CFunction, Gate)
 from ._stubs import primitive
 from .enums import ConstantEnumMeta, MemoryOrder
 
@@ -53,6 +54,21 @@ COUNTED_GATE = Gate(nccl=(2, 32, 0), min_cc=(10, 0), cuda=(13, 3))
 COUNTED_WINDOW = WINDOW.but("a counted window")
 ORDER_ENUM = ENUM.but("a flowdsl.MemoryOrder", "Pass a flowdsl.MemoryOrder")
 PROXY_ENUM = ENUM.but("a flowdsl.cft.MemProxyType", "Pass a flowdsl.cft.MemProxyType")
+
+#: A session's C argument: the address of its shared-memory storage.
+_SESSION = ("ptr", "session")
+
+
+def _cft_session_call(doc: str) -> CFunction:
+    """The C function of a session call that takes only the session."""
+    return CFunction("void", (_SESSION,), doc, coop=True, library="cft")
+
+
+def _cft_barrier(doc: str) -> CFunction:
+    """The C function of a CFT barrier session's arrive, wait or sync."""
+    return CFunction("void", (C_COMM, ("uint32", "index"), ("order", "order"), ("int", "producer"),
+                              ("int", "consumer")), doc, coop=True, library="cft")
+
 
 #: u64 words of shared memory one session needs (its mbarrier and NCCL's session state).
 SESSION_WORDS = 4
@@ -75,22 +91,47 @@ class MemFenceScope(enum.IntEnum, metaclass=ConstantEnumMeta):
     SYS = 2
 
 
-@primitive(extern="flowdsl_cft_team", gate=GATE, comm=COMM)
+@primitive(extern="flowdsl_cft_team",
+           c=CFunction("void", (C_COMM, ("int_out", "out")), "ncclTeamCft (flat).", library="cft"),
+           gate=GATE, comm=COMM)
 def team(comm):
     """The CFT team of the device communicator (``ncclTeamCft``, flat: every rank with CFT)."""
 
 
-@primitive(extern="flowdsl_cft_le_info", gate=GATE, comm=COMM, win=WINDOW.but("a window"), team=TEAM.but("a team (flowdsl.cft.team(comm), ...)"))
+@primitive(extern="flowdsl_cft_le_info",
+           c=CFunction(
+               "void", (C_COMM, C_WIN, ("size_t", "offset"), C_TEAM, ("int", "peer"), ("u64_out", "out")),
+               "ncclGetCftLeInfo: out[0] = LE id, out[1] = LE offset.", library="cft"),
+           gate=GATE, comm=COMM, win=WINDOW.but("a window"), team=TEAM.but("a team (flowdsl.cft.team(comm), ...)"))
 def le_info(comm, win, offset, team, peer):
     """``(le_id, le_offset)`` of byte ``offset`` of ``team``'s rank ``peer``'s ``win`` (``ncclGetCftLeInfo``)."""
 
 
-@primitive(extern="flowdsl_cft_peer_le_info", gate=GATE, comm=COMM, win=WINDOW.but("a window"))
+@primitive(extern="flowdsl_cft_peer_le_info",
+           c=CFunction(
+               "void", (C_COMM, C_WIN, ("size_t", "offset"), ("int", "peer"), ("u64_out", "out")),
+               "ncclGetPeerLeInfo (world peer): out[0] = LE id, out[1] = LE offset.", library="cft"),
+           gate=GATE, comm=COMM, win=WINDOW.but("a window"))
 def peer_le_info(comm, win, offset, peer):
     """``(le_id, le_offset)`` of byte ``offset`` of world rank ``peer``'s ``win`` (``ncclGetPeerLeInfo``)."""
 
 
-@primitive(extern="flowdsl_cft_session_open", gate=GATE, comm=COMM, coop=COOP.but("a coop (flowdsl.coop.warp(), .cta(), ...)"))
+@primitive(extern="flowdsl_cft_read_counter",
+           c=CFunction(
+               "uint64", (C_WIN, ("size_t", "offset"), ("order", "order")),
+               "Load of the u64 counter at a byte offset of the local counted window (no fabric fence).", library="cft"),
+           gate=COUNTED_GATE, win=COUNTED_WINDOW, order=ORDER_ENUM)
+def read_counter(win, offset, order=MemoryOrder.RELAXED):
+    """The u64 counter at byte ``offset`` of this rank's counted ``win``.
+
+    It does not order the data the counter covers: :func:`fence` before reading it.
+    """
+
+
+@primitive(extern="flowdsl_cft_session_open",
+           c=_cft_session_call(
+               "ncclCft constructor: initialises the session's mbarrier in shared memory."),
+           gate=GATE, comm=COMM, coop=COOP.but("a coop (flowdsl.coop.warp(), .cta(), ...)"))
 def session(comm, coop, storage):
     """Open a CFT session of ``coop`` over ``storage`` (``ncclCft(coop, smem)``).
 
@@ -100,12 +141,27 @@ def session(comm, coop, storage):
     """
 
 
-@primitive(extern="flowdsl_cft_put", gate=GATE, session=CFT_SESSION, src=SHARED_ARRAY)
+@primitive(extern="flowdsl_cft_session_close",
+           c=_cft_session_call("ncclCft destructor: invalidates the session's mbarrier."),
+           gate=GATE, session=CFT_SESSION)
+def close(session):
+    """End the session (``~ncclCft``: its mbarrier is invalidated; the storage may be reused)."""
+
+
+@primitive(extern="flowdsl_cft_put",
+           c=CFunction(
+               "void", (_SESSION, ("uint32", "le_id"), ("size_t", "le_offset"), ("ptr", "src"), ("uint32", "bytes")),
+               "ncclCft::put.", coop=True, library="cft"),
+           gate=GATE, session=CFT_SESSION, src=SHARED_ARRAY)
 def put(session, le_id, le_offset, src, nbytes):
     """Queue a write of ``nbytes`` from the shared array ``src`` to the LE ``le_id`` at ``le_offset``."""
 
 
-@primitive(extern="flowdsl_cft_put_counted", gate=COUNTED_GATE, session=CFT_SESSION, src=SHARED_ARRAY)
+@primitive(extern="flowdsl_cft_put_counted",
+           c=CFunction(
+               "void", (_SESSION, ("uint32", "le_id"), ("size_t", "le_offset"), ("size_t", "counter_offset"), ("ptr", "src"),
+               ("uint32", "bytes")), "ncclCft::putCounted.", coop=True, library="cft"),
+           gate=COUNTED_GATE, session=CFT_SESSION, src=SHARED_ARRAY)
 def put_counted(session, le_id, le_offset, counter_offset, src, nbytes):
     """Queue a counted write: the data, then ``nbytes`` added to the u64 counter at ``counter_offset``.
 
@@ -113,40 +169,43 @@ def put_counted(session, le_id, le_offset, counter_offset, src, nbytes):
     """
 
 
-@primitive(extern="flowdsl_cft_get", gate=GATE, session=CFT_SESSION, dst=SHARED_ARRAY)
+@primitive(extern="flowdsl_cft_get",
+           c=CFunction(
+               "void", (_SESSION, ("uint32", "le_id"), ("size_t", "le_offset"), ("ptr", "dst"), ("uint32", "bytes")),
+               "ncclCft::get.", coop=True, library="cft"),
+           gate=GATE, session=CFT_SESSION, dst=SHARED_ARRAY)
 def get(session, le_id, le_offset, dst, nbytes):
     """Queue a read of ``nbytes`` from the LE ``le_id`` at ``le_offset`` into the shared array ``dst``."""
 
 
-@primitive(extern="flowdsl_cft_submit", gate=GATE, session=CFT_SESSION)
+@primitive(extern="flowdsl_cft_submit",
+           c=_cft_session_call("ncclCft::submit."),
+           gate=GATE, session=CFT_SESSION)
 def submit(session):
     """Hand the operations queued since the last submit to the fabric (``ncclCft::submit``)."""
 
 
-@primitive(extern="flowdsl_cft_flush", gate=GATE, session=CFT_SESSION)
+@primitive(extern="flowdsl_cft_flush",
+           c=CFunction("uint32", (_SESSION,), "ncclCft::flush; 0, or 0x100 | the fabric's report.",
+                       coop=True, library="cft"),
+           gate=GATE, session=CFT_SESSION)
 def flush(session):
     """Wait until every submitted operation has completed; 0, or ``0x100 | report`` if the fabric reported one."""
 
 
-@primitive(extern="flowdsl_cft_flush_smem", gate=GATE, session=CFT_SESSION)
+@primitive(extern="flowdsl_cft_flush_smem",
+           c=_cft_session_call("ncclCft::flushSmem."),
+           gate=GATE, session=CFT_SESSION)
 def flush_smem(session):
     """Wait until the fabric has read the shared-memory sources of the submitted puts (they may be reused)."""
 
 
-@primitive(extern="flowdsl_cft_session_close", gate=GATE, session=CFT_SESSION)
-def close(session):
-    """End the session (``~ncclCft``: its mbarrier is invalidated; the storage may be reused)."""
-
-
-@primitive(extern="flowdsl_cft_read_counter", gate=COUNTED_GATE, win=COUNTED_WINDOW, order=ORDER_ENUM)
-def read_counter(win, offset, order=MemoryOrder.RELAXED):
-    """The u64 counter at byte ``offset`` of this rank's counted ``win``.
-
-    It does not order the data the counter covers: :func:`fence` before reading it.
-    """
-
-
-@primitive(extern="flowdsl_cft_wait_counted", gate=COUNTED_GATE, session=CFT_SESSION, win=COUNTED_WINDOW, order=ORDER_ENUM, consumer=PROXY_ENUM)
+@primitive(extern="flowdsl_cft_wait_counted",
+           c=CFunction(
+               "void", (C_COMM, _SESSION, C_WIN, ("size_t", "offset"), ("uint64", "expected"), ("order", "order"),
+               ("int", "consumer")),
+               "ncclCft::waitCounted, bounded (waits, then fences fabric -> consumer).", coop=True, library="cft"),
+           gate=COUNTED_GATE, session=CFT_SESSION, win=COUNTED_WINDOW, order=ORDER_ENUM, consumer=PROXY_ENUM)
 def wait_counted(session, win, offset, expected, order=MemoryOrder.ACQUIRE, consumer=MemProxyType.GENERIC):
     """Wait until the counter at byte ``offset`` of this rank's ``win`` reaches ``expected`` bytes, then fence.
 
@@ -155,7 +214,11 @@ def wait_counted(session, win, offset, expected, order=MemoryOrder.ACQUIRE, cons
     """
 
 
-@primitive(extern="flowdsl_cft_mem_fence", gate=GATE, coop=COOP.but("a coop"), order=ORDER_ENUM, producer=PROXY_ENUM, consumer=PROXY_ENUM, scope=ENUM.but("a flowdsl.cft.MemFenceScope", "Pass a flowdsl.cft.MemFenceScope"))
+@primitive(extern="flowdsl_cft_mem_fence",
+           c=CFunction(
+               "void", (("order", "order"), ("int", "producer"), ("int", "consumer"), ("int", "scope")), "ncclMemFence.",
+               coop=True, library="cft"),
+           gate=GATE, coop=COOP.but("a coop"), order=ORDER_ENUM, producer=PROXY_ENUM, consumer=PROXY_ENUM, scope=ENUM.but("a flowdsl.cft.MemFenceScope", "Pass a flowdsl.cft.MemFenceScope"))
 def fence(coop, order=MemoryOrder.ACQUIRE, producer=MemProxyType.FABRIC, consumer=MemProxyType.GENERIC,
           scope=MemFenceScope.SYS):
     """``ncclMemFence``: order ``producer``'s memory accesses before ``consumer``'s.
@@ -180,16 +243,22 @@ _BARRIER_ARGS = dict(gate=GATE, session=CFT_BARRIER_SESSION, order=ORDER_ENUM, p
                      consumer=PROXY_ENUM)
 
 
-@primitive(extern="flowdsl_cft_barrier_arrive", **_BARRIER_ARGS)
+@primitive(extern="flowdsl_cft_barrier_arrive",
+           c=_cft_barrier("ncclCftBarrierSession::arrive."),
+           **_BARRIER_ARGS)
 def barrier_arrive(session, order, producer=MemProxyType.GENERIC, consumer=MemProxyType.GENERIC):
     """``session.arrive(order)``: this coop has arrived at the CFT barrier."""
 
 
-@primitive(extern="flowdsl_cft_barrier_wait", **_BARRIER_ARGS)
+@primitive(extern="flowdsl_cft_barrier_wait",
+           c=_cft_barrier("ncclCftBarrierSession::wait, bounded."),
+           **_BARRIER_ARGS)
 def barrier_wait(session, order, producer=MemProxyType.GENERIC, consumer=MemProxyType.GENERIC):
     """``session.wait(order)``: wait until every rank has arrived, then fence ``producer`` to ``consumer``."""
 
 
-@primitive(extern="flowdsl_cft_barrier_sync", **_BARRIER_ARGS)
+@primitive(extern="flowdsl_cft_barrier_sync",
+           c=_cft_barrier("ncclCftBarrierSession::sync, its wait bounded."),
+           **_BARRIER_ARGS)
 def barrier_sync(session, order, producer=MemProxyType.GENERIC, consumer=MemProxyType.GENERIC):
     """``session.sync(order)``: ``arrive`` then ``wait``."""

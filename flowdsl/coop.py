@@ -6,7 +6,7 @@ and passed to collective primitives (barriers, reduce/copy).
 
 from __future__ import annotations
 
-from ._spec import COOP, INT, WORD
+from ._spec import COOP, INT, WORD, CFunction
 from ._stubs import primitive
 
 __all__ = ["thread", "warp", "lanes", "tile", "warp_span", "cta", "sync", "thread_rank", "size", "lane_mask", "is_thread",
@@ -49,17 +49,23 @@ def cta():
     """Every thread of this CTA (``ncclCoopCta``); ``blockDim`` must be 1-D."""
 
 
-@primitive(extern="flowdsl_coop_sync", coop=COOP)
+@primitive(extern="flowdsl_coop_sync",
+           c=CFunction("void", (), "Barrier among the coop's threads.", coop=True),
+           coop=COOP)
 def sync(coop):
     """Barrier among the coop's threads (``__syncthreads``, ``__syncwarp``, ``bar.sync``)."""
 
 
-@primitive(extern="flowdsl_coop_thread_rank", coop=COOP)
+@primitive(extern="flowdsl_coop_thread_rank",
+           c=CFunction("int", (), "This thread's index in the coop.", coop=True),
+           coop=COOP)
 def thread_rank(coop):
     """This thread's index within the coop, ``0 .. size(coop)-1``."""
 
 
-@primitive(extern="flowdsl_coop_size", coop=COOP)
+@primitive(extern="flowdsl_coop_size",
+           c=CFunction("int", (), "Number of threads in the coop.", coop=True),
+           coop=COOP)
 def size(coop):
     """Number of threads in the coop."""
 

@@ -33,7 +33,7 @@ Offsets and sizes are in bytes, as in NCCL.
 
 from __future__ import annotations
 
-from ._spec import COMM, COOP, GIN_CONTEXT, LOCAL, ORDER, REMOTE, TEAM, WINDOW, Gate
+from ._spec import C_COMM, C_TEAM, COMM, COOP, GIN_CONTEXT, LOCAL, ORDER, REMOTE, TEAM, WINDOW, CFunction, Gate
 from ._stubs import primitive
 from .enums import MemoryOrder
 
@@ -116,7 +116,55 @@ def counter_inc(counter):
     """Local action: add 1 to counter ``counter`` once the source of the put may be reused."""
 
 
-@primitive(extern="flowdsl_gin_put", ctx=GIN_CONTEXT, team=TEAM.but("a team (flowdsl.team.world(comm), ...)"), dst_win=WINDOW.but("a destination window"), src_win=WINDOW.but("a source window"), remote=REMOTE, local=LOCAL, coop=ISSUING_COOP)
+# The C functions of put, put_value and signal: one per remote action (and counted or not, and payload size);
+# they take the coop kind and word as arguments (one function for every coop: prebuilt/src/flowdsl_gin.cu).
+#: GIN remote actions: (kind, oldest NCCL with it), from the actions' gates: legacy kinds exist since 2.28;
+#: strong, weak and VA signals are used from 2.32.
+REMOTE_VARIANTS = (("none", Gate().nccl),) + tuple(
+    (name, globals()[name].__flowdsl_spec__.gate.nccl) for name in __all__ if name.endswith(("_inc", "_add"))
+    and name != "counter_inc")
+#: put_value payload sizes: the suffix of each function.
+PAYLOAD_SUFFIX = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
+_REMOTE = (("uint32", "signal"), ("window", "signal_win"), ("size_t", "signal_offset"), ("uint64", "value"))
+_TO_PEER = (C_COMM, ("int", "ctx"), C_TEAM, ("int", "peer"))
+_PUT_ARGS = (("window", "dst"), ("size_t", "dst_offset"), ("window", "src"), ("size_t", "src_offset"),
+             ("size_t", "bytes"))
+#: The coop as arguments: its kind (flowdsl.enums.CoopKind) and its packed word.
+_COOP_ARGS = (("int", "coop_kind"), ("uint32", "coop"))
+
+
+def _gin_read(what: str) -> CFunction:
+    """The C function of a GIN signal's or counter's (``what``) read."""
+    return CFunction("uint64", (C_COMM, ("int", "ctx"), ("uint32", what), ("int", "bits"), ("order", "order")),
+                     f"ncclGin::read{what.capitalize()}.", library="gin")
+
+
+def _gin_wait(what: str) -> CFunction:
+    """The C function of a GIN signal's or counter's (``what``) bounded wait."""
+    return CFunction("void", (C_COMM, ("int", "ctx"), ("uint32", what), ("uint64", "least"), ("int", "bits"),
+                              ("order", "order")), f"ncclGin::wait{what.capitalize()}, bounded.", coop=True,
+                     library="gin")
+
+
+def _gin_reset(what: str) -> CFunction:
+    """The C function of a GIN signal's or counter's (``what``) reset."""
+    return CFunction("void", (C_COMM, ("int", "ctx"), ("uint32", what)), f"ncclGin::reset{what.capitalize()}.",
+                     library="gin")
+
+
+def _gin_barrier(doc: str, name: str | None = None) -> CFunction:
+    """The C function of a GIN or hybrid barrier session's sync."""
+    return CFunction("void", (C_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")), doc, coop=True,
+                     library="gin", name=name)
+
+
+@primitive(extern="flowdsl_gin_put",
+           c=(CFunction("void", _COOP_ARGS + _TO_PEER + _PUT_ARGS + _REMOTE, "ncclGin::put with a remote action.",
+                        library="gin", variants=REMOTE_VARIANTS),
+              CFunction("void", _COOP_ARGS + _TO_PEER + _PUT_ARGS + _REMOTE + (("uint32", "counter"),),
+                        "ncclGin::put with a remote action and a counter.", library="gin",
+                        variants=tuple((f"{kind}__counted", since) for kind, since in REMOTE_VARIANTS))),
+           ctx=GIN_CONTEXT, team=TEAM.but("a team (flowdsl.team.world(comm), ...)"), dst_win=WINDOW.but("a destination window"), src_win=WINDOW.but("a source window"), remote=REMOTE, local=LOCAL, coop=ISSUING_COOP)
 def put(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remote=None, local=None, coop=None):
     """One-sided write of ``nbytes`` from this rank's ``src_win`` to ``team``'s rank ``peer``'s ``dst_win``.
 
@@ -126,17 +174,30 @@ def put(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, remot
     """
 
 
-@primitive(extern="flowdsl_gin_put_value", ctx=GIN_CONTEXT, team=TEAM, dst_win=WINDOW.but("a destination window"), remote=REMOTE, coop=ISSUING_COOP)
+@primitive(extern="flowdsl_gin_put_value",
+           c=CFunction(
+               "void", _COOP_ARGS + _TO_PEER + (("window", "dst"), ("size_t", "dst_offset"), ("uint64", "payload")) + _REMOTE,
+               "ncclGin::putValue of a 1, 2, 4 or 8-byte payload (the suffix).", library="gin",
+               variants=tuple((f"{kind}__{size}", since) for kind, since in REMOTE_VARIANTS for size in PAYLOAD_SUFFIX.values())),
+           ctx=GIN_CONTEXT, team=TEAM, dst_win=WINDOW.but("a destination window"), remote=REMOTE, coop=ISSUING_COOP)
 def put_value(ctx, team, peer, dst_win, dst_offset, value, remote=None, coop=None):
     """One-sided write of the scalar ``value`` (at most 8 bytes) to the peer's ``dst_win``."""
 
 
-@primitive(extern="flowdsl_gin_signal", ctx=GIN_CONTEXT, team=TEAM, remote=REMOTE, coop=ISSUING_COOP)
+@primitive(extern="flowdsl_gin_signal",
+           c=CFunction("void", _COOP_ARGS + _TO_PEER + _REMOTE, "ncclGin::signal.", library="gin",
+                       variants=REMOTE_VARIANTS[1:]),
+           ctx=GIN_CONTEXT, team=TEAM, remote=REMOTE, coop=ISSUING_COOP)
 def signal(ctx, team, peer, remote, coop=None):
     """Apply the signal action ``remote`` at the peer with no data (ordered after earlier puts if strong)."""
 
 
-@primitive(extern="flowdsl_gin_get", gate=NCCL_2_32, ctx=GIN_CONTEXT, team=TEAM, remote_win=WINDOW.but("a remote window"), local_win=WINDOW.but("a local window"), coop=ISSUING_COOP)
+@primitive(extern="flowdsl_gin_get",
+           c=CFunction(
+               "void", (C_COMM, ("int", "ctx"), C_TEAM, ("int", "peer"), ("window", "remote"), ("size_t", "remote_offset"),
+               ("window", "local"), ("size_t", "local_offset"), ("size_t", "bytes")), "ncclGin::get.", coop=True,
+               library="gin"),
+           gate=NCCL_2_32, ctx=GIN_CONTEXT, team=TEAM, remote_win=WINDOW.but("a remote window"), local_win=WINDOW.but("a local window"), coop=ISSUING_COOP)
 def get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nbytes, coop=None):
     """One-sided read of ``nbytes`` from the peer's ``remote_win`` into ``local_win``. NCCL >= 2.32.
 
@@ -144,7 +205,10 @@ def get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nby
     """
 
 
-@primitive(extern="flowdsl_gin_flush", ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
+@primitive(extern="flowdsl_gin_flush",
+           c=CFunction("void", (C_COMM, ("int", "ctx"), ("order", "order")), "ncclGin::flush.",
+                       coop=True, library="gin"),
+           ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
 def flush(ctx, coop, order=MemoryOrder.ACQUIRE):
     """Wait until every operation this coop issued on ``ctx`` has consumed its source (and gets landed).
 
@@ -152,37 +216,51 @@ def flush(ctx, coop, order=MemoryOrder.ACQUIRE):
     """
 
 
-@primitive(extern="flowdsl_gin_read_signal", ctx=GIN_CONTEXT, order=ORDER)
+@primitive(extern="flowdsl_gin_read_signal",
+           c=_gin_read("signal"),
+           ctx=GIN_CONTEXT, order=ORDER)
 def read_signal(ctx, signal, bits=64, order=MemoryOrder.ACQUIRE):
     """Current value of signal ``signal`` (low ``bits`` bits)."""
 
 
-@primitive(extern="flowdsl_gin_wait_signal", ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
+@primitive(extern="flowdsl_gin_wait_signal",
+           c=_gin_wait("signal"),
+           ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
 def wait_signal(ctx, coop, signal, least, bits=64, order=MemoryOrder.ACQUIRE):
     """Wait until signal ``signal`` reaches ``least`` (rolling comparison over ``bits`` bits)."""
 
 
-@primitive(extern="flowdsl_gin_reset_signal", ctx=GIN_CONTEXT)
+@primitive(extern="flowdsl_gin_reset_signal",
+           c=_gin_reset("signal"),
+           ctx=GIN_CONTEXT)
 def reset_signal(ctx, signal):
     """Set signal ``signal`` to 0. Must not race with puts that signal it."""
 
 
-@primitive(extern="flowdsl_gin_read_counter", ctx=GIN_CONTEXT, order=ORDER)
+@primitive(extern="flowdsl_gin_read_counter",
+           c=_gin_read("counter"),
+           ctx=GIN_CONTEXT, order=ORDER)
 def read_counter(ctx, counter, bits=56, order=MemoryOrder.ACQUIRE):
     """Current value of counter ``counter`` (counters have 56 bits)."""
 
 
-@primitive(extern="flowdsl_gin_wait_counter", ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
+@primitive(extern="flowdsl_gin_wait_counter",
+           c=_gin_wait("counter"),
+           ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
 def wait_counter(ctx, coop, counter, least, bits=56, order=MemoryOrder.ACQUIRE):
     """Wait until counter ``counter`` reaches ``least``."""
 
 
-@primitive(extern="flowdsl_gin_reset_counter", ctx=GIN_CONTEXT)
+@primitive(extern="flowdsl_gin_reset_counter",
+           c=_gin_reset("counter"),
+           ctx=GIN_CONTEXT)
 def reset_counter(ctx, counter):
     """Set counter ``counter`` to 0. Must not race with puts that count on it."""
 
 
-@primitive(extern="flowdsl_gin_rail_barrier_sync", ctx=GIN_CONTEXT, coop=COOP.but("a coop"))
+@primitive(extern="flowdsl_gin_rail_barrier_sync",
+           c=_gin_barrier("ncclGinBarrierSession (rail team)::sync, bounded."),
+           ctx=GIN_CONTEXT, coop=COOP.but("a coop"))
 def rail_barrier(ctx, coop, index):
     """A GIN barrier session on the rail team (``ncclGinBarrierSession`` on ``ncclTeamTagRail``): the ranks of
     this LSA rank on every node.
@@ -192,7 +270,9 @@ def rail_barrier(ctx, coop, index):
     """
 
 
-@primitive(extern="flowdsl_gin_world_barrier_sync", gate=NCCL_2_30, ctx=GIN_CONTEXT, coop=COOP.but("a coop"))
+@primitive(extern="flowdsl_gin_world_barrier_sync",
+           c=_gin_barrier("ncclGinBarrierSession (world team)::sync, bounded."),
+           gate=NCCL_2_30, ctx=GIN_CONTEXT, coop=COOP.but("a coop"))
 def world_barrier(ctx, coop, index):
     """A GIN barrier session on the world team (``ncclGinBarrierSession`` on ``ncclTeamTagWorld``): every rank,
     each arrival a GIN signal, also between ranks of one node (needs GIN connections to every rank:
@@ -219,7 +299,13 @@ def _sub_session_refusal(part: str, opened_by: str) -> str:
             "(flowdsl.gin.hybrid_barrier) has an LSA and a GIN part. Sync this session itself")
 
 
-@primitive(extern="flowdsl_hybrid_barrier_sync", ctx=GIN_CONTEXT, coop=COOP.but("a coop"))
+@primitive(extern="flowdsl_hybrid_barrier_sync",
+           c=(_gin_barrier("ncclBarrierSession (world: LSA inside, GIN across)::sync, bounded."),
+              _gin_barrier("ncclBarrierSession (world)::lsaBarrier().sync, bounded.",
+                           name="flowdsl_hybrid_lsa_barrier_sync"),
+              _gin_barrier("ncclBarrierSession (world)::ginBarrier().sync, bounded.",
+                           name="flowdsl_hybrid_gin_barrier_sync")),
+           ctx=GIN_CONTEXT, coop=COOP.but("a coop"))
 def hybrid_barrier(ctx, coop, index):
     """A barrier over every rank: LSA inside each node, GIN across nodes (``ncclBarrierSession``, world).
 

@@ -18,7 +18,8 @@ Data movement over all LSA peers, written in flowdsl itself:
 
 from __future__ import annotations
 
-from ._spec import ARRAY, COMM, COOP, INT, LSA_SESSION, MULTIMEM_GATE, MULTIMEM_VIEW, ORDER, TEAM, WINDOW
+from ._spec import (ALL_ARCHS, ARRAY, C_COMM, C_TEAM, C_WIN, COMM, COOP, INT, LSA_SESSION, MULTIMEM_GATE, MULTIMEM_VIEW,
+                    ORDER, TEAM, WINDOW, CFunction)
 from ._stubs import primitive
 from . import coop as _coop
 from . import mem as _mem
@@ -33,17 +34,23 @@ __all__ = [
 ]
 
 
-@primitive(extern="flowdsl_get_local_pointer", win=WINDOW)
+@primitive(extern="flowdsl_get_local_pointer",
+           c=CFunction("ptr", (C_WIN, ("size_t", "offset")), "ncclGetLocalPointer."),
+           win=WINDOW)
 def get_local_pointer(win, offset):
     """Pointer to byte ``offset`` of this rank's part of ``win`` (``ncclGetLocalPointer``)."""
 
 
-@primitive(extern="flowdsl_get_lsa_pointer", win=WINDOW)
+@primitive(extern="flowdsl_get_lsa_pointer",
+           c=CFunction("ptr", (C_WIN, ("size_t", "offset"), ("int", "lsa_peer")), "ncclGetLsaPointer."),
+           win=WINDOW)
 def get_lsa_pointer(win, offset, lsa_peer):
     """Pointer to byte ``offset`` of LSA rank ``lsa_peer``'s window (``ncclGetLsaPointer``)."""
 
 
-@primitive(extern="flowdsl_get_peer_pointer", win=WINDOW)
+@primitive(extern="flowdsl_get_peer_pointer",
+           c=CFunction("ptr", (C_WIN, ("size_t", "offset"), ("int", "peer")), "ncclGetPeerPointer."),
+           win=WINDOW)
 def get_peer_pointer(win, offset, peer):
     """Pointer to byte ``offset`` of world rank ``peer``'s window (``ncclGetPeerPointer``).
 
@@ -51,7 +58,10 @@ def get_peer_pointer(win, offset, peer):
     """
 
 
-@primitive(extern="flowdsl_get_team_pointer", win=WINDOW, team=TEAM)
+@primitive(extern="flowdsl_get_team_pointer",
+           c=CFunction("ptr", (C_WIN, ("size_t", "offset"), C_TEAM, ("int", "peer")),
+                       "ncclGetPeerPointer with a team."),
+           win=WINDOW, team=TEAM)
 def get_team_pointer(win, offset, team, peer):
     """Pointer to byte ``offset`` of ``team``'s rank ``peer`` (``ncclGetPeerPointer`` with a team)."""
 
@@ -88,7 +98,12 @@ MULTIMEM_MISSING = ("flowdsl.lsa.multimem_view: the device communicator has no m
                     "flowdsl.sim.spawn(..., multimem=True))")
 
 
-@primitive(extern="flowdsl_get_lsa_multimem_pointer", gate=MULTIMEM_GATE, comm=COMM, win=WINDOW, start=INT,
+@primitive(extern="flowdsl_get_lsa_multimem_pointer",
+           # Pointer arithmetic: every arch builds it (archs=); the multimem instructions need sm_90.
+           c=CFunction(
+               "ptr", (C_WIN, ("size_t", "offset"), C_COMM), "ncclGetLsaMultimemPointer, or null when the "
+               "communicator has no multimem (lsaMultimem not asked for).", archs=ALL_ARCHS),
+           gate=MULTIMEM_GATE, comm=COMM, win=WINDOW, start=INT,
            count=INT)
 def multimem_view(comm, win, start=0, count=-1, dtype=None):
     """The LSA team's ``win`` through its multicast address (``ncclGetLsaMultimemPointer``): elements
@@ -115,17 +130,29 @@ def barrier(comm, coop, index):
     """
 
 
-@primitive(extern="flowdsl_lsa_barrier_arrive", session=LSA_SESSION, order=ORDER)
+#: The C arguments of an LSA barrier session's calls (each opens and closes a session on the LSA team).
+_BARRIER_C = (C_COMM, ("uint32", "index"), ("order", "order"))
+
+
+@primitive(extern="flowdsl_lsa_barrier_arrive",
+           c=CFunction("void", _BARRIER_C, "ncclLsaBarrierSession::arrive.", coop=True),
+           session=LSA_SESSION, order=ORDER)
 def arrive(session, order):
     """Signal this rank's arrival at the barrier; ``order`` may release."""
 
 
-@primitive(extern="flowdsl_lsa_barrier_wait", session=LSA_SESSION, order=ORDER)
+@primitive(extern="flowdsl_lsa_barrier_wait",
+           c=CFunction("void", _BARRIER_C, "ncclLsaBarrierSession::wait, bounded (flowdsl.wait).",
+                       coop=True),
+           session=LSA_SESSION, order=ORDER)
 def wait(session, order):
     """Wait until every LSA peer has arrived; ``order`` may acquire."""
 
 
-@primitive(extern="flowdsl_lsa_barrier_sync", session=LSA_SESSION, order=ORDER)
+@primitive(extern="flowdsl_lsa_barrier_sync",
+           c=CFunction("void", _BARRIER_C, "ncclLsaBarrierSession::sync, its wait bounded.",
+                       coop=True),
+           session=LSA_SESSION, order=ORDER)
 def sync(session, order):
     """``arrive`` then ``wait``."""
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._spec import COMM, INT, MEM_ARRAY
+from ._spec import COMM, INT, MEM_ARRAY, CFunction
 from ._stubs import primitive
 
 __all__ = ["poll", "accepted", "GAVE_UP", "CHECK_EVERY", "PRIMITIVE_NAMES", "USER", "FLOW_CREDIT", "FLOW_READY", "LL_LINE",
@@ -83,7 +83,12 @@ PRIMITIVE_NAMES = {
 }
 
 
-@primitive(extern="flowdsl_wait_check", comm=COMM, state=INT, what=INT, peer=INT, index=INT, expected=INT,
+@primitive(extern="flowdsl_wait_check",
+           c=CFunction("uint64", (("ptr", "record"), ("uint64", "state"), ("int", "what"), ("int", "peer"),
+                       ("uint32", "index"), ("uint64", "expected"), ("uint64", "seen")),
+                       "One check of a bounded wait (flowdsl.wait.poll): the wait's next state, or all ones to "
+                       "give up."),
+           comm=COMM, state=INT, what=INT, peer=INT, index=INT, expected=INT,
            seen=INT)
 def poll(comm, state, what, peer, index, expected, seen):
     """One iteration of a bounded wait; returns the wait's next ``state`` or :data:`GAVE_UP`.

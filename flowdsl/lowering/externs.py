@@ -1,8 +1,13 @@
-"""The one table of support-library functions, and what is generated from it.
+"""The one table of support-library functions, gathered from the primitives' specs, and what comes of it.
 
 Every function the lowering calls in ``prebuilt/`` is one :class:`Extern` row
-in :data:`EXTERNS`. From this table come: the numba declarations
-(``declarations.py``), the C prototype header ``prebuilt/include/flowdsl_support.h``
+in :data:`EXTERNS`. A primitive's row is declared by its stub, in its spec
+(``@primitive(extern=..., c=CFunction(...))``: :class:`flowdsl._spec.CFunction`);
+this module adds the name and, from the spec's gate, the oldest NCCL, archs and
+CUDA, and keeps only the rows no single primitive owns (:data:`INTERNAL`). Rows
+are ordered by :func:`row_order`'s key (library, module, the stub's place in
+its module), so the generated headers do not depend on import order. From this
+table come: the numba declarations (``declarations.py``), the C prototype header ``prebuilt/include/flowdsl_support.h``
 (:func:`render_header`), and the test that every symbol exists in every built
 LTO-IR. A row with ``coop=True`` stands for one C function per coop kind,
 named ``<name>__<kind>``, whose first argument is the packed coop word.
@@ -20,12 +25,13 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from .. import cft, coop, gin, lsa, team, wait  # noqa: F401 - their specs give the rows' gates
-from .._spec import ALL_ARCHS, SPECS, Gate, spec_of
+from .. import cft, coop, gin, lsa, team, wait  # their specs declare the rows
+from .._spec import C_COMM, SPECS, CFunction, Spec
 from ..enums import CoopKind
+from ..errors import FlowDSLError
 
-__all__ = ["Extern", "EXTERNS", "C_TYPES", "COOP_SUFFIX", "REMOTE_VARIANTS", "PAYLOAD_SUFFIX", "CFT_SINCE",
-           "CFT_ARCHS", "CFT_CUDA", "LIBRARIES", "COOP_API", "symbols", "render_header", "by_name"]
+__all__ = ["Extern", "EXTERNS", "INTERNAL", "MODULES", "row_order", "C_TYPES", "COOP_SUFFIX", "REMOTE_VARIANTS",
+           "PAYLOAD_SUFFIX", "CFT_SINCE", "CFT_ARCHS", "CFT_CUDA", "LIBRARIES", "COOP_API", "symbols", "render_header", "by_name"]
 
 #: Table C type key -> C spelling. Only pointers and scalars cross the C ABI.
 C_TYPES = {
@@ -109,180 +115,72 @@ class Extern:
         return self.since
 
 
-def _gate_of(name: str) -> Gate:
-    """The gate of the primitive whose spec calls ``name``."""
-    return next((s.gate for s in SPECS.values() if s.extern == name), Gate())
-
-
-def _e(name, ret, args, doc, **kw):
-    """A row whose oldest NCCL, archs and CUDA are those of the primitive that calls it (``archs=``: a C
-    function that every build defines, whatever arch its caller needs)."""
-    gate = _gate_of(name)
-    kw = {"since": gate.nccl, "archs": gate.archs, "cuda": gate.cuda, **kw}
-    return Extern(name, ret, tuple(args), doc, **kw)
-
-
-def _gin(name, ret, args, doc, **kw):
-    return _e(name, ret, args, doc, library="gin", **kw)
-
-
-def _cft(name, ret, args, doc, **kw):
-    return _e(name, ret, args, doc, library="cft", **kw)
-
-
 #: CFT needs NCCL 2.31, Blackwell (sm_100) and CUDA 13.3 (flowdsl.cft.GATE).
 CFT_SINCE = cft.GATE.nccl
 CFT_ARCHS = cft.GATE.archs
 CFT_CUDA = cft.GATE.cuda
 LIBRARIES = ("support", "gin", "cft")
+#: GIN remote actions and put_value's payload suffixes (their rows' variants: flowdsl.gin).
+REMOTE_VARIANTS = gin.REMOTE_VARIANTS
+PAYLOAD_SUFFIX = gin.PAYLOAD_SUFFIX
+#: The stub modules whose specs declare rows, in the order their rows are listed within a library (a module not
+#: listed here comes after these, by name). Importing them registers their specs.
+MODULES = (wait, coop, team, lsa, gin, cft)
+_MODULE_ORDER = tuple(module.__name__ for module in MODULES)
 
-_COMM = ("devcomm", "comm")
-_WIN = ("window", "win")
-_TEAM = ("team", "team")
-_REMOTE = [("uint32", "signal"), ("window", "signal_win"), ("size_t", "signal_offset"), ("uint64", "value")]
-_TO_PEER = [_COMM, ("int", "ctx"), _TEAM, ("int", "peer")]
-_PUT_ARGS = [("window", "dst"), ("size_t", "dst_offset"), ("window", "src"), ("size_t", "src_offset"),
-             ("size_t", "bytes")]
-#: The coop as arguments: its kind (flowdsl.enums.CoopKind) and its packed word.
-_COOP_ARGS = [("int", "coop_kind"), ("uint32", "coop")]
-#: put_value payload sizes: the suffix of each function.
-PAYLOAD_SUFFIX = {1: "u8", 2: "u16", 4: "u32", 8: "u64"}
-#: GIN remote actions: (kind, oldest NCCL with it), from the actions' specs (flowdsl.gin): legacy
-#: kinds exist since 2.28; strong, weak and VA signals are used from 2.32.
-REMOTE_VARIANTS = (("none", Gate().nccl),) + tuple(
-    (name, spec_of(getattr(gin, name)).gate.nccl) for name in gin.__all__ if name.endswith(("_inc", "_add"))
-    and name != "counter_inc")
-
-
-def _gin_ids(what: str) -> tuple[Extern, ...]:
-    """The rows of a GIN signal's or counter's (``what``) read, bounded wait and reset: alike but for the name."""
-    ident, name = ("uint32", what), what.capitalize()
-    return (
-        _gin(f"flowdsl_gin_read_{what}", "uint64", [_COMM, ("int", "ctx"), ident, ("int", "bits"), ("order", "order")],
-             f"ncclGin::read{name}."),
-        _gin(f"flowdsl_gin_wait_{what}", "void", [_COMM, ("int", "ctx"), ident, ("uint64", "least"), ("int", "bits"),
-                                                  ("order", "order")], f"ncclGin::wait{name}, bounded.", coop=True),
-        _gin(f"flowdsl_gin_reset_{what}", "void", [_COMM, ("int", "ctx"), ident], f"ncclGin::reset{name}."),
-    )
+#: Rows that belong to no single primitive: support calls the lowering makes itself (the device communicator's
+#: fields, ``comm.rank`` ...). They come first in their library. A primitive's row is in its spec (``c=``).
+INTERNAL = tuple(Extern(name, ret, args, doc) for name, ret, args, doc in (
+    ("flowdsl_comm_rank", "int", (C_COMM,), "World rank of this device communicator."),
+    ("flowdsl_comm_nranks", "int", (C_COMM,), "Number of world ranks."),
+    ("flowdsl_comm_lsa_rank", "int", (C_COMM,), "Rank within this rank's LSA team."),
+    ("flowdsl_comm_lsa_size", "int", (C_COMM,), "Number of ranks in this rank's LSA team."),
+    ("flowdsl_comm_gin_context_count", "int", (C_COMM,),
+     "GIN contexts a kernel may use (ncclDevComm::ginContextCount)."),
+))
 
 
-EXTERNS: tuple[Extern, ...] = (
-    # Device communicator fields.
-    _e("flowdsl_comm_rank", "int", [_COMM], "World rank of this device communicator."),
-    _e("flowdsl_comm_nranks", "int", [_COMM], "Number of world ranks."),
-    _e("flowdsl_comm_lsa_rank", "int", [_COMM], "Rank within this rank's LSA team."),
-    _e("flowdsl_comm_lsa_size", "int", [_COMM], "Number of ranks in this rank's LSA team."),
-    _e("flowdsl_comm_gin_context_count", "int", [_COMM], "GIN contexts a kernel may use (ncclDevComm::ginContextCount)."),
-    # Bounded waits (flowdsl.wait): the timer and the device communicator's wait record (its last word).
-    _e("flowdsl_wait_check", "uint64", [("ptr", "record"), ("uint64", "state"), ("int", "what"), ("int", "peer"),
-                                        ("uint32", "index"), ("uint64", "expected"), ("uint64", "seen")],
-       "One check of a bounded wait (flowdsl.wait.poll): the wait's next state, or all ones to give up."),
-    # Coops.
-    _e("flowdsl_coop_sync", "void", [], "Barrier among the coop's threads.", coop=True),
-    _e("flowdsl_coop_thread_rank", "int", [], "This thread's index in the coop.", coop=True),
-    _e("flowdsl_coop_size", "int", [], "Number of threads in the coop.", coop=True),
-    # Teams: results are written as (nranks, rank, stride) through `out`.
-    _e("flowdsl_team_world", "void", [_COMM, ("int_out", "out")], "ncclTeamWorld."),
-    _e("flowdsl_team_lsa", "void", [_COMM, ("int_out", "out")], "ncclTeamLsa."),
-    _e("flowdsl_team_rail", "void", [_COMM, ("int_out", "out")], "ncclTeamRail."),
-    _e("flowdsl_team_rank_to_world", "int", [_COMM, _TEAM, ("int", "rank")], "ncclTeamRankToWorld."),
-    _e("flowdsl_team_rank_to_lsa", "int", [_COMM, _TEAM, ("int", "rank")], "ncclTeamRankToLsa."),
-    _e("flowdsl_team_rank_is_member", "int", [("team", "a"), ("team", "b"), ("int", "b_peer")],
-       "ncclTeamRankIsMember (0 or 1)."),
-    _e("flowdsl_team_rank_to_team", "int", [("team", "a"), ("team", "b"), ("int", "b_peer")],
-       "ncclTeamRankToTeam."),
-    _e("flowdsl_team_inner_factor", "void", [_TEAM, ("int", "inner_size"), ("int_out", "out")],
-       "ncclTeamInnerFactor."),
-    _e("flowdsl_team_outer_factor", "void", [_TEAM, ("int", "inner_size"), ("int_out", "out")],
-       "ncclTeamOuterFactor."),
-    _e("flowdsl_team_rank_in_difference", "int", [("team", "parent"), ("team", "subset"), ("int", "index")],
-       "ncclTeamRankInDifference."),
-    # Window pointers (byte offsets).
-    _e("flowdsl_get_local_pointer", "ptr", [_WIN, ("size_t", "offset")], "ncclGetLocalPointer."),
-    _e("flowdsl_get_lsa_pointer", "ptr", [_WIN, ("size_t", "offset"), ("int", "lsa_peer")], "ncclGetLsaPointer."),
-    _e("flowdsl_get_peer_pointer", "ptr", [_WIN, ("size_t", "offset"), ("int", "peer")], "ncclGetPeerPointer."),
-    _e("flowdsl_get_team_pointer", "ptr", [_WIN, ("size_t", "offset"), _TEAM, ("int", "peer")],
-       "ncclGetPeerPointer with a team."),
-    _e("flowdsl_get_lsa_multimem_pointer", "ptr", [_WIN, ("size_t", "offset"), _COMM],
-       "ncclGetLsaMultimemPointer, or null when the communicator has no multimem (lsaMultimem not asked for).",
-       archs=ALL_ARCHS),  # pointer arithmetic: every arch builds it; the multimem instructions need sm_90
-    # LSA barrier sessions on the LSA team; each call opens and closes a session.
-    _e("flowdsl_lsa_barrier_arrive", "void", [_COMM, ("uint32", "index"), ("order", "order")],
-       "ncclLsaBarrierSession::arrive.", coop=True),
-    _e("flowdsl_lsa_barrier_wait", "void", [_COMM, ("uint32", "index"), ("order", "order")],
-       "ncclLsaBarrierSession::wait, bounded (flowdsl.wait).", coop=True),
-    _e("flowdsl_lsa_barrier_sync", "void", [_COMM, ("uint32", "index"), ("order", "order")],
-       "ncclLsaBarrierSession::sync, its wait bounded.", coop=True),
-    # GIN (the "gin" library, one build per backend). One function per remote action (and counted or
-    # not, and payload size): see REMOTE_VARIANTS. put, put_value and signal take the coop as arguments.
-    _gin("flowdsl_gin_put", "void", _COOP_ARGS + _TO_PEER + _PUT_ARGS + _REMOTE,
-         "ncclGin::put with a remote action.", variants=REMOTE_VARIANTS),
-    _gin("flowdsl_gin_put", "void", _COOP_ARGS + _TO_PEER + _PUT_ARGS + _REMOTE + [("uint32", "counter")],
-         "ncclGin::put with a remote action and a counter.",
-         variants=tuple((f"{kind}__counted", since) for kind, since in REMOTE_VARIANTS)),
-    _gin("flowdsl_gin_put_value", "void", _COOP_ARGS + _TO_PEER + [("window", "dst"), ("size_t", "dst_offset"),
-                                                                   ("uint64", "payload")] + _REMOTE,
-         "ncclGin::putValue of a 1, 2, 4 or 8-byte payload (the suffix).",
-         variants=tuple((f"{kind}__{size}", since) for kind, since in REMOTE_VARIANTS
-                   for size in PAYLOAD_SUFFIX.values())),
-    _gin("flowdsl_gin_signal", "void", _COOP_ARGS + _TO_PEER + _REMOTE, "ncclGin::signal.",
-         variants=REMOTE_VARIANTS[1:]),
-    _gin("flowdsl_gin_get", "void", [_COMM, ("int", "ctx"), _TEAM, ("int", "peer"), ("window", "remote"),
-                                     ("size_t", "remote_offset"), ("window", "local"), ("size_t", "local_offset"),
-                                     ("size_t", "bytes")], "ncclGin::get.", coop=True),
-    _gin("flowdsl_gin_flush", "void", [_COMM, ("int", "ctx"), ("order", "order")], "ncclGin::flush.", coop=True),
-    *_gin_ids("signal"),
-    *_gin_ids("counter"),
-    _gin("flowdsl_gin_rail_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
-         "ncclGinBarrierSession (rail team)::sync, bounded.", coop=True),
-    _gin("flowdsl_gin_world_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
-         "ncclGinBarrierSession (world team)::sync, bounded.", coop=True),
-    _gin("flowdsl_hybrid_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
-         "ncclBarrierSession (world: LSA inside, GIN across)::sync, bounded.", coop=True),
-    _gin("flowdsl_hybrid_lsa_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
-         "ncclBarrierSession (world)::lsaBarrier().sync, bounded.", coop=True),
-    _gin("flowdsl_hybrid_gin_barrier_sync", "void", [_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")],
-         "ncclBarrierSession (world)::ginBarrier().sync, bounded.", coop=True),
-    # CFT (the separate "cft" library): teams, logical endpoints, sessions, counted writes, barriers.
-    _cft("flowdsl_cft_team", "void", [_COMM, ("int_out", "out")], "ncclTeamCft (flat)."),
-    _cft("flowdsl_cft_le_info", "void", [_COMM, _WIN, ("size_t", "offset"), _TEAM, ("int", "peer"),
-                                         ("u64_out", "out")],
-         "ncclGetCftLeInfo: out[0] = LE id, out[1] = LE offset."),
-    _cft("flowdsl_cft_peer_le_info", "void", [_COMM, _WIN, ("size_t", "offset"), ("int", "peer"),
-                                              ("u64_out", "out")],
-         "ncclGetPeerLeInfo (world peer): out[0] = LE id, out[1] = LE offset."),
-    _cft("flowdsl_cft_read_counter", "uint64", [_WIN, ("size_t", "offset"), ("order", "order")],
-         "Load of the u64 counter at a byte offset of the local counted window (no fabric fence)."),
-    _cft("flowdsl_cft_session_open", "void", [("ptr", "session")],
-         "ncclCft constructor: initialises the session's mbarrier in shared memory.", coop=True),
-    _cft("flowdsl_cft_session_close", "void", [("ptr", "session")],
-         "ncclCft destructor: invalidates the session's mbarrier.", coop=True),
-    _cft("flowdsl_cft_put", "void", [("ptr", "session"), ("uint32", "le_id"), ("size_t", "le_offset"),
-                                     ("ptr", "src"), ("uint32", "bytes")], "ncclCft::put.", coop=True),
-    _cft("flowdsl_cft_put_counted", "void", [("ptr", "session"), ("uint32", "le_id"), ("size_t", "le_offset"),
-                                             ("size_t", "counter_offset"), ("ptr", "src"), ("uint32", "bytes")],
-         "ncclCft::putCounted.", coop=True),
-    _cft("flowdsl_cft_get", "void", [("ptr", "session"), ("uint32", "le_id"), ("size_t", "le_offset"),
-                                     ("ptr", "dst"), ("uint32", "bytes")], "ncclCft::get.", coop=True),
-    _cft("flowdsl_cft_submit", "void", [("ptr", "session")], "ncclCft::submit.", coop=True),
-    _cft("flowdsl_cft_flush", "uint32", [("ptr", "session")],
-         "ncclCft::flush; 0, or 0x100 | the fabric's report.", coop=True),
-    _cft("flowdsl_cft_flush_smem", "void", [("ptr", "session")], "ncclCft::flushSmem.", coop=True),
-    _cft("flowdsl_cft_wait_counted", "void", [_COMM, ("ptr", "session"), _WIN, ("size_t", "offset"),
-                                              ("uint64", "expected"), ("order", "order"), ("int", "consumer")],
-         "ncclCft::waitCounted, bounded (waits, then fences fabric -> consumer).", coop=True),
-    _cft("flowdsl_cft_mem_fence", "void", [("order", "order"), ("int", "producer"), ("int", "consumer"),
-                                           ("int", "scope")], "ncclMemFence.", coop=True),
-    _cft("flowdsl_cft_barrier_arrive", "void", [_COMM, ("uint32", "index"), ("order", "order"),
-                                                ("int", "producer"), ("int", "consumer")],
-         "ncclCftBarrierSession::arrive.", coop=True),
-    _cft("flowdsl_cft_barrier_wait", "void", [_COMM, ("uint32", "index"), ("order", "order"),
-                                              ("int", "producer"), ("int", "consumer")],
-         "ncclCftBarrierSession::wait, bounded.", coop=True),
-    _cft("flowdsl_cft_barrier_sync", "void", [_COMM, ("uint32", "index"), ("order", "order"),
-                                              ("int", "producer"), ("int", "consumer")],
-         "ncclCftBarrierSession::sync, its wait bounded.", coop=True),
-)
+def _row(spec: Spec, c: CFunction) -> Extern:
+    """The row of ``spec``'s C function ``c``: its oldest NCCL, archs and CUDA those of the spec's gate (``c.archs``:
+    a C function that every build defines, whatever arch its caller needs)."""
+    for key in (c.ret, *(key for key, _ in c.args)):
+        if key not in C_TYPES:
+            raise FlowDSLError(f"{spec.name}'s C function uses the C type {key!r}, which the extern table has not: "
+                               f"use one of {sorted(C_TYPES)}")
+    if c.library not in LIBRARIES:
+        raise FlowDSLError(f"{spec.name}'s C function is in library {c.library!r}: use one of {LIBRARIES}")
+    return Extern(c.name or spec.extern, c.ret, tuple(c.args), c.doc, coop=c.coop, since=spec.gate.nccl,
+                  archs=spec.gate.archs if c.archs is None else c.archs, variants=tuple(c.variants),
+                  library=c.library, cuda=spec.gate.cuda)
+
+
+def row_order() -> list[tuple[tuple, Extern]]:
+    """Every row with its sort key, in order. The key: the row's library (:data:`LIBRARIES`' order); then
+    :data:`INTERNAL` rows (in their order), then each primitive's module (:data:`MODULES`' order, then others by
+    name); then where the stub that declares the row is defined in its module; then the row's place in the
+    stub's ``c=``. So the headers' order is the stubs' order, whatever imported them first."""
+    keyed = [((LIBRARIES.index(ext.library), -1, "", i, 0), ext) for i, ext in enumerate(INTERNAL)]
+    place: dict[str, int] = {}
+    for spec in SPECS.values():
+        module = spec.name.rpartition(".")[0]
+        place[module] = place.get(module, -1) + 1
+        rank = _MODULE_ORDER.index(module) if module in _MODULE_ORDER else len(_MODULE_ORDER)
+        for j, c in enumerate(spec.c):
+            ext = _row(spec, c)
+            keyed.append(((LIBRARIES.index(ext.library), rank, module, place[module], j), ext))
+    keyed.sort(key=lambda pair: pair[0])
+    seen: dict[tuple, str] = {}
+    for _, ext in keyed:
+        for symbol in ext.symbols():
+            if symbol in seen:
+                raise FlowDSLError(f"Two rows declare the C function {symbol}: declare a C function once, in the "
+                                   "first stub that calls it (c=), and name only extern= in the others")
+            seen[symbol] = ext.name
+    return keyed
+
+
+#: Every support-library function: :data:`INTERNAL` and every spec's rows, in :func:`row_order`'s order.
+EXTERNS: tuple[Extern, ...] = tuple(ext for _, ext in row_order())
 
 
 def by_name(name: str) -> Extern:
@@ -347,7 +245,7 @@ def _declarations(ext: Extern) -> list[str]:
 def render_header(library: str = "support") -> str:
     """The C prototype header of ``library`` for ``prebuilt/``, generated from :data:`EXTERNS`.
 
-    Rows follow the table's order; consecutive rows of one oldest NCCL release share one
+    Rows follow the table's order (:func:`row_order`); consecutive rows of one oldest NCCL release share one
     ``#if NCCL_VERSION_CODE`` guard."""
     command = "python -m flowdsl.lowering.externs" + ("" if library == "support" else f" {library}")
     rows = [ext for ext in EXTERNS if ext.library == library]

@@ -4,7 +4,7 @@ A primitive whose spec sets ``returns`` (:data:`flowdsl._spec.RESULTS`) needs no
 lowering: its typer checks the arguments against the spec (:func:`check`), and its implementation
 passes each argument to the C function as its kind says (:data:`C_ARGUMENTS`: a device
 communicator as its pointer, a team as its three ints, an integer as it is), then gives the
-result as ``returns`` says. Adding such a primitive touches its stub, its extern row and C body,
+result as ``returns`` says. Adding such a primitive touches its stub (with its extern row, ``c=``), its C body
 and its simulation. Both functions are generated with the stub's own parameter names and
 defaults, so numba folds keyword and default arguments as it does for a hand-written overload.
 """

@@ -13,7 +13,7 @@ import pytest
 
 import flowdsl
 from flowdsl import team
-from flowdsl._spec import COMM, SPECS, TEAM, make_spec, spec_of
+from flowdsl._spec import ALL_ARCHS, C_COMM, COMM, SPECS, TEAM, CFunction, Gate, make_spec, spec_of
 from flowdsl._stubs import PRIMITIVES, primitive
 from flowdsl.errors import FlowDSLError
 
@@ -103,6 +103,37 @@ def test_every_stub_has_a_lowering_a_simulation_and_its_extern_rows():
     no_row = [f"{name}: {spec_of(name).extern}" for name in sorted(PRIMITIVES) if spec_of(name).extern
               and spec_of(name).extern not in rows and not any(r.startswith(spec_of(name).extern + "_") for r in rows)]
     assert (unlowered, unsimulated, no_row) == ([], [], [])
+
+
+def test_extern_rows_are_gathered_from_the_specs_in_the_documented_order():
+    """Each row of the extern table is a spec's ``c=`` (or one of externs.INTERNAL): a new primitive's row needs no
+    edit of externs.py, and the headers list the rows by externs.row_order's key, whatever imported the stubs."""
+    from flowdsl.lowering import externs
+
+    declared = sorted([c.name or spec.extern for spec in SPECS.values() for c in spec.c]
+                      + [row.name for row in externs.INTERNAL])
+    assert declared == sorted(row.name for row in externs.EXTERNS)
+    keys = [key for key, _ in externs.row_order()]
+    assert keys == sorted(keys) and [row for _, row in externs.row_order()] == list(externs.EXTERNS)
+    row = externs.by_name("flowdsl_lsa_barrier_sync")
+    assert row.coop and (row.since, row.archs, row.cuda) == (Gate().nccl, Gate().archs, Gate().cuda)
+    assert externs.by_name("flowdsl_get_lsa_multimem_pointer").archs == ALL_ARCHS  # c=CFunction(archs=...)
+
+
+def test_a_c_function_declared_twice_is_refused():
+    from flowdsl.lowering import externs
+
+    def twice(comm):
+        pass
+
+    row = CFunction("int", (C_COMM,), "Twice.")
+    spec = make_spec(twice, extern="flowdsl_test_twice", c=(row, row), comm=COMM)
+    try:
+        with pytest.raises(FlowDSLError, match="Two rows declare the C function flowdsl_test_twice"):
+            externs.row_order()
+    finally:
+        SPECS.pop(spec.name)
+    assert spec.c == (row, row)
 
 
 def test_the_completeness_check_finds_a_stub_without_lowering():
