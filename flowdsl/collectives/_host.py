@@ -294,10 +294,14 @@ _ROOTED = ("broadcast", "reduce")
 _APART = ("all_to_all",)
 
 
+def _is_communicator(comm) -> bool:
+    return comm is not None and hasattr(comm, "alloc")
+
+
 def _check(operation, comm, src, dst, *, op=None, root=None, algorithm="auto", ratio_in=1, ratio_out=1,
            dtype=None):
     """Check the arguments; return (src, dst, count, redop, root, scalar) (``scalar``: premulsum's, else None)."""
-    if comm is None or not hasattr(comm, "alloc"):
+    if not _is_communicator(comm):
         raise UsageError(f"Cannot {operation}: {_named(comm)} is not a flowdsl communicator. Pass the one "
                          "from flowdsl.init() (or the simulator's)")
     if _closed(comm):
@@ -501,7 +505,7 @@ _NO_PLANS: dict = {}
 def _first_call(collective, comm, src, dst, key, stream, algorithm, config, **check_kwargs):
     """Check everything, compare the call across ranks, plan, remember the plan under ``key`` and
     launch it (``stream``: a handle)."""
-    agree = _agree.agreement(comm)
+    agree = _agree.agreement(comm) if _is_communicator(comm) else None  # else _check refuses it
     try:
         s, d, count, redop, root, scalar = _check(collective, comm, src, dst, algorithm=algorithm, **check_kwargs)
     except UsageError:
