@@ -29,11 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: numba's per-process unique id in a mangled name's ABI tags: ``B<len>v<digits>``.
 _UNIQUE_ID = re.compile(r"B\d+v\d+")
+#: The linker's suffix on a refusal's format string defined by several modules (``name$1``): which copy gets
+#: which number follows the order the modules were made in, which differs between processes.
+_LINK_SUFFIX = re.compile(r"(flowdsl_refusal_[0-9a-f]{16})\$\d+")
 
 
 def normalised(ptx: str) -> str:
     """``ptx`` without what differs between processes compiling the same code."""
-    return _UNIQUE_ID.sub("Bv", ptx)
+    return _LINK_SUFFIX.sub(r"\1", _UNIQUE_ID.sub("Bv", ptx))
 
 
 def hashes(arch: str, nccl: str, dtypes, ops) -> dict:
