@@ -57,8 +57,13 @@ def test_generator_is_seeded_and_covers_every_program_dtype_op_and_placement():
     assert calls != sequences.generate(6, 200, 3)
     seen = collections.Counter
     programs = seen((c.algorithm, c.collective) for c in calls)
-    # Every program but multimem: these worlds have no NVLink SHARP (tests/sim/test_collectives_multimem.py).
-    assert {k for k in PROGRAMS if k[0] != "multimem"} <= set(programs), set(PROGRAMS) - set(programs)
+    # Every program but multimem (these worlds have no NVLink SHARP: tests/sim/test_collectives_multimem.py) and
+    # the hierarchical ones, which need several nodes of several ranks (below).
+    assert {k for k in PROGRAMS if k[0] not in ("multimem", "hierarchical")} <= set(programs), \
+        set(PROGRAMS) - set(programs)
+    assert not any(c.algorithm == "hierarchical" for c in calls)
+    across = {(c.algorithm, c.collective) for c in sequences.generate(5, 200, 4, 2)}
+    assert {k for k in PROGRAMS if k[0] == "hierarchical"} <= across, set(PROGRAMS) - across
     assert not any(c.algorithm == "multimem" for c in calls)
     assert {("auto", c) for (_, c) in PROGRAMS} <= set(programs)
     assert set(coll.DTYPES) <= {c.dtype for c in calls}
