@@ -123,6 +123,12 @@ def _parsed(one, signature, name: str) -> tuple:
     return tuple(args)
 
 
+#: The barrier each ``(module, primitive)`` opens -> the device communicator's count of it (one per block).
+_BARRIER_COUNTS = {("lsa", "barrier"): "lsa_barrier_count", ("gin", "rail_barrier"): "rail_gin_barrier_count",
+                   ("gin", "world_barrier"): "world_gin_barrier_count", ("gin", "hybrid_barrier"): "barrier_count",
+                   ("cft", "barrier"): "cft_barrier_count"}
+
+
 def _attribute_pairs(code) -> set[tuple[str, str]]:
     """``(module, attribute)`` pairs the code loads, e.g. ``("lsa", "barrier")`` for ``lsa.barrier``."""
     import dis  # noqa: PLC0415
@@ -414,21 +420,11 @@ class FlowKernel:
         blocks = 1
         for dim in (grid if isinstance(grid, tuple) else (grid or 1,)):
             blocks *= int(dim)
-        reqs = {}
-        if ("lsa", "barrier") in pairs:
-            reqs["lsa_barrier_count"] = blocks
-        if ("gin", "rail_barrier") in pairs:
-            reqs["rail_gin_barrier_count"] = blocks
-        if ("gin", "world_barrier") in pairs:
-            reqs["world_gin_barrier_count"] = blocks
+        reqs = {count: blocks for pair, count in _BARRIER_COUNTS.items() if pair in pairs}
         if ("gin", "context") in pairs:  # NCCL >= 2.29 enables GIN only when asked
             from .enums import GinConnectionType  # noqa: PLC0415
 
             reqs["gin_connection_type"] = GinConnectionType.FULL
-        if ("gin", "hybrid_barrier") in pairs:
-            reqs["barrier_count"] = blocks
-        if ("cft", "barrier") in pairs:
-            reqs["cft_barrier_count"] = blocks
         if ("lsa", "multimem_view") in pairs:
             reqs["lsa_multimem"] = True
         return reqs

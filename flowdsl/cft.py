@@ -64,6 +64,12 @@ def _cft_session_call(doc: str) -> CFunction:
     return CFunction("void", (_SESSION,), doc, coop=True, library="cft")
 
 
+def _cft_transfer(buffer: str, doc: str) -> CFunction:
+    """The C function of a put or a get: ``bytes`` between an LE at an offset and the shared array ``buffer``."""
+    return CFunction("void", (_SESSION, ("uint32", "le_id"), ("size_t", "le_offset"), ("ptr", buffer),
+                              ("uint32", "bytes")), doc, coop=True, library="cft")
+
+
 def _cft_barrier(doc: str) -> CFunction:
     """The C function of a CFT barrier session's arrive, wait or sync."""
     return CFunction("void", (C_COMM, ("uint32", "index"), ("order", "order"), ("int", "producer"),
@@ -149,9 +155,7 @@ def close(session):
 
 
 @primitive(extern="flowdsl_cft_put",
-           c=CFunction(
-               "void", (_SESSION, ("uint32", "le_id"), ("size_t", "le_offset"), ("ptr", "src"), ("uint32", "bytes")),
-               "ncclCft::put.", coop=True, library="cft"),
+           c=_cft_transfer("src", "ncclCft::put."),
            gate=GATE, session=CFT_SESSION, src=SHARED_ARRAY)
 def put(session, le_id, le_offset, src, nbytes):
     """Queue a write of ``nbytes`` from the shared array ``src`` to the LE ``le_id`` at ``le_offset``."""
@@ -170,9 +174,7 @@ def put_counted(session, le_id, le_offset, counter_offset, src, nbytes):
 
 
 @primitive(extern="flowdsl_cft_get",
-           c=CFunction(
-               "void", (_SESSION, ("uint32", "le_id"), ("size_t", "le_offset"), ("ptr", "dst"), ("uint32", "bytes")),
-               "ncclCft::get.", coop=True, library="cft"),
+           c=_cft_transfer("dst", "ncclCft::get."),
            gate=GATE, session=CFT_SESSION, dst=SHARED_ARRAY)
 def get(session, le_id, le_offset, dst, nbytes):
     """Queue a read of ``nbytes`` from the LE ``le_id`` at ``le_offset`` into the shared array ``dst``."""

@@ -94,6 +94,13 @@ def run(comm, tokens_per_rank: int = 8, hidden: int = 512, eps: float = 1e-6, se
         dtype: str = "float32"):
     """Run the fused kernel on ``comm`` with elements of ``dtype`` (one of :data:`ELEMENT_TYPES`); return
     ``(result, reference)`` for this rank, both float32 arrays (the reference from the rounded inputs)."""
+    return run_window_rmsnorm(rmsnorm_lsa, comm, tokens_per_rank, hidden, eps, seed, dtype)
+
+
+def run_window_rmsnorm(kernel, comm, tokens_per_rank, hidden, eps, seed, dtype, **options):
+    """Run ``kernel`` (:func:`rmsnorm_lsa`'s arguments, a block a token) on ``comm`` over a window of random
+    inputs of ``dtype``, with a device communicator of an LSA barrier per block and ``options``; return
+    ``(result, reference)`` for this rank, as :func:`run` does."""
     if dtype not in ELEMENT_TYPES:
         raise flowdsl.UsageError(f"Cannot run the RMSNorm example with dtype {dtype!r}: choose one of {ELEMENT_TYPES}")
     tokens = tokens_per_rank * comm.nranks
@@ -102,12 +109,12 @@ def run(comm, tokens_per_rank: int = 8, hidden: int = 512, eps: float = 1e-6, se
               for _ in range(comm.nranks)]
     buf = comm.alloc((tokens, hidden), inputs[0].dtype)
     buf.set(inputs[comm.rank])
-    with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=tokens_per_rank) as dcomm:
-        rmsnorm_lsa[tokens_per_rank, THREADS](dcomm, win, hidden, np.float32(eps))
+    with comm.register(buf) as win, \
+            comm.device_communicator(lsa_barrier_count=tokens_per_rank, **options) as dcomm:
+        kernel[tokens_per_rank, THREADS](dcomm, win, hidden, np.float32(eps))
         comm.synchronize()
         result = to_float32(buf.get(), dtype)
     return result, reference([to_float32(x, dtype) for x in inputs], eps).astype(np.float32)
-
 
 if __name__ == "__main__":
     from flowdsl.examples import _cli

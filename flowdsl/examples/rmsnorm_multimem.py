@@ -19,14 +19,12 @@ simulator models a switch with ``spawn(..., multimem=True)``).
 
 from __future__ import annotations
 
-
-import numpy as np
 from numba import cuda, float32
 
 import flowdsl
 from flowdsl import MemoryOrder, RedOp, coop, lsa, mem
 from flowdsl.examples._block import rms_normalize
-from flowdsl.examples.rmsnorm_lsa import ELEMENT_TYPES, TOLERANCE, THREADS, reference, to_elements, to_float32
+from flowdsl.examples.rmsnorm_lsa import ELEMENT_TYPES, TOLERANCE, THREADS, run_window_rmsnorm
 
 __all__ = ["rmsnorm_multimem", "run", "THREADS", "ELEMENT_TYPES", "TOLERANCE"]
 
@@ -71,18 +69,7 @@ def run(comm, tokens_per_rank: int = 8, hidden: int = 512, eps: float = 1e-6, se
     if hidden % lanes:
         raise flowdsl.UsageError(f"Cannot run the multimem RMSNorm example with hidden={hidden} {dtype} elements: "
                                  f"each token moves in 16-byte multimem accesses. Use a multiple of {lanes}")
-    tokens = tokens_per_rank * comm.nranks
-    rng = np.random.default_rng(seed)
-    inputs = [to_elements(rng.standard_normal((tokens, hidden)).astype(np.float32), dtype)
-              for _ in range(comm.nranks)]
-    buf = comm.alloc((tokens, hidden), inputs[0].dtype)
-    buf.set(inputs[comm.rank])
-    with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=tokens_per_rank,
-                                                             lsa_multimem=True) as dcomm:
-        rmsnorm_multimem[tokens_per_rank, THREADS](dcomm, win, hidden, np.float32(eps))
-        comm.synchronize()
-        result = to_float32(buf.get(), dtype)
-    return result, reference([to_float32(x, dtype) for x in inputs], eps).astype(np.float32)
+    return run_window_rmsnorm(rmsnorm_multimem, comm, tokens_per_rank, hidden, eps, seed, dtype, lsa_multimem=True)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from .declarations import SIGNATURES, call_out_of_line, extern, extern_symbol
 from .externs import PAYLOAD_SUFFIX, REMOTE_VARIANTS
 from .intrinsics import devcomm_ptr, enum_value, struct_maker, value_or
 from .target import note_feature
-from .types import CoopType, DevCommType, register_struct_model
+from .types import CoopType, DevCommType, OneValueType, register_struct_model
 
 __all__ = ["GinContextType", "RemoteActionType", "LocalActionType", "GinBarrierSessionType", "REMOTE_KINDS",
            "STRONG_SIGNAL_FEATURE", "GIN_FEATURE", "backend_feature", "linked_backend"]
@@ -63,28 +63,17 @@ def linked_backend(features) -> GinBackend | None:
     return None
 
 
-class GinContextType(types.Type):
-    """A GIN context: a device communicator and a context index (``ncclGin``)."""
+class GinContextType(OneValueType):
+    """A GIN context: a device communicator (``comm``, a :class:`DevCommType`) and a context index
+    (``ncclGin``)."""
 
-    def __init__(self, comm: DevCommType):
-        self.comm = comm
-        super().__init__(name=f"GinContext({comm})")
-
-    @property
-    def key(self):
-        return self.comm
+    label, field = "GinContext", "comm"
 
 
-class RemoteActionType(types.Type):
-    """A signal action of one kind (``ncclGin_StrongSignalInc``, ...)."""
+class RemoteActionType(OneValueType):
+    """A signal action of one ``kind`` (``ncclGin_StrongSignalInc``, ...)."""
 
-    def __init__(self, kind: str):
-        self.kind = kind
-        super().__init__(name=f"GinRemoteAction({kind})")
-
-    @property
-    def key(self):
-        return self.kind
+    label, field = "GinRemoteAction", "kind"
 
     @property
     def strong(self) -> bool:

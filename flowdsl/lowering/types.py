@@ -19,7 +19,7 @@ from numba.cuda.extending import register_model
 from ..enums import CoopKind
 
 __all__ = [
-    "DevCommType", "WindowType", "MultimemViewType", "TeamType", "CoopType", "SessionType", "LsaBarrierSessionType",
+    "DevCommType", "WindowType", "OneValueType", "MultimemViewType", "TeamType", "CoopType", "SessionType", "LsaBarrierSessionType",
     "team_type", "ArgumentMarshaller", "ConstantEnumClass", "devcomm_words", "bind_attributes",
     "register_struct_model",
 ]
@@ -66,18 +66,28 @@ class WindowType(types.Type):
         return self.dtype, self.staging
 
 
-class MultimemViewType(types.Type):
+class OneValueType(types.Type):
+    """A type told apart by one value: kept as the attribute named ``field``, its key, named
+    ``<label>(value)``."""
+
+    label = "OneValue"
+    field = "value"
+
+    def __init__(self, value):
+        setattr(self, self.field, value)
+        super().__init__(name=f"{self.label}({value})")
+
+    @property
+    def key(self):
+        return getattr(self, self.field)
+
+
+class MultimemViewType(OneValueType):
     """A multimem view of ``dtype`` elements (:func:`flowdsl.lsa.multimem_view`): the multicast address of
     its first element and how many it holds. Not an array: a plain load or store of a multimem address is
     undefined in PTX, so only ``flowdsl.mem``'s multimem operations take it."""
 
-    def __init__(self, dtype: types.Type):
-        self.dtype = dtype
-        super().__init__(name=f"MultimemView({dtype})")
-
-    @property
-    def key(self):
-        return self.dtype
+    label, field = "MultimemView", "dtype"
 
 
 class TeamType(types.Type):
