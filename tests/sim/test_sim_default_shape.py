@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 
@@ -33,6 +35,7 @@ def test_the_gpu_default_is_unchanged():
     from flowdsl import collectives as coll
     from flowdsl.collectives._config import DEFAULT_CONFIG, default_config
 
-    assert default_config(object()) is DEFAULT_CONFIG == coll.FlowConfig()
+    gpu = types.SimpleNamespace(memory_device="cuda")  # the host contract's member a GPU communicator has
+    assert default_config(gpu) is DEFAULT_CONFIG == coll.FlowConfig()
     assert coll.SIMULATOR_CONFIG.channels * coll.SIMULATOR_CONFIG.slot_bytes < DEFAULT_CONFIG.channels * \
         DEFAULT_CONFIG.slot_bytes // 100
