@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import dis
+import functools
 import math
 import os
 import types
@@ -543,13 +544,33 @@ def _sim_value(v, cache):
     if r is not None:
         return r
     if _is_device_function(v) and not getattr(v, "__flowdsl_primitive__", None):
-        return simulate_function(v.py_func, cache)
+        key = ("device", id(v))
+        if key not in cache:
+            cache[key] = _returning_no_new_array(simulate_function(v.py_func, cache))
+        return cache[key]
     if isinstance(v, types.ModuleType) and getattr(v, "__flowdsl_device_module__", False):
         key = ("module", id(v))
         if key not in cache:
             cache[key] = _SimModule(v, cache)
         return cache[key]
     return None
+
+
+def _returning_no_new_array(fn):
+    """``fn``, a device function, refusing to return an array that is not one of its arguments (a slice, a
+    view): numba-cuda compiles without NRT, so its typing refuses that return, and the simulator must too."""
+    @functools.wraps(fn)
+    def device_function(*args, **kwargs):
+        result = fn(*args, **kwargs)
+        # Only the array itself: numba's check (typed_passes.legalize_return_type) passes tuples holding arrays.
+        if isinstance(result, np.ndarray) and not any(result is a for a in args):
+            raise sim_error(KernelTypingError, (
+                f"Cannot return an array from device function {fn.__name__}: numba-cuda compiles without NRT "
+                "and accepts only returning an array passed into the function as argument (its typing's "
+                "'Only accept returning of array passed into the function as argument'). Pass the array "
+                "and an offset instead, or an output array to fill"))
+        return result
+    return device_function
 
 
 def _to_simulate(cell) -> bool:

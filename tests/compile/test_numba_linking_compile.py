@@ -96,3 +96,20 @@ def test_a_kernel_using_none_of_it_links_nothing_more(monkeypatch):
 
     _compile(flowdsl.kernel(plain), np.zeros(4, np.float32))
     assert seen == [[]]
+
+
+def test_a_device_function_returning_a_new_array_is_refused_by_numba_cudas_typing():
+    """What the simulator refuses alike (tests/sim/test_numba_conventions.py): numba-cuda compiles without NRT."""
+    from flowdsl._kernel import FlowKernel
+
+    @flowdsl.device
+    def tail_of(a):
+        return a[1:]
+
+    @flowdsl.kernel
+    def first(a, out):
+        out[0] = tail_of(a)[0]
+
+    sample = np.zeros(4)
+    with pytest.raises(flowdsl.errors.KernelTypingError, match="Only accept returning of array passed into the function as argument"):
+        first.compile(FlowKernel.argtypes_for(sample, sample, nccl="2.28.9"), arch="sm_90", nccl="2.28.9")

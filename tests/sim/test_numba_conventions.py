@@ -443,3 +443,34 @@ def test_a_debug_kernels_exception_is_raised_at_its_launch():
         return True
 
     assert flowdsl.sim.spawn(main, nranks=1) == [True]
+
+
+@flowdsl.device
+def _tail_of(a):
+    return a[1:]  # a new array: numba-cuda's typing refuses returning it (no NRT)
+
+
+@flowdsl.device
+def _itself(a):
+    return a  # an argument: numba-cuda takes it
+
+
+@flowdsl.kernel
+def _first_two(a, out):
+    out[0] = _itself(a)[0]
+    out[1] = _tail_of(a)[0]
+
+
+def test_a_device_function_returning_a_new_array_is_refused_as_numba_cuda_refuses_it():
+    """numba-cuda accepts returning an array argument and refuses any other array (a slice, a view): the
+    simulator the same, at the call (the GPU path's refusal: tests/compile/test_numba_linking_compile.py)."""
+    def main(comm):
+        a = comm.alloc(4, np.float64)
+        out = comm.alloc(2, np.float64)
+        _first_two[1, 1](a, out)
+        comm.synchronize()
+
+    with pytest.raises(flowdsl.errors.KernelTypingError,
+                       match=r"Cannot return an array from device function _tail_of: .*passed into the function as "
+                             r"argument.*Pass the array and an offset instead"):
+        flowdsl.sim.spawn(main, nranks=1)
