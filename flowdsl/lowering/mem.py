@@ -702,16 +702,19 @@ def _multimem_ld_reduce_vec(red):
     return multimem_ld_reduce_vec
 
 
+def _emit_multimem_store_vec(context, builder, view, index, args, values, head):
+    """``{head}.global.v4.f32`` of the 16-byte tuple ``values`` at ``view[index]``'s multicast address: 16 bytes of
+    any type as four f32 lanes, as multimem.st has vectors of float types only."""
+    ptr = _multimem_address(context, builder, view, args[0], index, args[1])
+    regs = _multimem_registers(context, builder, view.dtype, args[2], values)
+    _asm(builder, ir.VoidType(), [ptr] + regs, f"{head}.global.v4.f32 [$0], {{$1, $2, $3, $4}};",
+         "l,r,r,r,r,~{memory}")
+
+
 @intrinsic
 def _multimem_store_vec(typingctx, view, index, values):
-    elem = view.dtype
-
     def codegen(context, builder, sig, args):
-        ptr = _multimem_address(context, builder, view, args[0], index, args[1])
-        regs = _multimem_registers(context, builder, elem, args[2], values)
-        # 16 bytes of any type as four f32 lanes: multimem.st has vectors of float types only.
-        _asm(builder, ir.VoidType(), [ptr] + regs, "multimem.st.global.v4.f32 [$0], {$1, $2, $3, $4};",
-             "l,r,r,r,r,~{memory}")
+        _emit_multimem_store_vec(context, builder, view, index, args, values, "multimem.st")
         return context.get_dummy_value()
 
     return types.void(view, index, values), codegen
@@ -719,14 +722,9 @@ def _multimem_store_vec(typingctx, view, index, values):
 
 @intrinsic
 def _multimem_store_vec_relaxed(typingctx, view, index, values, scope):
-    elem = view.dtype
-
     def codegen(context, builder, sig, args):
-        ptr = _multimem_address(context, builder, view, args[0], index, args[1])
-        regs = _multimem_registers(context, builder, elem, args[2], values)
-        table = {(int(s),): (lambda b, s=s: _asm(b, ir.VoidType(), [ptr] + regs,
-                                                  f"multimem.st.relaxed.{_SCOPES[s]}.global.v4.f32 "
-                                                  "[$0], {$1, $2, $3, $4};", "l,r,r,r,r,~{memory}"))
+        table = {(int(s),): (lambda b, s=s: _emit_multimem_store_vec(context, b, view, index, args, values,
+                                                                     f"multimem.st.relaxed.{_SCOPES[s]}"))
                  for s in _SCOPES}
         _select(context, builder, [(args[3], scope)], table)
         return context.get_dummy_value()
