@@ -51,7 +51,7 @@ __all__ = ["PROGRAMS", "flow_program", "premul_scale", "one_rank", "scale_for", 
            "ring_reduce", "ring_all_reduce", "tree_all_reduce", "one_shot_all_reduce", "one_shot_words", "one_shot_fits",
            "ONE_SHOT_BLOCKS", "ONE_SHOT_LINES", "pairwise_all_to_all", "pairwise_exchange", "all_to_all_share",
            "multimem_all_reduce", "multimem_piece", "multimem_share",
-           "multimem_form", "hierarchical_layout", "hierarchical_connections", "block_of", "hierarchical_all_gather",
+           "multimem_form", "own_block_copy", "hierarchical_layout", "hierarchical_connections", "block_of", "hierarchical_all_gather",
            "hierarchical_reduce_scatter", "node_reduce_scatter", "hierarchical_all_to_all", "hierarchical_round",
            "HIERARCHICAL_ROUNDS_PER_CHANNEL"]
 
@@ -386,6 +386,14 @@ def tree_all_reduce(proc, red, partial, src, dst, count, root, lo, hi):
 # ---- all-to-all: pairwise rounds --------------------------------------------------------------------
 
 @flowdsl.device
+def own_block_copy(comm, src, dst, count, vectors):
+    """An all-to-all's own block, from ``src`` to ``dst`` on this rank: a local copy by the whole grid."""
+    r = comm.rank
+    flow.copy(src, r * count, dst, r * count, count, cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x,
+              cuda.gridDim.x * cuda.blockDim.x, vectors)
+
+
+@flowdsl.device
 def all_to_all_share(count, share, shares):
     """``[lo, hi)``: share ``share`` of ``shares`` of a block of ``count`` elements (16-element aligned)."""
     per = (count + shares - 1) // shares
@@ -432,9 +440,8 @@ def pairwise_all_to_all(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     @flowdsl.kernel(max_registers=_MAX_REGISTERS)
     def pairwise_all_to_all(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol,
                             vectors, scalar_bits, scalar_at):
-        n, r = comm.nranks, comm.rank
-        flow.copy(src, r * count, dst, r * count, count, cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x,
-                  cuda.gridDim.x * cuda.blockDim.x, vectors)
+        n = comm.nranks
+        own_block_copy(comm, src, dst, count, vectors)
         if n == 1:
             return
         for channel in range(cuda.blockIdx.x, channels, cuda.gridDim.x):
@@ -613,9 +620,8 @@ def hierarchical_all_to_all(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     @flowdsl.kernel(max_registers=_MAX_REGISTERS)
     def hierarchical_all_to_all(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words,
                                 protocol, vectors, scalar_bits, scalar_at):
-        n, r = comm.nranks, comm.rank
-        flow.copy(src, r * count, dst, r * count, count, cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x,
-                  cuda.gridDim.x * cuda.blockDim.x, vectors)
+        n = comm.nranks
+        own_block_copy(comm, src, dst, count, vectors)
         if n == 1:
             return
         for channel in range(cuda.blockIdx.x, channels, cuda.gridDim.x):
