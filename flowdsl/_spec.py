@@ -29,6 +29,7 @@ No numba here: the simulator and ``import flowdsl`` read specs too.
 
 from __future__ import annotations
 
+import enum
 import inspect
 from dataclasses import dataclass, field, replace
 
@@ -254,7 +255,13 @@ class Spec:
     @property
     def signature(self) -> str:
         """The stub's parameters as a call reads them: ``(comm, coop, index)``."""
-        return str(inspect.Signature([p.replace(annotation=inspect.Parameter.empty) for p in self.params]))
+        return str(inspect.Signature([p.replace(annotation=inspect.Parameter.empty, default=_Shown.of(p.default))
+                                      for p in self.params]))
+
+    @property
+    def called_as(self) -> str:
+        """What every argument refusal ends with: the stub's signature, so the whole call is in the message."""
+        return f" (the call is {self.name}{self.signature})"
 
     def refusal_arity(self, reason: str) -> str:
         """How every layer refuses a call whose arguments the stub's parameters do not bind (``reason`` is
@@ -271,12 +278,12 @@ class Spec:
         and the simulator's ("flowdsl.lsa.sync requires a barrier session ..., got int64. Pass ...")."""
         arg = self.args[param]
         what = f"{param} to be {arg.what}" if arg.kind in NAMED_KINDS else arg.what
-        return f"{self.name} requires {what}, got {got}. {arg.fix}"
+        return f"{self.name} requires {what}, got {got}. {arg.fix}{self.called_as}"
 
     def refusal_dtype(self, param: str, got: str) -> str:
         """How every layer refuses an array ``param`` of elements ``got`` its instruction lacks."""
         return (f"{self.name} requires elements of {', '.join(self.args[param].dtypes)}, got {got}. "
-                f"{self.fix_dtype(param)}")
+                f"{self.fix_dtype(param)}{self.called_as}")
 
     def refusal_choice(self, param: str, got: int) -> str:
         """How every layer refuses argument ``param`` (an enum member, or an int of a few values) of value ``got``
@@ -287,13 +294,13 @@ class Spec:
         got_name = enum_type(got).name if got in members else str(got)
         listed = ", ".join(_choice(c) for c in choices)
         wanted = listed if hasattr(choices[0], "name") else f"to be one of {listed}"  # members by name; ints read so
-        return f"{self.name} requires {param} {wanted}, got {got_name}. {self.fix_choice(param)}"
+        return f"{self.name} requires {param} {wanted}, got {got_name}. {self.fix_choice(param)}{self.called_as}"
 
     def refusal_constant(self, param: str, got) -> str:
         """The GPU's typing refusal of a run-time value for ``param``, which it must know when it compiles."""
         first = self.args[param].choices[0]
         example = f"flowdsl.{type(first).__name__}.{first.name}" if hasattr(first, "name") else str(first)
-        return f"{self.name} requires {param} to be a compile-time constant such as {example}, got {got}"
+        return f"{self.name} requires {param} to be a compile-time constant such as {example}, got {got}{self.called_as}"
 
     def fix_choice(self, param: str) -> str:
         """What to pass instead of a value outside ``param``'s choices."""
@@ -305,6 +312,22 @@ class Spec:
     def fix_dtype(self, param: str) -> str:
         """What to pass instead of an array of other elements."""
         return f"Pass an array of {', '.join(self.args[param].dtypes)} elements"
+
+
+class _Shown:
+    """A default as a signature in a message shows it: an enum member by its class and name."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    @staticmethod
+    def of(default):
+        if isinstance(default, enum.Enum):
+            return _Shown(f"{type(default).__name__}.{default.name}")
+        return default
 
 
 def _choice(c) -> str:

@@ -186,3 +186,55 @@ def _arity_cases():
 #: Every primitive called with one argument too many, and without its last required one: both layers refuse
 #: it naming the primitive and its parameters (:meth:`flowdsl._spec.Spec.refusal_arity`).
 ARITY_CASES = _arity_cases()
+
+
+#: A value of the case kernel's of each argument kind, where the kernel has one (``comm, win, arr, n``, or an
+#: expression of them): what the parameters before the one refused are given.
+_VALID = {"comm": "comm", "window": "win", "array": "arr", "int": "n", "coop": "coop.cta()",
+          "order": "MemoryOrder.ACQUIRE", "scope": "ThreadScope.DEVICE"}
+#: A value of the wrong kind for each kind, and its type as both layers name it.
+_WRONG = {"array": ("comm", "DevComm"), "shared_array": ("comm", "DevComm"), "int": ("win", "Window"),
+          "word": ("win", "Window"), "order": ("win", "Window"), "scope": ("win", "Window"),
+          "enum": ("win", "Window"), "coop": ("n", "int64")}
+
+
+#: How each layer writes the type of a wrong value (the GPU's typing adds the window's element type).
+_GOT = {"Window": r"Window(\(float32\))?", "DevComm": r"DevComm(\([^)]*\))?", "int64": "int64"}
+
+
+def _kind_case(stub, index: int):
+    """A kernel body passing ``stub`` a value of the wrong kind as parameter ``index`` (those before it of
+    their kind, those after it ``n``), and the refusal both layers give: the spec's, with its signature."""
+    spec = stub.__flowdsl_spec__
+    params = spec.params
+    param = params[index].name
+    wrong, got = _WRONG.get(spec.args[param].kind, ("win" if spec.args[param].kind == "comm" else "comm",
+                                                     "Window" if spec.args[param].kind == "comm" else "DevComm"))
+    args = [_VALID[spec.args[p.name].kind] for p in params[:index]] + [wrong]
+    args += ["n" for p in params[index + 1:] if p.default is inspect.Parameter.empty]
+    namespace = {"stub": stub, "coop": coop, "MemoryOrder": MemoryOrder, "ThreadScope": ThreadScope}
+    exec(f"def body(comm, win, arr, n):\n    stub({', '.join(args)})\n", namespace)  # noqa: S102
+    body = namespace["body"]
+    body.__name__ = body.__qualname__ = f"{spec.name.removeprefix('flowdsl.').replace('.', '_')}_{param}_{got}"
+    return body, re.escape(spec.refusal(param, "@GOT@")).replace("@GOT@", _GOT[got])
+
+
+def _kind_cases():
+    from flowdsl._stubs import PRIMITIVES  # noqa: PLC0415
+
+    cases = []
+    for stub in PRIMITIVES.values():
+        spec = stub.__flowdsl_spec__
+        for index, p in enumerate(spec.params):
+            if p.name not in spec.args:
+                break  # a parameter no kind describes: its checks are the primitive's own (CASES)
+            cases.append(_kind_case(stub, index))
+            arg = spec.args[p.name]
+            if arg.kind not in _VALID or (arg.dtypes and "float32" not in arg.dtypes):
+                break  # no value of this kind (the kernel's array is float32) to pass before the next parameter
+    return cases
+
+
+#: Every primitive given an argument of the wrong kind, parameter by parameter as far as the case kernel has
+#: values for those before it: both layers refuse it in the spec's words (:meth:`flowdsl._spec.Spec.refusal`).
+KIND_CASES = _kind_cases()

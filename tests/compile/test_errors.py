@@ -160,7 +160,8 @@ def test_a_typing_refusal_leads_with_flowdsls_specific_words_and_the_kernels_lin
         compile_for(k, ("window", np.float32), 1)
     first, second = str(caught.value).splitlines()[:2]
     assert first == ("flowdsl.mem.fence requires order ACQUIRE, RELEASE, ACQ_REL, SEQ_CST, got RELAXED. Pass one of "
-                     "flowdsl.MemoryOrder.ACQUIRE, RELEASE, ACQ_REL, SEQ_CST"), first  # the simulator's words too
+                     "flowdsl.MemoryOrder.ACQUIRE, RELEASE, ACQ_REL, SEQ_CST (the call is flowdsl.mem.fence(order, "
+                     "scope))"), first  # the simulator's words too
     line = k.__code__.co_firstlineno + 2
     assert second == f"  at test_errors.py:{line} in kernel {k.__qualname__}", second
     assert "numba's report:\nNo implementation of function" in str(caught.value)

@@ -7,7 +7,7 @@ import pytest
 from numba.core.errors import TypingError
 
 import flowdsl
-from tests.spec_refusals import ARITY_CASES, ARRAY, CASES
+from tests.spec_refusals import ARITY_CASES, ARRAY, CASES, KIND_CASES
 
 pytestmark = pytest.mark.compile
 
@@ -27,6 +27,14 @@ def test_typing_refuses(body, pattern):
 
 @pytest.mark.parametrize("body, pattern", ARITY_CASES, ids=[body.__name__ for body, _ in ARITY_CASES])
 def test_typing_refuses_arguments_the_stub_does_not_take(body, pattern):
+    kernel = flowdsl.kernel(body)
+    argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", ARRAY.dtype), ARRAY, 1, nccl=NCCL)
+    with pytest.raises(flowdsl.KernelTypingError, match=pattern):
+        kernel.compile(argtypes, arch="sm_100", nccl=NCCL, cuda="13.3")
+
+
+@pytest.mark.parametrize("body, pattern", KIND_CASES, ids=[body.__name__ for body, _ in KIND_CASES])
+def test_typing_refuses_an_argument_of_the_wrong_kind(body, pattern):
     kernel = flowdsl.kernel(body)
     argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", ARRAY.dtype), ARRAY, 1, nccl=NCCL)
     with pytest.raises(flowdsl.KernelTypingError, match=pattern):

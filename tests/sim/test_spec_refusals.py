@@ -9,7 +9,7 @@ import pytest
 import flowdsl
 import flowdsl.sim as sim
 from flowdsl._spec import spec_of
-from tests.spec_refusals import ARITY_CASES, ARRAY, CASES
+from tests.spec_refusals import ARITY_CASES, ARRAY, CASES, KIND_CASES
 
 pytestmark = pytest.mark.sim
 
@@ -43,7 +43,7 @@ def test_refusals_end_with_the_fix():
     with pytest.raises(sim.UsageError) as caught:
         sim.spawn(main, nranks=1)
     fix = spec_of(flowdsl.gin.flush).args["ctx"].fix
-    assert f"got DevComm. {fix} [" in str(caught.value)
+    assert f"got DevComm. {fix} (the call is flowdsl.gin.flush(ctx, coop, order=MemoryOrder.ACQUIRE)) [" in str(caught.value)
 
 
 @pytest.mark.parametrize("body, pattern", ARITY_CASES, ids=[body.__name__ for body, _ in ARITY_CASES])
@@ -53,6 +53,20 @@ def test_simulator_refuses_arguments_the_stub_does_not_take(body, pattern):
     def main(comm):
         buf = comm.alloc(ARRAY.size, ARRAY.dtype)
         with comm.register(buf) as win, comm.device_communicator() as dc:
+            kernel[1, 1](dc, win, np.zeros_like(ARRAY), 1)
+            comm.synchronize()
+
+    with pytest.raises(flowdsl.KernelTypingError, match=pattern):
+        sim.spawn(main, nranks=1)
+
+
+@pytest.mark.parametrize("body, pattern", KIND_CASES, ids=[body.__name__ for body, _ in KIND_CASES])
+def test_simulator_refuses_an_argument_of_the_wrong_kind(body, pattern):
+    kernel = flowdsl.kernel(body)
+
+    def main(comm):
+        buf = comm.alloc(ARRAY.size, ARRAY.dtype)
+        with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=1, gin_counter_count=1) as dc:
             kernel[1, 1](dc, win, np.zeros_like(ARRAY), 1)
             comm.synchronize()
 
