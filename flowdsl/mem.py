@@ -20,7 +20,8 @@ _VECTORS = MEM_ARRAY.but(dtypes=VECTOR_ELEMENTS)
 __all__ = [
     "load_acquire", "load_relaxed", "store_release", "store_relaxed", "fence",
     "atomic_add", "atomic_cas", "atomic_exch", "red_add", "load_vec", "store_vec", "load_vec_relaxed",
-    "store_vec_relaxed", "warp_store_vec", "vec_to_bits", "vec_from_bits", "to_bits", "from_bits", "address", "itemsize",
+    "store_vec_relaxed", "warp_store_vec", "load_vector", "store_vector", "load_vector_relaxed", "store_vector_relaxed",
+    "vector_type_name", "vector_refusal", "vec_to_bits", "vec_from_bits", "to_bits", "from_bits", "address", "itemsize",
     "globaltimer", "multimem_ld_reduce", "multimem_store", "multimem_red", "multimem_ld_reduce_vec",
     "multimem_store_vec", "multimem_store_vec_relaxed", "multimem_red_vec", "multimem_address", "multimem_refusal", "multimem_forms",
 ]
@@ -103,6 +104,54 @@ def warp_store_vec(array, index, values, scope):
     128-byte line that eight lanes fill lands whole (NVLink and HBM write it as one transaction; what
     LL128 relies on). All 32 lanes must call it together. The simulator lands the warp's 32 stores
     at one instant; the same stores made by lanes one by one may be seen half done there."""
+
+
+# ---- 16-byte values: numba-cuda's vector types, indexed by vector (NCCL's uint4 / ulong2 pointers) -----------
+
+@primitive(array=_ARITHMETIC, index=INT)
+def load_vector(array, index):
+    """Vector ``index`` of ``array`` (its 16 bytes from element ``index * 16 // itemsize``) in one 128-bit load,
+    as numba-cuda's vector type of the array's elements (:func:`vector_type_name`): ``cuda.uint32x4`` (alias
+    ``cuda.uint4``), ``int32x4``, ``float32x4`` for 4-byte elements, ``uint64x2``, ``int64x2``, ``float64x2`` for
+    8-byte ones. Take it apart with ``.x``, ``.y``, ``.z``, ``.w``; build one with ``cuda.uint4(a, b, c, d)``.
+    ``index`` counts vectors, as a C++ kernel indexes a ``uint4*``; the vector must be 16-byte aligned (it is
+    in any array or window view that starts 16-byte aligned)."""
+
+
+@primitive(array=_ARITHMETIC, index=INT)
+def store_vector(array, index, value):
+    """Store the vector ``value`` (the vector type of the array's elements) as vector ``index`` of ``array``, in one
+    128-bit store. Not single-copy atomic: a reader may see some of its 16 bytes before others
+    (:func:`store_vector_relaxed` is, per element)."""
+
+
+@primitive(array=_ARITHMETIC, index=INT, scope=SCOPE)
+def load_vector_relaxed(array, index, scope):
+    """:func:`load_vector` as one ``ld.relaxed.<scope>.v*``: each element an atomic load (a value another thread
+    or GPU may be writing, never served stale from the L1)."""
+
+
+@primitive(array=_ARITHMETIC, index=INT, scope=SCOPE)
+def store_vector_relaxed(array, index, value, scope):
+    """:func:`store_vector` as one ``st.relaxed.<scope>.v*``: each element an atomic store, so a reader that
+    polls one element of the vector sees that element whole (the guarantees, and what they do not cover, in
+    docs/simulator.md's table of single-copy atomic accesses)."""
+
+
+def vector_type_name(dtype: str) -> str:
+    """numba-cuda's vector type of 16 bytes of ``dtype`` elements (4 or 8 bytes): ``"uint32x4"``, ``"float64x2"``."""
+    import numpy as np  # noqa: PLC0415
+
+    return f"{dtype}x{16 // np.dtype(dtype).itemsize}"
+
+
+def vector_refusal(op: str, dtype: str, got: str) -> str:
+    """How both layers refuse a value of ``op`` (``store_vector``, ``store_vector_relaxed``) that is not the vector
+    type of the array's ``dtype`` elements (``got``: the other vector type's name, or what the value is)."""
+    name = vector_type_name(dtype)
+    return (f"flowdsl.mem.{op} requires a numba.cuda.{name} value for an array of {dtype} elements, got {got}. "
+            f"Build one with numba.cuda.{name}(...) or take it from flowdsl.mem.load_vector (a tuple of elements "
+            "goes to flowdsl.mem.store_vec)")
 
 
 @primitive

@@ -19,6 +19,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.errors import NumbaTypeError
 from numba.cuda.extending import intrinsic, overload
+from numba.cuda.vector_types import VectorType, vector_types
 
 from .. import mem
 from ..enums import MemoryOrder, RedOp, ThreadScope
@@ -307,6 +308,95 @@ def _store_vec_relaxed(typingctx, array, index, values, scope):
     return types.void(array, index, values, scope), codegen
 
 
+# ---- 16-byte values as numba-cuda's vector types (mem.load_vector & co.) ----------------------------------
+
+def _vector_type(array):
+    """numba-cuda's vector type of 16 bytes of ``array``'s elements (4 or 8 bytes, the spec's check)."""
+    return vector_types[mem.vector_type_name(str(_element(array)))]
+
+
+def _vector_pointer(context, builder, array, ary, index_type, index):
+    """The address of vector ``index`` of ``array``: element ``index * lanes``."""
+    lanes = _vector_type(array).num_elements
+    idx = context.cast(builder, index, index_type, types.intp)
+    return _item_pointer(context, builder, array, ary, types.intp, builder.mul(idx, ir.Constant(idx.type, lanes)))
+
+
+def _as_vector(context, builder, vty, lanes):
+    """The vector ``vty`` of the UniTuple ``lanes`` (what :func:`_emit_load_vec` gives)."""
+    out = cgutils.create_struct_proxy(vty)(context, builder)
+    for i, name in enumerate(vty.attr_names):
+        setattr(out, name, builder.extract_value(lanes, i))
+    return out._getvalue()
+
+
+def _vector_lanes(context, builder, vty, value):
+    """(UniTuple value, its type) of the vector ``value``'s lanes: what :func:`_emit_store_vec` stores."""
+    proxy = cgutils.create_struct_proxy(vty)(context, builder, value=value)
+    tuple_type = types.UniTuple(vty.base_type, vty.num_elements)
+    return context.make_tuple(builder, tuple_type, [getattr(proxy, n) for n in vty.attr_names]), tuple_type
+
+
+def _check_vector(op, array, value):
+    vty = _vector_type(array)
+    if value != vty:
+        got = value.name if isinstance(value, VectorType) else "a tuple" if isinstance(value, types.BaseTuple) \
+            else str(value)
+        raise NumbaTypeError(mem.vector_refusal(op, str(_element(array)), got))
+
+
+@intrinsic
+def _load_vector(typingctx, array, index):
+    vty = _vector_type(array)
+
+    def codegen(context, builder, sig, args):
+        ptr = _vector_pointer(context, builder, array, args[0], index, args[1])
+        return _as_vector(context, builder, vty, _emit_load_vec(context, builder, array, ptr, "ld"))
+
+    return vty(array, index), codegen
+
+
+@intrinsic
+def _load_vector_relaxed(typingctx, array, index, scope):
+    vty = _vector_type(array)
+
+    def codegen(context, builder, sig, args):
+        ptr = _vector_pointer(context, builder, array, args[0], index, args[1])
+        table = {(int(s),): (lambda b, s=s: _as_vector(context, b, vty, _emit_load_vec(
+            context, b, array, ptr, f"ld.relaxed.{_SCOPES[s]}"))) for s in _SCOPES}
+        return _select(context, builder, [(args[2], scope)], table, context.get_value_type(vty))
+
+    return vty(array, index, scope), codegen
+
+
+@intrinsic
+def _store_vector(typingctx, array, index, value):
+    vty = _vector_type(array)
+
+    def codegen(context, builder, sig, args):
+        ptr = _vector_pointer(context, builder, array, args[0], index, args[1])
+        lanes, lanes_type = _vector_lanes(context, builder, vty, args[2])
+        _emit_store_vec(context, builder, array, ptr, lanes, lanes_type, "st")
+        return context.get_dummy_value()
+
+    return types.void(array, index, value), codegen
+
+
+@intrinsic
+def _store_vector_relaxed(typingctx, array, index, value, scope):
+    vty = _vector_type(array)
+
+    def codegen(context, builder, sig, args):
+        ptr = _vector_pointer(context, builder, array, args[0], index, args[1])
+        lanes, lanes_type = _vector_lanes(context, builder, vty, args[2])
+        table = {(int(s),): (lambda b, s=s: _emit_store_vec(context, b, array, ptr, lanes, lanes_type,
+                                                            f"st.relaxed.{_SCOPES[s]}")) for s in _SCOPES}
+        _select(context, builder, [(args[3], scope)], table)
+        return context.get_dummy_value()
+
+    return types.void(array, index, value, scope), codegen
+
+
 def _sixteen_bytes(op, values):
     if not isinstance(values, types.UniTuple) or not isinstance(values.dtype, (types.Integer, types.Float)) or \
             values.count * (values.dtype.bitwidth // 8) != 16:
@@ -515,6 +605,32 @@ def mem_warp_store_vec(array, index, values, scope):
     check(mem.warp_store_vec, array, index, values, scope)
     # One st.relaxed.v* a lane: a converged warp issues them as one instruction (the primitive's meaning).
     return lambda array, index, values, scope: _store_vec_relaxed(array, index, values, scope)
+
+
+@overload(mem.load_vector)
+def mem_load_vector(array, index):
+    check(mem.load_vector, array, index)
+    return lambda array, index: _load_vector(array, index)
+
+
+@overload(mem.store_vector)
+def mem_store_vector(array, index, value):
+    check(mem.store_vector, array, index, value)
+    _check_vector("store_vector", array, value)
+    return lambda array, index, value: _store_vector(array, index, value)
+
+
+@overload(mem.load_vector_relaxed)
+def mem_load_vector_relaxed(array, index, scope):
+    check(mem.load_vector_relaxed, array, index, scope)
+    return lambda array, index, scope: _load_vector_relaxed(array, index, scope)
+
+
+@overload(mem.store_vector_relaxed)
+def mem_store_vector_relaxed(array, index, value, scope):
+    check(mem.store_vector_relaxed, array, index, value, scope)
+    _check_vector("store_vector_relaxed", array, value)
+    return lambda array, index, value, scope: _store_vector_relaxed(array, index, value, scope)
 
 
 @overload(mem.vec_to_bits)

@@ -12,7 +12,8 @@ Modelled: ``threadIdx``, ``blockIdx``, ``blockDim``, ``gridDim``, ``grid``,
 ``threadfence*``, ``nanosleep``, ``shared.array``, ``local.array``, ``const.array_like``,
 ``atomic.*`` (with CUDA's NaN rules for ``max``/``min`` and ``nanmax``/``nanmin``), the integer and
 float intrinsics ``popc``, ``brev``, ``clz``, ``ffs``, ``fma`` (one rounding), ``cbrt`` and ``selp``
-(:mod:`flowdsl.sim.intrinsics`), the scalar types. Any
+(:mod:`flowdsl.sim.intrinsics`), the scalar types, the vector types (``float32x4``, ``uint4``, ...:
+:mod:`flowdsl.sim.vectors`). Any
 other ``numba.cuda`` device function raises
 :class:`~flowdsl.sim.errors.UnsupportedFeatureError` when called.
 """
@@ -35,7 +36,7 @@ from numba.cuda.stubs import Stub as _Stub  # the simulator shims numba.cuda, wh
 
 from .._devices import code_names
 from .._spec import NUMPY_ALLOCATING, numpy_allocation_refusal
-from . import _state, division, intrinsics
+from . import _state, division, intrinsics, vectors
 from .bf16 import SimBf16
 from .errors import KernelTypingError, UnsupportedFeatureError, UsageError, sim_error
 from .memory import as_dtype, poisoned, raw
@@ -452,6 +453,12 @@ class _SimMath(types.ModuleType):
         r = math.ldexp(float(x), int(e))
         return type(x)(r) if isinstance(x, np.floating) else r
 
+
+# numba-cuda's vector types (cuda.float32x4, its alias cuda.float4, ...): constructors of SimVector values.
+for _stub, _construct in vectors.CONSTRUCTORS.items():
+    for _n in (_stub.__name__, *_stub.aliases):
+        setattr(SimCuda, _n, staticmethod(_construct))
+    _REPLACE[id(_stub)] = _construct
 
 _REPLACE[id(math)] = _SimMath("math (flowdsl.sim)")
 try:  # numba-cuda's bfloat16 module (`from numba.cuda import bf16`): its simulated twin

@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import mem as mem_surface
 from ..enums import MemoryOrder, RedOp
-from . import _state
+from . import _state, vectors
 from .errors import KernelTypingError, UsageError, WindowAccessError, sim_error
 from .memory import WindowView, address_key, as_dtype, raw
 from .network import note_load
@@ -181,7 +181,11 @@ def _mem_load_vec(array, index):
 
 @implements("flowdsl.mem.load_vec_relaxed")
 def _mem_load_vec_relaxed(array, index, scope):
-    a, i, n = _vec(array, index, "load_vec_relaxed")
+    return _load_relaxed(array, index, "load_vec_relaxed")
+
+
+def _load_relaxed(array, index, op):
+    a, i, n = _vec(array, index, op)
     _spin_point(array, i, a[i])  # polled as LL lines are: let the writer run
     if isinstance(array, WindowView):
         note_load(array, i)
@@ -199,6 +203,10 @@ def _mem_store_vec_relaxed(array, index, values, scope):
     if len(values) != n:
         raise sim_error(UsageError, f"Cannot store_vec_relaxed {len(values)} values: a 16-byte vector of "
                         f"{a.dtype.name} has {n}. Pass a tuple of {n} values")
+    _store_relaxed(array, a, i, n, values)
+
+
+def _store_relaxed(array, a, i, n, values):
     a[i:i + n] = values
     rc = _state.race
     for k in range(i, i + n):
@@ -271,6 +279,46 @@ def _mem_store_vec(array, index, values):
     a[i:i + n] = values
     _vec_access(array, i, n, True)
 
+
+
+# ---- 16-byte vector values (numba-cuda's vector types), indexed by vector --------------------------------
+
+def _vector_at(array, index, op):
+    """(raw array, first element, lanes) of vector ``index`` of ``array``."""
+    return _vec(array, int(index) * (16 // raw(array).itemsize), op)
+
+
+def _vector_value(op, a, value):
+    """The lanes of ``value``, refused in the GPU's typing words unless it is the vector type of ``a``'s elements."""
+    if not isinstance(value, vectors.SimVector) or value._name != mem_surface.vector_type_name(a.dtype.name):
+        raise sim_error(KernelTypingError, mem_surface.vector_refusal(op, a.dtype.name, vectors.type_name(value)))
+    return value.lanes
+
+
+@implements("flowdsl.mem.load_vector")
+def _mem_load_vector(array, index):
+    a, i, n = _vector_at(array, index, "load_vector")
+    _vec_access(array, i, n, False)
+    return vectors.make(a.dtype, a[i:i + n])
+
+
+@implements("flowdsl.mem.store_vector")
+def _mem_store_vector(array, index, value):
+    a, i, n = _vector_at(array, index, "store_vector")
+    a[i:i + n] = _vector_value("store_vector", a, value)
+    _vec_access(array, i, n, True)
+
+
+@implements("flowdsl.mem.load_vector_relaxed")
+def _mem_load_vector_relaxed(array, index, scope):
+    a = raw(array)
+    return vectors.make(a.dtype, _load_relaxed(array, int(index) * (16 // a.itemsize), "load_vector_relaxed"))
+
+
+@implements("flowdsl.mem.store_vector_relaxed")
+def _mem_store_vector_relaxed(array, index, value, scope):
+    a, i, n = _vector_at(array, index, "store_vector_relaxed")
+    _store_relaxed(array, a, i, n, _vector_value("store_vector_relaxed", a, value))
 
 
 def _scalar_dtype(value):

@@ -91,6 +91,9 @@ def every_primitive(comm, win, flags, out):
     lo, hi = mem.vec_to_bits(polled)
     mem.store_vec_relaxed(v, 28, mem.vec_from_bits(hi, lo, float32), ThreadScope.SYSTEM)
     mem.warp_store_vec(v, 32 + 4 * (cuda.threadIdx.x % 32), vec, ThreadScope.SYSTEM)  # a converged warp
+    four = mem.load_vector(v, 2)  # a numba-cuda float32x4, indexed by vector
+    mem.store_vector(v, 3, cuda.float4(four.w, four.z, four.y, four.x))
+    mem.store_vector_relaxed(v, 4, mem.load_vector_relaxed(v, 5, ThreadScope.SYSTEM), ThreadScope.SYSTEM)
     halves = lsa.local_view(win, 0, 32, dtype=float16)  # narrow lanes travel in 32-bit registers
     mem.store_vec(halves, 8, mem.load_vec(halves, 0))
     out[10] = mem.from_bits(mem.to_bits(out[11]) ^ uint64(1 << 31), float32)

@@ -1,0 +1,87 @@
+"""Kernels of 16-byte vector values (numba-cuda's vector types through ``flowdsl.mem.load_vector`` and
+``store_vector``), for the compile, simulator and GPU tests."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+import flowdsl
+from flowdsl import ThreadScope, mem
+
+#: numba-cuda's vector type of 16 bytes of each element type flowdsl.mem's vectors take.
+VECTOR_TYPES = {np.dtype(np.int32): cuda.int32x4, np.dtype(np.uint32): cuda.uint32x4,
+                np.dtype(np.float32): cuda.float32x4, np.dtype(np.int64): cuda.int64x2,
+                np.dtype(np.uint64): cuda.uint64x2, np.dtype(np.float64): cuda.float64x2}
+
+
+def lanes_reversed(dtype):
+    """A kernel ``(src, dst, relaxed)``: vector ``i`` of ``dst`` is vector ``i`` of ``src``, lanes reversed, each
+    vector loaded and stored whole (``relaxed``: by the ``_relaxed`` forms at device scope)."""
+    make = VECTOR_TYPES[np.dtype(dtype)]
+    if np.dtype(dtype).itemsize == 4:
+        @flowdsl.kernel
+        def reverse4(src, dst, relaxed):
+            i = cuda.grid(1)
+            if i < dst.size // 4:
+                if relaxed:
+                    v = mem.load_vector_relaxed(src, i, ThreadScope.DEVICE)
+                    mem.store_vector_relaxed(dst, i, make(v.w, v.z, v.y, v.x), ThreadScope.DEVICE)
+                else:
+                    v = mem.load_vector(src, i)
+                    mem.store_vector(dst, i, make(v.w, v.z, v.y, v.x))
+        return reverse4
+
+    @flowdsl.kernel
+    def reverse2(src, dst, relaxed):
+        i = cuda.grid(1)
+        if i < dst.size // 2:
+            if relaxed:
+                v = mem.load_vector_relaxed(src, i, ThreadScope.DEVICE)
+                mem.store_vector_relaxed(dst, i, make(v.y, v.x), ThreadScope.DEVICE)
+            else:
+                v = mem.load_vector(src, i)
+                mem.store_vector(dst, i, make(v.y, v.x))
+    return reverse2
+
+
+@flowdsl.kernel
+def built_from_halves(src, dst):
+    """``dst``'s vector ``i``: a ``float4`` built from a ``float2`` of ``src``'s lanes 2 and 3 and its lanes 0 and 1
+    as scalars (numba-cuda's constructor overloads), stored through ``cuda.float32x4``'s alias."""
+    i = cuda.grid(1)
+    if i < dst.size // 4:
+        v = mem.load_vector(src, i)
+        mem.store_vector(dst, i, cuda.float4(cuda.float2(v.z, v.w), v.x, v.y))
+
+
+@flowdsl.kernel
+def tuple_into_store_vector(src, dst):
+    mem.store_vector(dst, 0, (src[0], src[1], src[2], src[3]))
+
+
+@flowdsl.kernel
+def wrong_vector_type(src, dst):
+    mem.store_vector(dst, 0, cuda.int32x4(1, 2, 3, 4))
+
+
+def random_array(dtype, n, seed):
+    """``n`` random values of ``dtype`` (integers over their whole range)."""
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return rng.standard_normal(n).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+
+
+def reference(src):
+    """What :func:`lanes_reversed` writes: each 16-byte group of ``src`` reversed (NumPy)."""
+    lanes = 16 // src.itemsize
+    return src.reshape(-1, lanes)[:, ::-1].reshape(-1)
+
+
+def halves_reference(src):
+    """What :func:`built_from_halves` writes."""
+    v = src.reshape(-1, 4)
+    return v[:, [2, 3, 0, 1]].reshape(-1)
