@@ -373,6 +373,13 @@ NUMPY_ALLOCATING = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "o
                               "stack", "hstack", "vstack", "tile", "repeat"})
 
 
+def vector_write_refusal(name: str, attr: str) -> str:
+    """How both paths refuse ``v.<attr> = ...`` of a numba-cuda vector ``v`` of type ``name`` (``float32x2``):
+    numba-cuda types the store and has no code for it."""
+    return (f"Cannot set .{attr} of a numba.cuda.{name}: vector values are read-only in numba-cuda. Build a new "
+            f"one with numba.cuda.{name}(...)")
+
+
 def numpy_allocation_refusal(name: str) -> str:
     """How both paths refuse ``numpy.<name>`` (one of :data:`NUMPY_ALLOCATING`) in kernel code."""
     return (f"Cannot type the call of {name} in a kernel: numpy.{name} makes a new array, which a GPU kernel "

@@ -65,6 +65,32 @@ def wrong_vector_type(src, dst):
     mem.store_vector(dst, 0, cuda.int32x4(1, 2, 3, 4))
 
 
+@flowdsl.kernel
+def three_lanes_for_four(out):
+    v = cuda.float32x4(1.0, 2.0, 3.0)
+    out[0] = v.x
+
+
+@flowdsl.kernel
+def lane_written(out):
+    v = cuda.float32x2(1.0, 2.0)
+    v.x = 3.0
+    out[0] = v.x
+
+
+@flowdsl.kernel
+def lane_indexed(out):
+    v = cuda.float32x2(1.0, 2.0)
+    out[0] = v[0]
+
+
+#: Kernels numba-cuda refuses, each with what the simulator says (the GPU's typing says it in numba's words but for
+#: the write, which numba-cuda types and cannot lower: flowdsl refuses it in the simulator's words).
+REFUSED = [(three_lanes_for_four, "Cannot build a numba.cuda.float32x4 from 3 lanes: it has 4"),
+           (lane_written, "Cannot set .x of a numba.cuda.float32x2: vector values are read-only in numba-cuda"),
+           (lane_indexed, "Cannot index a numba.cuda.float32x2: numba-cuda reads its lanes by name. Use .x, .y")]
+
+
 def random_array(dtype, n, seed):
     """``n`` random values of ``dtype`` (integers over their whole range)."""
     rng = np.random.default_rng(seed)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba.cuda.stubs import _vector_type_stubs
 
-from .errors import UsageError, sim_error
+from .._spec import vector_write_refusal
+from .errors import KernelTypingError, sim_error
 
 __all__ = ["SimVector", "CONSTRUCTORS", "make", "type_name"]
 
@@ -31,12 +32,15 @@ class SimVector:
         lanes = object.__getattribute__(self, "_lanes")
         if attr in _ATTRS[:len(lanes)]:
             return lanes[_ATTRS.index(attr)]
-        raise sim_error(UsageError, f"Cannot read .{attr} of a numba.cuda.{self._name}: it has "
+        raise sim_error(KernelTypingError, f"Cannot read .{attr} of a numba.cuda.{self._name}: it has "
                         f"{', '.join('.' + a for a in _ATTRS[:len(lanes)])}")
 
     def __setattr__(self, attr, value):
-        raise sim_error(UsageError, f"Cannot set .{attr} of a numba.cuda.{self._name}: vector values are read-only "
-                        f"in numba-cuda. Build a new one with numba.cuda.{self._name}(...)")
+        raise sim_error(KernelTypingError, vector_write_refusal(self._name, attr))
+
+    def __getitem__(self, index):
+        raise sim_error(KernelTypingError, f"Cannot index a numba.cuda.{self._name}: numba-cuda reads its lanes by name. "
+                        f"Use {', '.join('.' + a for a in _ATTRS[:len(self._lanes)])}")
 
     def __repr__(self):
         return f"{self._name}({', '.join(repr(v.item()) for v in self._lanes)})"
@@ -78,13 +82,13 @@ def _constructor(name: str):
         for a in args:
             if isinstance(a, SimVector):
                 if a._name[:-1] != base:
-                    raise sim_error(UsageError, f"Cannot build a numba.cuda.{name} from a {a._name}: numba-cuda "
+                    raise sim_error(KernelTypingError, f"Cannot build a numba.cuda.{name} from a {a._name}: numba-cuda "
                                     f"builds it from {dtype.name} scalars and {base}N vectors only")
                 lanes.extend(a._lanes)
             else:
                 lanes.append(a)
         if len(lanes) != count:
-            raise sim_error(UsageError, f"Cannot build a numba.cuda.{name} from {len(lanes)} lanes: it has {count}. "
+            raise sim_error(KernelTypingError, f"Cannot build a numba.cuda.{name} from {len(lanes)} lanes: it has {count}. "
                             f"Pass {count} {dtype.name} values (or smaller {base}N vectors that add up to {count})")
         return SimVector(name, tuple(_convert(v, dtype) for v in lanes))
 

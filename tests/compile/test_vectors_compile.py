@@ -11,7 +11,7 @@ import pytest
 
 import flowdsl
 from flowdsl import mem
-from tests.vector_kernels import VECTOR_TYPES, built_from_halves, lanes_reversed, tuple_into_store_vector, \
+from tests.vector_kernels import REFUSED, VECTOR_TYPES, built_from_halves, lanes_reversed, tuple_into_store_vector, \
     wrong_vector_type
 
 pytestmark = pytest.mark.compile
@@ -47,3 +47,12 @@ def test_store_vector_refuses_a_value_of_another_type(kernel, got):
     with pytest.raises(flowdsl.KernelTypingError) as caught:
         kernel.compile(flowdsl.FlowKernel.argtypes_for(a, a, nccl="2.28.9"), arch="sm_90", nccl="2.28.9")
     assert mem.vector_refusal("store_vector", "float32", got) in str(caught.value)
+
+
+@pytest.mark.parametrize("kernel, words", REFUSED, ids=[k.__name__ for k, _ in REFUSED])
+def test_what_numba_cuda_refuses_of_a_vector_is_a_typing_error(kernel, words):
+    a = np.zeros(2, np.float32)
+    with pytest.raises(flowdsl.KernelTypingError) as caught:
+        kernel.compile(flowdsl.FlowKernel.argtypes_for(a, nccl="2.28.9"), arch="sm_90", nccl="2.28.9")
+    if kernel.__name__ == "lane_written":  # numba-cuda types it and has no code: flowdsl says what is wrong
+        assert words in str(caught.value)
