@@ -298,7 +298,7 @@ def precompile(args) -> int:
     ops = [OPS[name] for name in args.ops] if args.ops else None
     try:
         counts = build(arch=args.arch, nccl=args.nccl, dtypes=args.dtypes, ops=ops, gin_peers=args.gin,
-                       jobs=args.jobs)
+                       multimem=args.multimem, jobs=args.jobs)
     except KeyboardInterrupt:
         print("\nflowdsl precompile: interrupted; the kernels compiled so far stay in the cache", file=sys.stderr)
         return 130
@@ -335,12 +335,17 @@ def _parser() -> argparse.ArgumentParser:
                                "nvJitLink, nvcc), the GPUs, the support builds, whether CFT can run, the GIN "
                                "backend, and the kernel cache's location and size.")
     p = sub.add_parser("precompile", description="Compile every collective program (flowdsl.collectives) into the kernel "
-                                   "cache. Without a GPU, name the target with --arch (and --nccl).")
+                                   "cache: those a communicator within one node calls (--gin: across nodes; --multimem: with an NVLink "
+                                   "switch); a kernel left out compiles at its first call. Without a GPU, name the "
+                                   "target with --arch (and --nccl).")
     p.add_argument("--arch", help="target such as sm_90 (default: this GPU; needed without one)")
     p.add_argument("--nccl", help="NCCL release of the device ABI, e.g. 2.28.9 (default: the loaded libnccl)")
     p.add_argument("--dtypes", nargs="*", help="subset of element types (default: all)")
     p.add_argument("--ops", nargs="*", help="subset of operators: sum prod min max avg premulsum (default: all)")
-    p.add_argument("--gin", action="store_true", help="the kernels for communicators spanning several nodes")
+    p.add_argument("--gin", action="store_true",
+                   help="the kernels for communicators spanning several nodes (the hierarchical programs too)")
+    p.add_argument("--multimem", action="store_true",
+                   help="the multimem all-reduce too (GPUs behind an NVLink switch, NCCL's NVLS allowed)")
     p.add_argument("--jobs", type=at_least_one, help="worker processes (default: one per CPU)")
     return parser
 

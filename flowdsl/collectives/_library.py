@@ -156,16 +156,26 @@ def _build_run(run, target, gin_peers) -> None:
         _progress_queue.put((entry, _build(entry, target, gin_peers)))
 
 
+def precompiled(entries, gin_peers: bool, multimem: bool) -> list:
+    """The library entries a communicator of this kind can call: the hierarchical programs only with
+    ``gin_peers`` (the host refuses them within one node), the multimem one only with ``multimem`` (an NVLink
+    switch that NCCL is let use)."""
+    return [e for e in entries if (gin_peers or e[0] not in _ACROSS_ONLY) and (multimem or e[0] not in _BY_FORM)]
+
+
 def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin_peers: bool = False,
-               jobs: int | None = None, progress: bool = True) -> dict:
-    """Compile the whole library into the disk cache (no GPU needed when ``arch`` is given).
+               multimem: bool = False, jobs: int | None = None, progress: bool = True) -> dict:
+    """Compile the library's kernels for one kind of communicator into the disk cache (no GPU needed when
+    ``arch`` is given); a kernel left out is compiled at its first call.
 
     Args:
         arch: Target such as ``"sm_90"`` (default: this machine's GPU).
         nccl: NCCL release of the device ABI (default: the loaded libnccl).
         dtypes: Subset of the element types to build (default: all).
         ops: Subset of the reduction operators (:class:`flowdsl.RedOp`) to build (default: all).
-        gin_peers: Build the kernels for communicators spanning several nodes (GIN).
+        gin_peers: Build the kernels for communicators spanning several nodes (GIN), the hierarchical
+            programs among them.
+        multimem: Build the multimem all-reduce too (GPUs behind an NVLink switch, NVLS allowed).
         jobs: Worker processes (default: the CPUs this process may use; each kernel
             compiles on one core).
         progress: Print a progress bar on stderr.
@@ -184,7 +194,7 @@ def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin
 
         target = Target(parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version(),
                         checked_arch(arch, "precompile the collectives"))
-    entries = library(dtypes, ops)
+    entries = precompiled(library(dtypes, ops), gin_peers, multimem)
     start = time.perf_counter()
     counts = {"kernels": len(entries), "compiled": 0, "cached": 0}
     jobs = max(1, min(jobs or len(os.sched_getaffinity(0)), len(entries)))

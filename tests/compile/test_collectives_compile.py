@@ -22,7 +22,8 @@ pytestmark = pytest.mark.compile
 def test_precompile_builds_every_program_then_finds_them_cached(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FLOWDSL_CACHE_DIR", str(tmp_path))
     first = _library.precompile(arch="sm_90", nccl="2.28.9", dtypes=["float32"], ops=[RedOp.SUM], jobs=2)
-    programs = len(_library.PROGRAMS)
+    # within one node: every program but the 3 hierarchical ones (across nodes only) and multimem's (a switch)
+    programs = len(_library.PROGRAMS) - 4
     assert first["kernels"] == programs and first["compiled"] == programs, first
     bar = capsys.readouterr().err.split("\r")  # two worker processes, each kernel reported as it is done
     assert [line.split()[2] for line in bar[1:]] == [f"{i}/{programs}" for i in range(1, programs + 1)], bar
@@ -30,6 +31,17 @@ def test_precompile_builds_every_program_then_finds_them_cached(tmp_path, monkey
                                 progress=False)
     assert again["cached"] == programs and again["compiled"] == 0, again
     assert len(list((tmp_path / "kernels").glob("*.cubin"))) == programs
+
+
+def test_precompile_builds_what_the_communicator_kind_can_call():
+    entries = _library.library()
+    algorithms = {flags: {e[0] for e in _library.precompiled(entries, *flags)}
+                  for flags in ((False, False), (True, False), (False, True), (True, True))}
+    assert algorithms[(False, False)] == {"ring", "tree", "one_shot", "pairwise"}
+    assert algorithms[(True, False)] == {"ring", "tree", "one_shot", "pairwise", "hierarchical"}
+    assert algorithms[(False, True)] == {"ring", "tree", "one_shot", "pairwise", "multimem"}
+    assert _library.precompiled(entries, True, True) == entries
+    assert len(_library.precompiled(entries, False, False)) == 390  # of 510
 
 
 def test_precompile_gives_each_worker_a_run_of_kernels_that_share_compiled_steps():
