@@ -25,17 +25,19 @@ def test_typing_refuses(body, pattern):
     assert isinstance(caught.value.__cause__, TypingError)
 
 
+def _compile_case(body):
+    """Compile a case's kernel body ``(comm, win, arr, n)`` for the GPU (sm_100, NCCL 2.32.3)."""
+    argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", ARRAY.dtype), ARRAY, 1, nccl=NCCL)
+    flowdsl.kernel(body).compile(argtypes, arch="sm_100", nccl=NCCL, cuda="13.3")
+
+
 @pytest.mark.parametrize("body, pattern", ARITY_CASES, ids=[body.__name__ for body, _ in ARITY_CASES])
 def test_typing_refuses_arguments_the_stub_does_not_take(body, pattern):
-    kernel = flowdsl.kernel(body)
-    argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", ARRAY.dtype), ARRAY, 1, nccl=NCCL)
     with pytest.raises(flowdsl.KernelTypingError, match=pattern):
-        kernel.compile(argtypes, arch="sm_100", nccl=NCCL, cuda="13.3")
+        _compile_case(body)
 
 
 @pytest.mark.parametrize("body, pattern", KIND_CASES, ids=[body.__name__ for body, _ in KIND_CASES])
 def test_typing_refuses_an_argument_of_the_wrong_kind(body, pattern):
-    kernel = flowdsl.kernel(body)
-    argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", ARRAY.dtype), ARRAY, 1, nccl=NCCL)
     with pytest.raises(flowdsl.KernelTypingError, match=pattern):
-        kernel.compile(argtypes, arch="sm_100", nccl=NCCL, cuda="13.3")
+        _compile_case(body)

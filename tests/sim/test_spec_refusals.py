@@ -14,8 +14,8 @@ from tests.spec_refusals import ARITY_CASES, ARRAY, CASES, KIND_CASES
 pytestmark = pytest.mark.sim
 
 
-@pytest.mark.parametrize("body, pattern", CASES, ids=[body.__name__ for body, _ in CASES])
-def test_simulator_refuses(body, pattern):
+def _run_case(body):
+    """Run a case's kernel body at one simulated rank, given its ``(comm, win, arr, n)``."""
     kernel = flowdsl.kernel(body)
 
     def main(comm):
@@ -24,8 +24,13 @@ def test_simulator_refuses(body, pattern):
             kernel[1, 1](dc, win, np.zeros_like(ARRAY), 1)
             comm.synchronize()
 
+    sim.spawn(main, nranks=1)
+
+
+@pytest.mark.parametrize("body, pattern", CASES, ids=[body.__name__ for body, _ in CASES])
+def test_simulator_refuses(body, pattern):
     with pytest.raises(sim.UsageError, match=pattern) as caught:
-        sim.spawn(main, nranks=1)
+        _run_case(body)
     assert isinstance(caught.value, TypeError)
     assert isinstance(caught.value, flowdsl.KernelTypingError)  # what compiling for a GPU raises
 
@@ -62,13 +67,5 @@ def test_simulator_refuses_arguments_the_stub_does_not_take(body, pattern):
 
 @pytest.mark.parametrize("body, pattern", KIND_CASES, ids=[body.__name__ for body, _ in KIND_CASES])
 def test_simulator_refuses_an_argument_of_the_wrong_kind(body, pattern):
-    kernel = flowdsl.kernel(body)
-
-    def main(comm):
-        buf = comm.alloc(ARRAY.size, ARRAY.dtype)
-        with comm.register(buf) as win, comm.device_communicator(lsa_barrier_count=1, gin_counter_count=1) as dc:
-            kernel[1, 1](dc, win, np.zeros_like(ARRAY), 1)
-            comm.synchronize()
-
     with pytest.raises(flowdsl.KernelTypingError, match=pattern):
-        sim.spawn(main, nranks=1)
+        _run_case(body)
