@@ -149,9 +149,6 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
     from numba.cuda import compiler  # noqa: PLC0415
     from numba.cuda.cudadrv import nvvm  # noqa: PLC0415
 
-    from numba.cuda.vector_types import vector_types  # noqa: PLC0415
-
-    from .._spec import vector_write_refusal  # noqa: PLC0415
     from ..errors import KernelTypingError, numba_error_classes  # noqa: PLC0415
 
     TypingError = numba_error_classes("TypingError")  # numba-cuda raises its own class or numba's  # noqa: N806
@@ -174,17 +171,18 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
     except TypingError as exc:  # a flowdsl error, as the simulator's for the same mistake; numba's words
         if isinstance(exc, KernelTypingError):
             raise
-        code = getattr(pyfunc, "__code__", None)
-        where = f"\n  in kernel {pyfunc.__qualname__} ({code.co_filename}:{code.co_firstlineno})" if code else ""
-        raise KernelTypingError(f"{_primitive_arity(str(exc)) or _first_refusal(exc, pyfunc)}{exc}{where}") \
-            from exc
+        raise KernelTypingError(f"{_primitive_arity(str(exc)) or _first_refusal(exc, pyfunc)}{exc}"
+                                f"{_in_kernel(pyfunc)}") from exc
     except NotImplementedError as exc:  # numba-cuda typed it and has no code for it: the user's mistake
+        from numba.cuda.vector_types import vector_types  # noqa: PLC0415
+
+        from .._spec import vector_write_refusal  # noqa: PLC0415
+
         written = _VECTOR_WRITE.match(str(exc))
         if written is None or written.group(1) not in vector_types:
             raise
-        code = getattr(pyfunc, "__code__", None)
-        where = f"\n  in kernel {pyfunc.__qualname__} ({code.co_filename}:{code.co_firstlineno})" if code else ""
-        raise KernelTypingError(f"{vector_write_refusal(written.group(1), written.group(2))}{where}") from exc
+        raise KernelTypingError(f"{vector_write_refusal(written.group(1), written.group(2))}{_in_kernel(pyfunc)}") \
+            from exc
     modules = _unique_modules(library)
     _mark_never_inline(modules, out_of_line)
     from .declarations import inline_bodies_called_once  # noqa: PLC0415
@@ -258,9 +256,15 @@ def _primitive_arity(message: str) -> str:
     return "" if stub is None else f"{stub.__flowdsl_spec__.refusal_arity(found.group(2))}\n\n"
 
 
-#: numba's words for the function it could not type a call of, and the refusals inside them (with where raised).
+def _in_kernel(pyfunc) -> str:
+    """The line a typing refusal ends with: the kernel and where it is defined."""
+    code = getattr(pyfunc, "__code__", None)
+    return f"\n  in kernel {pyfunc.__qualname__} ({code.co_filename}:{code.co_firstlineno})" if code else ""
+
+
 #: numba-cuda's lowering error for ``v.x = value`` of a vector value, which its typing let through.
 _VECTOR_WRITE = re.compile(r"No definition for lowering (\w+)\.(\w+) = ")
+#: numba's words for the function it could not type a call of, and the refusals inside them (with where raised).
 _CALLEE = re.compile(r"No implementation of function Function\(<(?:built-in )?function (\w+)")
 _REFUSAL = re.compile(r"(?:NumbaTypeError|TypingError): ([^\n]+)\n\s*raised from ([^\n]+)")
 

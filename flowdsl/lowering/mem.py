@@ -309,32 +309,12 @@ def _store_vec_relaxed(typingctx, array, index, values, scope):
 
 
 # ---- 16-byte values as numba-cuda's vector types (mem.load_vector & co.) ----------------------------------
+# The vector forms are the tuple forms (one 128-bit access each) at element ``index * lanes``, their tuple
+# turned into the vector type and back in registers.
 
 def _vector_type(array):
     """numba-cuda's vector type of 16 bytes of ``array``'s elements (4 or 8 bytes, the spec's check)."""
     return vector_types[mem.vector_type_name(str(_element(array)))]
-
-
-def _vector_pointer(context, builder, array, ary, index_type, index):
-    """The address of vector ``index`` of ``array``: element ``index * lanes``."""
-    lanes = _vector_type(array).num_elements
-    idx = context.cast(builder, index, index_type, types.intp)
-    return _item_pointer(context, builder, array, ary, types.intp, builder.mul(idx, ir.Constant(idx.type, lanes)))
-
-
-def _as_vector(context, builder, vty, lanes):
-    """The vector ``vty`` of the UniTuple ``lanes`` (what :func:`_emit_load_vec` gives)."""
-    out = cgutils.create_struct_proxy(vty)(context, builder)
-    for i, name in enumerate(vty.attr_names):
-        setattr(out, name, builder.extract_value(lanes, i))
-    return out._getvalue()
-
-
-def _vector_lanes(context, builder, vty, value):
-    """(UniTuple value, its type) of the vector ``value``'s lanes: what :func:`_emit_store_vec` stores."""
-    proxy = cgutils.create_struct_proxy(vty)(context, builder, value=value)
-    tuple_type = types.UniTuple(vty.base_type, vty.num_elements)
-    return context.make_tuple(builder, tuple_type, [getattr(proxy, n) for n in vty.attr_names]), tuple_type
 
 
 def _check_vector(op, array, value):
@@ -346,55 +326,29 @@ def _check_vector(op, array, value):
 
 
 @intrinsic
-def _load_vector(typingctx, array, index):
-    vty = _vector_type(array)
+def _vector_of(typingctx, lanes):
+    """The vector type of a UniTuple's lanes (``float32 x 4`` -> ``float32x4``)."""
+    vty = vector_types[f"{lanes.dtype}x{len(lanes)}"]
 
     def codegen(context, builder, sig, args):
-        ptr = _vector_pointer(context, builder, array, args[0], index, args[1])
-        return _as_vector(context, builder, vty, _emit_load_vec(context, builder, array, ptr, "ld"))
+        out = cgutils.create_struct_proxy(vty)(context, builder)
+        for i, name in enumerate(vty.attr_names):
+            setattr(out, name, builder.extract_value(args[0], i))
+        return out._getvalue()
 
-    return vty(array, index), codegen
+    return vty(lanes), codegen
 
 
 @intrinsic
-def _load_vector_relaxed(typingctx, array, index, scope):
-    vty = _vector_type(array)
+def _lanes_of(typingctx, value):
+    """A vector's lanes as the UniTuple the tuple forms store."""
+    lanes = types.UniTuple(value.base_type, value.num_elements)
 
     def codegen(context, builder, sig, args):
-        ptr = _vector_pointer(context, builder, array, args[0], index, args[1])
-        table = {(int(s),): (lambda b, s=s: _as_vector(context, b, vty, _emit_load_vec(
-            context, b, array, ptr, f"ld.relaxed.{_SCOPES[s]}"))) for s in _SCOPES}
-        return _select(context, builder, [(args[2], scope)], table, context.get_value_type(vty))
+        proxy = cgutils.create_struct_proxy(value)(context, builder, value=args[0])
+        return context.make_tuple(builder, lanes, [getattr(proxy, n) for n in value.attr_names])
 
-    return vty(array, index, scope), codegen
-
-
-@intrinsic
-def _store_vector(typingctx, array, index, value):
-    vty = _vector_type(array)
-
-    def codegen(context, builder, sig, args):
-        ptr = _vector_pointer(context, builder, array, args[0], index, args[1])
-        lanes, lanes_type = _vector_lanes(context, builder, vty, args[2])
-        _emit_store_vec(context, builder, array, ptr, lanes, lanes_type, "st")
-        return context.get_dummy_value()
-
-    return types.void(array, index, value), codegen
-
-
-@intrinsic
-def _store_vector_relaxed(typingctx, array, index, value, scope):
-    vty = _vector_type(array)
-
-    def codegen(context, builder, sig, args):
-        ptr = _vector_pointer(context, builder, array, args[0], index, args[1])
-        lanes, lanes_type = _vector_lanes(context, builder, vty, args[2])
-        table = {(int(s),): (lambda b, s=s: _emit_store_vec(context, b, array, ptr, lanes, lanes_type,
-                                                            f"st.relaxed.{_SCOPES[s]}")) for s in _SCOPES}
-        _select(context, builder, [(args[3], scope)], table)
-        return context.get_dummy_value()
-
-    return types.void(array, index, value, scope), codegen
+    return lanes(value), codegen
 
 
 def _sixteen_bytes(op, values):
@@ -610,27 +564,31 @@ def mem_warp_store_vec(array, index, values, scope):
 @overload(mem.load_vector)
 def mem_load_vector(array, index):
     check(mem.load_vector, array, index)
-    return lambda array, index: _load_vector(array, index)
+    lanes = _vector_type(array).num_elements
+    return lambda array, index: _vector_of(_load_vec(array, index * lanes))
 
 
 @overload(mem.store_vector)
 def mem_store_vector(array, index, value):
     check(mem.store_vector, array, index, value)
     _check_vector("store_vector", array, value)
-    return lambda array, index, value: _store_vector(array, index, value)
+    lanes = value.num_elements
+    return lambda array, index, value: _store_vec(array, index * lanes, _lanes_of(value))
 
 
 @overload(mem.load_vector_relaxed)
 def mem_load_vector_relaxed(array, index, scope):
     check(mem.load_vector_relaxed, array, index, scope)
-    return lambda array, index, scope: _load_vector_relaxed(array, index, scope)
+    lanes = _vector_type(array).num_elements
+    return lambda array, index, scope: _vector_of(_load_vec_relaxed(array, index * lanes, scope))
 
 
 @overload(mem.store_vector_relaxed)
 def mem_store_vector_relaxed(array, index, value, scope):
     check(mem.store_vector_relaxed, array, index, value, scope)
     _check_vector("store_vector_relaxed", array, value)
-    return lambda array, index, value, scope: _store_vector_relaxed(array, index, value, scope)
+    lanes = value.num_elements
+    return lambda array, index, value, scope: _store_vec_relaxed(array, index * lanes, _lanes_of(value), scope)
 
 
 @overload(mem.vec_to_bits)

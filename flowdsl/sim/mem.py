@@ -174,7 +174,11 @@ def _vec_access(array, i, n, write):
 
 @implements("flowdsl.mem.load_vec")
 def _mem_load_vec(array, index):
-    a, i, n = _vec(array, index, "load_vec")
+    return _load_plain(array, index, "load_vec")
+
+
+def _load_plain(array, index, op):
+    a, i, n = _vec(array, index, op)
     _vec_access(array, i, n, False)
     return tuple(a[i:i + n])
 
@@ -283,9 +287,9 @@ def _mem_store_vec(array, index, values):
 
 # ---- 16-byte vector values (numba-cuda's vector types), indexed by vector --------------------------------
 
-def _vector_at(array, index, op):
-    """(raw array, first element, lanes) of vector ``index`` of ``array``."""
-    return _vec(array, int(index) * (16 // raw(array).itemsize), op)
+def _first_element(array, index):
+    """The element where vector ``index`` of ``array`` starts (the GPU's ``index * lanes``)."""
+    return int(index) * (16 // raw(array).itemsize)
 
 
 def _vector_value(op, a, value):
@@ -297,27 +301,24 @@ def _vector_value(op, a, value):
 
 @implements("flowdsl.mem.load_vector")
 def _mem_load_vector(array, index):
-    a, i, n = _vector_at(array, index, "load_vector")
-    _vec_access(array, i, n, False)
-    return vectors.make(a.dtype, a[i:i + n])
+    return vectors.make(raw(array).dtype, _load_plain(array, _first_element(array, index), "load_vector"))
 
 
 @implements("flowdsl.mem.store_vector")
 def _mem_store_vector(array, index, value):
-    a, i, n = _vector_at(array, index, "store_vector")
+    a, i, n = _vec(array, _first_element(array, index), "store_vector")
     a[i:i + n] = _vector_value("store_vector", a, value)
     _vec_access(array, i, n, True)
 
 
 @implements("flowdsl.mem.load_vector_relaxed")
 def _mem_load_vector_relaxed(array, index, scope):
-    a = raw(array)
-    return vectors.make(a.dtype, _load_relaxed(array, int(index) * (16 // a.itemsize), "load_vector_relaxed"))
+    return vectors.make(raw(array).dtype, _load_relaxed(array, _first_element(array, index), "load_vector_relaxed"))
 
 
 @implements("flowdsl.mem.store_vector_relaxed")
 def _mem_store_vector_relaxed(array, index, value, scope):
-    a, i, n = _vector_at(array, index, "store_vector_relaxed")
+    a, i, n = _vec(array, _first_element(array, index), "store_vector_relaxed")
     _store_relaxed(array, a, i, n, _vector_value("store_vector_relaxed", a, value))
 
 
