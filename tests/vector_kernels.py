@@ -56,6 +56,19 @@ def built_from_halves(src, dst):
 
 
 @flowdsl.kernel
+def lanes_cast(out):
+    """Lanes given as other types, converted by the constructors as numba's casts convert (``out``: int64)."""
+    v = cuda.uint32x4(-1, 2.9, 3, True)
+    w = cuda.int64x2(-7.9, 1 << 40)
+    out[0], out[1], out[2], out[3] = v.x, v.y, v.z, v.w
+    out[4], out[5] = w.x, w.y
+
+
+#: What :func:`lanes_cast` writes: an int wraps into uint32, a float truncates toward zero.
+CAST_EXPECTED = [2**32 - 1, 2, 3, 1, -7, 1 << 40]
+
+
+@flowdsl.kernel
 def tuple_into_store_vector(src, dst):
     mem.store_vector(dst, 0, (src[0], src[1], src[2], src[3]))
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.vector_kernels import VECTOR_TYPES, built_from_halves, halves_reference, lanes_reversed, random_array, \
-    reference
+from tests.vector_kernels import CAST_EXPECTED, VECTOR_TYPES, built_from_halves, halves_reference, lanes_cast, \
+    lanes_reversed, random_array, reference
 
 pytestmark = pytest.mark.gpu
 
@@ -34,3 +34,11 @@ def test_a_vector_is_built_from_smaller_ones_and_aliases():
     d_src, d_dst = cupy.asarray(src), cupy.full(N, np.nan, np.float32)
     built_from_halves[N // 4 // 128, 128](d_src, d_dst)
     np.testing.assert_array_equal(cupy.asnumpy(d_dst), halves_reference(src))
+
+
+def test_lanes_convert_as_the_simulator_converts_them():
+    import cupy
+
+    out = cupy.zeros(6, np.int64)
+    lanes_cast[1, 1](out)
+    assert cupy.asnumpy(out).tolist() == CAST_EXPECTED

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from numba import cuda
 
 import flowdsl
 import flowdsl.sim as sim
 from flowdsl import mem
-from tests.vector_kernels import (REFUSED, VECTOR_TYPES, built_from_halves, halves_reference, lanes_reversed, random_array,
-                                  reference, tuple_into_store_vector, wrong_vector_type)
+from tests.vector_kernels import (CAST_EXPECTED, REFUSED, VECTOR_TYPES, built_from_halves, halves_reference, lanes_cast,
+                                  lanes_reversed, random_array, reference, tuple_into_store_vector, wrong_vector_type)
 
 pytestmark = pytest.mark.sim
 
@@ -48,23 +47,16 @@ def test_a_vector_is_built_from_smaller_ones_and_aliases():
 
 
 def test_lanes_convert_as_numbas_casts():
-    @flowdsl.kernel
-    def k(out):
-        v = cuda.uint32x4(-1, 2.9, 3, True)
-        w = cuda.int64x2(-7.9, 1 << 40)
-        out[0], out[1], out[2], out[3] = v.x, v.y, v.z, v.w
-        out[4], out[5] = w.x, w.y
-
     got = {}
 
     def main(comm):
         out = comm.alloc(6, np.int64)
-        k[1, 1](out)
+        lanes_cast[1, 1](out)
         comm.synchronize()
         got["out"] = np.array(out)
 
     sim.spawn(main, nranks=1)
-    assert got["out"].tolist() == [2**32 - 1, 2, 3, 1, -7, 1 << 40]
+    assert got["out"].tolist() == CAST_EXPECTED
 
 
 @pytest.mark.parametrize("kernel, got", [(tuple_into_store_vector, "a tuple"), (wrong_vector_type, "int32x4")],
