@@ -28,6 +28,9 @@ Operations: :func:`context`, :func:`put`, :func:`put_value`, :func:`signal`,
 Barriers, each named by its team as NCCL's are and each a session with ``sync(order)``:
 :func:`rail_barrier` (the rail team over GIN), :func:`world_barrier` (every rank over GIN,
 NCCL >= 2.30) and :func:`hybrid_barrier` (every rank: LSA inside a node, GIN across).
+They are NCCL's barriers at fence level None: their arrivals are NCCL's legacy signals, ordered after
+this rank's earlier puts on the context where those are strong, and after none on EFA GDA. Cover puts
+with signals (a strong one after the last, or one per put) before reading them.
 Offsets and sizes are in bytes, as in NCCL.
 """
 

@@ -9,7 +9,8 @@ order; ``"reordered"`` in a seeded random order (like EFA's SRD).
 Signal coverage: a strong signal is applied only once its put and every earlier put of the channel
 have landed; a weak one covers its own put only. The bytes a put writes are tagged with the put at
 issue; a thread that reads tagged bytes before its rank has observed (``wait_signal``/``read_signal``,
-a GIN or hybrid barrier) a signal covering that put gets a
+a GIN or hybrid barrier, whose arrivals are NCCL's legacy signals: strong except on EFA GDA) a signal
+covering that put gets a
 :class:`~flowdsl.sim.errors.GinCoverageError` that names the put and why it was not covered. What
 each primitive does with the network is in :mod:`flowdsl.sim.gin` and :mod:`flowdsl.sim.cft`.
 """
@@ -261,15 +262,23 @@ class Network:
                     self._apply(d)
 
     def _strong(self, op):
-        if op.bar is not None:
-            return True
+        if op.bar is not None:  # NCCL's GIN barriers arrive with its legacy signals, weak on EFA GDA
+            return self.legacy_strong
         return op.remote.strong
+
+    def _arrival(self, op):
+        """How a report names a barrier arrival ``op``, and why it is weak where it is."""
+        team, index = op.bar[0], op.bar[1]
+        if self.legacy_strong:
+            return f"{team} GIN barrier {index}'s arrival"
+        return (f"weak {team} GIN barrier {index}'s arrival (NCCL's GIN barriers signal with its legacy signals, "
+                f"weak on the GIN backend {self.backend})")
 
     def _apply(self, op):
         op.applied = True
         st = op.state
         sched = _state.sched
-        rec = _Rec(op, self._strong(op), op.remote.describe() if op.remote is not None else "barrier arrival",
+        rec = _Rec(op, self._strong(op), op.remote.describe() if op.remote is not None else self._arrival(op),
                    self.step_no)
         rc = _state.race
         if rc is not None:  # what the signal or arrival publishes: the channel's work up to now
@@ -358,7 +367,8 @@ class Network:
         for r in reversed(self.obs_log[rank]):
             o = r.op
             if o.chan is ch and not r.strong and o.idx > op.idx:
-                return f"the {r.what} covers only {o.name()}; {op.name()} {status}"
+                covers = "no put" if o.kind == "bar" else f"only {o.name()}"
+                return f"the {r.what} covers {covers}; {op.name()} {status}"
         pend = []
         st = op.state
         for sig in range(st.nsignals):

@@ -486,3 +486,36 @@ def test_two_blocks_on_one_hybrid_barrier_index_are_refused_naming_the_hybrid_ba
     with pytest.raises(sim.SimulationError, match=r"Cannot open hybrid barrier 0 in block \d: block \d of the same "
                                                   r"launch is using barrier 0"):
         sim.spawn(main, nranks=2, nodes=2)
+
+
+@flowdsl.kernel
+def _put_then_barrier_then_read(comm, src, dst, out):
+    """A put to the next rank with no signal, a rail GIN barrier, then a read of what the previous rank put."""
+    ctx = gin.context(comm, 0)
+    w = team.world(comm)
+    gin.put(ctx, w, (w.rank + 1) % w.nranks, dst, 0, src, 0, 16, coop=coop.thread())
+    gin.rail_barrier(ctx, coop.thread(), 0).sync(MemoryOrder.ACQ_REL)
+    out[0] = lsa.local_view(dst)[1]
+
+
+@pytest.mark.parametrize("backend, covered", [("proxy", True), ("gdaki", True), ("efa_gda", False)])
+def test_a_gin_barrier_covers_earlier_puts_only_where_nccls_legacy_signals_are_strong(backend, covered):
+    """NCCL's GIN barriers arrive with its legacy signals (``ncclGin_SignalInc``): ordered after the rank's
+    earlier puts on the context where those are strong, not on EFA GDA, where a read after the barrier of a put
+    that no signal covered is reported (it was accepted on every backend before)."""
+    def main(comm):
+        a, b, out = comm.alloc(4, np.float32), comm.alloc(4, np.float32), comm.alloc(1, np.float32)
+        a.set(np.arange(4, dtype=np.float32) + 10 * comm.rank)
+        with comm.register(a) as s, comm.register(b) as d, \
+                comm.device_communicator(gin_signal_count=1, rail_gin_barrier_count=1) as dc:
+            _put_then_barrier_then_read[1, 1](dc, s, d, out)
+            comm.synchronize()
+        return float(out.get()[0])
+    run = lambda: run_ranks(main, nranks=2, nodes=2, seed=1, gin_delivery="reordered", gin_backend=backend)  # noqa: E731
+    if covered:
+        assert run() == [11.0, 1.0]
+    else:
+        with pytest.raises(sim.GinCoverageError, match=r"the weak rail GIN barrier 0's arrival \(NCCL's GIN barriers "
+                                                        r"signal with its legacy signals, weak on the GIN backend "
+                                                        r"efa_gda\) covers no put; put #0 had"):
+            run()
