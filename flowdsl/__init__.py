@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._version import __version__
-from .enums import CoopKind, GinBackend, GinConnectionType, MemoryOrder, Protocol, RedOp, ThreadScope
+from .enums import CoopKind, GinBackend, GinConnectionType, GinFenceLevel, MemoryOrder, Protocol, RedOp, ThreadScope
 from . import cft, coop, lsa, mem, team, gin, wait  # docs/api.md lists the device modules in this order
 from . import _device_api  # noqa: F401 - gives each device function numba-cuda's dispatcher API
 from ._devices import device
@@ -45,7 +45,7 @@ __all__ = [
     "__version__", "init", "Communicator", "Window", "DevComm", "kernel", "device", "FlowKernel",
     "coop", "team", "lsa", "gin", "cft", "mem", "flow", "wait", "collectives", "sim", "testing",
     "MemoryOrder", "ThreadScope", "CoopKind", "Protocol", "RedOp", "GinBackend", "GinConnectionType",
-    "FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
+    "GinFenceLevel", "FlowDSLError", "UsageError", "NoDeviceError", "ResourceClosedError", "CollectiveMismatchError",
     "DeviceTimeoutError", "FeatureUnavailableError", "KernelTypingError", "DeviceOnlyError",
     "CacheWarning",
 ]

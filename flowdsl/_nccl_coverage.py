@@ -73,8 +73,6 @@ LL_A2A = _not_yet("LL all-to-all sessions (ncclLLA2ASession): not yet")
 RESOURCE_BUFFERS = _not_yet("device resource buffers (resourceRequirementsList, ncclDevResourceHandle): not yet")
 CUSTOM_TEAM_BARRIERS = _not_yet("barriers over other teams than the built-in ones (barrier handles from "
                                 "ncclLsaBarrierCreateRequirement and friends, via resourceRequirementsList): not yet")
-FENCE_LEVELS = _not_yet("barrier fence levels Put and Get: not yet; flowdsl's GIN and hybrid barriers fence "
-                        "nothing (None): order puts with strong signals, gets with gin.flush")
 ALL_CONTEXTS = _not_yet("barriers fenced over every GIN context (ncclGinAllContexts): not yet")
 GIN_REQUESTS = _not_yet("asynchronous GIN flush requests (flushAsync, wait on an ncclGinRequest_t): not yet")
 SIGNAL_SHADOWS = _not_yet("GIN signal shadows: not yet")
@@ -345,29 +343,31 @@ COVERAGE: dict[str, Provided | Refused] = {
         "flowdsl.gin.rail_barrier", "gin.rail_barrier and gin.world_barrier (NCCL >= 2.30): the rail and world "
         "teams' barriers; other teams and ncclGinAllContexts not yet"),
     "method ncclGinBarrierSession::sync": Provided(
-        "flowdsl.gin.rail_barrier", "the session's sync(order), fence level None; " + TIMEOUTS),
+        "flowdsl.gin.rail_barrier", "the session's sync(order, fence=GinFenceLevel.PUT_GET); " + TIMEOUTS),
     "function ncclGinBarrier": Provided(
-        "flowdsl.gin.rail_barrier", "gin.rail_barrier(ctx, coop, index).sync(order) and gin.world_barrier(...): the "
-        "rail and world teams' forms, fence level None"),
-    "type ncclGinFenceLevel": FENCE_LEVELS,
-    "value ncclGinFenceLevel::None": Provided("flowdsl.gin.rail_barrier", "the fence level of every flowdsl barrier"),
-    "value ncclGinFenceLevel::Relaxed": Provided("flowdsl.gin.rail_barrier", "NCCL's deprecated name of None"),
-    "value ncclGinFenceLevel::Put": FENCE_LEVELS,
-    "value ncclGinFenceLevel::Get": FENCE_LEVELS,
+        "flowdsl.gin.rail_barrier", "gin.rail_barrier(ctx, coop, index).sync(order, fence) and gin.world_barrier(...): "
+        "the rail and world teams' forms"),
+    "type ncclGinFenceLevel": Provided("flowdsl.GinFenceLevel", "the same bit values; PUT_GET for Put | Get (NCCL "
+                                       "2.32's default, flowdsl's too); NCCL 2.28 takes NONE only"),
+    "value ncclGinFenceLevel::None": Provided("flowdsl.GinFenceLevel.NONE"),
+    "value ncclGinFenceLevel::Relaxed": Provided("flowdsl.GinFenceLevel.NONE", "NCCL's deprecated name of None"),
+    "value ncclGinFenceLevel::Put": Provided("flowdsl.GinFenceLevel.PUT", "NCCL >= 2.32"),
+    "value ncclGinFenceLevel::Get": Provided("flowdsl.GinFenceLevel.GET", "NCCL >= 2.32"),
     "type ncclGinAllContexts": ALL_CONTEXTS,
     "type ncclBarrierSession": Provided(
         "flowdsl.gin.hybrid_barrier", "the world form (LSA in a node, GIN across); the LSA and rail forms not yet"),
     "method ncclBarrierSession::sync": Provided(
-        "flowdsl.gin.hybrid_barrier", "the session's sync(order), fence level None; " + TIMEOUTS),
+        "flowdsl.gin.hybrid_barrier", "the session's sync(order, fence=GinFenceLevel.PUT_GET), choosing its "
+        "barriers by fence level as NCCL 2.32 does; " + TIMEOUTS),
     "method ncclBarrierSession::lsaBarrier": Provided(
         "flowdsl.gin.hybrid_barrier", "session.lsa_barrier(): its sync(order) only (NCCL's LSA session also has "
         "arrive and wait); " + TIMEOUTS),
     "method ncclBarrierSession::ginBarrier": Provided(
-        "flowdsl.gin.hybrid_barrier", "session.gin_barrier(): the rail team's GIN session, its sync(order), fence "
-        "level None; " + TIMEOUTS),
+        "flowdsl.gin.hybrid_barrier", "session.gin_barrier(): the rail team's GIN session, its sync(order, "
+        "fence=GinFenceLevel.PUT_GET); " + TIMEOUTS),
     "function ncclBarrier": Provided(
         "flowdsl.gin.hybrid_barrier",
-        "gin.hybrid_barrier(ctx, coop, index).sync(order): the world form, fence level None"),
+        "gin.hybrid_barrier(ctx, coop, index).sync(order, fence): the world form"),
 
     # ---- CFT (cft.h, cft_barrier.h) ---------------------------------------------------------------------
     "type ncclCft": Provided("flowdsl.cft.session", "the session's state lives in the storage it is given"),

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["MemoryOrder", "ThreadScope", "CoopKind", "Protocol", "RedOp", "GinBackend", "GinConnectionType", "ConstantEnumMeta"]
+__all__ = ["MemoryOrder", "ThreadScope", "CoopKind", "Protocol", "RedOp", "GinBackend", "GinConnectionType",
+           "GinFenceLevel", "ConstantEnumMeta"]
 
 
 class ConstantEnumMeta(enum.EnumMeta):
@@ -100,6 +101,21 @@ class GinConnectionType(enum.IntEnum):
     RAIL = 2
     CUSTOM_STRIDE = 3
     CUSTOM_ARRAY = 4
+
+
+class GinFenceLevel(enum.IntEnum, metaclass=ConstantEnumMeta):
+    """What a GIN or hybrid barrier's ``sync`` drains (NCCL's ``ncclGinFenceLevel``, bit flags of the same
+    values; NCCL 2.28 has ``NONE`` only, there named ``Relaxed``).
+
+    ``NONE``: synchronisation only. ``PUT``: once the barrier returns, the puts every member issued to this
+    rank before it are visible here. ``GET``: once it returns, this rank's gets issued before it have landed.
+    ``PUT_GET``: both, NCCL 2.32's default and flowdsl's (``PUT | GET`` on the host).
+    """
+
+    NONE = 0
+    PUT = 1
+    GET = 2
+    PUT_GET = 3
 
 
 class GinBackend(enum.IntEnum):

@@ -25,12 +25,14 @@ Operations: :func:`context`, :func:`put`, :func:`put_value`, :func:`signal`,
 :func:`get` (NCCL >= 2.32), :func:`flush`, :func:`read_signal`,
 :func:`wait_signal`, :func:`reset_signal`, :func:`read_counter`,
 :func:`wait_counter`, :func:`reset_counter`.
-Barriers, each named by its team as NCCL's are and each a session with ``sync(order)``:
+Barriers, each named by its team as NCCL's are and each a session with ``sync(order, fence=...)``:
 :func:`rail_barrier` (the rail team over GIN), :func:`world_barrier` (every rank over GIN,
 NCCL >= 2.30) and :func:`hybrid_barrier` (every rank: LSA inside a node, GIN across).
-They are NCCL's barriers at fence level None: their arrivals are NCCL's legacy signals, ordered after
-this rank's earlier puts on the context where those are strong, and after none on EFA GDA. Cover puts
-with signals (a strong one after the last, or one per put) before reading them.
+``fence`` (:class:`flowdsl.GinFenceLevel`, NCCL's ``ncclGinFenceLevel``) is NCCL 2.32's: ``PUT_GET`` when
+left out. At ``NONE`` the arrivals are NCCL's legacy signals, ordered after this rank's earlier puts on the
+context where those are strong and after none on EFA GDA; ``PUT`` flushes first where signals are weak, so
+every member's earlier puts to this rank are visible once the barrier returns; ``GET`` flushes after, so this
+rank's earlier gets have landed.
 Offsets and sizes are in bytes, as in NCCL.
 """
 
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 from ._spec import C_COMM, C_TEAM, COMM, COOP, GIN_CONTEXT, LOCAL, ORDER, REMOTE, TEAM, WINDOW, CFunction, Gate
 from ._stubs import primitive
-from .enums import MemoryOrder
+from .enums import GinFenceLevel, MemoryOrder
 
 __all__ = [
     "context", "signal_inc", "signal_add", "strong_signal_inc", "weak_signal_inc", "strong_signal_add",
@@ -155,10 +157,11 @@ def _gin_reset(what: str) -> CFunction:
                      library="gin")
 
 
-def _gin_barrier(doc: str, name: str | None = None) -> CFunction:
-    """The C function of a GIN or hybrid barrier session's sync."""
-    return CFunction("void", (C_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")), doc, coop=True,
-                     library="gin", name=name)
+def _gin_barrier(doc: str, name: str | None = None, fence: bool = True) -> CFunction:
+    """The C function of a GIN or hybrid barrier session's sync (with its fence level, unless the session is
+    the LSA part of a hybrid one, whose sync has none in NCCL)."""
+    args = (C_COMM, ("int", "ctx"), ("uint32", "index"), ("order", "order")) + ((("uint32", "fence"),) if fence else ())
+    return CFunction("void", args, doc, coop=True, library="gin", name=name)
 
 
 @primitive(extern="flowdsl_gin_put",
@@ -269,7 +272,8 @@ def rail_barrier(ctx, coop, index):
     this LSA rank on every node.
 
     ``index`` must be below the device communicator's ``rail_gin_barrier_count``.
-    The session's ``sync(order)`` is collective on ``coop``.
+    The session's ``sync(order, fence=GinFenceLevel.PUT_GET)`` is collective on ``coop`` (``fence``: what it
+    drains, :class:`flowdsl.GinFenceLevel`; NCCL 2.28 takes ``NONE`` only).
     """
 
 
@@ -282,7 +286,7 @@ def world_barrier(ctx, coop, index):
     ``gin_connection_type`` FULL, flowdsl's default).
 
     ``index`` must be below the device communicator's ``world_gin_barrier_count``.
-    The session's ``sync(order)`` is collective on ``coop``.
+    The session's ``sync(order, fence=GinFenceLevel.PUT_GET)`` is collective on ``coop``.
     """
 
 
@@ -295,6 +299,32 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'flowdsl.gin' has no attribute {name!r}")
 
 
+#: A barrier session's ``sync(order, fence=...)`` when ``fence`` is left out: NCCL 2.32's default.
+DEFAULT_FENCE = GinFenceLevel.PUT_GET
+#: NCCL 2.28 has fence level None only (its ``Relaxed``); PUT and GET need 2.32.
+FENCE_NCCL = (2, 32, 0)
+
+
+def fence_refusal(fence) -> str | None:
+    """Why ``fence`` is refused as a barrier's fence level, or None (the GPU's typing and the simulator
+    say the same)."""
+    if isinstance(fence, bool) or not isinstance(fence, int) or not 0 <= int(fence) <= int(GinFenceLevel.PUT_GET):
+        return (f"A GIN barrier's sync requires fence to be a flowdsl.GinFenceLevel (NONE, PUT, GET or PUT_GET), "
+                f"got {fence!r}. Pass one of them, or leave fence out for NCCL's default, PUT_GET")
+    return None
+
+
+#: What a fence level other than NONE is called when a target refuses it (:data:`FENCE_NCCL`).
+FENCE_FEATURE = ("A GIN barrier's fence level PUT or GET (sync's fence; left out it is NCCL 2.32's default, PUT_GET, "
+                 "and NCCL 2.28's barriers have NONE only: pass fence=flowdsl.GinFenceLevel.NONE there)")
+
+
+def lsa_part_fence_refusal() -> str:
+    """Why the LSA part of a hybrid session takes no fence level."""
+    return ("The LSA part of a hybrid barrier session (session.lsa_barrier()) syncs with sync(order) only: NCCL's "
+            "lsaBarrier().sync has no fence level, as LSA stores need no draining. Leave fence out")
+
+
 def _sub_session_refusal(part: str, opened_by: str) -> str:
     """Why ``part()`` (``lsa_barrier`` or ``gin_barrier``) of a session opened by ``opened_by`` is refused (the
     GPU's typing and the simulator say the same)."""
@@ -305,7 +335,7 @@ def _sub_session_refusal(part: str, opened_by: str) -> str:
 @primitive(extern="flowdsl_hybrid_barrier_sync",
            c=(_gin_barrier("ncclBarrierSession (world: LSA inside, GIN across)::sync, bounded."),
               _gin_barrier("ncclBarrierSession (world)::lsaBarrier().sync, bounded.",
-                           name="flowdsl_hybrid_lsa_barrier_sync"),
+                           name="flowdsl_hybrid_lsa_barrier_sync", fence=False),
               _gin_barrier("ncclBarrierSession (world)::ginBarrier().sync, bounded.",
                            name="flowdsl_hybrid_gin_barrier_sync")),
            ctx=GIN_CONTEXT, coop=COOP.but("a coop"))
@@ -313,8 +343,11 @@ def hybrid_barrier(ctx, coop, index):
     """A barrier over every rank: LSA inside each node, GIN across nodes (``ncclBarrierSession``, world).
 
     Needs both ``lsa_barrier_count`` and ``rail_gin_barrier_count`` above ``index``. The session's
-    ``sync(order)`` is collective on ``coop``; its parts are sessions of their own, as NCCL's
-    ``lsaBarrier()`` and ``ginBarrier()`` return them: ``session.lsa_barrier().sync(order)`` syncs this
-    node's ranks only (its LSA team), ``session.gin_barrier().sync(order)`` the rail team only (this LSA
-    rank on every node). A part's sync moves the epoch the whole session's next sync starts from.
+    ``sync(order, fence=GinFenceLevel.PUT_GET)`` is collective on ``coop``: the LSA barrier, then the rail
+    team's GIN barrier; with ``PUT`` where GIN reaches ranks outside the rail team, NCCL 2.32's barrier over
+    every GIN-connected rank instead of the rail one (the rail barrier's arrivals would not follow puts to
+    the others). Its parts are sessions of their own, as NCCL's ``lsaBarrier()`` and ``ginBarrier()`` return
+    them: ``session.lsa_barrier().sync(order)`` syncs this node's ranks only (its LSA team, no fence level),
+    ``session.gin_barrier().sync(order, fence=...)`` the rail team only (this LSA rank on every node). A
+    part's sync moves the epoch the whole session's next sync starts from.
     """

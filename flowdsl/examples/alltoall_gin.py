@@ -19,7 +19,7 @@ import numpy as np
 from numba import cuda
 
 import flowdsl
-from flowdsl import MemoryOrder, coop, gin, team
+from flowdsl import GinFenceLevel, MemoryOrder, coop, gin, team
 
 __all__ = ["alltoall_gin", "run", "run_alltoall", "signal_round", "put_blocks"]
 
@@ -48,7 +48,7 @@ def alltoall_gin(comm, send_win, recv_win, count, itemsize):
     ctx, sig, base = signal_round(comm)
     cta = coop.cta()
     bar = gin.world_barrier(ctx, cta, cuda.blockIdx.x)
-    bar.sync(MemoryOrder.ACQUIRE)  # no peer still reads an earlier result
+    bar.sync(MemoryOrder.ACQUIRE, GinFenceLevel.NONE)  # no peer still reads an earlier result
     world = team.world(comm)
     put_blocks(ctx, world, 0, world.nranks, send_win, recv_win, count * itemsize, sig)
     # The senders' thread `world.rank` (same on every rank) issues the put to this rank: its block
@@ -57,7 +57,7 @@ def alltoall_gin(comm, send_win, recv_win, count, itemsize):
     if cuda.blockIdx.x == receiving_cta:
         gin.wait_signal(ctx, cta, sig, base + world.nranks)
     gin.flush(ctx, cta)
-    bar.sync(MemoryOrder.RELEASE)
+    bar.sync(MemoryOrder.RELEASE, GinFenceLevel.NONE)
 
 
 def run(comm, count: int = 256, blocks: int = 2, threads: int = 32, seed: int = 0):

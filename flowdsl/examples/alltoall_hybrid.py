@@ -16,7 +16,7 @@ from __future__ import annotations
 from numba import cuda
 
 import flowdsl
-from flowdsl import MemoryOrder, coop, gin, lsa, team
+from flowdsl import GinFenceLevel, MemoryOrder, coop, gin, lsa, team
 from flowdsl.examples.alltoall_gin import put_blocks, run_alltoall, signal_round
 
 __all__ = ["alltoall_hybrid", "run"]
@@ -27,7 +27,7 @@ def alltoall_hybrid(comm, send_win, recv_win, count, itemsize):
     ctx, sig, base = signal_round(comm)
     cta = coop.cta()
     bar = gin.hybrid_barrier(ctx, cta, cuda.blockIdx.x)
-    bar.sync(MemoryOrder.ACQUIRE)  # no peer still reads an earlier result
+    bar.sync(MemoryOrder.ACQUIRE, GinFenceLevel.NONE)  # no peer still reads an earlier result
     world = team.world(comm)
     local = team.lsa(comm)
     start_lsa = world.rank - local.rank
@@ -47,7 +47,7 @@ def alltoall_hybrid(comm, send_win, recv_win, count, itemsize):
     if cuda.blockIdx.x == receiving_cta:
         gin.wait_signal(ctx, cta, sig, base + remote_peers)
     gin.flush(ctx, cta)
-    bar.sync(MemoryOrder.RELEASE)
+    bar.sync(MemoryOrder.RELEASE, GinFenceLevel.NONE)
 
 
 def run(comm, count: int = 256, blocks: int = 2, threads: int = 32, seed: int = 0):

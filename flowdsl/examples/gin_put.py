@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 import flowdsl
-from flowdsl import MemoryOrder, coop, gin, team
+from flowdsl import GinFenceLevel, MemoryOrder, coop, gin, team
 
 __all__ = ["gin_put", "run", "SIGNAL"]
 
@@ -27,7 +27,8 @@ def gin_put(comm, send_win, recv_win, nbytes, dst):
     ctx = gin.context(comm, 0)
     cta = coop.cta()
     before = gin.read_signal(ctx, SIGNAL)
-    gin.world_barrier(ctx, cta, 0).sync(MemoryOrder.RELAXED)  # every rank has read its signal's start
+    # every rank has read its signal's start
+    gin.world_barrier(ctx, cta, 0).sync(MemoryOrder.RELAXED, GinFenceLevel.NONE)
     world = team.world(comm)
     if world.rank == 0:
         gin.put(ctx, world, dst, recv_win, 0, send_win, 0, nbytes, remote=gin.signal_inc(SIGNAL), coop=cta)

@@ -28,7 +28,7 @@ import numpy as np
 from numba import cuda, float32, int32, int64
 
 import flowdsl
-from flowdsl import MemoryOrder, coop, gin, lsa, team
+from flowdsl import GinFenceLevel, MemoryOrder, coop, gin, lsa, team
 
 __all__ = ["moe_gin", "route_tokens", "run", "STRONG", "WEAK_PER_PUT", "WEAK_LAST_ONLY"]
 
@@ -49,7 +49,7 @@ def moe_gin(comm, send_win, smeta_win, recv_win, rmeta_win, rcount_win, y_win, c
     base0 = gin.read_signal(ctx, 0)
     base1 = gin.read_signal(ctx, 1)
     bar = gin.hybrid_barrier(ctx, cta, b)
-    bar.sync(MemoryOrder.ACQUIRE)
+    bar.sync(MemoryOrder.ACQUIRE, GinFenceLevel.NONE)
     row_bytes = hidden * 4
     me = world.rank
     # 1. dispatch: this block sends the rows for rank b into slot `me` of rank b's windows.
@@ -100,7 +100,7 @@ def moe_gin(comm, send_win, smeta_win, recv_win, rmeta_win, rcount_win, y_win, c
         for c in range(tx, hidden, nt):
             out[t * hidden + c] = comb[src + c]
     gin.flush(ctx, cta)
-    bar.sync(MemoryOrder.RELEASE)
+    bar.sync(MemoryOrder.RELEASE, GinFenceLevel.NONE)
 
 
 def route_tokens(route, nranks, experts_per_rank, tokens):

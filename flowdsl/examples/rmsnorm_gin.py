@@ -11,8 +11,8 @@ tokens (``hidden`` float32 each) in its send window; block ``b`` of rank ``r`` o
 3. All-gather: after a world barrier (every rank has normalised), a put per rank sends the normalised token into
    that rank's send window, at the token's place; the signal rises by the ranks once more.
 
-A world GIN barrier (``gin.world_barrier``, NCCL's ``ncclGinBarrierSession`` on the world team, at NCCL's fence
-level None, flowdsl's barriers' only level) opens the kernel, separates the phases and closes it; ``gin.flush``
+A world GIN barrier (``gin.world_barrier``, NCCL's ``ncclGinBarrierSession`` on the world team, at fence level
+``NONE``, as NCCL's example passes ``Relaxed``: the signals cover the puts) opens the kernel, separates the phases and closes it; ``gin.flush``
 after each phase lets the windows' put sources be written again. Blocks spread over the device communicator's GIN
 contexts (``comm.gin_context_count``).
 """
@@ -25,7 +25,7 @@ import numpy as np
 from numba import cuda, float32
 
 import flowdsl
-from flowdsl import MemoryOrder, coop, gin, lsa, team
+from flowdsl import GinFenceLevel, MemoryOrder, coop, gin, lsa, team
 from flowdsl.examples._block import block_sum
 
 __all__ = ["rmsnorm_gin", "run", "run_rmsnorm", "THREADS"]
@@ -58,7 +58,8 @@ def rmsnorm_gin(comm, send_win, recv_win, hidden, eps):
     token = world.rank * blocks + cuda.blockIdx.x
     row = hidden * _F32
     bar = gin.world_barrier(ctx, cta, cuda.blockIdx.x)
-    bar.sync(MemoryOrder.ACQUIRE)  # every rank's partials are in place, and no rank still reads a result
+    # every rank's partials are in place, and no rank still reads a result
+    bar.sync(MemoryOrder.ACQUIRE, GinFenceLevel.NONE)
 
     # 1. reduce-scatter: my partial of rank p's token b goes to my slot of p's receive window
     for p in range(cuda.threadIdx.x, n, cuda.blockDim.x):
@@ -77,13 +78,13 @@ def rmsnorm_gin(comm, send_win, recv_win, hidden, eps):
     _normalise(mine, hidden, eps, partial)
 
     # 3. all-gather: the normalised token into every rank's send window, at the token's place
-    bar.sync(MemoryOrder.RELEASE)
+    bar.sync(MemoryOrder.RELEASE, GinFenceLevel.NONE)
     for p in range(cuda.threadIdx.x, n, cuda.blockDim.x):
         gin.put(ctx, world, p, send_win, token * row, recv_win, cuda.blockIdx.x * row, row,
                 remote=gin.weak_signal_inc(sig), coop=coop.thread())
     gin.wait_signal(ctx, cta, sig, base + 2 * n)
     gin.flush(ctx, cta)
-    bar.sync(MemoryOrder.RELEASE)
+    bar.sync(MemoryOrder.RELEASE, GinFenceLevel.NONE)
 
 
 def run(comm, tokens: int = 4, hidden: int = 96, eps: float = 1e-6, seed: int = 0):

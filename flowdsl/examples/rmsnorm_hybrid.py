@@ -15,7 +15,8 @@ partial sums of all ``ranks x tokens`` tokens (``hidden`` float32 each) in its s
 3. All-gather: after a world barrier, the normalised token goes into every rank's send window at the token's place,
    by puts across nodes and LSA stores inside this one; the signal rises by the remote ranks once more.
 
-The hybrid barrier (``gin.hybrid_barrier``, NCCL's ``ncclBarrierSession`` over the world at fence level None) opens
+The hybrid barrier (``gin.hybrid_barrier``, NCCL's ``ncclBarrierSession`` over the world at fence level ``NONE``, as NCCL's
+example passes ``Relaxed``) opens
 the kernel, separates the phases and closes it; ``gin.flush`` after each phase lets the windows' put sources be
 written again. Blocks spread over the device communicator's GIN contexts (``comm.gin_context_count``).
 """
@@ -25,7 +26,7 @@ from __future__ import annotations
 from numba import cuda, float32
 
 import flowdsl
-from flowdsl import MemoryOrder, coop, gin, lsa, team
+from flowdsl import GinFenceLevel, MemoryOrder, coop, gin, lsa, team
 from flowdsl.examples.rmsnorm_gin import THREADS, _normalise, run_rmsnorm
 
 __all__ = ["rmsnorm_hybrid", "run", "THREADS"]
@@ -48,7 +49,8 @@ def rmsnorm_hybrid(comm, send_win, recv_win, hidden, eps):
     token = world.rank * blocks + b
     row = hidden * _F32
     bar = gin.hybrid_barrier(ctx, cta, b)
-    bar.sync(MemoryOrder.ACQUIRE)  # every rank's partials are in place, and no rank still reads a result
+    # every rank's partials are in place, and no rank still reads a result
+    bar.sync(MemoryOrder.ACQUIRE, GinFenceLevel.NONE)
 
     # 1. reduce-scatter: my partial of rank p's token b goes to my slot of p's receive window
     for p in range(tid, n, cuda.blockDim.x):
@@ -74,7 +76,7 @@ def rmsnorm_hybrid(comm, send_win, recv_win, hidden, eps):
     _normalise(mine, hidden, eps, partial)
 
     # 3. all-gather: the normalised token into every rank's send window, at the token's place
-    bar.sync(MemoryOrder.RELEASE)
+    bar.sync(MemoryOrder.RELEASE, GinFenceLevel.NONE)
     for p in range(tid, n, cuda.blockDim.x):
         if p < first or p >= first + node.nranks:
             gin.put(ctx, world, p, send_win, token * row, recv_win, b * row, row,
@@ -85,7 +87,7 @@ def rmsnorm_hybrid(comm, send_win, recv_win, hidden, eps):
             theirs[j] = mine[j]
     gin.wait_signal(ctx, cta, sig, base + 2 * remote)
     gin.flush(ctx, cta)
-    bar.sync(MemoryOrder.RELEASE)
+    bar.sync(MemoryOrder.RELEASE, GinFenceLevel.NONE)
 
 
 def run(comm, tokens: int = 4, hidden: int = 96, eps: float = 1e-6, seed: int = 0):

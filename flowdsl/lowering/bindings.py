@@ -11,7 +11,7 @@ from numba.core import types as numba_types
 from numba.cuda.extending import lower_getattr_generic, typeof_impl
 from numba.cuda.typing.templates import AttributeTemplate, infer_getattr
 
-from ..enums import ConstantEnumMeta, MemoryOrder, Protocol, RedOp, ThreadScope
+from ..enums import ConstantEnumMeta, GinFenceLevel, MemoryOrder, Protocol, RedOp, ThreadScope
 from . import cft, coop, flow, gin, lsa, mem, team, wait  # noqa: F401 - each registers its bindings
 from .devices import bind_device_functions
 from .generic import bind_spec_lowerings
@@ -28,7 +28,7 @@ def _typeof_constant_member(val, c):
     return numba_types.IntegerLiteral(int(val))
 
 
-for _enum in (MemoryOrder, ThreadScope, Protocol, RedOp):
+for _enum in (MemoryOrder, ThreadScope, Protocol, RedOp, GinFenceLevel):
     typeof_impl.register(_enum)(_typeof_constant_member)
 
 

@@ -35,7 +35,7 @@ from .checks import KIND_TYPES, check, is_omitted, require_gate, stub_default
 from .declarations import SIGNATURES, call_out_of_line, extern, extern_symbol
 from .externs import PAYLOAD_SUFFIX, REMOTE_VARIANTS
 from .intrinsics import devcomm_ptr, enum_value, struct_maker, value_or
-from .target import note_feature
+from .target import note_feature, require
 from .types import CoopType, DevCommType, OneValueType, register_struct_model
 
 __all__ = ["GinContextType", "RemoteActionType", "LocalActionType", "GinBarrierSessionType", "REMOTE_KINDS",
@@ -413,12 +413,34 @@ for _barrier in _BARRIERS:
     _barrier_opener(_barrier)
 
 
+def _fence_level(session, fence) -> int | None:
+    """The fence level a session's ``sync`` passes (None for the LSA part of a hybrid session, which has
+    none), checked as the simulator checks it; PUT and GET need NCCL 2.32."""
+    if session.opened_by == "hybrid_barrier.lsa_barrier":
+        if not is_omitted(fence):
+            raise NumbaTypeError(gin.lsa_part_fence_refusal())
+        return None
+    if is_omitted(fence):
+        level = int(gin.DEFAULT_FENCE)
+    else:
+        level = getattr(fence, "literal_value", None)
+        if not isinstance(level, int) or gin.fence_refusal(level):
+            raise NumbaTypeError(gin.fence_refusal(level if isinstance(level, int) else str(fence)))
+    if level:
+        require(gin.FENCE_FEATURE, nccl=gin.FENCE_NCCL)
+    return level
+
+
 @overload_method(GinBarrierSessionType, "sync")
-def gin_barrier_sync(session, order):
+def gin_barrier_sync(session, order, fence=None):
     opener = getattr(gin, session.opened_by.split(".")[0])  # a sub-session's: the hybrid barrier's
     sync = _out_of_line(extern_symbol(opener, session.coop, stem=_SUB_SYNC.get(session.opened_by)))
-    return lambda session, order: sync((session.coop._word, session.ctx.comm, session.ctx.index,
-                                        session.index, enum_value(order)))
+    level = _fence_level(session, fence)
+    if level is None:
+        return lambda session, order, fence=None: sync((session.coop._word, session.ctx.comm, session.ctx.index,
+                                                        session.index, enum_value(order)))
+    return lambda session, order, fence=None: sync((session.coop._word, session.ctx.comm, session.ctx.index,
+                                                    session.index, enum_value(order), level))
 
 
 def _sub_session(part):

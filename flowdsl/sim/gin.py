@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..enums import MemoryOrder
-from ..gin import _sub_session_refusal
+from ..enums import GinConnectionType, GinFenceLevel, MemoryOrder
+from ..gin import DEFAULT_FENCE, _sub_session_refusal, fence_refusal, lsa_part_fence_refusal
 from . import _state
 from .checks import KIND_CHECKS, barrier_index, check_index
 from .coop import coop_sync
@@ -118,8 +118,14 @@ class GinState:
         self.nworld = int(reqs.get("world_gin_barrier_count", 0))
         # GIN barriers by team: each rank's inbox holds, per barrier, the last arrival of each team member
         # (the rail team's by node, the world team's by rank), its own epoch, and what its waits block on.
+        # The dense barrier is a hybrid session's GIN barrier over every GIN-connected rank (NCCL 2.32, fence
+        # level PUT where GIN reaches beyond the rail team): ranks ``stride`` apart.
         self.barriers = {"rail": TeamBarriers(n, self.nrail, world.nodes),
-                         "world": TeamBarriers(n, self.nworld, n)}
+                         "world": TeamBarriers(n, self.nworld, n),
+                         "dense": TeamBarriers(n, self.nrail, n)}
+        kind = int(reqs.get("gin_connection_type", 0) or GinConnectionType.FULL)
+        self.stride = {GinConnectionType.RAIL: world.lsa_size,
+                       GinConnectionType.CUSTOM_STRIDE: int(reqs.get("gin_custom_stride", 1) or 1)}.get(kind, 1)
         self.bar_pending = [[] for _ in range(n)]
 
 
@@ -369,7 +375,13 @@ def _gin_get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset
 
 @implements("flowdsl.gin.flush")
 def _gin_flush(ctx, coop, order):
-    t = current()
+    _flush_wait(current(), ctx, coop, order)
+    _sync_coop(coop)
+    return None
+
+
+def _flush_wait(t, ctx, coop, order):
+    """Until every operation the coop issued is done (a put's source read, a get landed)."""
     net = _net()
     key = _issuer(t, coop)
     sched = _state.sched
@@ -379,8 +391,6 @@ def _gin_flush(ctx, coop, order):
         sched.block(t, Wait(f"gin.flush (context {ctx.index}, {net.outstanding.get(key, 0)} operations "
                             "not yet done)"))
     _race_acquire(t, ("flush", key), order)
-    _sync_coop(coop)
-    return None
 
 
 def roll_ge(v, least, bits):
@@ -489,8 +499,9 @@ class GinBarrierSession:
     def __init__(self, ctx, coop, index, epoch, team="rail"):
         self.ctx, self.coop, self.index, self.epoch, self.team = ctx, coop, index, epoch, team
 
-    def sync(self, order):  # no default: the GPU's typing requires one
-        _gin_barrier_sync(self, order, "GIN_BARRIER" if self.team == "rail" else "WORLD_GIN_BARRIER")
+    def sync(self, order, fence=DEFAULT_FENCE):  # order has no default: the GPU's typing requires one
+        _gin_barrier_sync(self, order, "GIN_BARRIER" if self.team == "rail" else "WORLD_GIN_BARRIER",
+                          _fence_level(fence))
 
     def lsa_barrier(self):  # only a hybrid session has parts: the GPU's typing refuses it
         raise sim_error(KernelTypingError, _sub_session_refusal("lsa_barrier", f"{self.team}_barrier"))
@@ -499,34 +510,48 @@ class GinBarrierSession:
         raise sim_error(KernelTypingError, _sub_session_refusal("gin_barrier", f"{self.team}_barrier"))
 
 
-def _team_members(comm, team: str, nodes: int) -> list[tuple[int, int]]:
-    """``(slot in the inbox, world rank)`` of each member of ``team`` but this rank: the rail team's by node
-    (this LSA rank on every node), the world team's by rank."""
+def _fence_level(fence) -> int:
+    """``fence`` as an int, refused as the GPU's typing refuses it."""
+    why = fence_refusal(fence)
+    if why:
+        raise sim_error(KernelTypingError, why)
+    return int(fence)
+
+
+def _team_members(comm, team: str, st, own: bool = False) -> list[tuple[int, int]]:
+    """``(slot in the inbox, world rank)`` of each member of ``team`` but this rank (this rank too if ``own``):
+    the rail team's by node (this LSA rank on every node), the world team's by rank, the dense one's (ranks
+    ``st.stride`` apart) by rank over the stride."""
     ls = comm.lsa_size
     if team == "rail":
         node = comm.rank // ls
-        return [(p, comm.lsa_rank + p * ls) for p in range(nodes) if p != node]
-    return [(r, r) for r in range(comm.nranks) if r != comm.rank]
+        return [(p, comm.lsa_rank + p * ls) for p in range(st.nodes) if own or p != node]
+    step = st.stride if team == "dense" else 1
+    return [(r // step, r) for r in range(comm.rank % step, comm.nranks, step) if own or r != comm.rank]
 
 
-def _gin_barrier_sync(s, order, what):
-    """Arrive at every other member of the team (a strongly ordered message on the context), wait for all,
-    observe."""
+def _gin_barrier_sync(s, order, what, fence):
+    """Arrive at every other member of the team (at fence level PUT this rank too), wait for all, observe.
+    An arrival is a signal on the context: it covers the channel's earlier puts where NCCL's legacy
+    signals are strong, and at PUT everywhere (NCCL flushes first where they are weak); at GET the
+    coop's gets are flushed after the wait."""
     t = current()
     ctx, st = s.ctx, s.ctx.state
     comm = ctx.comm
     bars = st.barriers[s.team]
     coop_sync(s.coop)
     val = s.epoch + 1
-    me = comm.rank // comm.lsa_size if s.team == "rail" else comm.rank
-    members = _team_members(comm, s.team, st.nodes)
+    put = bool(fence & GinFenceLevel.PUT)
+    me = {"rail": comm.rank // comm.lsa_size, "dense": comm.rank // st.stride}.get(s.team, comm.rank)
+    members = _team_members(comm, s.team, st, own=put)
     net = _net()
     if s.coop.trank == 0:
         rc = _state.race
         published = rc.release_vc(t, order) if rc is not None else None  # the arrival releases per its order
+        strong = put or net.legacy_strong
         for _, rank in members:
             op = Op("bar", t.rank, rank, ctx.index, st)
-            op.bar, op.read, op.race_vc = (s.team, s.index, me, val), True, published
+            op.bar, op.read, op.race_vc = (s.team, s.index, me, val, strong), True, published
             net.issue(op, ("bar", t.rank), t.name())
     box = bars.inbox[t.rank][s.index]
     sched = _state.sched
@@ -543,6 +568,8 @@ def _gin_barrier_sync(s, order, what):
         sched.block(t, w)
     net.observe(t.rank, st.bar_pending[t.rank])
     _race_acquire(t, (s.team, st.group.did, t.rank, s.index), order)
+    if fence & GinFenceLevel.GET:
+        _flush_wait(t, ctx, s.coop, _acquire_of(order))
     coop_sync(s.coop)
     s.epoch = val
     if s.coop.trank == 0:
@@ -571,10 +598,23 @@ class HybridBarrierSession:
     def __init__(self, lsa_session, rail_session):
         self.lsa, self.rail = lsa_session, rail_session
 
-    def sync(self, order):  # no default: the GPU's typing requires one
+    def sync(self, order, fence=DEFAULT_FENCE):  # order has no default: the GPU's typing requires one
+        fence = _fence_level(fence)
+        rail, st = self.rail, self.rail.ctx.state
+        if fence & GinFenceLevel.PUT and st.stride != rail.ctx.comm.lsa_size:
+            # NCCL 2.32: the rail barrier's arrivals would not follow puts to ranks outside the rail team, so a
+            # GIN barrier over every GIN-connected rank replaces it (after the LSA one unless GIN reaches all).
+            if st.stride != 1:
+                lsa_arrive(self.lsa, _release_of(order))
+                lsa_wait(self.lsa, _release_of(order))
+            rank = current().rank
+            dense = GinBarrierSession(rail.ctx, rail.coop, rail.index, st.barriers["dense"].epoch[rank][rail.index],
+                                      "dense")
+            _gin_barrier_sync(dense, _acquire_of(order) if st.stride != 1 else order, "HYBRID_BARRIER", fence)
+            return
         lsa_arrive(self.lsa, order)
         lsa_wait(self.lsa, order)
-        _gin_barrier_sync(self.rail, order, "HYBRID_BARRIER")
+        _gin_barrier_sync(self.rail, order, "HYBRID_BARRIER", fence)
 
     def lsa_barrier(self):
         """The LSA part alone (``ncclBarrierSession::lsaBarrier()``): its ``sync`` is this node's barrier."""
@@ -594,12 +634,15 @@ class HybridPart:
     def __init__(self, session, part):
         self.session, self.part = session, part
 
-    def sync(self, order):  # no default: the GPU's typing requires one
+    def sync(self, order, fence=None):  # order has no default: the GPU's typing requires one
         if self.part == "lsa":
+            if fence is not None:
+                raise sim_error(KernelTypingError, lsa_part_fence_refusal())
             lsa_arrive(self.session.lsa, order)
             lsa_wait(self.session.lsa, order)
         else:
-            _gin_barrier_sync(self.session.rail, order, "HYBRID_BARRIER")
+            _gin_barrier_sync(self.session.rail, order, "HYBRID_BARRIER",
+                              _fence_level(DEFAULT_FENCE if fence is None else fence))
 
 
 @implements("flowdsl.gin.hybrid_barrier")
@@ -620,6 +663,21 @@ def _gin_hybrid_barrier(ctx, coop, index):
     assert isinstance(lsa_s, BarrierSession)
     return HybridBarrierSession(lsa_s, GinBarrierSession(ctx, coop, index,
                                                          st.barriers["rail"].epoch[current().rank][index]))
+
+
+def _release_of(order):
+    """NCCL's ``releaseOrderOf``: the release half of ``order`` (relaxed if it has none)."""
+    order = MemoryOrder(int(order))
+    return {MemoryOrder.ACQ_REL: MemoryOrder.RELEASE, MemoryOrder.SEQ_CST: MemoryOrder.RELEASE,
+            MemoryOrder.RELEASE: MemoryOrder.RELEASE}.get(order, MemoryOrder.RELAXED)
+
+
+def _acquire_of(order):
+    """NCCL's ``acquireOrderOf``: the acquire half of ``order`` (relaxed if it has none)."""
+    order = MemoryOrder(int(order))
+    return {MemoryOrder.ACQ_REL: MemoryOrder.ACQUIRE, MemoryOrder.SEQ_CST: MemoryOrder.ACQUIRE,
+            MemoryOrder.ACQUIRE: MemoryOrder.ACQUIRE, MemoryOrder.CONSUME: MemoryOrder.ACQUIRE}.get(
+        order, MemoryOrder.RELAXED)
 
 
 def _grow_lsa(g, n):

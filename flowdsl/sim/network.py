@@ -262,14 +262,14 @@ class Network:
                     self._apply(d)
 
     def _strong(self, op):
-        if op.bar is not None:  # NCCL's GIN barriers arrive with its legacy signals, weak on EFA GDA
-            return self.legacy_strong
+        if op.bar is not None:  # gin.py decides: legacy-signal strength, or a PUT fence level
+            return op.bar[4]
         return op.remote.strong
 
     def _arrival(self, op):
         """How a report names a barrier arrival ``op``, and why it is weak where it is."""
         team, index = op.bar[0], op.bar[1]
-        if self.legacy_strong:
+        if op.bar[4]:
             return f"{team} GIN barrier {index}'s arrival"
         return (f"weak {team} GIN barrier {index}'s arrival (NCCL's GIN barriers signal with its legacy signals, "
                 f"weak on the GIN backend {self.backend})")
@@ -285,7 +285,7 @@ class Network:
             agent = rc.net_event(op)
             published = rc.release(agent)
         if op.bar is not None:
-            team, index, member, val = op.bar
+            team, index, member, val, _ = op.bar
             bars = st.barriers[team]
             box = bars.inbox[op.dst][index]
             if rc is not None:

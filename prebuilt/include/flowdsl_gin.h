@@ -66,18 +66,18 @@ FLOWDSL_COOP_API(void, flowdsl_gin_wait_counter, (uint32_t coop, const ncclDevCo
 FLOWDSL_API void flowdsl_gin_reset_counter(const ncclDevComm* comm, int ctx, uint32_t counter);
 
 // ncclGinBarrierSession (rail team)::sync, bounded. (NCCL >= 2.28.9)
-FLOWDSL_COOP_API(void, flowdsl_gin_rail_barrier_sync, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order));
+FLOWDSL_COOP_API(void, flowdsl_gin_rail_barrier_sync, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order, uint32_t fence));
 
 #if NCCL_VERSION_CODE >= 23000
 // ncclGinBarrierSession (world team)::sync, bounded. (NCCL >= 2.30.0)
-FLOWDSL_COOP_API(void, flowdsl_gin_world_barrier_sync, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order));
+FLOWDSL_COOP_API(void, flowdsl_gin_world_barrier_sync, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order, uint32_t fence));
 #endif
 
 // ncclBarrierSession (world: LSA inside, GIN across)::sync, bounded. (NCCL >= 2.28.9)
-FLOWDSL_COOP_API(void, flowdsl_hybrid_barrier_sync, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order));
+FLOWDSL_COOP_API(void, flowdsl_hybrid_barrier_sync, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order, uint32_t fence));
 
 // ncclBarrierSession (world)::lsaBarrier().sync, bounded. (NCCL >= 2.28.9)
 FLOWDSL_COOP_API(void, flowdsl_hybrid_lsa_barrier_sync, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order));
 
 // ncclBarrierSession (world)::ginBarrier().sync, bounded. (NCCL >= 2.28.9)
-FLOWDSL_COOP_API(void, flowdsl_hybrid_gin_barrier_sync, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order));
+FLOWDSL_COOP_API(void, flowdsl_hybrid_gin_barrier_sync, (uint32_t coop, const ncclDevComm* comm, int ctx, uint32_t index, int order, uint32_t fence));

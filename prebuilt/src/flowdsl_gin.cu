@@ -31,15 +31,18 @@ __device__ __forceinline__ void bounded_gin_wait(Coop coop, const ncclDevComm* c
   coop.sync();
 }
 
-// ncclGinBarrierSession::sync with every spin bounded: the same signals, orders, scopes and
-// barrier state as NCCL's, with flowdsl's fence level (Relaxed: no flush before or after). NCCL
-// 2.28 counts one signal per barrier in an epoch; from 2.29 each peer has a signal and the
-// arrivals are counted in its shadow; 2.31 sends every signal before the first wait. One form
-// only: NCCL >= 2.30.3 has a timeout form of its own too, but it counts SM cycles without
-// watching the stop word, and a second form would double the barrier's compile time.
+// ncclGinBarrierSession::sync with every spin bounded: the same signals, orders, scopes, fence
+// levels and barrier state as NCCL's. NCCL 2.28 counts one signal per barrier in an epoch and has
+// fence level None only (flowdsl's typing refuses the others there); from 2.29 each peer has a
+// signal and the arrivals are counted in its shadow; 2.31 sends every signal before the first
+// wait; 2.32's Put level flushes first where signals are weak and arrives at this rank too (its
+// puts to itself), its Get level flushes after the waits. One form only: NCCL >= 2.30.3 has a
+// timeout form of its own too, but it counts SM cycles without watching the stop word, and a
+// second form would double the barrier's compile time.
 template <typename Coop>
 __device__ __forceinline__ void bounded_gin_barrier_sync(ncclGinBarrierSession<Coop>& s, const ncclDevComm* comm,
-                                                         cuda::memory_order ord, int what, uint32_t index) {
+                                                         cuda::memory_order ord, uint32_t fence, int what,
+                                                         uint32_t index) {
   auto scope = nccl::utility::releaseOrderOf(ord) != cuda::memory_order_relaxed ? cuda::thread_scope_thread
                                                                                  : cuda::thread_scope_system;
   auto peer_at = [&](int i) {  // peers in rotation from this rank (spreads the load, as NCCL does)
@@ -47,6 +50,13 @@ __device__ __forceinline__ void bounded_gin_barrier_sync(ncclGinBarrierSession<C
     return s.team.nRanks <= peer ? peer - s.team.nRanks : peer;
   };
   s.coop.sync();
+#if NCCL_VERSION_CODE >= 23200
+  bool put = fence & (uint32_t)ncclGinFenceLevel::Put;
+  if (put && !s.net._supportsStrongSignal()) s.net.flush(s.coop, nccl::utility::acquireOrderOf(ord));
+  int arrivals = put ? s.team.nRanks : s.team.nRanks - 1;  // the last, with Put, is this rank's own
+#else
+  int arrivals = s.team.nRanks - 1;
+#endif
 #if NCCL_VERSION_CODE >= 22900
   auto signal_peer = [&](int peer) {
     s.net.signal(s.team, peer, ncclGin_SignalInc{s.signal + s.team.rank}, ncclCoopThread(), ncclGin_None(), scope);
@@ -67,12 +77,12 @@ __device__ __forceinline__ void bounded_gin_barrier_sync(ncclGinBarrierSession<C
   };
 #if NCCL_VERSION_CODE >= 23100
 #pragma unroll 1
-  for (int i = s.coop.thread_rank(); i < s.team.nRanks - 1; i += s.coop.size()) signal_peer(peer_at(i));
+  for (int i = s.coop.thread_rank(); i < arrivals; i += s.coop.size()) signal_peer(peer_at(i));
 #pragma unroll 1
-  for (int i = s.coop.thread_rank(); i < s.team.nRanks - 1; i += s.coop.size()) wait_peer(peer_at(i));
+  for (int i = s.coop.thread_rank(); i < arrivals; i += s.coop.size()) wait_peer(peer_at(i));
 #else
 #pragma unroll 1
-  for (int i = s.coop.thread_rank(); i < s.team.nRanks - 1; i += s.coop.size()) {
+  for (int i = s.coop.thread_rank(); i < arrivals; i += s.coop.size()) {
     signal_peer(peer_at(i));
     wait_peer(peer_at(i));
   }
@@ -91,6 +101,12 @@ __device__ __forceinline__ void bounded_gin_barrier_sync(ncclGinBarrierSession<C
       if (nccl::utility::rollingLessEq((uint64_t)s.epoch, got, 32)) break;
       if (!keep_waiting(comm, state, what, -1, index, s.epoch, got)) break;
     }
+  }
+#endif
+#if NCCL_VERSION_CODE >= 23200
+  if (fence & (uint32_t)ncclGinFenceLevel::Get) {  // this rank's gets have landed (after the waits, as NCCL)
+    s.coop.sync();
+    s.net.flush(s.coop, nccl::utility::acquireOrderOf(ord));
   }
 #endif
   s.coop.sync();
@@ -127,16 +143,32 @@ __device__ __forceinline__ void bounded_hybrid_lsa_sync(Coop c, const ncclDevCom
 }
 template <typename Coop>
 __device__ __forceinline__ void bounded_hybrid_rail_sync(Coop c, const ncclDevComm* comm, int ctx, uint32_t index,
-                                                         cuda::memory_order ord) {
+                                                         cuda::memory_order ord, uint32_t fence) {
   ncclGinBarrierSession<Coop> rail{c, ncclGin(*comm, ctx), ncclTeamRail(*comm), hybrid_rail_handle(comm), index};
-  bounded_gin_barrier_sync(rail, comm, ord, kHybridBarrier, index);
+  bounded_gin_barrier_sync(rail, comm, ord, fence, kHybridBarrier, index);
 }
 
+// NCCL 2.32 picks the session's barriers by fence level: with Put, where GIN reaches ranks outside the rail
+// team, the rail barrier's arrivals would not follow the puts to those ranks, so a GIN barrier over every
+// GIN-connected rank (its dense barrier) replaces it, after the LSA barrier unless GIN reaches every rank.
+// (NCCL keeps the rail barrier on backends whose any signal flushes every put, after a flush: the same
+// guarantee; flowdsl takes the dense barrier there too.)
 template <typename Coop>
 __device__ __forceinline__ void bounded_hybrid_barrier_sync(Coop c, const ncclDevComm* comm, int ctx, uint32_t index,
-                                                            cuda::memory_order ord) {
+                                                            cuda::memory_order ord, uint32_t fence) {
+#if NCCL_VERSION_CODE >= 23200
+  int stride = comm->ginContextStride;
+  if ((fence & (uint32_t)ncclGinFenceLevel::Put) && stride != ncclTeamRail(*comm).stride) {
+    if (stride != 1) bounded_hybrid_lsa_sync(c, comm, index, nccl::utility::releaseOrderOf(ord));
+    ncclGinBarrierSession<Coop> dense{c, ncclGin(*comm, ctx), ncclTeam{comm->nRanks / stride, comm->rank / stride, stride},
+                                      comm->hybridDenseGinBarrier, index};
+    bounded_gin_barrier_sync(dense, comm, stride != 1 ? nccl::utility::acquireOrderOf(ord) : ord, fence,
+                             kHybridBarrier, index);
+    return;
+  }
+#endif
   bounded_hybrid_lsa_sync(c, comm, index, nccl::utility::releaseOrderOf(ord));
-  bounded_hybrid_rail_sync(c, comm, ctx, index, nccl::utility::acquireOrderOf(ord));
+  bounded_hybrid_rail_sync(c, comm, ctx, index, nccl::utility::acquireOrderOf(ord), fence);
 }
 
 // put, putValue and signal take the coop kind (flowdsl.enums.CoopKind) and word at run time.
@@ -238,24 +270,24 @@ FLOWDSL_FOR_EACH_SIGNAL(FLOWDSL_GIN_SIGNAL)
 // `what` is its wait-record code.
 #define FLOWDSL_GIN_TEAM_BARRIER(K, team, Tag, what)                                                  \
   FLOWDSL_API void flowdsl_gin_##team##_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx, \
-                                                          uint32_t index, int order) {                \
+                                                          uint32_t index, int order, uint32_t fence) { \
     auto c = coop_##K(coop);                                                                          \
     ncclGinBarrierSession<decltype(c)> s{c, ncclGin(*comm, ctx), Tag(), index};                      \
-    bounded_gin_barrier_sync(s, comm, (cuda::memory_order)order, what, index);                        \
+    bounded_gin_barrier_sync(s, comm, (cuda::memory_order)order, fence, what, index);                 \
   }
 #define FLOWDSL_GIN_BARRIERS(K)                                                                       \
   FLOWDSL_GIN_TEAM_BARRIER(K, rail, ncclTeamTagRail, kGinBarrier)                                     \
   FLOWDSL_API void flowdsl_hybrid_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx,  \
-                                                    uint32_t index, int order) {                      \
-    bounded_hybrid_barrier_sync(coop_##K(coop), comm, ctx, index, (cuda::memory_order)order);         \
+                                                    uint32_t index, int order, uint32_t fence) {      \
+    bounded_hybrid_barrier_sync(coop_##K(coop), comm, ctx, index, (cuda::memory_order)order, fence);  \
   }                                                                                                   \
   FLOWDSL_API void flowdsl_hybrid_lsa_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx, \
                                                         uint32_t index, int order) {                  \
     bounded_hybrid_lsa_sync(coop_##K(coop), comm, index, (cuda::memory_order)order);                  \
   }                                                                                                   \
   FLOWDSL_API void flowdsl_hybrid_gin_barrier_sync__##K(uint32_t coop, const ncclDevComm* comm, int ctx, \
-                                                        uint32_t index, int order) {                  \
-    bounded_hybrid_rail_sync(coop_##K(coop), comm, ctx, index, (cuda::memory_order)order);            \
+                                                        uint32_t index, int order, uint32_t fence) {  \
+    bounded_hybrid_rail_sync(coop_##K(coop), comm, ctx, index, (cuda::memory_order)order, fence);     \
   }
 // Signals and counters are waited for, read and reset alike (ncclGin's *Signal and *Counter).
 #define FLOWDSL_GIN_WAIT(K, kind, Counter, what)                                                      \

@@ -8,7 +8,7 @@ from numba import cuda
 from numba.core.errors import TypingError
 
 import flowdsl
-from flowdsl import MemoryOrder, coop, gin, team
+from flowdsl import GinFenceLevel, MemoryOrder, coop, gin, team
 
 pytestmark = pytest.mark.compile
 
@@ -39,11 +39,12 @@ def gin_legacy(comm, win, out):
     out[2] = comm.gin_context_count
     gin.reset_signal(ctx, 0)
     gin.reset_counter(ctx, 0)
-    gin.rail_barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQ_REL)
+    # NCCL 2.28's barriers have fence level None (its Relaxed) only, and its sync requires it
+    gin.rail_barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQ_REL, GinFenceLevel.NONE)
     bar = gin.hybrid_barrier(ctx, coop.cta(), cuda.blockIdx.x)
-    bar.sync(MemoryOrder.ACQ_REL)
+    bar.sync(MemoryOrder.ACQ_REL, fence=GinFenceLevel.NONE)
     bar.lsa_barrier().sync(MemoryOrder.ACQ_REL)  # its parts (ncclBarrierSession::lsaBarrier(), ::ginBarrier())
-    bar.gin_barrier().sync(MemoryOrder.ACQUIRE)
+    bar.gin_barrier().sync(MemoryOrder.ACQUIRE, GinFenceLevel.NONE)
 
 
 @flowdsl.kernel
@@ -63,8 +64,12 @@ def gin_2_32(comm, win, out):
     gin.get(ctx, world, peer, win, 0, win, 512, 64, coop=coop.warp())
     gin.flush(ctx, coop.warp())
     out[0] = gin.read_signal(ctx, 0)
-    gin.world_barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQ_REL)  # NCCL 2.30's
-    gin.world_barrier(ctx, coop.warp(), 0).sync(MemoryOrder.RELAXED)
+    gin.world_barrier(ctx, coop.cta(), cuda.blockIdx.x).sync(MemoryOrder.ACQ_REL)  # NCCL 2.30's; 2.32's PUT_GET
+    gin.world_barrier(ctx, coop.warp(), 0).sync(MemoryOrder.RELAXED, GinFenceLevel.GET)
+    gin.rail_barrier(ctx, coop.cta(), 1).sync(MemoryOrder.ACQ_REL, fence=GinFenceLevel.PUT)
+    bar = gin.hybrid_barrier(ctx, coop.cta(), cuda.blockIdx.x)
+    bar.sync(MemoryOrder.ACQ_REL)  # PUT: over every GIN-connected rank where GIN reaches beyond the rail team
+    bar.gin_barrier().sync(MemoryOrder.ACQUIRE, GinFenceLevel.PUT_GET)
 
 
 ARGS = ("devcomm", ("window", np.uint64), np.zeros(4, np.uint64))
@@ -123,6 +128,42 @@ def test_the_world_gin_barrier_is_refused_for_nccl_2_28():
     with pytest.raises(TypingError, match=r"flowdsl.gin.world_barrier requires NCCL >= 2.30.0, but this kernel is "
                                           r"compiled for NCCL 2.28.9"):
         world_barrier.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.28.9"), arch="sm_90", nccl="2.28.9")
+
+
+def test_a_fence_level_is_refused_for_nccl_2_28_naming_the_level_it_has():
+    """NCCL 2.28's barriers have fence level None only: a sync that leaves the fence out (NCCL 2.32's PUT_GET)
+    or names PUT or GET is refused there, saying what to pass."""
+    @flowdsl.kernel
+    def default_fence(comm, win, out):
+        gin.rail_barrier(gin.context(comm), coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
+
+    with pytest.raises(TypingError, match=r"A GIN barrier's fence level PUT or GET \(sync's fence; left out it is NCCL "
+                                          r"2.32's default, PUT_GET, and NCCL 2.28's barriers have NONE only: pass "
+                                          r"fence=flowdsl.GinFenceLevel.NONE there\) requires NCCL >= 2.32.0, but this "
+                                          r"kernel is compiled for NCCL 2.28.9"):
+        default_fence.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.28.9"), arch="sm_90", nccl="2.28.9")
+
+
+def test_a_fence_level_outside_nccls_is_refused_on_both_paths():
+    import flowdsl.sim
+
+    @flowdsl.kernel
+    def fence_seven(comm, win, out):
+        gin.rail_barrier(gin.context(comm, 0), coop.cta(), 0).sync(MemoryOrder.ACQ_REL, 7)
+
+    text = (r"A GIN barrier's sync requires fence to be a flowdsl.GinFenceLevel \(NONE, PUT, GET or PUT_GET\), got 7. "
+            r"Pass one of them, or leave fence out for NCCL's default, PUT_GET")
+    with pytest.raises(flowdsl.KernelTypingError, match=text):
+        fence_seven.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.32.3"), arch="sm_90", nccl="2.32.3")
+
+    def main(comm):
+        buf, out = comm.alloc(64, np.uint64), comm.alloc(4, np.uint64)
+        with comm.register(buf) as win, comm.device_communicator(rail_gin_barrier_count=1) as dc:
+            fence_seven[1, 32](dc, win, out)
+            comm.synchronize()
+
+    with pytest.raises(flowdsl.KernelTypingError, match=text):
+        flowdsl.sim.spawn(main, nranks=2, nodes=2)
 
 
 def test_only_a_hybrid_barrier_session_has_parts_on_both_paths():

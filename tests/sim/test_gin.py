@@ -8,7 +8,7 @@ from numba import cuda, int64, uint64
 
 import flowdsl
 import flowdsl.sim as sim
-from flowdsl import MemoryOrder, ThreadScope, coop, gin, lsa, mem, team
+from flowdsl import GinFenceLevel, MemoryOrder, ThreadScope, coop, gin, lsa, mem, team
 from flowdsl.examples import alltoall_gin, alltoall_hybrid, gin_put, moe_gin, rmsnorm_gin, rmsnorm_hybrid
 from flowdsl.testing import assert_ranks_close, run_ranks
 
@@ -488,27 +488,36 @@ def test_two_blocks_on_one_hybrid_barrier_index_are_refused_naming_the_hybrid_ba
         sim.spawn(main, nranks=2, nodes=2)
 
 
-@flowdsl.kernel
-def _put_then_barrier_then_read(comm, src, dst, out):
-    """A put to the next rank with no signal, a rail GIN barrier, then a read of what the previous rank put."""
-    ctx = gin.context(comm, 0)
-    w = team.world(comm)
-    gin.put(ctx, w, (w.rank + 1) % w.nranks, dst, 0, src, 0, 16, coop=coop.thread())
-    gin.rail_barrier(ctx, coop.thread(), 0).sync(MemoryOrder.ACQ_REL)
-    out[0] = lsa.local_view(dst)[1]
+def _put_then_barrier_then_read(fence):
+    """A kernel: a put to the next rank with no signal, a rail GIN barrier at ``fence``, then a read of what the
+    previous rank put."""
+    @flowdsl.kernel
+    def put_then_barrier_then_read(comm, src, dst, out):
+        ctx = gin.context(comm, 0)
+        w = team.world(comm)
+        gin.put(ctx, w, (w.rank + 1) % w.nranks, dst, 0, src, 0, 16, coop=coop.thread())
+        gin.rail_barrier(ctx, coop.thread(), 0).sync(MemoryOrder.ACQ_REL, fence)
+        out[0] = lsa.local_view(dst)[1]
+    return put_then_barrier_then_read
 
 
-@pytest.mark.parametrize("backend, covered", [("proxy", True), ("gdaki", True), ("efa_gda", False)])
-def test_a_gin_barrier_covers_earlier_puts_only_where_nccls_legacy_signals_are_strong(backend, covered):
-    """NCCL's GIN barriers arrive with its legacy signals (``ncclGin_SignalInc``): ordered after the rank's
-    earlier puts on the context where those are strong, not on EFA GDA, where a read after the barrier of a put
-    that no signal covered is reported (it was accepted on every backend before)."""
+@pytest.mark.parametrize("backend, fence, covered", [
+    ("proxy", GinFenceLevel.NONE, True), ("gdaki", GinFenceLevel.NONE, True), ("efa_gda", GinFenceLevel.NONE, False),
+    ("efa_gda", GinFenceLevel.PUT, True), ("efa_gda", GinFenceLevel.PUT_GET, True)])
+def test_a_gin_barrier_covers_earlier_puts_at_fence_level_put_or_where_legacy_signals_are_strong(backend, fence,
+                                                                                                 covered):
+    """NCCL's GIN barriers arrive with its legacy signals (``ncclGin_SignalInc``): at fence level NONE they follow
+    the rank's earlier puts on the context where those are strong, not on EFA GDA, where a read after the barrier
+    of a put that no signal covered is reported (it was accepted on every backend before); at PUT they do
+    everywhere (NCCL flushes first where signals are weak)."""
+    kernel = _put_then_barrier_then_read(fence)
+
     def main(comm):
         a, b, out = comm.alloc(4, np.float32), comm.alloc(4, np.float32), comm.alloc(1, np.float32)
         a.set(np.arange(4, dtype=np.float32) + 10 * comm.rank)
         with comm.register(a) as s, comm.register(b) as d, \
                 comm.device_communicator(gin_signal_count=1, rail_gin_barrier_count=1) as dc:
-            _put_then_barrier_then_read[1, 1](dc, s, d, out)
+            kernel[1, 1](dc, s, d, out)
             comm.synchronize()
         return float(out.get()[0])
     run = lambda: run_ranks(main, nranks=2, nodes=2, seed=1, gin_delivery="reordered", gin_backend=backend)  # noqa: E731
@@ -519,3 +528,104 @@ def test_a_gin_barrier_covers_earlier_puts_only_where_nccls_legacy_signals_are_s
                                                         r"signal with its legacy signals, weak on the GIN backend "
                                                         r"efa_gda\) covers no put; put #0 had"):
             run()
+
+
+def _get_then_barrier_then_read(fence):
+    """A kernel: a get of the next rank's first 16 bytes, a rail GIN barrier at ``fence``, a read of them."""
+    @flowdsl.kernel
+    def get_then_barrier_then_read(comm, src, dst, out):
+        ctx = gin.context(comm, 0)
+        w = team.world(comm)
+        gin.get(ctx, w, (w.rank + 1) % w.nranks, src, 0, dst, 0, 16, coop=coop.thread())
+        gin.rail_barrier(ctx, coop.thread(), 0).sync(MemoryOrder.ACQ_REL, fence)
+        out[0] = lsa.local_view(dst)[1]
+    return get_then_barrier_then_read
+
+
+@pytest.mark.parametrize("fence", [GinFenceLevel.GET, GinFenceLevel.NONE])
+def test_a_gin_barrier_at_fence_level_get_returns_after_the_ranks_gets_landed(fence):
+    """GET flushes after the waits (NCCL 2.32): the get's bytes are there when the barrier returns. Without
+    it, reading them races with the get's landing, which the race detector reports."""
+    kernel = _get_then_barrier_then_read(fence)
+
+    def main(comm):
+        a, b, out = comm.alloc(4, np.float32), comm.alloc(4, np.float32), comm.alloc(1, np.float32)
+        a.set(np.arange(4, dtype=np.float32) + 10 * comm.rank)
+        b.set(np.full(4, np.nan, np.float32))
+        with comm.register(a) as s, comm.register(b) as d, comm.device_communicator(rail_gin_barrier_count=1) as dc:
+            kernel[1, 1](dc, s, d, out)
+            comm.synchronize()
+        return float(out.get()[0])
+    run = lambda: run_ranks(main, nranks=2, nodes=2, seed=3, gin_delivery="reordered")  # noqa: E731
+    if fence == GinFenceLevel.GET:
+        assert run() == [11.0, 1.0]
+    else:
+        with pytest.raises(sim.DataRaceError, match="get"):
+            run()
+
+
+def _put_off_rail_then_hybrid_barrier(fence):
+    """A kernel on 2 nodes x 2 ranks: each rank puts to the rank of the other node and the other LSA rank (not
+    a member of its rail team), syncs a hybrid barrier at ``fence``, and reads what it was sent."""
+    @flowdsl.kernel
+    def put_off_rail(comm, src, dst, out):
+        ctx = gin.context(comm, 0)
+        w = team.world(comm)
+        gin.put(ctx, w, w.nranks - 1 - w.rank, dst, 0, src, 0, 16, coop=coop.thread())
+        gin.hybrid_barrier(ctx, coop.thread(), 0).sync(MemoryOrder.ACQ_REL, fence)
+        out[0] = lsa.local_view(dst)[2]
+    return put_off_rail
+
+
+@pytest.mark.parametrize("fence, covered", [(GinFenceLevel.PUT, True), (GinFenceLevel.NONE, False)])
+def test_a_hybrid_barrier_at_fence_level_put_covers_puts_outside_the_rail_team(fence, covered):
+    """With PUT and GIN reaching every rank, NCCL 2.32's hybrid barrier is a GIN barrier over every rank, not
+    LSA then rail: the rail barrier's arrivals do not follow a put to a rank outside the rail team (the
+    report names that put), the dense barrier's do."""
+    kernel = _put_off_rail_then_hybrid_barrier(fence)
+
+    def main(comm):
+        a, b, out = comm.alloc(4, np.float32), comm.alloc(4, np.float32), comm.alloc(1, np.float32)
+        a.set(np.arange(4, dtype=np.float32) + 10 * comm.rank)
+        with comm.register(a) as s, comm.register(b) as d, comm.device_communicator(barrier_count=1) as dc:
+            kernel[1, 1](dc, s, d, out)
+            comm.synchronize()
+        return float(out.get()[0])
+    run = lambda: run_ranks(main, nranks=4, nodes=2, seed=2, gin_delivery="reordered")  # noqa: E731
+    if covered:
+        assert run() == [32.0, 22.0, 12.0, 2.0]
+    else:
+        with pytest.raises(sim.GinCoverageError, match="put #0"):
+            run()
+
+
+@pytest.mark.parametrize("fence, match", [(7, "got 7"), (MemoryOrder.SEQ_CST, "got <MemoryOrder.SEQ_CST: 5>")])
+def test_a_fence_level_that_is_none_of_nccls_is_refused_on_both_paths(fence, match):
+    @flowdsl.kernel
+    def bad_fence(comm):
+        gin.rail_barrier(gin.context(comm, 0), coop.thread(), 0).sync(MemoryOrder.ACQ_REL, fence)
+
+    def main(comm):
+        with comm.device_communicator(rail_gin_barrier_count=1) as dc:
+            bad_fence[1, 1](dc)
+            comm.synchronize()
+    with pytest.raises(flowdsl.KernelTypingError) as ei:
+        run_ranks(main, nranks=2, nodes=2)
+    assert ("A GIN barrier's sync requires fence to be a flowdsl.GinFenceLevel (NONE, PUT, GET or PUT_GET)"
+            in str(ei.value))
+    assert match in str(ei.value)
+
+
+def test_the_lsa_part_of_a_hybrid_session_takes_no_fence_level():
+    @flowdsl.kernel
+    def lsa_part_fenced(comm):
+        gin.hybrid_barrier(gin.context(comm, 0), coop.thread(), 0).lsa_barrier().sync(MemoryOrder.ACQ_REL,
+                                                                                       GinFenceLevel.PUT)
+
+    def main(comm):
+        with comm.device_communicator(barrier_count=1) as dc:
+            lsa_part_fenced[1, 1](dc)
+            comm.synchronize()
+    with pytest.raises(flowdsl.KernelTypingError, match=r"syncs with sync\(order\) only: NCCL's lsaBarrier\(\)\.sync "
+                                                        r"has no fence level"):
+        run_ranks(main, nranks=2, nodes=2)
