@@ -432,15 +432,17 @@ def _fence_level(session, fence) -> int | None:
 
 
 @overload_method(GinBarrierSessionType, "sync")
-def gin_barrier_sync(session, order, fence=None):
+def gin_barrier_sync(session, order, fence=gin.DEFAULT_FENCE):
     opener = getattr(gin, session.opened_by.split(".")[0])  # a sub-session's: the hybrid barrier's
     sync = _out_of_line(extern_symbol(opener, session.coop, stem=_SUB_SYNC.get(session.opened_by)))
     level = _fence_level(session, fence)
     if level is None:
-        return lambda session, order, fence=None: sync((session.coop._word, session.ctx.comm, session.ctx.index,
-                                                        session.index, enum_value(order)))
-    return lambda session, order, fence=None: sync((session.coop._word, session.ctx.comm, session.ctx.index,
-                                                    session.index, enum_value(order), level))
+        return lambda session, order, fence=gin.DEFAULT_FENCE: sync((session.coop._word, session.ctx.comm,
+                                                                   session.ctx.index, session.index,
+                                                                   enum_value(order)))
+    return lambda session, order, fence=gin.DEFAULT_FENCE: sync((session.coop._word, session.ctx.comm,
+                                                               session.ctx.index, session.index,
+                                                               enum_value(order), level))
 
 
 def _sub_session(part):

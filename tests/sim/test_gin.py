@@ -54,7 +54,7 @@ def test_alltoall_two_nodes_of_four(example, seed, delivery):
                                  gin_delivery=delivery), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("shape", [(4, 1), (4, 2)], ids=["1x4", "2x2"])
+@pytest.mark.parametrize("shape", [(2, 1), (2, 2), (4, 1), (4, 2)], ids=["1x2", "2x1", "1x4", "2x2"])
 @pytest.mark.parametrize("example", [alltoall_gin, alltoall_hybrid], ids=["gin", "hybrid"])
 def test_alltoall_other_shapes(example, shape):
     n, nodes = shape
