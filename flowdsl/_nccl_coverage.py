@@ -82,8 +82,6 @@ OPT_FLAGS = _not_yet("GIN option flags: not yet; flowdsl's GIN operations pass n
 SHARING_MODES = _not_yet("GIN resource sharing modes other than NCCL's default (GPU): not yet")
 CUSTOM_ARRAY = _not_yet("GIN connections to a list of peers (ginCustomArray): not yet; gin_connection_type "
                         "CUSTOM_ARRAY is refused by name (FULL, RAIL and CUSTOM_STRIDE are offered)")
-GIN_TYPE = _not_yet("choosing the GIN backend of a device communicator (ginType): not yet; NCCL picks, and "
-                    "flowdsl links the build of the backend it picked")
 BACKEND_MASKS = _not_yet("GIN device code for a subset of backends: not yet; a kernel links one backend's build "
                          "(its device communicator's at launch, FlowKernel.compile(gin_backend=...)) or every "
                          "backend's")
@@ -141,10 +139,14 @@ COVERAGE: dict[str, Provided | Refused] = {
     "field ncclDevCommRequirements.ginQueueDepth": _keyword("gin_queue_depth", "not in NCCL 2.28"),
     "field ncclDevCommRequirements.ginTrafficClass": _keyword("gin_traffic_class", "not in NCCL 2.28"),
     "field ncclDevCommRequirements.ginStrongSignalsRequired": _keyword(
-        "gin_strong_signals_required", "not in NCCL 2.28; the simulator does not check that kernels honour it"),
+        "gin_strong_signals_required", "not in NCCL 2.28; as in NCCL, a backend without strong signals is passed "
+        "over while they are required, and legacy signals are strong exactly where they are (the simulator refuses "
+        "a strong signal where they are not)"),
     "field ncclDevCommRequirements.ginVaSignalsRequired": _keyword(
         "gin_va_signals_required", "not in NCCL 2.28; the simulator does not check that kernels honour it"),
-    "field ncclDevCommRequirements.ginType": GIN_TYPE,
+    "field ncclDevCommRequirements.ginType": _keyword(
+        "gin_type", "a flowdsl.GinBackend, or left out (NCCL picks); not in NCCL 2.28; a backend the communicator "
+        "lacks is refused in NCCL's words"),
     "field ncclDevCommRequirements.useRuntimeVersion": _not_applicable(
         "flowdsl fills the requirements struct and sizes the device communicator by the loaded NCCL release's "
         "own layout (flowdsl/runtime/support.py), and its device code is built for that release"),
@@ -219,14 +221,12 @@ COVERAGE: dict[str, Provided | Refused] = {
     "value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_CUSTOM_STRIDE": Provided(
         "flowdsl.GinConnectionType.CUSTOM_STRIDE"),
     "value ncclGinConnectionType_t::NCCL_GIN_CONNECTION_CUSTOM_ARRAY": CUSTOM_ARRAY,
-    "type ncclGinType_t": GIN_TYPE,
-    **_each("""
-        value ncclGinType_t::NCCL_GIN_TYPE_NONE
-        value ncclGinType_t::NCCL_GIN_TYPE_PROXY
-        value ncclGinType_t::NCCL_GIN_TYPE_GDAKI
-        value ncclGinType_t::NCCL_GIN_TYPE_GPI
-        value ncclGinType_t::NCCL_GIN_TYPE_EFA_GDA
-    """, GIN_TYPE),
+    "type ncclGinType_t": Provided("flowdsl.GinBackend", "the same values (NCCL's ncclNetDeviceType)"),
+    "value ncclGinType_t::NCCL_GIN_TYPE_NONE": _keyword("gin_type", "gin_type left out (or 0): NCCL picks"),
+    "value ncclGinType_t::NCCL_GIN_TYPE_PROXY": Provided("flowdsl.GinBackend.PROXY"),
+    "value ncclGinType_t::NCCL_GIN_TYPE_GDAKI": Provided("flowdsl.GinBackend.GDAKI"),
+    "value ncclGinType_t::NCCL_GIN_TYPE_GPI": Provided("flowdsl.GinBackend.GPI"),
+    "value ncclGinType_t::NCCL_GIN_TYPE_EFA_GDA": Provided("flowdsl.GinBackend.EFA_GDA"),
     "value ncclGinType_t::NCCL_GIN_MAX_TYPES": _not_applicable("a count of the enum's values, not a backend"),
     "type ncclCftCap_t": _keyword("cft_caps", "its values as an int"),
     "value ncclCftCap_t::NCCL_CFT_NONE": _keyword("cft_caps", "0, the default"),

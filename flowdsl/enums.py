@@ -138,11 +138,6 @@ class GinBackend(enum.IntEnum):
         return self is not GinBackend.EFA_GDA
 
     @property
-    def legacy_strong(self) -> bool:
-        """Whether NCCL's legacy signals (``signal_inc``, ``signal_add``) are strong on it."""
-        return self.strong_signals
-
-    @property
     def option(self) -> str:
         """Its lower-case name: the simulator's ``gin_backend=`` value and the support build's suffix."""
         return self.name.lower()

@@ -150,7 +150,9 @@ def run(comm, tokens: int = 12, hidden: int = 32, experts_per_rank: int = 2, thr
     out = buf(tokens * hidden, np.float32, np.full(tokens * hidden, np.nan, np.float32))
     wins = [comm.register(a) for a in (send, smeta, recv, rmeta, rcount, y, comb)]
     try:
-        with comm.device_communicator(barrier_count=n, gin_signal_count=2) as dcomm:
+        # The weak modes need no strong signals: not requiring them lets NCCL take a backend without them (EFA GDA)
+        weak = {} if mode == STRONG else {"gin_strong_signals_required": False}
+        with comm.device_communicator(barrier_count=n, gin_signal_count=2, **weak) as dcomm:
             moe_gin[n, threads](dcomm, *wins, counts, pos, out, tokens, hidden, mode)
             comm.synchronize()
             result = out.get().reshape(tokens, hidden)

@@ -273,8 +273,8 @@ def _dims(value, what: str, kernel_name: str) -> tuple[int, int, int]:
 DEVICE_REQUIREMENTS = ("lsa_barrier_count", "barrier_count", "rail_gin_barrier_count", "world_gin_barrier_count",
                        "gin_context_count", "gin_signal_count", "gin_counter_count", "gin_connection_type",
                        "gin_custom_stride", "gin_exclusive_contexts", "gin_queue_depth", "gin_traffic_class",
-                       "gin_strong_signals_required", "gin_va_signals_required", "gin_force_enable", "cft_caps",
-                       "cft_barrier_count", "lsa_multimem")
+                       "gin_strong_signals_required", "gin_va_signals_required", "gin_force_enable", "gin_type",
+                       "cft_caps", "cft_barrier_count", "lsa_multimem")
 #: The requirements that ask NCCL for GIN resources (NCCL >= 2.29 creates none without GIN enabled:
 #: ``ncclGinResourcesRequested`` in its ``src/dev_runtime.cc``).
 GIN_RESOURCES = ("gin_signal_count", "gin_counter_count", "barrier_count", "rail_gin_barrier_count",
@@ -320,7 +320,39 @@ def gin_unsupported(kind, gin_support, forced=False) -> None:
                          "barrier)")
 
 
-def device_requirements(requirements: dict, for_kernel=None, grid=None, gin_support=None) -> dict:
+#: NCCL's words (its GIN host code, ``ncclGinDevCommSetup``) when no backend of the communicator takes the
+#: device communicator, and why a backend was passed over for want of strong signals.
+NCCL_NO_BACKEND = "GIN: DevComm setup failed on all available backends"
+NCCL_NO_STRONG = "GIN strong signals are required, but the GIN plugin does not support them."
+
+
+def gin_backend_unavailable(out: dict, backends) -> None:
+    """Refuse, as NCCL 2.32 does and in its words, a device communicator whose GIN no backend of the
+    communicator (``backends``: a set of :class:`flowdsl.GinBackend`, None where NCCL cannot say) takes:
+    NCCL tries each backend that is ``gin_type`` (if named) and offers strong signals if
+    ``gin_strong_signals_required`` (True unless set False)."""
+    from ..enums import GinBackend  # noqa: PLC0415
+
+    if backends is None:
+        return
+    named = out.get("gin_type")
+    have = ", ".join(sorted(b.option for b in backends)) or "none"
+    candidates = [b for b in backends if not named or b is named]
+    if not candidates:
+        raise UsageError(f"Cannot create a device communicator with gin_type={GinBackend(named).name}: this "
+                         f"communicator's GIN backends are {have}, which NCCL refuses (\"{NCCL_NO_BACKEND}\"). Leave "
+                         "gin_type out (NCCL picks one), or name one it has")
+    if out.get("gin_strong_signals_required", True) and not any(b.strong_signals for b in candidates):
+        raise UsageError(f"Cannot create a device communicator: it requires strong GIN signals "
+                         f"(gin_strong_signals_required, True unless set False), and the GIN backend "
+                         f"{'/'.join(b.option for b in candidates)} offers weak signals only, which NCCL refuses "
+                         f"(\"{NCCL_NO_STRONG}\" ... \"{NCCL_NO_BACKEND}\"). Pass gin_strong_signals_required=False "
+                         "and cover each put with a signal of its own (NCCL's legacy signals, gin.signal_inc and "
+                         "the GIN barriers' arrivals, are weak then)")
+
+
+def device_requirements(requirements: dict, for_kernel=None, grid=None, gin_support=None,
+                        gin_backends=None) -> dict:
     """A device communicator's requirements, checked: known names, values >= 0, with what
     ``for_kernel`` needs at ``grid`` added (the larger of the two for each), and NCCL's rules for GIN
     (``ncclDevCommCreate`` in its ``src/dev_runtime.cc``, in its order): GIN resources need GIN enabled,
@@ -329,7 +361,8 @@ def device_requirements(requirements: dict, for_kernel=None, grid=None, gin_supp
     asked for where the communicator has none, ``FULL`` where it connects only the rail team, and a
     world GIN barrier over ``RAIL`` connections. ``gin_support`` is the widest connection type the
     communicator has (a :class:`flowdsl.GinConnectionType`: NCCL's ``ncclCommProperties``, the
-    simulator's ``spawn(gin_connections=...)``), None where it cannot be known (NCCL 2.28)."""
+    simulator's ``spawn(gin_connections=...)``), None where it cannot be known (NCCL 2.28);
+    ``gin_backends`` its GIN backends (:func:`gin_backend_unavailable`), None where unknown."""
     from ..enums import GinConnectionType  # noqa: PLC0415
 
     unknown = sorted(set(requirements) - set(DEVICE_REQUIREMENTS))
@@ -348,7 +381,7 @@ def device_requirements(requirements: dict, for_kernel=None, grid=None, gin_supp
             else:
                 out[key] = max(out.get(key, 0), value)
     for key, value in out.items():
-        if key != "gin_traffic_class" and int(value) < 0:
+        if key not in ("gin_traffic_class", "gin_type") and int(value) < 0:
             raise UsageError(f"Cannot create a device communicator: {key} must be >= 0, got {value}. Pass a count "
                              "of 0 or more")
     kind = out.get("gin_connection_type")
@@ -361,6 +394,14 @@ def device_requirements(requirements: dict, for_kernel=None, grid=None, gin_supp
             raise UsageError("Cannot create a device communicator with gin_connection_type CUSTOM_ARRAY: flowdsl "
                              "does not pass NCCL a list of peers (ginCustomArray). Use FULL, RAIL or CUSTOM_STRIDE "
                              "with gin_custom_stride")
+    named = out.get("gin_type")
+    if named is not None:
+        from ..enums import GinBackend  # noqa: PLC0415
+
+        if isinstance(named, bool) or not isinstance(named, int) or (named and named not in set(GinBackend)):
+            raise UsageError(f"Cannot create a device communicator: gin_type {named!r} is not a flowdsl.GinBackend. "
+                             f"Pass one of {', '.join(GinBackend.__members__)}, or leave it out (NCCL picks)")
+        out["gin_type"] = GinBackend(int(named)) if named else 0
     asked = [f"{key}={out[key]}" for key in GIN_RESOURCES if int(out.get(key, 0)) > 0]
     if asked and kind is None and not out.get("gin_force_enable"):
         kind = out["gin_connection_type"] = GinConnectionType.FULL  # as NCCL takes gin_force_enable
@@ -372,6 +413,8 @@ def device_requirements(requirements: dict, for_kernel=None, grid=None, gin_supp
     if out.get("gin_force_enable"):
         kind = GinConnectionType.FULL  # NCCL: ginForceEnable overrides the type named
     gin_unsupported(kind, gin_support, out.get("gin_force_enable"))
+    if (kind is not None and kind is not GinConnectionType.NONE) or out.get("gin_force_enable"):
+        gin_backend_unavailable(out, gin_backends)
     if int(out.get("world_gin_barrier_count", 0)) > 0 and kind is GinConnectionType.RAIL:
         raise UsageError("Cannot create a device communicator: a world GIN barrier (world_gin_barrier_count="
                          f"{out['world_gin_barrier_count']}) needs GIN connections to every rank, and "

@@ -12,8 +12,8 @@ from ..host.arrays import cuda_array_interface, is_torch, torch_bits
 from .._release import format_version
 from . import nccl
 from ..host import checks, streams
-from .memory import (DevComm, SymmetricAllocation, Window, array_at, device_pointer, gin_support_of, require_gpu,
-                     resources_changed)
+from .memory import (DevComm, SymmetricAllocation, Window, array_at, device_pointer, gin_backends_of, gin_support_of,
+                     require_gpu, resources_changed)
 from .support import abi_layout
 from .wait_record import GRACE, WaitRecord, aborted_error, resolve_timeout, wait_for_device
 
@@ -39,6 +39,7 @@ REQUIREMENT_FIELDS = {
     "gin_traffic_class": "ginTrafficClass",
     "gin_strong_signals_required": "ginStrongSignalsRequired",
     "gin_va_signals_required": "ginVaSignalsRequired",
+    "gin_type": "ginType",
 }
 
 def requirement_fields(requirements: dict, given, layout: dict, version) -> dict:
@@ -359,13 +360,16 @@ class Communicator:
                 ``gin_signal_count``, ``gin_counter_count``, ``gin_connection_type`` (a
                 :class:`flowdsl.GinConnectionType`; FULL by default when GIN resources are asked for),
                 ``gin_custom_stride``, ``gin_exclusive_contexts``, ``gin_queue_depth``, ``gin_traffic_class``,
-                ``gin_strong_signals_required``, ``gin_va_signals_required``, ``gin_force_enable``,
-                ``cft_barrier_count``, ``cft_caps`` (NCCL >= 2.31; ``cft_barrier_count`` > 0 also asks for CFT,
+                ``gin_strong_signals_required`` (True unless set: a backend without strong signals, EFA GDA,
+                takes the device communicator only with it False, and NCCL's legacy signals are strong exactly
+                where it is True), ``gin_va_signals_required``, ``gin_force_enable``, ``gin_type`` (a
+                :class:`flowdsl.GinBackend`; left out, NCCL picks), ``cft_barrier_count``, ``cft_caps`` (NCCL >= 2.31; ``cft_barrier_count`` > 0 also asks for CFT,
                 ``cft_caps=1``).
         """
         self._check_open("create a device communicator")
         given = set(requirements)
-        requirements = checks.device_requirements(requirements, for_kernel, grid, gin_support_of(self))
+        requirements = checks.device_requirements(requirements, for_kernel, grid, gin_support_of(self),
+                                                  gin_backends_of(self))
         if requirements.get("lsa_multimem"):
             self._check_multimem()
         layout = abi_layout(self.nccl_version)

@@ -197,6 +197,16 @@ def gin_backend_of(comm) -> GinBackend | None:
         return None
 
 
+def gin_backends_of(comm) -> frozenset | None:
+    """The GIN backends NCCL found for the communicator (``ncclCommProperties.ginSupport``, nccl4py's
+    ``available_gin_types``), or None where NCCL cannot say (2.28 has no query)."""
+    try:
+        types = comm._nccl.properties.available_gin_types
+    except Exception:  # noqa: BLE001 - ncclCommQueryProperties is missing before NCCL 2.29
+        return None
+    return None if types is None else frozenset(GIN_BACKENDS[int(t)] for t in types if int(t) in GIN_BACKENDS)
+
+
 def gin_support_of(comm):
     """The widest GIN connection type the communicator has (a :class:`flowdsl.GinConnectionType`, NCCL's
     ``ncclCommProperties``: ``ginConnectionType`` from 2.31, else FULL where ``ginType`` names a transport

@@ -107,7 +107,7 @@ template <typename C> void gin_context_count(...) {}
   template <typename R> void optional_##f(...) {}
 OPTIONAL_FIELD(ginConnectionType) OPTIONAL_FIELD(ginExclusiveContexts) OPTIONAL_FIELD(ginQueueDepth)
 OPTIONAL_FIELD(ginTrafficClass) OPTIONAL_FIELD(worldGinBarrierCount) OPTIONAL_FIELD(ginStrongSignalsRequired)
-OPTIONAL_FIELD(ginVaSignalsRequired) OPTIONAL_FIELD(ginCustomStride)
+OPTIONAL_FIELD(ginVaSignalsRequired) OPTIONAL_FIELD(ginCustomStride) OPTIONAL_FIELD(ginType)
 int main() {
   // Static storage, so that padding bytes are zero and the manifest is reproducible.
 #ifdef NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER
@@ -128,6 +128,7 @@ int main() {
   optional_worldGinBarrierCount<ncclDevCommRequirements>(0);
   optional_ginStrongSignalsRequired<ncclDevCommRequirements>(0);
   optional_ginVaSignalsRequired<ncclDevCommRequirements>(0); optional_ginCustomStride<ncclDevCommRequirements>(0);
+  optional_ginType<ncclDevCommRequirements>(0);
   std::printf("\"ginCounterCount\": [%zu, %zu]}, \"requirements_initializer\": \"",
               offsetof(ncclDevCommRequirements, ginCounterCount), sizeof(int));
   const unsigned char* p = (const unsigned char*)&reqs;

@@ -36,7 +36,8 @@ class Action:
     Attributes:
         prim: Primitive that made it (for reports).
         kind: ``"sig"``, ``"va"`` or ``"counter"``.
-        strong: Whether the signal covers earlier puts of the channel.
+        strong: Whether the signal covers earlier puts of the channel (None for a legacy signal until it is
+            issued on a device communicator, which decides).
         ident: Signal or counter id (``None`` for VA signals).
         win, offset: The window and byte offset of a VA signal.
         value: Amount added.
@@ -106,6 +107,9 @@ class GinState:
         self.enabled = bool(int(reqs.get("gin_connection_type", 0)) or reqs.get("gin_force_enable"))
         self.contexts = int(reqs.get("gin_context_count", DEFAULT_CONTEXTS) or DEFAULT_CONTEXTS) if self.enabled else 0
         self.nsignals = int(reqs.get("gin_signal_count", 0))
+        # NCCL makes its legacy signals (signal_inc, signal_add, the GIN barriers' arrivals) strong exactly when
+        # the device communicator requires strong signals, which a backend without them refuses.
+        self.legacy_strong = bool(reqs.get("gin_strong_signals_required", True))
         self.ncounters = int(reqs.get("gin_counter_count", 0))
         both = int(reqs.get("barrier_count", 0))
         self.nrail = max(int(reqs.get("rail_gin_barrier_count", 0)), both)
@@ -194,8 +198,18 @@ def _spans(opn, dst, nbytes, at_peer, here):
 
 
 def _check_remote(ctx, remote, op):
+    """``remote`` checked against the device communicator, a legacy signal made as strong as it requires
+    (NCCL: ``ginStrongLegacySignals = ginStrongSignalsRequired``)."""
     if remote is None:
         return None
+    if remote.strong is None:
+        remote = Action(remote.prim, remote.kind, ctx.state.legacy_strong, remote.ident, remote.win, remote.offset,
+                        remote.value)
+    elif remote.strong and not ctx.state.legacy_strong:
+        raise sim_error(GinBackendError, (
+            f"Cannot {op} with {remote.prim}: the device communicator was created with "
+            "gin_strong_signals_required=False, under which NCCL leaves strong signals undefined. Leave that "
+            "requirement out (NCCL requires strong signals by default), or use weak signals"))
     if remote.kind == "sig":
         _check_signal(ctx.state, remote.ident, f"{op} with {remote.prim}")
     else:
@@ -244,12 +258,12 @@ def _strong_action(prim, kind, ident=None, win=None, offset=0, value=1):
 
 @implements("flowdsl.gin.signal_inc")
 def _gin_signal_inc(signal):
-    return Action("flowdsl.gin.signal_inc", "sig", _net().legacy_strong, int(signal))
+    return Action("flowdsl.gin.signal_inc", "sig", None, int(signal))  # strong as the device communicator says
 
 
 @implements("flowdsl.gin.signal_add")
 def _gin_signal_add(signal, value):
-    return Action("flowdsl.gin.signal_add", "sig", _net().legacy_strong, int(signal), value=value)
+    return Action("flowdsl.gin.signal_add", "sig", None, int(signal), value=value)
 
 
 @implements("flowdsl.gin.strong_signal_inc")
@@ -308,7 +322,7 @@ def _gin_put(ctx, team, peer, dst_win, dst_offset, src_win, src_offset, nbytes, 
     dst = _peer(ctx, team, peer, opn)
     spans = _spans(opn, dst, nbytes, (dst_win, dst_offset, "dst_win", "destination"),
                    (src_win, src_offset, "src_win", "source"))
-    _check_remote(ctx, remote, opn)
+    remote = _check_remote(ctx, remote, opn)
     if local is not None:
         _check_counter(ctx.state, local.ident, f"{opn} with flowdsl.gin.counter_inc")
     t = current()
@@ -332,7 +346,7 @@ def _gin_put_value(ctx, team, peer, dst_win, dst_offset, value, remote, coop):
     if data.size > 8:
         raise sim_error(UsageError, f"Cannot {opn}: the value has {data.size} bytes. Put at most 8 bytes")
     doff, n = _range(dg, dst_offset, data.size, opn, "destination", dst)
-    _check_remote(ctx, remote, opn)
+    remote = _check_remote(ctx, remote, opn)
     t = current()
     if not _coop_issue(coop):
         return None
@@ -348,7 +362,7 @@ def _gin_signal(ctx, team, peer, remote, coop):
     dst = _peer(ctx, team, peer, opn)
     if remote is None:
         raise sim_error(UsageError, f"Cannot {opn}: no signal action given. Pass remote=gin.strong_signal_inc(id)")
-    _check_remote(ctx, remote, opn)
+    remote = _check_remote(ctx, remote, opn)
     t = current()
     if not _coop_issue(coop):
         return None
@@ -548,7 +562,7 @@ def _gin_barrier_sync(s, order, what, fence):
     if s.coop.trank == 0:
         rc = _state.race
         published = rc.release_vc(t, order) if rc is not None else None  # the arrival releases per its order
-        strong = put or net.legacy_strong
+        strong = put or st.legacy_strong
         for _, rank in members:
             op = Op("bar", t.rank, rank, ctx.index, st)
             op.bar, op.read, op.race_vc = (s.team, s.index, me, val, strong), True, published

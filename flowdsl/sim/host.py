@@ -251,7 +251,8 @@ class SimComm(Closable):
         """A device communicator (collective), as the GPU runtime's: ``requirements`` such as
         ``lsa_barrier_count``, and what ``for_kernel`` (a ``@flowdsl.kernel``) needs at ``grid``."""
         self._open("create a device communicator")
-        reqs = _checked(checks.device_requirements, requirements, for_kernel, grid, self.world.gin_support)
+        reqs = _checked(checks.device_requirements, requirements, for_kernel, grid, self.world.gin_support,
+                        frozenset({GinBackend.from_option(self.world.net.backend)}))
         if reqs.get("lsa_multimem") and not self.world.multimem:
             raise sim_error(UsageError, str(checks.multimem_unavailable(
                 "this simulated system has no NVLink SHARP (flowdsl.sim.spawn(..., multimem=False), the default, "

@@ -9,7 +9,8 @@ order; ``"reordered"`` in a seeded random order (like EFA's SRD).
 Signal coverage: a strong signal is applied only once its put and every earlier put of the channel
 have landed; a weak one covers its own put only. The bytes a put writes are tagged with the put at
 issue; a thread that reads tagged bytes before its rank has observed (``wait_signal``/``read_signal``,
-a GIN or hybrid barrier, whose arrivals are NCCL's legacy signals: strong except on EFA GDA) a signal
+a GIN or hybrid barrier, whose arrivals are NCCL's legacy signals: strong where the device communicator
+requires strong signals, NCCL's default) a signal
 covering that put gets a
 :class:`~flowdsl.sim.errors.GinCoverageError` that names the put and why it was not covered. What
 each primitive does with the network is in :mod:`flowdsl.sim.gin` and :mod:`flowdsl.sim.cft`.
@@ -29,9 +30,8 @@ from .scheduler import Cond
 
 __all__ = ["Network", "Op", "Channel", "BACKENDS", "DELIVERIES", "check_read", "note_load"]
 
-#: GIN backends (flowdsl.GinBackend, the GPU runtime's table): name -> whether legacy signals are strong,
-#: whether strong signals exist.
-BACKENDS = {b.option: (b.legacy_strong, b.strong_signals) for b in GinBackend}
+#: GIN backends (flowdsl.GinBackend, the GPU runtime's table): name -> whether strong signals exist.
+BACKENDS = {b.option: b.strong_signals for b in GinBackend}
 #: Delivery orders of the simulated network.
 DELIVERIES = ("ordered", "reordered")
 #: Probability that the network makes one step of progress at a scheduler step.
@@ -117,7 +117,7 @@ class Network:
         self.rng = random.Random(f"gin-{seed}")
         self.reordered = delivery == "reordered"
         self.delivery, self.backend = delivery, backend
-        self.legacy_strong, self.has_strong = BACKENDS[backend]
+        self.has_strong = BACKENDS[backend]
         self.world = world
         self.inflight = []
         self.ops = {}
@@ -272,7 +272,7 @@ class Network:
         if op.bar[4]:
             return f"{team} GIN barrier {index}'s arrival"
         return (f"weak {team} GIN barrier {index}'s arrival (NCCL's GIN barriers signal with its legacy signals, "
-                f"weak on the GIN backend {self.backend})")
+                "weak on a device communicator made with gin_strong_signals_required=False)")
 
     def _apply(self, op):
         op.applied = True

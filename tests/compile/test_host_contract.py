@@ -194,3 +194,20 @@ def test_the_gin_support_of_a_gpu_communicator_is_read_from_nccls_properties():
     assert gin_support_of(comm(gin_type=0, railed_gin_type=5)) is GinConnectionType.RAIL
     assert gin_support_of(comm(gin_type=0, railed_gin_type=0)) is GinConnectionType.NONE
     assert gin_support_of(SimpleNamespace(_nccl=SimpleNamespace())) is None  # NCCL 2.28: no query
+
+
+def test_the_gin_backends_of_a_gpu_communicator_are_read_from_nccls_properties():
+    """NCCL's ncclCommProperties.ginSupport (nccl4py's ``available_gin_types``) gives the backends the one check of
+    GIN requirements chooses among (``gin_type``, strong signals); None where NCCL cannot say (2.28)."""
+    from types import SimpleNamespace
+
+    from flowdsl import GinBackend
+    from flowdsl.runtime.memory import gin_backends_of
+
+    def comm(types):
+        return SimpleNamespace(_nccl=SimpleNamespace(properties=SimpleNamespace(available_gin_types=types)))
+
+    assert gin_backends_of(comm(frozenset({3, 5}))) == {GinBackend.GDAKI, GinBackend.EFA_GDA}
+    assert gin_backends_of(comm(frozenset())) == frozenset()
+    assert gin_backends_of(comm(None)) is None
+    assert gin_backends_of(SimpleNamespace(_nccl=SimpleNamespace())) is None  # NCCL 2.28: no query

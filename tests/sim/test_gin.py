@@ -313,14 +313,33 @@ def test_planted_index_bugs_are_reported(kern, reqs, err, text):
     assert msgs[0] == msgs[1]
 
 
+def test_a_device_communicator_requiring_strong_signals_is_refused_on_efa_gda_in_nccls_words():
+    """NCCL requires strong signals unless told not to (ginStrongSignalsRequired), and passes over a backend
+    without them: on EFA GDA alone it creates no device communicator."""
+    with pytest.raises(sim.UsageError) as ei:
+        run_ranks(_one(_strong_on_efa, gin_signal_count=1), nranks=2, nodes=2, gin_backend="efa_gda")
+    msg = str(ei.value)
+    assert ('"GIN strong signals are required, but the GIN plugin does not support them." ... "GIN: DevComm setup '
+            'failed on all available backends"') in msg
+    assert "the GIN backend efa_gda offers weak signals only" in msg and "Pass gin_strong_signals_required=False" in msg
+    with pytest.raises(sim.UsageError, match="gin_strong_signals_required"):  # the MoE example's strong mode
+        run_ranks(lambda c: moe_gin.run(c), nranks=4, nodes=2, gin_backend="efa_gda")
+
+
 def test_strong_signal_on_efa_gda_is_refused():
     with pytest.raises(sim.GinBackendError) as ei:
-        run_ranks(_one(_strong_on_efa, gin_signal_count=1), nranks=2, nodes=2, gin_backend="efa_gda")
+        run_ranks(_one(_strong_on_efa, gin_signal_count=1, gin_strong_signals_required=False), nranks=2, nodes=2,
+                  gin_backend="efa_gda")
     msg = str(ei.value)
     assert "flowdsl.gin.strong_signal_inc" in msg and "needs strong signals" in msg
     assert "the GIN backend efa_gda offers weak signals only (as EFA GDA does)" in msg
-    with pytest.raises(sim.GinBackendError):
-        run_ranks(lambda c: moe_gin.run(c), nranks=4, nodes=2, gin_backend="efa_gda")
+
+
+def test_a_strong_signal_where_the_device_communicator_does_not_require_them_is_refused():
+    """NCCL leaves strong signals undefined on a device communicator made with ginStrongSignalsRequired=false."""
+    with pytest.raises(sim.GinBackendError, match=r"created with gin_strong_signals_required=False, under which NCCL "
+                                                  r"leaves strong signals undefined"):
+        run_ranks(_one(_strong_on_efa, gin_signal_count=1, gin_strong_signals_required=False), nranks=2, nodes=2)
 
 
 def test_unknown_gin_options_are_refused():
@@ -455,12 +474,18 @@ def test_reordered_delivery_reorders_and_is_seeded():
 _legacy_after_two_puts = _two_puts_then_read(16, gin.signal_inc, 0)
 
 
-@pytest.mark.parametrize("backend, covered", [("proxy", True), ("gdaki", True), ("efa_gda", False)])
-def test_legacy_signal_is_strong_except_on_efa_gda(backend, covered):
+@pytest.mark.parametrize("backend, required", [("proxy", True), ("gdaki", True), ("proxy", False), ("efa_gda", False)])
+def test_a_legacy_signal_is_as_strong_as_the_device_communicator_requires(backend, required):
+    """NCCL makes its legacy signals strong exactly where the device communicator requires strong signals
+    (``ginStrongLegacySignals = ginStrongSignalsRequired``), on any backend; EFA GDA takes only a device
+    communicator that does not require them."""
+    covered = required
+
     def main(comm):
         a, b, out = comm.alloc(8, np.float32), comm.alloc(8, np.float32), comm.alloc(1, np.float32)
         a.set(np.arange(8, dtype=np.float32) + comm.rank)
-        with comm.register(a) as s, comm.register(b) as d, comm.device_communicator(gin_signal_count=1) as dc:
+        with comm.register(a) as s, comm.register(b) as d, \
+                comm.device_communicator(gin_signal_count=1, gin_strong_signals_required=required) as dc:
             _legacy_after_two_puts[1, 1](dc, s, d, out)
             comm.synchronize()
         return out.get()[0]
@@ -501,22 +526,25 @@ def _put_then_barrier_then_read(fence):
     return put_then_barrier_then_read
 
 
-@pytest.mark.parametrize("backend, fence, covered", [
-    ("proxy", GinFenceLevel.NONE, True), ("gdaki", GinFenceLevel.NONE, True), ("efa_gda", GinFenceLevel.NONE, False),
-    ("efa_gda", GinFenceLevel.PUT, True), ("efa_gda", GinFenceLevel.PUT_GET, True)])
-def test_a_gin_barrier_covers_earlier_puts_at_fence_level_put_or_where_legacy_signals_are_strong(backend, fence,
-                                                                                                 covered):
+@pytest.mark.parametrize("backend, required, fence, covered", [
+    ("proxy", True, GinFenceLevel.NONE, True), ("gdaki", True, GinFenceLevel.NONE, True),
+    ("proxy", False, GinFenceLevel.NONE, False), ("efa_gda", False, GinFenceLevel.NONE, False),
+    ("efa_gda", False, GinFenceLevel.PUT, True), ("efa_gda", False, GinFenceLevel.PUT_GET, True)])
+def test_a_gin_barrier_covers_earlier_puts_at_fence_level_put_or_where_legacy_signals_are_strong(backend, required,
+                                                                                                 fence, covered):
     """NCCL's GIN barriers arrive with its legacy signals (``ncclGin_SignalInc``): at fence level NONE they follow
-    the rank's earlier puts on the context where those are strong, not on EFA GDA, where a read after the barrier
-    of a put that no signal covered is reported (it was accepted on every backend before); at PUT they do
-    everywhere (NCCL flushes first where signals are weak)."""
+    the rank's earlier puts on the context where those are strong (the device communicator requires strong
+    signals, NCCL's default); where they are weak, a read after the barrier of a put that no signal covered is
+    reported (it was accepted before); at PUT they follow them everywhere (NCCL flushes first where signals are
+    weak)."""
     kernel = _put_then_barrier_then_read(fence)
 
     def main(comm):
         a, b, out = comm.alloc(4, np.float32), comm.alloc(4, np.float32), comm.alloc(1, np.float32)
         a.set(np.arange(4, dtype=np.float32) + 10 * comm.rank)
         with comm.register(a) as s, comm.register(b) as d, \
-                comm.device_communicator(gin_signal_count=1, rail_gin_barrier_count=1) as dc:
+                comm.device_communicator(gin_signal_count=1, rail_gin_barrier_count=1,
+                                         gin_strong_signals_required=required) as dc:
             kernel[1, 1](dc, s, d, out)
             comm.synchronize()
         return float(out.get()[0])
@@ -525,8 +553,9 @@ def test_a_gin_barrier_covers_earlier_puts_at_fence_level_put_or_where_legacy_si
         assert run() == [11.0, 1.0]
     else:
         with pytest.raises(sim.GinCoverageError, match=r"the weak rail GIN barrier 0's arrival \(NCCL's GIN barriers "
-                                                        r"signal with its legacy signals, weak on the GIN backend "
-                                                        r"efa_gda\) covers no put; put #0 had"):
+                                                        r"signal with its legacy signals, weak on a device communicator "
+                                                        r"made with gin_strong_signals_required=False\) covers no put; "
+                                                        r"put #0 had"):
             run()
 
 

@@ -200,3 +200,44 @@ def test_a_kernel_that_uses_gin_is_refused_where_there_is_none():
 def test_an_unknown_gin_connections_option_is_refused():
     with pytest.raises(flowdsl.UsageError, match=r"gin_connections='wide': pass \"full\""):
         sim.spawn(lambda comm: None, nranks=1, gin_connections="wide")
+
+
+# ---- which GIN backend takes the device communicator (NCCL 2.32's ncclGinDevCommSetup) -----------------------
+_PROXY, _EFA = flowdsl.GinBackend.PROXY, flowdsl.GinBackend.EFA_GDA
+
+
+def test_nccl_takes_the_first_backend_that_is_the_one_named_and_offers_the_signals_required():
+    """NCCL tries the communicator's backends in turn, passing over one that is not ``gin_type`` (where named)
+    and one without strong signals where they are required (the default): flowdsl refuses, before NCCL, what
+    leaves none, in NCCL's words, on both paths (one check)."""
+    from flowdsl.host import checks
+
+    both = frozenset({_PROXY, _EFA})
+    assert checks.device_requirements({"gin_signal_count": 1}, gin_backends=both)  # the proxy takes it
+    assert checks.device_requirements({"gin_signal_count": 1, "gin_type": _EFA, "gin_strong_signals_required": False},
+                                      gin_backends=both)["gin_type"] is _EFA
+    with pytest.raises(flowdsl.UsageError, match=r"it requires strong GIN signals .* the GIN backend efa_gda offers "
+                                                 r"weak signals only"):
+        checks.device_requirements({"gin_signal_count": 1, "gin_type": _EFA}, gin_backends=both)
+    with pytest.raises(flowdsl.UsageError, match=r"gin_type=GDAKI: this communicator's GIN backends are efa_gda, proxy, "
+                                                 r"which NCCL refuses \(\"GIN: DevComm setup failed on all available "
+                                                 r"backends\"\)\. Leave gin_type out"):
+        checks.device_requirements({"gin_signal_count": 1, "gin_type": flowdsl.GinBackend.GDAKI}, gin_backends=both)
+    with pytest.raises(flowdsl.UsageError, match=r"gin_type 'proxy' is not a flowdsl.GinBackend"):
+        checks.device_requirements({"gin_signal_count": 1, "gin_type": "proxy"}, gin_backends=both)
+    # no GIN asked: no backend needed; the backends unknown (NCCL 2.28 cannot say): NCCL decides
+    assert checks.device_requirements({"lsa_barrier_count": 1}, gin_backends=frozenset({_EFA}))
+    assert checks.device_requirements({"gin_signal_count": 1, "gin_type": _EFA}, gin_backends=None)
+
+
+def test_the_simulator_takes_gin_type_as_nccl_does():
+    def backend_of(gin_backend, **requirements):
+        def main(comm):
+            with comm.device_communicator(gin_signal_count=1, **requirements) as dc:
+                return dc.gin_backend
+        return sim.spawn(main, nranks=2, nodes=2, gin_backend=gin_backend)[0]
+
+    assert backend_of("gdaki", gin_type=flowdsl.GinBackend.GDAKI) is flowdsl.GinBackend.GDAKI
+    assert backend_of("efa_gda", gin_type=_EFA, gin_strong_signals_required=False) is _EFA
+    with pytest.raises(sim.UsageError, match=r"gin_type=PROXY: this communicator's GIN backends are gdaki"):
+        backend_of("gdaki", gin_type=_PROXY)
