@@ -309,8 +309,9 @@ def fence_refusal(fence) -> str | None:
     """Why ``fence`` is refused as a barrier's fence level, or None (the GPU's typing and the simulator
     say the same)."""
     if isinstance(fence, bool) or not isinstance(fence, int) or not 0 <= int(fence) <= int(GinFenceLevel.PUT_GET):
+        got = int(fence) if isinstance(fence, int) and not isinstance(fence, bool) else fence  # as a kernel sees it
         return (f"A GIN barrier's sync requires fence to be a flowdsl.GinFenceLevel (NONE, PUT, GET or PUT_GET), "
-                f"got {fence!r}. Pass one of them, or leave fence out for NCCL's default, PUT_GET")
+                f"got {got!r}. Pass one of them, or leave fence out for NCCL's default, PUT_GET")
     return None
 
 

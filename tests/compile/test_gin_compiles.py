@@ -144,46 +144,41 @@ def test_a_fence_level_is_refused_for_nccl_2_28_naming_the_level_it_has():
         default_fence.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.28.9"), arch="sm_90", nccl="2.28.9")
 
 
-def test_a_fence_level_outside_nccls_is_refused_on_both_paths():
+def _refused_on_both_paths(kernel, text):
+    """``kernel(comm, win, out)`` refused by the GPU's typing (sm_90, NCCL 2.32.3) and by the simulator, in words
+    that match ``text`` on both."""
     import flowdsl.sim
 
-    @flowdsl.kernel
-    def fence_seven(comm, win, out):
-        gin.rail_barrier(gin.context(comm, 0), coop.cta(), 0).sync(MemoryOrder.ACQ_REL, 7)
-
-    text = (r"A GIN barrier's sync requires fence to be a flowdsl.GinFenceLevel \(NONE, PUT, GET or PUT_GET\), got 7. "
-            r"Pass one of them, or leave fence out for NCCL's default, PUT_GET")
     with pytest.raises(flowdsl.KernelTypingError, match=text):
-        fence_seven.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.32.3"), arch="sm_90", nccl="2.32.3")
+        kernel.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.32.3"), arch="sm_90", nccl="2.32.3")
 
     def main(comm):
         buf, out = comm.alloc(64, np.uint64), comm.alloc(4, np.uint64)
         with comm.register(buf) as win, comm.device_communicator(rail_gin_barrier_count=1) as dc:
-            fence_seven[1, 32](dc, win, out)
+            kernel[1, 32](dc, win, out)
             comm.synchronize()
 
     with pytest.raises(flowdsl.KernelTypingError, match=text):
         flowdsl.sim.spawn(main, nranks=2, nodes=2)
+
+
+@pytest.mark.parametrize("fence", [7, MemoryOrder.SEQ_CST])
+def test_a_fence_level_outside_nccls_is_refused_on_both_paths(fence):
+    """A kernel sees another enum's member as its value: both paths name the value."""
+    @flowdsl.kernel
+    def bad_fence(comm, win, out):
+        gin.rail_barrier(gin.context(comm, 0), coop.cta(), 0).sync(MemoryOrder.ACQ_REL, fence)
+
+    _refused_on_both_paths(bad_fence, rf"A GIN barrier's sync requires fence to be a flowdsl.GinFenceLevel \(NONE, "
+                                      rf"PUT, GET or PUT_GET\), got {int(fence)}. Pass one of them, or leave fence out "
+                                      r"for NCCL's default, PUT_GET")
 
 
 def test_only_a_hybrid_barrier_session_has_parts_on_both_paths():
     """``lsa_barrier()`` of a rail session: the GPU's typing refuses it, and the simulator in the same words."""
-    import flowdsl.sim
-
     @flowdsl.kernel
     def part_of_a_rail_session(comm, win, out):
         gin.rail_barrier(gin.context(comm, 0), coop.cta(), 0).lsa_barrier().sync(MemoryOrder.ACQ_REL)
 
-    text = r"Cannot take lsa_barrier\(\) of a flowdsl.gin.rail_barrier session: only a hybrid barrier session"
-    with pytest.raises(flowdsl.KernelTypingError, match=text):
-        part_of_a_rail_session.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.32.3"), arch="sm_90",
-                                       nccl="2.32.3")
-
-    def main(comm):
-        buf, out = comm.alloc(64, np.uint64), comm.alloc(4, np.uint64)
-        with comm.register(buf) as win, comm.device_communicator(rail_gin_barrier_count=1) as dc:
-            part_of_a_rail_session[1, 32](dc, win, out)
-            comm.synchronize()
-
-    with pytest.raises(flowdsl.KernelTypingError, match=text):
-        flowdsl.sim.spawn(main, nranks=2, nodes=2)
+    _refused_on_both_paths(part_of_a_rail_session, r"Cannot take lsa_barrier\(\) of a flowdsl.gin.rail_barrier "
+                                                   r"session: only a hybrid barrier session")

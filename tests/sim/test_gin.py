@@ -513,17 +513,34 @@ def test_two_blocks_on_one_hybrid_barrier_index_are_refused_naming_the_hybrid_ba
         sim.spawn(main, nranks=2, nodes=2)
 
 
-def _put_then_barrier_then_read(fence):
-    """A kernel: a put to the next rank with no signal, a rail GIN barrier at ``fence``, then a read of what the
-    previous rank put."""
+def _move_then_barrier_then_read(fence, get=False):
+    """A kernel: a put of 16 bytes to the next rank with no signal (with ``get``, a get of the next rank's first 16
+    bytes), a rail GIN barrier at ``fence``, then a read of element 1 of the destination."""
     @flowdsl.kernel
-    def put_then_barrier_then_read(comm, src, dst, out):
+    def move_then_barrier_then_read(comm, src, dst, out):
         ctx = gin.context(comm, 0)
         w = team.world(comm)
-        gin.put(ctx, w, (w.rank + 1) % w.nranks, dst, 0, src, 0, 16, coop=coop.thread())
+        if get:
+            gin.get(ctx, w, (w.rank + 1) % w.nranks, src, 0, dst, 0, 16, coop=coop.thread())
+        else:
+            gin.put(ctx, w, (w.rank + 1) % w.nranks, dst, 0, src, 0, 16, coop=coop.thread())
         gin.rail_barrier(ctx, coop.thread(), 0).sync(MemoryOrder.ACQ_REL, fence)
         out[0] = lsa.local_view(dst)[1]
-    return put_then_barrier_then_read
+    return move_then_barrier_then_read
+
+
+def _run_moved(kernel, seed, backend="proxy", **reqs):
+    """``kernel`` on 2 nodes x 1 rank, reordered, each rank's source ``10 * rank + [0, 1, 2, 3]``: what each read."""
+    def main(comm):
+        a, b, out = comm.alloc(4, np.float32), comm.alloc(4, np.float32), comm.alloc(1, np.float32)
+        a.set(np.arange(4, dtype=np.float32) + 10 * comm.rank)
+        b.set(np.full(4, np.nan, np.float32))
+        with comm.register(a) as s, comm.register(b) as d, \
+                comm.device_communicator(gin_signal_count=1, rail_gin_barrier_count=1, **reqs) as dc:
+            kernel[1, 1](dc, s, d, out)
+            comm.synchronize()
+        return float(out.get()[0])
+    return run_ranks(main, nranks=2, nodes=2, seed=seed, gin_delivery="reordered", gin_backend=backend)
 
 
 @pytest.mark.parametrize("backend, required, fence, covered", [
@@ -537,18 +554,8 @@ def test_a_gin_barrier_covers_earlier_puts_at_fence_level_put_or_where_legacy_si
     signals, NCCL's default); where they are weak, a read after the barrier of a put that no signal covered is
     reported (it was accepted before); at PUT they follow them everywhere (NCCL flushes first where signals are
     weak)."""
-    kernel = _put_then_barrier_then_read(fence)
-
-    def main(comm):
-        a, b, out = comm.alloc(4, np.float32), comm.alloc(4, np.float32), comm.alloc(1, np.float32)
-        a.set(np.arange(4, dtype=np.float32) + 10 * comm.rank)
-        with comm.register(a) as s, comm.register(b) as d, \
-                comm.device_communicator(gin_signal_count=1, rail_gin_barrier_count=1,
-                                         gin_strong_signals_required=required) as dc:
-            kernel[1, 1](dc, s, d, out)
-            comm.synchronize()
-        return float(out.get()[0])
-    run = lambda: run_ranks(main, nranks=2, nodes=2, seed=1, gin_delivery="reordered", gin_backend=backend)  # noqa: E731
+    def run():
+        return _run_moved(_move_then_barrier_then_read(fence), 1, backend, gin_strong_signals_required=required)
     if covered:
         assert run() == [11.0, 1.0]
     else:
@@ -559,38 +566,16 @@ def test_a_gin_barrier_covers_earlier_puts_at_fence_level_put_or_where_legacy_si
             run()
 
 
-def _get_then_barrier_then_read(fence):
-    """A kernel: a get of the next rank's first 16 bytes, a rail GIN barrier at ``fence``, a read of them."""
-    @flowdsl.kernel
-    def get_then_barrier_then_read(comm, src, dst, out):
-        ctx = gin.context(comm, 0)
-        w = team.world(comm)
-        gin.get(ctx, w, (w.rank + 1) % w.nranks, src, 0, dst, 0, 16, coop=coop.thread())
-        gin.rail_barrier(ctx, coop.thread(), 0).sync(MemoryOrder.ACQ_REL, fence)
-        out[0] = lsa.local_view(dst)[1]
-    return get_then_barrier_then_read
-
-
 @pytest.mark.parametrize("fence", [GinFenceLevel.GET, GinFenceLevel.NONE])
 def test_a_gin_barrier_at_fence_level_get_returns_after_the_ranks_gets_landed(fence):
     """GET flushes after the waits (NCCL 2.32): the get's bytes are there when the barrier returns. Without
     it, reading them races with the get's landing, which the race detector reports."""
-    kernel = _get_then_barrier_then_read(fence)
-
-    def main(comm):
-        a, b, out = comm.alloc(4, np.float32), comm.alloc(4, np.float32), comm.alloc(1, np.float32)
-        a.set(np.arange(4, dtype=np.float32) + 10 * comm.rank)
-        b.set(np.full(4, np.nan, np.float32))
-        with comm.register(a) as s, comm.register(b) as d, comm.device_communicator(rail_gin_barrier_count=1) as dc:
-            kernel[1, 1](dc, s, d, out)
-            comm.synchronize()
-        return float(out.get()[0])
-    run = lambda: run_ranks(main, nranks=2, nodes=2, seed=3, gin_delivery="reordered")  # noqa: E731
+    kernel = _move_then_barrier_then_read(fence, get=True)
     if fence == GinFenceLevel.GET:
-        assert run() == [11.0, 1.0]
+        assert _run_moved(kernel, 3) == [11.0, 1.0]
     else:
         with pytest.raises(sim.DataRaceError, match="get"):
-            run()
+            _run_moved(kernel, 3)
 
 
 def _put_off_rail_then_hybrid_barrier(fence):
@@ -628,33 +613,12 @@ def test_a_hybrid_barrier_at_fence_level_put_covers_puts_outside_the_rail_team(f
             run()
 
 
-@pytest.mark.parametrize("fence, match", [(7, "got 7"), (MemoryOrder.SEQ_CST, "got <MemoryOrder.SEQ_CST: 5>")])
-def test_a_fence_level_that_is_none_of_nccls_is_refused_on_both_paths(fence, match):
-    @flowdsl.kernel
-    def bad_fence(comm):
-        gin.rail_barrier(gin.context(comm, 0), coop.thread(), 0).sync(MemoryOrder.ACQ_REL, fence)
-
-    def main(comm):
-        with comm.device_communicator(rail_gin_barrier_count=1) as dc:
-            bad_fence[1, 1](dc)
-            comm.synchronize()
-    with pytest.raises(flowdsl.KernelTypingError) as ei:
-        run_ranks(main, nranks=2, nodes=2)
-    assert ("A GIN barrier's sync requires fence to be a flowdsl.GinFenceLevel (NONE, PUT, GET or PUT_GET)"
-            in str(ei.value))
-    assert match in str(ei.value)
+@flowdsl.kernel
+def _lsa_part_fenced(comm, win):
+    gin.hybrid_barrier(gin.context(comm, 0), coop.thread(), 0).lsa_barrier().sync(MemoryOrder.ACQ_REL, GinFenceLevel.PUT)
 
 
 def test_the_lsa_part_of_a_hybrid_session_takes_no_fence_level():
-    @flowdsl.kernel
-    def lsa_part_fenced(comm):
-        gin.hybrid_barrier(gin.context(comm, 0), coop.thread(), 0).lsa_barrier().sync(MemoryOrder.ACQ_REL,
-                                                                                       GinFenceLevel.PUT)
-
-    def main(comm):
-        with comm.device_communicator(barrier_count=1) as dc:
-            lsa_part_fenced[1, 1](dc)
-            comm.synchronize()
     with pytest.raises(flowdsl.KernelTypingError, match=r"syncs with sync\(order\) only: NCCL's lsaBarrier\(\)\.sync "
                                                         r"has no fence level"):
-        run_ranks(main, nranks=2, nodes=2)
+        run_ranks(_one(_lsa_part_fenced, barrier_count=1), nranks=2, nodes=2)
