@@ -18,7 +18,7 @@ import numpy as np
 from numba import cuda, uint64
 
 import flowdsl
-from flowdsl import MemoryOrder, ThreadScope, cft, coop, flow, gin, lsa, mem, wait
+from flowdsl import GinFenceLevel, MemoryOrder, ThreadScope, cft, coop, flow, gin, lsa, mem, wait
 from flowdsl import collectives as coll
 
 #: Seconds a GPU wait may last in these programs (the simulator needs no clock).
@@ -119,9 +119,9 @@ def absent_at_gin_barrier(comm, absent, hybrid):
     ctx = gin.context(comm, 0)
     if comm.rank != absent:
         if hybrid == 1:
-            gin.hybrid_barrier(ctx, coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
+            gin.hybrid_barrier(ctx, coop.cta(), 0).sync(MemoryOrder.ACQ_REL, GinFenceLevel.NONE)
         else:
-            gin.rail_barrier(ctx, coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
+            gin.rail_barrier(ctx, coop.cta(), 0).sync(MemoryOrder.ACQ_REL, GinFenceLevel.NONE)
 
 
 def skip_gin_barrier(absent: int = 1, hybrid: bool = False, abort: bool = False):

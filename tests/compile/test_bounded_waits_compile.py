@@ -14,7 +14,7 @@ import pytest
 from numba import cuda, uint64
 
 import flowdsl
-from flowdsl import GinBackend, MemoryOrder, RedOp, cft, coop, gin, lsa, mem
+from flowdsl import GinBackend, GinFenceLevel, MemoryOrder, RedOp, cft, coop, gin, lsa, mem
 from flowdsl.collectives import _library
 from flowdsl.lowering.target import linker_cuda_version
 from flowdsl.lowering.types import devcomm_words
@@ -66,8 +66,8 @@ def barriers_and_signals(comm, flags):
     ctx = gin.context(comm, 0)
     gin.wait_signal(ctx, cta, 0, uint64(flags[0]))
     gin.wait_counter(ctx, cta, 0, uint64(flags[1]))
-    gin.rail_barrier(ctx, cta, 0).sync(MemoryOrder.ACQ_REL)
-    gin.hybrid_barrier(ctx, cta, 0).sync(MemoryOrder.ACQ_REL)
+    gin.rail_barrier(ctx, cta, 0).sync(MemoryOrder.ACQ_REL, GinFenceLevel.NONE)  # NCCL 2.28's only level
+    gin.hybrid_barrier(ctx, cta, 0).sync(MemoryOrder.ACQ_REL, GinFenceLevel.NONE)
 
 
 @pytest.mark.parametrize("nccl", ["2.28.9", "2.32.3"])
@@ -82,12 +82,12 @@ def test_support_library_waits_poll_the_timer(linked_ptx, nccl):
 
 @flowdsl.kernel
 def rail_barrier(comm):
-    gin.rail_barrier(gin.context(comm, 0), coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
+    gin.rail_barrier(gin.context(comm, 0), coop.cta(), 0).sync(MemoryOrder.ACQ_REL, GinFenceLevel.NONE)
 
 
 @flowdsl.kernel
 def hybrid_barrier(comm):
-    gin.hybrid_barrier(gin.context(comm, 0), coop.cta(), 0).sync(MemoryOrder.ACQ_REL)
+    gin.hybrid_barrier(gin.context(comm, 0), coop.cta(), 0).sync(MemoryOrder.ACQ_REL, GinFenceLevel.NONE)
 
 
 #: NCCL's abort test (nccl::utility::testAbort), in its plain barrier form: a load every 10000 spins.
