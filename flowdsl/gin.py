@@ -12,8 +12,9 @@ Signal kinds — the kernel states which it needs:
 * **weak**: only the put that carries the signal has landed (``weak_*``).
   Networks that deliver out of order (AWS EFA's SRD) and the EFA GDA backend
   offer weak signals only;
-* legacy (:func:`signal_inc`, :func:`signal_add`, NCCL >= 2.28): strong when
-  the backend makes legacy signals strong (the GIN proxy does), weak otherwise.
+* legacy (:func:`signal_inc`, :func:`signal_add`, NCCL >= 2.28): strong exactly
+  where the device communicator requires strong signals (``gin_strong_signals_required``,
+  True unless set: NCCL 2.32's rule), weak otherwise.
 
 Remote actions (``remote=`` of :func:`put`, :func:`put_value`, :func:`signal`):
 :func:`signal_inc`, :func:`signal_add`, :func:`strong_signal_inc`,

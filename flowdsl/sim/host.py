@@ -821,8 +821,8 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
             (``"ordered"``, the default: GIN operations of one context, source and
             peer land in issue order; ``"reordered"``: in a seeded random order, as
             on EFA's SRD), ``gin_backend`` (``"proxy"``, the default, ``"gdaki"``:
-            strong and weak signals, legacy signals strong; ``"efa_gda"``: weak
-            signals only), ``races`` (detect data races: ``True``/``False``; default
+            strong and weak signals; ``"efa_gda"``: weak signals only, so a device
+            communicator there must not require strong ones), ``races`` (detect data races: ``True``/``False``; default
             on, unless the environment variable ``FLOWDSL_SIM_RACES=0``; see
             ``flowdsl.sim.races``), ``host_threads`` (``True``: each rank's ``main`` runs on an
             OS thread of its own, one at a time as before, so that it keeps its own thread-local
