@@ -19,30 +19,26 @@ def lanes_reversed(dtype):
     """A kernel ``(src, dst, relaxed)``: vector ``i`` of ``dst`` is vector ``i`` of ``src``, lanes reversed, each
     vector loaded and stored whole (``relaxed``: by the ``_relaxed`` forms at device scope)."""
     make = VECTOR_TYPES[np.dtype(dtype)]
-    if np.dtype(dtype).itemsize == 4:
-        @flowdsl.kernel
-        def reverse4(src, dst, relaxed):
-            i = cuda.grid(1)
-            if i < dst.size // 4:
-                if relaxed:
-                    v = mem.load_vector_relaxed(src, i, ThreadScope.DEVICE)
-                    mem.store_vector_relaxed(dst, i, make(v.w, v.z, v.y, v.x), ThreadScope.DEVICE)
-                else:
-                    v = mem.load_vector(src, i)
-                    mem.store_vector(dst, i, make(v.w, v.z, v.y, v.x))
-        return reverse4
+    lanes = 16 // np.dtype(dtype).itemsize
+    if lanes == 4:
+        @flowdsl.device
+        def flipped(v):
+            return make(v.w, v.z, v.y, v.x)
+    else:
+        @flowdsl.device
+        def flipped(v):
+            return make(v.y, v.x)
 
     @flowdsl.kernel
-    def reverse2(src, dst, relaxed):
+    def reverse(src, dst, relaxed):
         i = cuda.grid(1)
-        if i < dst.size // 2:
+        if i < dst.size // lanes:
             if relaxed:
-                v = mem.load_vector_relaxed(src, i, ThreadScope.DEVICE)
-                mem.store_vector_relaxed(dst, i, make(v.y, v.x), ThreadScope.DEVICE)
+                mem.store_vector_relaxed(dst, i, flipped(mem.load_vector_relaxed(src, i, ThreadScope.DEVICE)),
+                                         ThreadScope.DEVICE)
             else:
-                v = mem.load_vector(src, i)
-                mem.store_vector(dst, i, make(v.y, v.x))
-    return reverse2
+                mem.store_vector(dst, i, flipped(mem.load_vector(src, i)))
+    return reverse
 
 
 @flowdsl.kernel

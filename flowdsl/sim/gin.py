@@ -19,6 +19,7 @@ from .errors import (BarrierIndexError, GinBackendError, GinResourceError, Kerne
                      WindowAccessError, sim_error)
 from .lsa import BarrierSession, lsa_arrive, lsa_wait, open_lsa_barrier
 from .network import Op
+from .races import ACQUIRING, RELEASING
 from .scheduler import Cond, Wait
 from .semantics import current, implements
 from .timeouts import note_bounded
@@ -118,7 +119,6 @@ class GinState:
         self.sig_pending = [[[] for _ in range(self.nsignals)] for _ in range(n)]
         self.sig_cond = [Cond() for _ in range(n)]
         self.ctr_cond = [Cond() for _ in range(n)]
-        self.nodes = world.nodes
         self.nworld = int(reqs.get("world_gin_barrier_count", 0))
         # GIN barriers by team: each rank's inbox holds, per barrier, the last arrival of each team member
         # (the rail team's by node, the world team's by rank), its own epoch, and what its waits block on.
@@ -532,15 +532,15 @@ def _fence_level(fence) -> int:
     return int(fence)
 
 
+def _team_stride(comm, team: str, st) -> int:
+    """How far apart in the world ``team``'s ranks are: the rail team's an LSA team apart (this LSA rank on
+    every node), the dense one's GIN's stride, the world team's 1. A member's inbox slot is its rank over it."""
+    return {"rail": comm.lsa_size, "dense": st.stride}.get(team, 1)
+
+
 def _team_members(comm, team: str, st, own: bool = False) -> list[tuple[int, int]]:
-    """``(slot in the inbox, world rank)`` of each member of ``team`` but this rank (this rank too if ``own``):
-    the rail team's by node (this LSA rank on every node), the world team's by rank, the dense one's (ranks
-    ``st.stride`` apart) by rank over the stride."""
-    ls = comm.lsa_size
-    if team == "rail":
-        node = comm.rank // ls
-        return [(p, comm.lsa_rank + p * ls) for p in range(st.nodes) if own or p != node]
-    step = st.stride if team == "dense" else 1
+    """``(slot in the inbox, world rank)`` of each member of ``team`` but this rank (this rank too if ``own``)."""
+    step = _team_stride(comm, team, st)
     return [(r // step, r) for r in range(comm.rank % step, comm.nranks, step) if own or r != comm.rank]
 
 
@@ -556,7 +556,7 @@ def _gin_barrier_sync(s, order, what, fence):
     coop_sync(s.coop)
     val = s.epoch + 1
     put = bool(fence & GinFenceLevel.PUT)
-    me = {"rail": comm.rank // comm.lsa_size, "dense": comm.rank // st.stride}.get(s.team, comm.rank)
+    me = comm.rank // _team_stride(comm, s.team, st)
     members = _team_members(comm, s.team, st, own=put)
     net = _net()
     if s.coop.trank == 0:
@@ -681,17 +681,12 @@ def _gin_hybrid_barrier(ctx, coop, index):
 
 def _release_of(order):
     """NCCL's ``releaseOrderOf``: the release half of ``order`` (relaxed if it has none)."""
-    order = MemoryOrder(int(order))
-    return {MemoryOrder.ACQ_REL: MemoryOrder.RELEASE, MemoryOrder.SEQ_CST: MemoryOrder.RELEASE,
-            MemoryOrder.RELEASE: MemoryOrder.RELEASE}.get(order, MemoryOrder.RELAXED)
+    return MemoryOrder.RELEASE if int(order) in RELEASING else MemoryOrder.RELAXED
 
 
 def _acquire_of(order):
     """NCCL's ``acquireOrderOf``: the acquire half of ``order`` (relaxed if it has none)."""
-    order = MemoryOrder(int(order))
-    return {MemoryOrder.ACQ_REL: MemoryOrder.ACQUIRE, MemoryOrder.SEQ_CST: MemoryOrder.ACQUIRE,
-            MemoryOrder.ACQUIRE: MemoryOrder.ACQUIRE, MemoryOrder.CONSUME: MemoryOrder.ACQUIRE}.get(
-        order, MemoryOrder.RELAXED)
+    return MemoryOrder.ACQUIRE if int(order) in ACQUIRING else MemoryOrder.RELAXED
 
 
 def _grow_lsa(g, n):
