@@ -5,7 +5,8 @@ lowering: its typer checks the arguments against the spec (:func:`check`), and i
 passes each argument to the C function as its kind says (:data:`C_ARGUMENTS`: a device
 communicator as its pointer, a team as its three ints, an integer as it is), then gives the
 result as ``returns`` says. Adding such a primitive touches its stub (with its extern row, ``c=``), its C body
-and its simulation. Both functions are generated with the stub's own parameter names and
+and its simulation. A primitive that is one numba ``@intrinsic`` after the checks is registered the same
+way by :func:`lower_as`. Both functions are generated with the stub's own parameter names and
 defaults, so numba folds keyword and default arguments as it does for a hand-written overload.
 """
 
@@ -24,7 +25,7 @@ from .checks import check
 from .declarations import extern
 from .intrinsics import array_ptr, devcomm_ptr, make_team
 
-__all__ = ["C_ARGUMENTS", "bind_spec_lowerings"]
+__all__ = ["C_ARGUMENTS", "bind_spec_lowerings", "lower_as"]
 
 #: Argument kind -> the C arguments a value of it becomes, an expression over the parameter's name
 #: (``None``: a parameter the spec does not check, passed as it is).
@@ -37,11 +38,11 @@ C_ARGUMENTS = {
 
 #: ``returns`` -> the implementation's body, over ``{args}`` (the C arguments).
 _BODIES = {
-    "value": "    return fn({args})\n",
-    "bool": "    return fn({args}) != 0\n",
-    "team": ("    out = cuda.local.array(3, types.int32)\n"
-             "    fn({args}, array_ptr(out))\n"
-             "    return make_team(out[0], out[1], out[2])\n"),
+    "value": "return fn({args})",
+    "bool": "return fn({args}) != 0",
+    "team": ("out = cuda.local.array(3, types.int32)\n"
+             "fn({args}, array_ptr(out))\n"
+             "return make_team(out[0], out[1], out[2])"),
 }
 
 
@@ -57,6 +58,26 @@ def _signature(params, defaults: dict) -> str:
     return ", ".join(parts)
 
 
+def _register(stub, setup: str, body: str, namespace: dict, what: str) -> None:
+    """Register ``@overload(stub)`` of a typer generated with the stub's parameters and defaults:
+    the spec's checks, then ``setup`` (lines at the typer's level), then an implementation whose body
+    is ``body`` (lines at the implementation's level)."""
+    spec = spec_of(stub)
+    names = ", ".join(p.name for p in spec.params)
+    namespace.update(check=check, stub=stub)
+    signature = _signature(spec.params, namespace)
+    code = (f"def typer({signature}):\n"
+            f"    check(stub, {names})\n"
+            + "".join("    " + line + "\n" for line in setup.splitlines())
+            + f"    def impl({signature}):\n"
+            + "".join("        " + line + "\n" for line in body.splitlines())
+            + "    return impl\n")
+    exec(compile(code, f"<lowering of {spec.name} {what}>", "exec"), namespace)  # noqa: S102 - from a spec
+    typer = namespace["typer"]
+    typer.__qualname__ = typer.__name__ = f"lower_{spec.short.replace('.', '_')}"
+    overload(stub)(typer)
+
+
 def lower_from_spec(stub) -> None:
     """Register the typing and lowering of ``stub`` made from its spec."""
     spec = spec_of(stub)
@@ -69,21 +90,24 @@ def lower_from_spec(stub) -> None:
                                "which has no C mapping (flowdsl.lowering.generic.C_ARGUMENTS). Add one, or write "
                                "its lowering by hand and leave returns= out of its spec")
         c_args.append(C_ARGUMENTS[kind].format(p=p.name))
-    names = ", ".join(p.name for p in spec.params)
-    namespace = {"check": check, "stub": stub, "extern": extern, "cuda": cuda, "types": types,
+    namespace = {"extern": extern, "cuda": cuda, "types": types,
                  "devcomm_ptr": devcomm_ptr, "array_ptr": array_ptr, "make_team": make_team}
-    signature = _signature(spec.params, namespace)
-    code = (f"def typer({signature}):\n"
-            f"    check(stub, {names})\n"
-            f"    fn = extern(stub)\n"
-            f"    def impl({signature}):\n"
-            + "".join("    " + line + "\n" for line in _BODIES[spec.returns].format(args=", ".join(c_args))
-                      .splitlines())
-            + "    return impl\n")
-    exec(compile(code, f"<lowering of {spec.name} from its spec>", "exec"), namespace)  # noqa: S102 - from a spec
-    typer = namespace["typer"]
-    typer.__qualname__ = typer.__name__ = f"lower_{spec.short.replace('.', '_')}"
-    overload(stub)(typer)
+    _register(stub, "fn = extern(stub)", _BODIES[spec.returns].format(args=", ".join(c_args)), namespace,
+              "from its spec")
+
+
+def lower_as(stub, intrinsic=None, choose=None) -> None:
+    """Register the typing and lowering of ``stub`` as the spec's checks, then a numba ``@intrinsic``
+    called with the stub's arguments as they are: ``intrinsic``, or the one ``choose`` returns when
+    called with the argument types by name (it checks what the spec cannot say, and may bake a
+    constant argument into the intrinsic it makes)."""
+    params = [p.name for p in spec_of(stub).params]
+    names = ", ".join(params)
+    if choose is None:
+        _register(stub, "", f"return fn({names})", {"fn": intrinsic}, f"as {intrinsic.__name__}")
+    else:
+        _register(stub, "fn = choose(" + ", ".join(f"{n}={n}" for n in params) + ")", f"return fn({names})",
+                  {"choose": choose}, f"as {choose.__qualname__}")
 
 
 def bind_spec_lowerings() -> None:

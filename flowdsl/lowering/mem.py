@@ -24,6 +24,7 @@ from numba.cuda.vector_types import VectorType, vector_types
 from .. import mem
 from ..enums import MemoryOrder, RedOp, ThreadScope
 from .checks import check
+from .generic import lower_as
 from .intrinsics import emit_trap
 
 __all__ = ["PTX_TYPES"]
@@ -475,90 +476,16 @@ _red_add = _atomic("add", returns=False)
 # numba offers an overload the non-literal types first, then literals: the non-literal attempt is refused
 # by the spec's constant check, so the literal one decides (and its error is the one reported).
 
-@overload(mem.load_acquire)
-def mem_load_acquire(array, index, scope):
-    check(mem.load_acquire, array, index, scope)
-    return lambda array, index, scope: _load_acquire(array, index, scope)
-
-
-@overload(mem.load_relaxed)
-def mem_load_relaxed(array, index, scope):
-    check(mem.load_relaxed, array, index, scope)
-    return lambda array, index, scope: _load_relaxed(array, index, scope)
-
-
-@overload(mem.store_release)
-def mem_store_release(array, index, value, scope):
-    check(mem.store_release, array, index, value, scope)
-    return lambda array, index, value, scope: _store_release(array, index, value, scope)
-
-
-@overload(mem.store_relaxed)
-def mem_store_relaxed(array, index, value, scope):
-    check(mem.store_relaxed, array, index, value, scope)
-    return lambda array, index, value, scope: _store_relaxed(array, index, value, scope)
-
-
-@overload(mem.fence)
-def mem_fence(order, scope):
-    check(mem.fence, order, scope)
-    return lambda order, scope: _fence(order, scope)
-
-
-@overload(mem.atomic_add)
-def mem_atomic_add(array, index, value, order, scope):
-    check(mem.atomic_add, array, index, value, order, scope)
-    return lambda array, index, value, order, scope: _atomic_add(array, index, value, order, scope)
-
-
-@overload(mem.atomic_exch)
-def mem_atomic_exch(array, index, value, order, scope):
-    check(mem.atomic_exch, array, index, value, order, scope)
-    return lambda array, index, value, order, scope: _atomic_exch(array, index, value, order, scope)
-
-
-@overload(mem.red_add)
-def mem_red_add(array, index, value, order, scope):
-    check(mem.red_add, array, index, value, order, scope)
-    return lambda array, index, value, order, scope: _red_add(array, index, value, order, scope)
-
-
-@overload(mem.atomic_cas)
-def mem_atomic_cas(array, index, expected, desired, order, scope):
-    check(mem.atomic_cas, array, index, expected, desired, order, scope)
-    return lambda array, index, expected, desired, order, scope: _atomic_cas(
-        array, index, expected, desired, order, scope)
-
-
-@overload(mem.load_vec)
-def mem_load_vec(array, index):
-    check(mem.load_vec, array, index)
-    return lambda array, index: _load_vec(array, index)
-
-
-@overload(mem.store_vec)
-def mem_store_vec(array, index, values):
-    check(mem.store_vec, array, index, values)
-    return lambda array, index, values: _store_vec(array, index, values)
-
-
-@overload(mem.load_vec_relaxed)
-def mem_load_vec_relaxed(array, index, scope):
-    check(mem.load_vec_relaxed, array, index, scope)
-    return lambda array, index, scope: _load_vec_relaxed(array, index, scope)
-
-
-@overload(mem.store_vec_relaxed)
-def mem_store_vec_relaxed(array, index, values, scope):
-    check(mem.store_vec_relaxed, array, index, values, scope)
-    return lambda array, index, values, scope: _store_vec_relaxed(array, index, values, scope)
-
-
-@overload(mem.warp_store_vec)
-def mem_warp_store_vec(array, index, values, scope):
-    check(mem.warp_store_vec, array, index, values, scope)
-    # One st.relaxed.v* a lane: a converged warp issues them as one instruction (the primitive's meaning).
-    return lambda array, index, values, scope: _store_vec_relaxed(array, index, values, scope)
+#: Primitives whose lowering is their intrinsic, called with the stub's arguments after the spec's checks.
+for _stub, _intrinsic in ((mem.load_acquire, _load_acquire), (mem.load_relaxed, _load_relaxed),
+                          (mem.store_release, _store_release), (mem.store_relaxed, _store_relaxed),
+                          (mem.fence, _fence), (mem.atomic_add, _atomic_add), (mem.atomic_exch, _atomic_exch),
+                          (mem.red_add, _red_add), (mem.atomic_cas, _atomic_cas), (mem.load_vec, _load_vec),
+                          (mem.store_vec, _store_vec), (mem.load_vec_relaxed, _load_vec_relaxed),
+                          (mem.store_vec_relaxed, _store_vec_relaxed),
+                          # One st.relaxed.v* a lane: a converged warp issues them as one instruction (its meaning).
+                          (mem.warp_store_vec, _store_vec_relaxed)):
+    lower_as(_stub, _intrinsic)
 
 
 @overload(mem.load_vector)
@@ -834,63 +761,27 @@ def _multimem_address_of(typingctx, view, index):
     return types.uint64(view, index), codegen
 
 
-@overload(mem.multimem_address)
-def mem_multimem_address(view, index):
-    check(mem.multimem_address, view, index)
-    return lambda view, index: _multimem_address_of(view, index)
+lower_as(mem.multimem_address, _multimem_address_of)
 
 
-@overload(mem.multimem_ld_reduce)
-def mem_multimem_ld_reduce(view, index, op):
-    check(mem.multimem_ld_reduce, view, index, op)
-    _multimem_typing(mem.multimem_ld_reduce, view, op, False)
-    baked = _multimem_ld_reduce(RedOp(op.literal_value))
-    return lambda view, index, op: baked(view, index, op)
+def _multimem_lowering(stub, vector, intrinsic):
+    """Lower a multimem primitive: PTX's table of types and operators checked (:func:`_multimem_typing`),
+    a vector form's ``values`` checked against the view, an operator baked into its intrinsic (then
+    ``intrinsic`` makes it from the :class:`RedOp`)."""
+    def choose(view, op=None, values=None, **_):
+        _multimem_typing(stub, view, op, vector)
+        if values is not None:
+            _vector_values(stub, view, values)
+        return intrinsic if op is None else intrinsic(RedOp(op.literal_value))
+    choose.__qualname__ = f"multimem lowering of {stub.__name__}"
+    lower_as(stub, choose=choose)
 
 
-@overload(mem.multimem_store)
-def mem_multimem_store(view, index, value):
-    check(mem.multimem_store, view, index, value)
-    _multimem_typing(mem.multimem_store, view, None, False)
-    return lambda view, index, value: _multimem_store(view, index, value)
-
-
-@overload(mem.multimem_red)
-def mem_multimem_red(view, index, value, op):
-    check(mem.multimem_red, view, index, value, op)
-    _multimem_typing(mem.multimem_red, view, op, False)
-    baked = _multimem_red(RedOp(op.literal_value))
-    return lambda view, index, value, op: baked(view, index, value, op)
-
-
-@overload(mem.multimem_ld_reduce_vec)
-def mem_multimem_ld_reduce_vec(view, index, op):
-    check(mem.multimem_ld_reduce_vec, view, index, op)
-    _multimem_typing(mem.multimem_ld_reduce_vec, view, op, True)
-    baked = _multimem_ld_reduce_vec(RedOp(op.literal_value))
-    return lambda view, index, op: baked(view, index, op)
-
-
-@overload(mem.multimem_store_vec)
-def mem_multimem_store_vec(view, index, values):
-    check(mem.multimem_store_vec, view, index, values)
-    _multimem_typing(mem.multimem_store_vec, view, None, True)
-    _vector_values(mem.multimem_store_vec, view, values)
-    return lambda view, index, values: _multimem_store_vec(view, index, values)
-
-
-@overload(mem.multimem_store_vec_relaxed)
-def mem_multimem_store_vec_relaxed(view, index, values, scope):
-    check(mem.multimem_store_vec_relaxed, view, index, values, scope)
-    _multimem_typing(mem.multimem_store_vec_relaxed, view, None, True)
-    _vector_values(mem.multimem_store_vec_relaxed, view, values)
-    return lambda view, index, values, scope: _multimem_store_vec_relaxed(view, index, values, scope)
-
-
-@overload(mem.multimem_red_vec)
-def mem_multimem_red_vec(view, index, values, op):
-    check(mem.multimem_red_vec, view, index, values, op)
-    _multimem_typing(mem.multimem_red_vec, view, op, True)
-    _vector_values(mem.multimem_red_vec, view, values)
-    baked = _multimem_red_vec(RedOp(op.literal_value))
-    return lambda view, index, values, op: baked(view, index, values, op)
+for _stub, _vector, _intrinsic in ((mem.multimem_ld_reduce, False, _multimem_ld_reduce),
+                                   (mem.multimem_store, False, _multimem_store),
+                                   (mem.multimem_red, False, _multimem_red),
+                                   (mem.multimem_ld_reduce_vec, True, _multimem_ld_reduce_vec),
+                                   (mem.multimem_store_vec, True, _multimem_store_vec),
+                                   (mem.multimem_store_vec_relaxed, True, _multimem_store_vec_relaxed),
+                                   (mem.multimem_red_vec, True, _multimem_red_vec)):
+    _multimem_lowering(_stub, _vector, _intrinsic)
