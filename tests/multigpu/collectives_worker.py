@@ -28,7 +28,7 @@ from pathlib import Path
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast on the shared machines
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's flowdsl, installed or not
-from tests.multigpu.rank_report import record_error, write_report  # noqa: E402 - found through the line above
+from tests.multigpu.rank_report import record_calls, run_reported  # noqa: E402 - found through the line above
 
 BIG = (1 << 20) + 3  # a prime-ish count past every chunk and channel boundary
 SUITES = ("matrix", "protocols", "torch", "small")
@@ -76,26 +76,18 @@ def main(argv=None) -> int:
 
     dist.init_process_group("gloo")
     report = {"rank": dist.get_rank(), "nranks": dist.get_world_size(), "suites": {}, "error": None}
-    status = 0
-    try:
+    comm = None
+
+    def run_suites() -> int:
+        nonlocal comm
         comm = flowdsl.init(group=dist.group.WORLD)
+        status = 0
         for name in suites:
             matrix = suite_cases(name, comm.nranks, getattr(comm, "lsa_size", None))
-            failures = check.run_matrix(comm, matrix)
-            report["suites"][name] = {"calls": len(matrix), "failures": failures}
-            print(f"[rank {comm.rank}/{comm.nranks}] {name}: {len(matrix)} calls, "
-                  f"{'OK' if not failures else f'{len(failures)} FAILED'}", flush=True)
-            for line in failures[:5]:
-                print("   ", line, flush=True)
-            status = status or (1 if failures else 0)
-    except Exception:  # noqa: BLE001 - reported to the launcher, then the rank exits
-        record_error(report)
-        status = 2
-    write_report(args.out, report)
-    if status == 2:
-        # No close: another rank may still wait inside a collective, and closing waits for the
-        # device. Exiting lets torchrun end the other ranks.
-        os._exit(status)
+            status |= record_calls(comm, report["suites"], name, name, len(matrix), check.run_matrix(comm, matrix), 5)
+        return status
+
+    status = run_reported(args.out, report, run_suites)
     comm.close()
     dist.destroy_process_group()
     return status

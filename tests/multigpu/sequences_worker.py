@@ -27,7 +27,7 @@ from pathlib import Path
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast on the shared machines
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's flowdsl, installed or not
-from tests.multigpu.rank_report import record_error, write_report  # noqa: E402 - found through the line above
+from tests.multigpu.rank_report import record_calls, run_reported  # noqa: E402 - found through the line above
 
 #: The largest count on GPUs: enough for several channels (a channel per 2 KiB of LL, 16 KiB of SIMPLE).
 LARGE = 1 << 15
@@ -56,26 +56,22 @@ def main(argv=None) -> int:
 
     dist.init_process_group("gloo")
     report = {"rank": dist.get_rank(), "nranks": dist.get_world_size(), "seeds": {}, "error": None}
-    status, wrong = 0, 0
-    try:
+    comm = None
+    wrong = 0
+
+    def run_seeds() -> int:
+        nonlocal comm, wrong
         comm = flowdsl.init(group=dist.group.WORLD)
+        status = 0
         for seed in seeds:
             calls = sequences.generate(seed, args.calls, comm.nranks, lsa_team_size(comm), protocols=protocols,
                                        large=args.large)
             failures = [str(f) for f in sequences.run_sequence(comm, calls)]
-            report["seeds"][str(seed)] = {"calls": len(calls), "failures": failures}
             wrong += len(failures)
-            print(f"[rank {comm.rank}/{comm.nranks}] sequence seed {seed}: {len(calls)} calls, "
-                  f"{'OK' if not failures else f'{len(failures)} WRONG'}", flush=True)
-            for line in failures[:3]:
-                print("   ", line, flush=True)
-            status = status or (1 if failures else 0)
-    except Exception:  # noqa: BLE001 - reported to the launcher, then the rank exits
-        record_error(report)
-        status = 2
-    write_report(args.out, report)
-    if status == 2:
-        os._exit(status)  # no close: another rank may wait inside a collective (collectives_worker.py)
+            status |= record_calls(comm, report["seeds"], str(seed), f"sequence seed {seed}", len(calls), failures, 3)
+        return status
+
+    status = run_reported(args.out, report, run_seeds)
     total = torch.tensor([wrong])
     dist.all_reduce(total)
     if comm.rank == 0:
