@@ -11,6 +11,7 @@ import flowdsl.sim as sim
 from flowdsl import GinFenceLevel, MemoryOrder, ThreadScope, coop, gin, lsa, mem, team
 from flowdsl.examples import alltoall_gin, alltoall_hybrid, gin_put, moe_gin, rmsnorm_gin, rmsnorm_hybrid
 from flowdsl.testing import assert_ranks_close, run_ranks
+from tests.launching import launching
 
 pytestmark = pytest.mark.sim
 
@@ -503,11 +504,7 @@ def _two_blocks_one_hybrid_index(comm):
 
 
 def test_two_blocks_on_one_hybrid_barrier_index_are_refused_naming_the_hybrid_barrier():
-    def main(comm):
-        with comm.device_communicator(barrier_count=1) as dc:
-            _two_blocks_one_hybrid_index[2, 32](dc)
-            comm.synchronize()
-
+    main = launching(_two_blocks_one_hybrid_index, 2, 32, barrier_count=1)
     with pytest.raises(sim.SimulationError, match=r"Cannot open hybrid barrier 0 in block \d: block \d of the same "
                                                   r"launch is using barrier 0"):
         sim.spawn(main, nranks=2, nodes=2)

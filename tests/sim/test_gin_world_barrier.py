@@ -12,6 +12,7 @@ import flowdsl
 import flowdsl.sim as sim
 from flowdsl import MemoryOrder, coop, gin, team
 from flowdsl.testing import run_ranks
+from tests.launching import launching
 
 pytestmark = pytest.mark.sim
 
@@ -59,10 +60,7 @@ def _world_index_2(comm):
 
 
 def test_an_index_beyond_the_count_is_refused():
-    def main(comm):
-        with comm.device_communicator(world_gin_barrier_count=2) as dc:
-            _world_index_2[1, 1](dc)
-            comm.synchronize()
+    main = launching(_world_index_2, 1, 1, world_gin_barrier_count=2)
     with pytest.raises(sim.BarrierIndexError, match=r"Cannot open GIN world barrier 2: the device communicator has "
                                                      r"world_gin_barrier_count=2 \(valid indices 0\.\.1\)"):
         run_ranks(main, nranks=4, nodes=2)
@@ -76,10 +74,7 @@ def _world_barrier_unless_last(comm):
 
 
 def test_a_rank_that_never_arrives_is_named():
-    def main(comm):
-        with comm.device_communicator(for_kernel=_world_barrier_unless_last, grid=1) as dc:
-            _world_barrier_unless_last[1, 1](dc)
-            comm.synchronize()
+    main = launching(_world_barrier_unless_last, 1, 1, for_kernel=_world_barrier_unless_last, grid=1)
     with pytest.raises(sim.DeadlockError) as caught:
         run_ranks(main, nranks=4, nodes=2)
     assert "waited for gin world barrier sync, barrier 0 from peer rank 3: expected 1, last seen 0" in str(caught.value)

@@ -9,6 +9,7 @@ import pytest
 import flowdsl
 import flowdsl.sim as sim
 from flowdsl._spec import spec_of
+from tests.launching import launching
 from tests.spec_refusals import ARITY_CASES, ARRAY, CASES, KIND_CASES
 
 pytestmark = pytest.mark.sim
@@ -36,17 +37,12 @@ def test_simulator_refuses(body, pattern):
 
 
 def test_refusals_end_with_the_fix():
-    def main(comm):
-        with comm.device_communicator() as dc:
-            kernel[1, 1](dc)
-            comm.synchronize()
-
     @flowdsl.kernel
     def kernel(comm):
         flowdsl.gin.flush(comm, flowdsl.coop.cta())
 
     with pytest.raises(sim.UsageError) as caught:
-        sim.spawn(main, nranks=1)
+        sim.spawn(launching(kernel, 1, 1), nranks=1)
     fix = spec_of(flowdsl.gin.flush).args["ctx"].fix
     assert f"got DevComm. {fix} (the call is flowdsl.gin.flush(ctx, coop, order=MemoryOrder.ACQUIRE)) [" in str(caught.value)
 
