@@ -9,7 +9,7 @@ import flowdsl.sim as sim
 from flowdsl import coop, lsa, mem
 from flowdsl.enums import MemoryOrder, ThreadScope
 from flowdsl.testing import run_ranks
-from tests.launching import launching
+from tests.launching import launch_refused
 
 pytestmark = pytest.mark.sim
 
@@ -299,7 +299,6 @@ def _a_barrier_per_block(comm):
 
 def test_a_barrier_index_per_block_beyond_the_count_is_told_the_launchs_block_count():
     """Grid and block swapped (32 blocks, each its own barrier): the fix names 32, not the index seen first."""
-    main = launching(_a_barrier_per_block, 32, 10, lsa_barrier_count=4)
-    with pytest.raises(sim.BarrierIndexError, match=r"Create it with comm.device_communicator\(lsa_barrier_count=32\) "
-                                                    r"or more \(this launch has 32 blocks: one barrier each needs 32\)"):
-        run_ranks(main, nranks=2)
+    launch_refused(_a_barrier_per_block, 32, 10, sim.BarrierIndexError,
+                   r"Create it with comm.device_communicator\(lsa_barrier_count=32\) or more \(this launch has 32 "
+                   r"blocks: one barrier each needs 32\)", lsa_barrier_count=4)

@@ -11,7 +11,7 @@ import flowdsl.sim as sim
 from flowdsl import GinFenceLevel, MemoryOrder, ThreadScope, coop, gin, lsa, mem, team
 from flowdsl.examples import alltoall_gin, alltoall_hybrid, gin_put, moe_gin, rmsnorm_gin, rmsnorm_hybrid
 from flowdsl.testing import assert_ranks_close, run_ranks
-from tests.launching import launching
+from tests.launching import launch_refused
 
 pytestmark = pytest.mark.sim
 
@@ -504,10 +504,9 @@ def _two_blocks_one_hybrid_index(comm):
 
 
 def test_two_blocks_on_one_hybrid_barrier_index_are_refused_naming_the_hybrid_barrier():
-    main = launching(_two_blocks_one_hybrid_index, 2, 32, barrier_count=1)
-    with pytest.raises(sim.SimulationError, match=r"Cannot open hybrid barrier 0 in block \d: block \d of the same "
-                                                  r"launch is using barrier 0"):
-        sim.spawn(main, nranks=2, nodes=2)
+    launch_refused(_two_blocks_one_hybrid_index, 2, 32, sim.SimulationError,
+                   r"Cannot open hybrid barrier 0 in block \d: block \d of the same launch is using barrier 0",
+                   nodes=2, barrier_count=1)
 
 
 def _move_then_barrier_then_read(fence, get=False):

@@ -12,7 +12,7 @@ import flowdsl
 import flowdsl.sim as sim
 from flowdsl import MemoryOrder, coop, gin, team
 from flowdsl.testing import run_ranks
-from tests.launching import launching
+from tests.launching import launch_refused, launching
 
 pytestmark = pytest.mark.sim
 
@@ -60,10 +60,9 @@ def _world_index_2(comm):
 
 
 def test_an_index_beyond_the_count_is_refused():
-    main = launching(_world_index_2, 1, 1, world_gin_barrier_count=2)
-    with pytest.raises(sim.BarrierIndexError, match=r"Cannot open GIN world barrier 2: the device communicator has "
-                                                     r"world_gin_barrier_count=2 \(valid indices 0\.\.1\)"):
-        run_ranks(main, nranks=4, nodes=2)
+    launch_refused(_world_index_2, 1, 1, sim.BarrierIndexError,
+                   r"Cannot open GIN world barrier 2: the device communicator has world_gin_barrier_count=2 "
+                   r"\(valid indices 0\.\.1\)", nranks=4, nodes=2, world_gin_barrier_count=2)
 
 
 @flowdsl.kernel
