@@ -496,6 +496,16 @@ def test_a_connection_across_nodes_without_a_gin_context_is_refused_naming_the_f
     spawn(main, nranks=2)  # one node: every peer is LSA, and ctx=None is right
 
 
+def staged(launch):
+    """``main(comm)``: ``launch(comm, dcomm, stage)`` in a Flow staging window of ``CFG`` and a device
+    communicator, then wait for the rank's kernels."""
+    def main(comm):
+        with flow.staging(comm, CFG) as stage, comm.device_communicator() as dcomm:
+            launch(comm, dcomm, stage)
+            comm.synchronize()
+    return main
+
+
 @flowdsl.kernel
 def connect_to(comm, stage, peer, number, remote_number):
     proc = flow.processor(comm, stage, None, CHANNELS, NSLOTS, SLOT_WORDS, Protocol.SIMPLE)
@@ -506,11 +516,7 @@ def connect_to(comm, stage, peer, number, remote_number):
 def test_a_connection_to_no_rank_or_past_the_inboxes_is_refused_naming_the_ranges(peer, number, remote):
     """A peer outside the world or a connection number past MAX_CONNECTIONS was taken as it was: a far peer
     asked for a GIN context, a number past the inboxes wrote another connection's (a data race at best)."""
-    def main(comm):
-        with flow.staging(comm, CFG) as stage, comm.device_communicator() as dcomm:
-            connect_to[1, CFG.threads](dcomm, stage, peer, number, remote)
-            comm.synchronize()
-
+    main = staged(lambda comm, dcomm, stage: connect_to[1, CFG.threads](dcomm, stage, peer, number, remote))
     with pytest.raises(flowdsl.sim.UsageError, match=rf"Cannot make a Flow connection to peer {peer} with number "
                                                      rf"{number} and remote_number {remote}: the peer must be a world "
                                                      r"rank, 0 to 1, and both numbers 0 to 3"):
@@ -602,12 +608,8 @@ def pass_on_in_protocols(comm, stage, x, y, send_protocol, recv_protocol):
 def test_ends_of_a_step_in_different_protocols_are_named_before_the_step_hangs(sender, receiver):
     """Another protocol's wire format never completes the step (the receiver waits for flags that the sender
     writes elsewhere): the ends are compared when the second one starts, not after it moved."""
-    def main(comm):
-        with flow.staging(comm, CFG) as stage, comm.device_communicator() as dcomm:
-            x, y = comm.alloc(40, np.float32), comm.alloc(40, np.float32)
-            pass_on_in_protocols[1, CFG.threads](dcomm, stage, x, y, int(sender), int(receiver))
-            comm.synchronize()
-
+    main = staged(lambda comm, dcomm, stage: pass_on_in_protocols[1, CFG.threads](
+        dcomm, stage, comm.alloc(40, np.float32), comm.alloc(40, np.float32), int(sender), int(receiver)))
     with pytest.raises(flowdsl.sim.UsageError, match=rf"The two ends of a Flow step disagree: rank 0 sends 40 elements "
                                                      rf"of float32 \({sender.name}\) .* and rank 1 receives 40 of "
                                                      rf"float32 \({receiver.name}\)"):
@@ -626,10 +628,8 @@ def crossed_numbers(comm, stage, x, y):
 def test_ends_whose_connection_numbers_do_not_match_are_reported_as_such():
     """It was a wait that gave up with "a peer never got there ... or raise the limit": each end waits for the
     other, and the report now says the numbers do not match (and that no limit helps)."""
-    def main(comm):
-        with flow.staging(comm, CFG) as stage, comm.device_communicator() as dcomm:
-            crossed_numbers[1, CFG.threads](dcomm, stage, comm.alloc(200, np.float32), comm.alloc(200, np.float32))
-            comm.synchronize()
+    main = staged(lambda comm, dcomm, stage: crossed_numbers[1, CFG.threads](
+        dcomm, stage, comm.alloc(200, np.float32), comm.alloc(200, np.float32)))
 
     with pytest.raises(flowdsl.sim.WaitTimeoutError) as err:
         spawn(main, nranks=2)
