@@ -115,7 +115,7 @@ MULTIMEM_OP = RED_OP.but(fix="Pass flowdsl.RedOp.SUM, MAX or MIN", choices=(RedO
 NAMED_KINDS = ("int", "order", "enum", "shared_array", "scope", "word")
 #: How a primitive lowered from its spec gives the C function's result: ``"value"`` as it is, ``"bool"`` as
 #: ``result != 0``, ``"team"`` a team the C function writes into three ints (its last argument).
-RESULTS = ("value", "bool", "team")
+RESULTS = ("value", "bool", "team", "none")
 #: Every argument kind a spec may name. Each layer that checks arguments (the GPU's typing,
 #: ``lowering/checks.py``; the simulator, ``sim/checks.py``) keeps a :class:`KindRegistry` of them.
 KINDS = ("comm", "coop", "window", "team", "int", "order", "enum", "scope", "array", "shared_array", "lsa_session",

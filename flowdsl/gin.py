@@ -213,6 +213,7 @@ def get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset, nby
 
 
 @primitive(extern="flowdsl_gin_flush",
+           returns="none",
            c=CFunction("void", (C_COMM, ("int", "ctx"), ("order", "order")), "ncclGin::flush.",
                        coop=True, library="gin"),
            ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
@@ -224,6 +225,7 @@ def flush(ctx, coop, order=MemoryOrder.ACQUIRE):
 
 
 @primitive(extern="flowdsl_gin_read_signal",
+           returns="value",
            c=_gin_read("signal"),
            ctx=GIN_CONTEXT, order=ORDER)
 def read_signal(ctx, signal, bits=64, order=MemoryOrder.ACQUIRE):
@@ -231,6 +233,7 @@ def read_signal(ctx, signal, bits=64, order=MemoryOrder.ACQUIRE):
 
 
 @primitive(extern="flowdsl_gin_wait_signal",
+           returns="none",
            c=_gin_wait("signal"),
            ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
 def wait_signal(ctx, coop, signal, least, bits=64, order=MemoryOrder.ACQUIRE):
@@ -238,6 +241,7 @@ def wait_signal(ctx, coop, signal, least, bits=64, order=MemoryOrder.ACQUIRE):
 
 
 @primitive(extern="flowdsl_gin_reset_signal",
+           returns="none",
            c=_gin_reset("signal"),
            ctx=GIN_CONTEXT)
 def reset_signal(ctx, signal):
@@ -245,6 +249,7 @@ def reset_signal(ctx, signal):
 
 
 @primitive(extern="flowdsl_gin_read_counter",
+           returns="value",
            c=_gin_read("counter"),
            ctx=GIN_CONTEXT, order=ORDER)
 def read_counter(ctx, counter, bits=56, order=MemoryOrder.ACQUIRE):
@@ -252,6 +257,7 @@ def read_counter(ctx, counter, bits=56, order=MemoryOrder.ACQUIRE):
 
 
 @primitive(extern="flowdsl_gin_wait_counter",
+           returns="none",
            c=_gin_wait("counter"),
            ctx=GIN_CONTEXT, coop=COOP.but("a coop"), order=ORDER)
 def wait_counter(ctx, coop, counter, least, bits=56, order=MemoryOrder.ACQUIRE):
@@ -259,6 +265,7 @@ def wait_counter(ctx, coop, counter, least, bits=56, order=MemoryOrder.ACQUIRE):
 
 
 @primitive(extern="flowdsl_gin_reset_counter",
+           returns="none",
            c=_gin_reset("counter"),
            ctx=GIN_CONTEXT)
 def reset_counter(ctx, counter):

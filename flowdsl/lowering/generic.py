@@ -3,8 +3,9 @@
 A primitive whose spec sets ``returns`` (:data:`flowdsl._spec.RESULTS`) needs no hand-written
 lowering: its typer checks the arguments against the spec (:func:`check`), and its implementation
 passes each argument to the C function as its kind says (:data:`C_ARGUMENTS`: a device
-communicator as its pointer, a team as its three ints, an integer as it is), then gives the
-result as ``returns`` says. Adding such a primitive touches its stub (with its extern row, ``c=``), its C body
+communicator as its pointer, a GIN context as its communicator's pointer and its index, a team as
+its three ints, a memory order as its int, an integer as it is; a coop's word first, to the C
+function of its kind), then gives the result as ``returns`` says. Adding such a primitive touches its stub (with its extern row, ``c=``), its C body
 and its simulation. A primitive that is one numba ``@intrinsic`` after the checks is registered the same
 way by :func:`lower_as`. Both functions are generated with the stub's own parameter names and
 defaults, so numba folds keyword and default arguments as it does for a hand-written overload.
@@ -23,7 +24,7 @@ from .._stubs import PRIMITIVES
 from ..errors import FlowDSLError
 from .checks import check
 from .declarations import extern
-from .intrinsics import array_ptr, devcomm_ptr, make_team
+from .intrinsics import array_ptr, devcomm_ptr, make_team, value_or
 
 __all__ = ["C_ARGUMENTS", "bind_spec_lowerings", "lower_as"]
 
@@ -31,13 +32,16 @@ __all__ = ["C_ARGUMENTS", "bind_spec_lowerings", "lower_as"]
 #: (``None``: a parameter the spec does not check, passed as it is).
 C_ARGUMENTS = {
     "comm": "devcomm_ptr({p})",
+    "gin_context": "devcomm_ptr({p}.comm), {p}.index",
     "team": "{p}.nranks, {p}.rank, {p}.stride",
     "int": "{p}",
+    "order": "value_or({p}, 0)",  # a MemoryOrder member (a default's too) as its int32
     None: "{p}",
 }
 
 #: ``returns`` -> the implementation's body, over ``{args}`` (the C arguments).
 _BODIES = {
+    "none": "fn({args})",
     "value": "return fn({args})",
     "bool": "return fn({args}) != 0",
     "team": ("out = cuda.local.array(3, types.int32)\n"
@@ -82,17 +86,22 @@ def lower_from_spec(stub) -> None:
     """Register the typing and lowering of ``stub`` made from its spec."""
     spec = spec_of(stub)
     c_args = []
+    coop = None
     for p in spec.params:
         arg = spec.args.get(p.name)
         kind = arg.kind if arg is not None else None
+        if kind == "coop":  # a coop call's C function is its kind's, and takes the coop's word first
+            coop = p.name
+            c_args.insert(0, f"{p.name}._word")
+            continue
         if kind not in C_ARGUMENTS:
             raise FlowDSLError(f"Cannot lower {spec.name} from its spec: its argument {p.name} is of kind {kind!r}, "
                                "which has no C mapping (flowdsl.lowering.generic.C_ARGUMENTS). Add one, or write "
                                "its lowering by hand and leave returns= out of its spec")
         c_args.append(C_ARGUMENTS[kind].format(p=p.name))
-    namespace = {"extern": extern, "cuda": cuda, "types": types,
+    namespace = {"extern": extern, "cuda": cuda, "types": types, "value_or": value_or,
                  "devcomm_ptr": devcomm_ptr, "array_ptr": array_ptr, "make_team": make_team}
-    _register(stub, "fn = extern(stub)", _BODIES[spec.returns].format(args=", ".join(c_args)), namespace,
+    _register(stub, f"fn = extern(stub, {coop})" if coop else "fn = extern(stub)", _BODIES[spec.returns].format(args=", ".join(c_args)), namespace,
               "from its spec")
 
 

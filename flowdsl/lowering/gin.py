@@ -31,10 +31,10 @@ from numba.cuda.extending import intrinsic, make_attribute_wrapper, overload, ov
 from .. import gin
 from .._spec import spec_of
 from ..enums import CoopKind, GinBackend
-from .checks import KIND_TYPES, check, is_omitted, require_gate, stub_default
+from .checks import KIND_TYPES, check, is_omitted, require_gate
 from .declarations import SIGNATURES, call_out_of_line, extern, extern_symbol
 from .externs import PAYLOAD_SUFFIX, REMOTE_VARIANTS
-from .intrinsics import devcomm_ptr, enum_value, struct_maker, value_or
+from .intrinsics import devcomm_ptr, enum_value, struct_maker
 from .target import note_feature, require
 from .types import CoopType, DevCommType, OneValueType, register_struct_model
 
@@ -338,65 +338,8 @@ def gin_get(ctx, team, peer, remote_win, remote_offset, local_win, local_offset,
     return impl
 
 
-@overload(gin.flush)
-def gin_flush(ctx, coop, order=None):
-    check(gin.flush, ctx, coop, order)
-    fn = extern(gin.flush, coop)
-    default = stub_default(gin.flush, "order")
-    return lambda ctx, coop, order=None: fn(coop._word, devcomm_ptr(ctx.comm), ctx.index, value_or(order, default))
-
-
-# ---- signals and counters --------------------------------------------------------------------------
-
-@overload(gin.read_signal)
-def gin_read_signal(ctx, signal, bits=64, order=None):
-    check(gin.read_signal, ctx, signal, bits, order)
-    fn = extern(gin.read_signal)
-    default = stub_default(gin.read_signal, "order")
-    return lambda ctx, signal, bits=64, order=None: fn(devcomm_ptr(ctx.comm), ctx.index, signal, bits,
-                                                       value_or(order, default))
-
-
-@overload(gin.read_counter)
-def gin_read_counter(ctx, counter, bits=56, order=None):
-    check(gin.read_counter, ctx, counter, bits, order)
-    fn = extern(gin.read_counter)
-    default = stub_default(gin.read_counter, "order")
-    return lambda ctx, counter, bits=56, order=None: fn(devcomm_ptr(ctx.comm), ctx.index, counter, bits,
-                                                        value_or(order, default))
-
-
-@overload(gin.wait_signal)
-def gin_wait_signal(ctx, coop, signal, least, bits=64, order=None):
-    check(gin.wait_signal, ctx, coop, signal, least, bits, order)
-    fn = extern(gin.wait_signal, coop)
-    default = stub_default(gin.wait_signal, "order")
-    return lambda ctx, coop, signal, least, bits=64, order=None: fn(
-        coop._word, devcomm_ptr(ctx.comm), ctx.index, signal, least, bits, value_or(order, default))
-
-
-@overload(gin.wait_counter)
-def gin_wait_counter(ctx, coop, counter, least, bits=56, order=None):
-    check(gin.wait_counter, ctx, coop, counter, least, bits, order)
-    fn = extern(gin.wait_counter, coop)
-    default = stub_default(gin.wait_counter, "order")
-    return lambda ctx, coop, counter, least, bits=56, order=None: fn(
-        coop._word, devcomm_ptr(ctx.comm), ctx.index, counter, least, bits, value_or(order, default))
-
-
-@overload(gin.reset_signal)
-def gin_reset_signal(ctx, signal):
-    check(gin.reset_signal, ctx)
-    fn = extern(gin.reset_signal)
-    return lambda ctx, signal: fn(devcomm_ptr(ctx.comm), ctx.index, signal)
-
-
-@overload(gin.reset_counter)
-def gin_reset_counter(ctx, counter):
-    check(gin.reset_counter, ctx)
-    fn = extern(gin.reset_counter)
-    return lambda ctx, counter: fn(devcomm_ptr(ctx.comm), ctx.index, counter)
-
+# flush and the signals' and counters' reads, waits and resets are one C call each: lowered from their
+# specs (``returns=``, flowdsl/lowering/generic.py).
 
 # ---- barriers ----------------------------------------------------------------------------------------
 
