@@ -1,11 +1,12 @@
 """NCCL release numbers: ``(2, 28, 9)`` and ``"2.28.9"``.
 
-Host code (the runtime, the kernel cache) names releases without importing numba.
+Host code (the runtime, the kernel cache) names releases without importing numba; the GPU's compile
+path and the simulator refuse what a release lacks in the same words (:func:`nccl_refusal`).
 """
 
 from __future__ import annotations
 
-__all__ = ["parse_version", "format_version"]
+__all__ = ["parse_version", "format_version", "nccl_refusal"]
 
 
 def parse_version(text: str | tuple) -> tuple[int, int, int]:
@@ -25,3 +26,12 @@ def parse_version(text: str | tuple) -> tuple[int, int, int]:
 def format_version(version: tuple[int, ...]) -> str:
     """``"2.28.9"`` of ``(2, 28, 9)``."""
     return ".".join(str(x) for x in version)
+
+
+def nccl_refusal(feature: str, needs: tuple[int, ...], has: tuple[int, ...], simulated: bool = False) -> str:
+    """The refusal of ``feature``, which needs NCCL ``needs``, in a kernel made for NCCL ``has``: compiled for
+    it on the GPU path, simulated as it (``flowdsl.sim.spawn(nccl=...)``) on the simulator."""
+    made = (f"simulated for NCCL {format_version(has)} (flowdsl.sim.spawn(nccl='{format_version(has)}'))"
+            if simulated else f"compiled for NCCL {format_version(has)}")
+    return f"{feature} requires NCCL >= {format_version(needs)}, but this kernel is {made}. " \
+           f"Install nvidia-nccl-cu13>={format_version(needs)}."

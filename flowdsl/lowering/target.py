@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 
 
-from .._release import format_version, parse_version
+from .._release import format_version, nccl_refusal, parse_version
 from ..errors import FeatureUnavailableError
 
 __all__ = ["Target", "compiling_for", "current", "require", "FeatureUnavailableError",
@@ -92,10 +92,7 @@ def require(feature: str, *, nccl: tuple[int, int, int] | None = None, min_cc: t
     if target is None:
         return
     if nccl is not None and target.nccl < nccl:
-        raise FeatureUnavailableError(
-            f"{feature} requires NCCL >= {format_version(nccl)}, but this kernel is compiled for "
-            f"NCCL {format_version(target.nccl)}. Install nvidia-nccl-cu13>={format_version(nccl)}."
-        )
+        raise FeatureUnavailableError(nccl_refusal(feature, nccl, target.nccl))
     if min_cc is not None and target.cc < min_cc:
         raise FeatureUnavailableError(
             f"{feature} requires sm_{min_cc[0]}{min_cc[1]} or newer, but this kernel is compiled "

@@ -18,12 +18,13 @@ import inspect
 
 import numpy as np
 
-from .._spec import KindRegistry, spec_of
+from .._release import nccl_refusal
+from .._spec import Gate, KindRegistry, spec_of
 from . import _state
-from .errors import BarrierIndexError, KernelTypingError, sim_error
+from .errors import BarrierIndexError, FeatureUnavailableError, KernelTypingError, sim_error
 from .memory import Window, WindowView
 
-__all__ = ["check_call", "KIND_CHECKS", "check_index", "barrier_index"]
+__all__ = ["check_call", "KIND_CHECKS", "check_index", "barrier_index", "require_release"]
 
 
 def _is_int(v) -> bool:
@@ -71,6 +72,14 @@ def _dtypes(names):
     return frozenset(np.dtype(n) for n in names) if names else None
 
 
+def require_release(feature: str, needs: tuple[int, int, int]) -> None:
+    """Refuse ``feature``, which needs NCCL ``needs``, where the simulation is of an older release
+    (``spawn(nccl=...)``), in the words compiling for that release refuses it with."""
+    has = _state.sched.world.nccl
+    if has is not None and has < needs:
+        raise sim_error(FeatureUnavailableError, nccl_refusal(feature, needs, has, simulated=True))
+
+
 def _plan(name: str) -> tuple:
     spec = spec_of(name)
     signature = inspect.Signature(spec.params)  # the stub's (no stub takes *args or **kwargs)
@@ -78,17 +87,21 @@ def _plan(name: str) -> tuple:
     checked = tuple((i, p.name, KIND_CHECKS[spec.args[p.name].kind], p.default is not inspect.Parameter.empty,
                      spec.args[p.name], _dtypes(spec.args[p.name].dtypes))
                     for i, p in enumerate(spec.params) if p.name in spec.args)
-    plan = _PLANS[name] = (required, len(spec.params), signature, checked)
+    gated = spec.gate.nccl if spec.gate.nccl > Gate().nccl else None  # the release gate alone: no arch here
+    plan = _PLANS[name] = (required, len(spec.params), signature, checked, gated)
     return plan
 
 
 def check_call(name: str, args: tuple, kwargs: dict) -> None:
-    """Refuse a call of primitive ``name`` whose arguments its stub does not take (one missing, one
-    too many: numba's typing finds no signature) or are not of the kinds its spec names."""
+    """Refuse a call of primitive ``name`` that the NCCL release simulated lacks (its spec's gate), or whose
+    arguments its stub does not take (one missing, one too many: numba's typing finds no signature) or
+    are not of the kinds its spec names."""
     plan = _PLANS.get(name)
     if plan is None:
         plan = _plan(name)
-    required, total, signature, checked = plan
+    required, total, signature, checked, gated = plan
+    if gated is not None:  # first, as the GPU's typing checks the gate before the arguments
+        require_release(name, gated)
     given = len(args) + len(kwargs)
     if not required <= given <= total or (kwargs and not set(kwargs) <= set(signature.parameters)):
         try:

@@ -15,7 +15,7 @@ __all__ = [
     "SimulationError", "UnsupportedFeatureError", "DeadlockError", "LivelockError",
     "WindowAccessError", "IndexAccessError", "BarrierIndexError", "CollectiveMismatchError", "UsageError",
     "GinCoverageError", "GinResourceError", "GinBackendError", "CftCoverageError", "DataRaceError",
-    "WaitTimeoutError", "StaleDataError", "KernelTypingError",
+    "WaitTimeoutError", "StaleDataError", "KernelTypingError", "FeatureUnavailableError",
 ]
 
 
@@ -114,6 +114,22 @@ def _kernel_typing_error():
 
 
 KernelTypingError = _kernel_typing_error()  # the simulator runs numba.cuda kernels: numba is loaded
+
+
+def _feature_unavailable_error():
+    from ..errors import FeatureUnavailableError  # noqa: PLC0415 - numba's TypingError, made at first use
+
+    class FeatureUnavailableError(KernelTypingError, FeatureUnavailableError):
+        """A kernel used what the NCCL release it is simulated for lacks (``spawn(nccl=...)``): refused
+        in the words compiling it for that release refuses it with, as a
+        :class:`flowdsl.FeatureUnavailableError`."""
+
+    FeatureUnavailableError.__module__ = __name__
+    FeatureUnavailableError.__qualname__ = "FeatureUnavailableError"
+    return FeatureUnavailableError
+
+
+FeatureUnavailableError = _feature_unavailable_error()
 
 
 class GinCoverageError(SimulationError):

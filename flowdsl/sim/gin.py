@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..enums import GinConnectionType, GinFenceLevel, MemoryOrder
-from ..gin import DEFAULT_FENCE, _sub_session_refusal, fence_refusal, lsa_part_fence_refusal
+from ..gin import DEFAULT_FENCE, FENCE_FEATURE, FENCE_NCCL, _sub_session_refusal, fence_refusal, lsa_part_fence_refusal
 from . import _state
-from .checks import KIND_CHECKS, barrier_index, check_index
+from .checks import KIND_CHECKS, barrier_index, check_index, require_release
 from .coop import coop_sync
 from .errors import (BarrierIndexError, GinBackendError, GinResourceError, KernelTypingError, UsageError,
                      WindowAccessError, sim_error)
@@ -525,10 +525,13 @@ class GinBarrierSession:
 
 
 def _fence_level(fence) -> int:
-    """``fence`` as an int, refused as the GPU's typing refuses it."""
+    """``fence`` as an int, refused as the GPU's typing refuses it (a level other than NONE where the
+    release simulated has none)."""
     why = fence_refusal(fence)
     if why:
         raise sim_error(KernelTypingError, why)
+    if int(fence):
+        require_release(FENCE_FEATURE, FENCE_NCCL)
     return int(fence)
 
 

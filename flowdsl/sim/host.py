@@ -15,6 +15,8 @@ from ..host.arrays import is_torch
 from ..host.timeouts import aborted_error, resolve_timeout
 from . import _state, timeouts
 from .cudashim import simulate_function
+from .._release import format_version, parse_version
+from .._spec import Gate
 from ..enums import GinBackend
 from ..errors import ResourceClosedError
 from ..errors import UsageError as _UsageErrorBase
@@ -32,7 +34,7 @@ __all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch", "Si
 _EMPTY = np.empty(16, np.uint8)
 _OPTIONS = {"livelock_rounds": 100, "max_steps": None, "gin_delivery": "ordered", "gin_backend": "proxy",
             "races": None, "host_threads": False, "stall_seconds": 30.0, "multimem": False,
-            "gin_connections": "full"}
+            "gin_connections": "full", "nccl": None}
 
 
 class _Collective:
@@ -410,6 +412,7 @@ class World:
         self.net = None
         self.returned = set()  # ranks whose host program returned
         self.multimem = False  # NVLink SHARP in each node (spawn(multimem=True))
+        self.nccl = None  # the NCCL release kernels are simulated for (spawn(nccl=...)); None: the newest
 
     # ---- memory names (for reports) ----------------------------------------
     def add_region(self, arr, name):
@@ -835,7 +838,12 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
             without one, where that request is refused), ``gin_connections`` (what the simulated network
             connects, NCCL's ``ncclCommProperties.ginConnectionType``: ``"full"``, the default, every rank;
             ``"rail"``, the rail team only, where NCCL refuses a device communicator that asks for ``FULL``;
-            ``"none"``, no GIN-capable network card, where NCCL refuses one that asks for GIN at all).
+            ``"none"``, no GIN-capable network card, where NCCL refuses one that asks for GIN at all), ``nccl``
+            (the NCCL release kernels are simulated for, ``"2.28.9"`` or a tuple: what a GPU build for it
+            refuses when the kernel compiles — ``gin.get``, strong and VA signals, the world GIN barrier, a
+            GIN barrier's fence levels PUT and GET on 2.28, CFT before 2.31 — is refused when it runs, in the
+            same words, as a :class:`flowdsl.FeatureUnavailableError`; default ``None``, the newest release
+            flowdsl builds for, which refuses nothing).
 
     Returns:
         ``[main(comm_0), main(comm_1), ...]``.
@@ -858,6 +866,10 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
     sched.host_threads = bool(opts["host_threads"])
     world = World(nranks, nodes, sched)
     world.multimem = bool(opts["multimem"])
+    world.nccl = None if opts["nccl"] is None else parse_version(opts["nccl"])
+    if world.nccl is not None and world.nccl < Gate().nccl:
+        raise UsageError(f"Cannot spawn a simulation of NCCL {format_version(world.nccl)}: flowdsl builds for NCCL "
+                         f"{format_version(Gate().nccl)} and newer. Pass nccl='{format_version(Gate().nccl)}' or newer")
     world.gin_support = _gin_connections(opts["gin_connections"])
     sched.world = world
     world.net = sched.net = Network(seed, opts["gin_delivery"], opts["gin_backend"], world)
