@@ -169,7 +169,8 @@ COVERAGE: dict[str, Provided | Refused] = {
     "value ncclCftTeamMode_t::NCCL_CFT_TEAM_FLAT": Provided("flowdsl.cft.CftTeamMode.FLAT", "cft.team's default"),
     "value ncclCftTeamMode_t::NCCL_CFT_TEAM_HIER_LSA": Provided(
         "flowdsl.cft.CftTeamMode.HIER_LSA",
-        "one rank per LSA team: this LSA rank in every node of the CFT domain"),
+        "one rank per LSA team: this LSA rank in every node of the CFT domain (the far team of "
+        "collectives.programs.hierarchical_cft_all_gather)"),
     "value ncclCftTeamMode_t::NCCL_CFT_TEAM_HIER_MULTIMEM": Provided(
         "flowdsl.cft.CftTeamMode.HIER_MULTIMEM",
         "the team's numbers only: ncclTeamCftMultimem and multimem CFT barriers are not yet"),

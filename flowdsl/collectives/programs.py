@@ -6,7 +6,9 @@ Ring: :func:`ring_all_gather`, :func:`ring_reduce_scatter`, :func:`ring_broadcas
 (every rank writes to every peer, no Flow); through the NVLink switch:
 :func:`multimem_all_reduce` (NVLink SHARP, ``multimem`` loads and stores). AllToAll: :func:`pairwise_all_to_all`
 (pairwise rounds). Several nodes, over the network along rails only: :func:`hierarchical_all_gather`,
-:func:`hierarchical_reduce_scatter`, :func:`hierarchical_all_to_all`. Each is a kernel factory:
+:func:`hierarchical_reduce_scatter`, :func:`hierarchical_all_to_all`; with the far phase over a CFT team
+(sm_100, NCCL >= 2.32), :func:`hierarchical_cft_all_gather` (a kernel of its own, on a counted window; not
+chosen by ``flowdsl.collectives`` yet). Each other one is a kernel factory:
 ``ring_all_reduce(RedOp.SUM)``
 returns the ``@flowdsl.kernel`` for that operator (the operator is a compile-time
 constant; the element type comes from the arrays). The Flow programs are device functions
