@@ -86,7 +86,6 @@ BACKEND_MASKS = _not_yet("GIN device code for a subset of backends: not yet; a k
                          "(its device communicator's at launch, FlowKernel.compile(gin_backend=...)) or every "
                          "backend's")
 CFT_OPERATIONS = _not_yet("CFT reductions (red, pullRed) and putCpMask: not yet")
-CFT_TEAM_MODES = _not_yet("hierarchical CFT team modes: not yet; cft.team is the flat team")
 REDUCE_COPY = _not_yet("NCCL's reduce/copy helpers over source and destination lambdas, other operators, "
                        "local memory or TMA: not yet; lsa.reduce_sum, lsa.copy and lsa.reduce_sum_copy cover "
                        "the LSA team's windows")
@@ -164,12 +163,17 @@ COVERAGE: dict[str, Provided | Refused] = {
     "function ncclTeamInnerFactor": Provided("flowdsl.team.inner_factor"),
     "function ncclTeamOuterFactor": Provided("flowdsl.team.outer_factor"),
     "function ncclTeamRankInDifference": Provided("flowdsl.team.rank_in_difference"),
-    "function ncclTeamCft": Provided("flowdsl.cft.team", "the flat mode; the hierarchical modes are not yet"),
+    "function ncclTeamCft": Provided("flowdsl.cft.team", "mode: a flowdsl.cft.CftTeamMode, FLAT by default"),
     "function ncclTeamCftMultimem": MULTIMEM,
-    "type ncclCftTeamMode_t": CFT_TEAM_MODES,
-    "value ncclCftTeamMode_t::NCCL_CFT_TEAM_FLAT": Provided("flowdsl.cft.team", "the only mode"),
-    "value ncclCftTeamMode_t::NCCL_CFT_TEAM_HIER_LSA": CFT_TEAM_MODES,
-    "value ncclCftTeamMode_t::NCCL_CFT_TEAM_HIER_MULTIMEM": MULTIMEM,
+    "type ncclCftTeamMode_t": Provided("flowdsl.cft.CftTeamMode"),
+    "value ncclCftTeamMode_t::NCCL_CFT_TEAM_FLAT": Provided("flowdsl.cft.CftTeamMode.FLAT", "cft.team's default"),
+    "value ncclCftTeamMode_t::NCCL_CFT_TEAM_HIER_LSA": Provided(
+        "flowdsl.cft.CftTeamMode.HIER_LSA",
+        "one rank per LSA team: this LSA rank in every node of the CFT domain (the far team of "
+        "collectives.programs.hierarchical_cft_all_gather)"),
+    "value ncclCftTeamMode_t::NCCL_CFT_TEAM_HIER_MULTIMEM": Provided(
+        "flowdsl.cft.CftTeamMode.HIER_MULTIMEM",
+        "the team's numbers only: ncclTeamCftMultimem and multimem CFT barriers are not yet"),
     "type ncclTeamTagLsa": Provided("flowdsl.lsa.barrier", "lsa.barrier is the LSA team's barrier session"),
     "type ncclTeamTagRail": Provided("flowdsl.gin.rail_barrier", "gin.rail_barrier is the rail team's GIN barrier session"),
     "type ncclTeamTagWorld": Provided(

@@ -299,7 +299,7 @@ class Spec:
     def refusal_constant(self, param: str, got) -> str:
         """The GPU's typing refusal of a run-time value for ``param``, which it must know when it compiles."""
         first = self.args[param].choices[0]
-        example = f"flowdsl.{type(first).__name__}.{first.name}" if hasattr(first, "name") else str(first)
+        example = f"{_enum_path(type(first))}.{first.name}" if hasattr(first, "name") else str(first)
         return f"{self.name} requires {param} to be a compile-time constant such as {example}, got {got}{self.called_as}"
 
     def fix_choice(self, param: str) -> str:
@@ -307,7 +307,7 @@ class Spec:
         choices = self.args[param].choices
         if not hasattr(choices[0], "name"):
             return f"Pass one of {', '.join(map(str, choices))}"
-        return f"Pass one of flowdsl.{type(choices[0]).__name__}.{', '.join(c.name for c in choices)}"
+        return f"Pass one of {_enum_path(type(choices[0]))}.{', '.join(c.name for c in choices)}"
 
     def fix_dtype(self, param: str) -> str:
         """What to pass instead of an array of other elements."""
@@ -328,6 +328,14 @@ class _Shown:
         if isinstance(default, enum.Enum):
             return _Shown(f"{type(default).__name__}.{default.name}")
         return default
+
+
+
+def _enum_path(cls) -> str:
+    """How users name an enum class: ``flowdsl.MemoryOrder`` (flowdsl.enums' are exported at the top),
+    ``flowdsl.cft.CftTeamMode`` (a module's own)."""
+    module = cls.__module__
+    return f"{'flowdsl' if module == 'flowdsl.enums' else module}.{cls.__name__}"
 
 
 def _choice(c) -> str:

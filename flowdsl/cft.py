@@ -4,7 +4,8 @@ CFT (NCCL >= 2.31, Blackwell sm_100 or newer, CUDA >= 13.3) moves data
 between shared memory of this block and a peer's window through the fabric.
 A peer's window is addressed by a **logical endpoint** (LE) id and a byte
 offset in it, not by a pointer: :func:`le_info` gives both for a window,
-an offset and a peer of a team (:func:`team` is the CFT team).
+an offset and a peer of a team (:func:`team` is a CFT team: every rank with CFT,
+or with :class:`CftTeamMode` ``HIER_LSA`` one rank per LSA team).
 
 Operations run in a **session** (``ncclCft``) that a coop opens over 32 bytes
 of shared memory (:data:`SESSION_WORDS` u64 words, 16-byte aligned:
@@ -41,8 +42,8 @@ from ._stubs import primitive
 from .enums import ConstantEnumMeta, MemoryOrder
 
 __all__ = [
-    "SESSION_WORDS", "MemProxyType", "MemFenceScope", "team", "le_info", "peer_le_info", "session", "put",
-    "put_counted", "get", "submit", "flush", "flush_smem", "close", "read_counter", "wait_counted", "fence",
+    "SESSION_WORDS", "MemProxyType", "MemFenceScope", "CftTeamMode", "team", "le_info", "peer_le_info", "session",
+    "put", "put_counted", "get", "submit", "flush", "flush_smem", "close", "read_counter", "wait_counted", "fence",
     "barrier", "barrier_arrive", "barrier_wait", "barrier_sync",
 ]
 
@@ -97,11 +98,37 @@ class MemFenceScope(enum.IntEnum, metaclass=ConstantEnumMeta):
     SYS = 2
 
 
+class CftTeamMode(enum.IntEnum, metaclass=ConstantEnumMeta):
+    """Which CFT team :func:`team` gives (``ncclCftTeamMode_t``; values match NCCL).
+
+    ``FLAT``: every rank of the CFT domain (``cftSize`` ranks, this rank's index ``cftRank``, stride 1).
+    ``HIER_LSA``: the ranks at this rank's position in every LSA team of the CFT domain
+    (``cftSize / lsaSize`` ranks, index ``cftRank / lsaSize``, stride ``lsaSize``): one rank per node,
+    the team a hierarchical collective's far phase uses beside an LSA phase inside the node.
+    ``HIER_MULTIMEM``: the same over the CFT multimem teams (``ncclTeamCftMultimem``) instead of the
+    LSA teams (``cftSize / cftMultimemSize`` ranks, stride ``cftMultimemSize``).
+    """
+
+    FLAT = 0
+    HIER_MULTIMEM = 1
+    HIER_LSA = 2
+
+
 @primitive(extern="flowdsl_cft_team",
-           c=CFunction("void", (C_COMM, ("int_out", "out")), "ncclTeamCft (flat).", library="cft"),
-           gate=GATE, comm=COMM)
-def team(comm):
-    """The CFT team of the device communicator (``ncclTeamCft``, flat: every rank with CFT)."""
+           c=CFunction("void", (C_COMM, ("int", "mode"), ("int_out", "out")),
+                       "ncclTeamCft(comm, mode): mode is an ncclCftTeamMode_t.", library="cft"),
+           gate=GATE, comm=COMM,
+           mode=ENUM.but("a flowdsl.cft.CftTeamMode", "Pass flowdsl.cft.CftTeamMode.FLAT, HIER_LSA or HIER_MULTIMEM",
+                         choices=tuple(CftTeamMode), constant=True))
+def team(comm, mode=CftTeamMode.FLAT):
+    """A CFT team of the device communicator (``ncclTeamCft(comm, mode)``; see :class:`CftTeamMode`).
+
+    The default, ``FLAT``, is every rank with CFT. ``team(comm, CftTeamMode.HIER_LSA)`` is one rank per
+    LSA team: this rank and the ranks with its LSA rank in the other LSA teams (nodes), so :func:`le_info`
+    over it addresses this LSA rank on every node, as ``flowdsl.team.rail`` does for GIN. ``HIER_MULTIMEM``
+    needs a device communicator made with ``cft_caps`` including NCCL_CFT_MULTIMEM (2). ``mode`` is a
+    compile-time constant.
+    """
 
 
 @primitive(extern="flowdsl_cft_le_info",

@@ -6,7 +6,9 @@ Ring: :func:`ring_all_gather`, :func:`ring_reduce_scatter`, :func:`ring_broadcas
 (every rank writes to every peer, no Flow); through the NVLink switch:
 :func:`multimem_all_reduce` (NVLink SHARP, ``multimem`` loads and stores). AllToAll: :func:`pairwise_all_to_all`
 (pairwise rounds). Several nodes, over the network along rails only: :func:`hierarchical_all_gather`,
-:func:`hierarchical_reduce_scatter`, :func:`hierarchical_all_to_all`. Each is a kernel factory:
+:func:`hierarchical_reduce_scatter`, :func:`hierarchical_all_to_all`; with the far phase over a CFT team
+(sm_100, NCCL >= 2.32), :func:`hierarchical_cft_all_gather` (a kernel of its own, on a counted window; not
+chosen by ``flowdsl.collectives`` yet). Each other one is a kernel factory:
 ``ring_all_reduce(RedOp.SUM)``
 returns the ``@flowdsl.kernel`` for that operator (the operator is a compile-time
 constant; the element type comes from the arrays). The Flow programs are device functions
@@ -40,10 +42,11 @@ from __future__ import annotations
 
 import functools
 
-from numba import cuda, int64, uint64
+import numpy as np
+from numba import cuda, from_dtype, int64, uint64
 
 import flowdsl
-from flowdsl import coop, flow, gin, lsa, mem
+from flowdsl import cft, coop, flow, gin, lsa, mem
 from flowdsl.enums import MemoryOrder, RedOp, ThreadScope
 
 __all__ = ["PROGRAMS", "flow_program", "premul_scale", "one_rank", "scale_for", "ring_chunks", "ring_connections", "ring_reduce_to_own_piece",
@@ -53,7 +56,8 @@ __all__ = ["PROGRAMS", "flow_program", "premul_scale", "one_rank", "scale_for", 
            "multimem_all_reduce", "multimem_piece", "multimem_share",
            "multimem_form", "own_block_copy", "hierarchical_layout", "hierarchical_connections", "block_of", "hierarchical_all_gather",
            "hierarchical_reduce_scatter", "node_reduce_scatter", "hierarchical_all_to_all", "hierarchical_round",
-           "HIERARCHICAL_ROUNDS_PER_CHANNEL"]
+           "HIERARCHICAL_ROUNDS_PER_CHANNEL", "hierarchical_cft_all_gather", "cft_all_gather_layout", "CFT_CHUNK_BYTES",
+           "CFT_COUNTER_BYTES"]
 
 # Elements a channel's share is rounded to: keeps every channel's start 16-byte aligned.
 _ALIGN = 16
@@ -873,3 +877,111 @@ PROGRAMS = {
     ("hierarchical", "reduce_scatter"): hierarchical_reduce_scatter,
     ("hierarchical", "all_to_all"): hierarchical_all_to_all,
 }
+
+
+# ---- several nodes, the far phase over CFT: hierarchical all-gather --------------------------------------
+#
+# Where the communicator has CFT (sm_100, NCCL >= 2.32 for counted writes), the rail can be a CFT team:
+# ``cft.team(comm, CftTeamMode.HIER_LSA)`` is this LSA rank on every node of the CFT domain. CFT moves
+# shared memory in sessions, not Flow slots, so the program has a window of its own, registered for counted
+# writes (``comm.register(buf, cft_counted=True)``), laid out by :func:`cft_all_gather_layout`: a u64 counter
+# per channel (16 bytes each, first), then per channel ``nodes`` *far* slots (slot ``b``: node ``b``'s chunk,
+# written by a counted put from there) and ``nodes`` *share* slots (this rank's column of the chunk, stored
+# plainly, which its node peers read over LSA).
+
+#: Bytes a channel moves over CFT at a time: its shared-memory stage and each slot of its window (16-byte units).
+CFT_CHUNK_BYTES = 2048
+#: Bytes of a channel's counter in the CFT window (a u64, padded to CFT's 16-byte unit).
+CFT_COUNTER_BYTES = 16
+
+
+def cft_all_gather_layout(channels: int, nodes: int) -> tuple[int, int]:
+    """``(window bytes, bytes a channel's slots take)`` of :func:`hierarchical_cft_all_gather`'s counted window
+    on one rank: ``channels`` counters, then each channel's ``nodes`` far slots and ``nodes`` share slots of
+    :data:`CFT_CHUNK_BYTES`."""
+    per_channel = 2 * nodes * CFT_CHUNK_BYTES
+    return channels * CFT_COUNTER_BYTES + channels * per_channel, per_channel
+
+
+@functools.cache
+def hierarchical_cft_all_gather(dtype):
+    """Hierarchical AllGather with the far phase over CFT, for elements of ``dtype`` (a NumPy dtype; the
+    shared-memory stage is typed). The kernel takes ``(comm, win, src, dst, count)``: ``win`` is the counted
+    window (:func:`cft_all_gather_layout`, zeroed once when made), ``dst`` holds ``nranks`` blocks of
+    ``count``; block ``channel`` of the grid moves share ``channel`` of every block, a chunk at a time. The
+    device communicator needs ``cft_barrier_count`` and ``lsa_barrier_count`` of at least the grid.
+
+    A chunk, beside :func:`hierarchical_all_gather`'s rail ring and node ring:
+
+    1. Read this channel's counter, then a CFT barrier: every rank has finished with the last chunk's slots
+       (and read its counter's start before any peer adds to it).
+    2. Far phase (CFT, the rail): stage this rank's chunk in shared memory, fence it to the fabric, and put it,
+       counted, into slot ``a`` (this node) of the same LSA rank on every other node (``HIER_LSA`` team); wait
+       until the counter has risen by the other nodes' bytes (``cft.wait_counted`` fences fabric to generic).
+    3. Near phase (LSA, the node): store the column (every node's chunk of this LSA rank) into this rank's
+       share slots, an LSA barrier, then read every node peer's column from its window.
+    """
+    elem = from_dtype(np.dtype(dtype))
+    size = np.dtype(dtype).itemsize
+    chunk = CFT_CHUNK_BYTES // size
+    slot = CFT_CHUNK_BYTES // size  # a slot, in elements
+    counters = CFT_COUNTER_BYTES // size
+
+    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    def hierarchical_cft_all_gather(comm, win, src, dst, count):
+        state = cuda.shared.array(4, uint64, alignment=16)  # cft.SESSION_WORDS
+        stage = cuda.shared.array(chunk, elem, alignment=16)
+        nodes, L, a, l = hierarchical_layout(comm)
+        cta = coop.cta()
+        t, nt = cuda.threadIdx.x, cuda.blockDim.x
+        channel, channels = cuda.blockIdx.x, cuda.gridDim.x
+        rail = cft.team(comm, cft.CftTeamMode.HIER_LSA)  # node b's rank with this LSA rank is rail rank b
+        ctr = channel * CFT_COUNTER_BYTES  # byte offset of this channel's counter
+        far = channels * counters + channel * 2 * nodes * slot  # element offset of its far slots
+        share = far + nodes * slot  # and of its share slots
+        mine = lsa.local_view(win)
+        lo, hi = all_to_all_share(count, channel, channels)
+        s = cft.session(comm, cta, state)
+        for base in range(lo, hi, chunk):
+            m = min(chunk, hi - base)
+            nbytes = (m * size + 15) // 16 * 16
+            start = cft.read_counter(win, ctr)
+            cft.barrier(comm, cta, channel).sync(MemoryOrder.ACQ_REL)
+            # Far phase: this rank's chunk to slot a of every other node's rank with this LSA rank.
+            for i in range(t, m, nt):
+                stage[i] = src[base + i]
+            cft.fence(cta, MemoryOrder.RELEASE, cft.MemProxyType.GENERIC, cft.MemProxyType.FABRIC,
+                      cft.MemFenceScope.CTA)
+            for b in range(nodes):
+                if b != a:
+                    le, off = cft.le_info(comm, win, (far + a * slot) * size, rail, b)
+                    le, counter = cft.le_info(comm, win, ctr, rail, b)
+                    cft.put_counted(s, le, off, counter, stage, nbytes)
+            cft.submit(s)
+            own = block_of(a, l, L) * count + base
+            for i in range(t, m, nt):
+                x = src[base + i]
+                dst[own + i] = x
+                mine[share + a * slot + i] = x
+            cft.wait_counted(s, win, ctr, start + (nodes - 1) * nbytes)
+            for b in range(nodes):
+                if b != a:
+                    j = block_of(b, l, L) * count + base
+                    for i in range(t, m, nt):
+                        x = mine[far + b * slot + i]
+                        dst[j + i] = x
+                        mine[share + b * slot + i] = x
+            cft.flush_smem(s)  # the stage is refilled next chunk
+            # Near phase: every node peer's column, from its share slots.
+            lsa.barrier(comm, cta, channel).sync(MemoryOrder.ACQ_REL)
+            for p in range(L):
+                if p != l:
+                    peer = lsa.lsa_view(win, p)
+                    for b in range(nodes):
+                        j = block_of(b, p, L) * count + base
+                        for i in range(t, m, nt):
+                            dst[j + i] = peer[share + b * slot + i]
+        cft.flush(s)
+        cft.close(s)
+
+    return hierarchical_cft_all_gather

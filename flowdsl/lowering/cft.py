@@ -31,9 +31,8 @@ from .. import cft
 from .._spec import SPECS
 from .checks import KIND_TYPES, check, stub_default
 from .declarations import extern
-from .intrinsics import array_ptr, devcomm_ptr, enum_value, struct_maker, value_or
+from .intrinsics import array_ptr, devcomm_ptr, enum_value, make_team, struct_maker, value_or
 from .target import note_feature
-from .team import team_from
 from .types import SessionType, register_struct_model
 
 __all__ = ["CftSessionType", "CftBarrierSessionType", "CFT_FEATURE", "cft_primitives_called"]
@@ -103,8 +102,15 @@ _make_barrier = struct_maker(lambda comm, coop, index: CftBarrierSessionType(com
 # ---- teams and logical endpoints -------------------------------------------------------------------
 
 @overload(cft.team)
-def cft_team(comm):
-    return team_from(_checked(cft.team, comm))
+def cft_team(comm, mode=None):
+    fn = _checked(cft.team, comm, mode)
+    mode_default = stub_default(cft.team, "mode")
+
+    def impl(comm, mode=None):
+        out = cuda.local.array(3, types.int32)
+        fn(devcomm_ptr(comm), value_or(mode, mode_default), array_ptr(out))
+        return make_team(out[0], out[1], out[2])
+    return impl
 
 
 @overload(cft.le_info)

@@ -33,7 +33,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..cft import MemProxyType
+from ..cft import CftTeamMode, MemProxyType
 from ..enums import MemoryOrder
 from . import _state
 from .errors import CftCoverageError, UsageError, WindowAccessError, sim_error
@@ -48,7 +48,7 @@ from .semantics import BarrierSession, current, implements, method_of
 from .team import Team
 from .timeouts import note_bounded
 
-__all__ = ["CftState", "Session", "CftSession", "CftBarrierSession", "LE_STRIDE"]
+__all__ = ["CftState", "Session", "CftSession", "CftBarrierSession", "LE_STRIDE", "cft_multimem_size"]
 
 #: LE ids are ``LE_STRIDE * (window id + 1) + world rank``.
 LE_STRIDE = 0x1000
@@ -290,9 +290,29 @@ def _queue(s, kind, le_id, le_offset, arr, nbytes, op_name, counter_offset=None)
 
 
 # ---------------------------------------------------------------- teams and LEs
+#: ``ncclCftCap_t``'s NCCL_CFT_MULTIMEM: the device communicator asked for CFT multimem teams.
+_CFT_MULTIMEM_CAP = 0x2
+
+
+def cft_multimem_size(comm) -> int:
+    """``cftMultimemSize`` of a simulated device communicator: its node (the LSA team) where the simulated
+    system has NVLink SHARP (``spawn(multimem=True)``) and the device communicator asked for CFT multimem
+    (``cft_caps`` with NCCL_CFT_MULTIMEM, 2); else 1 (every rank its own multimem team)."""
+    reqs = getattr(getattr(comm, "group", None), "reqs", None) or {}
+    if int(reqs.get("cft_caps", 0)) & _CFT_MULTIMEM_CAP and comm.comm.world.multimem:
+        return comm.lsa_size
+    return 1
+
+
 @implements("flowdsl.cft.team")
-def _cft_team(comm):
-    return Team(comm.nranks, comm.rank, 1)
+def _cft_team(comm, mode):
+    # The simulator's CFT domain is the whole world (cftSize = nranks, cftRank = rank), whatever the nodes:
+    # LSA teams are nodes (spawn(nodes=...)), so HIER_LSA is one rank per node, as ncclTeamCft computes it.
+    mode = CftTeamMode(int(mode))
+    if mode == CftTeamMode.FLAT:
+        return Team(comm.nranks, comm.rank, 1)
+    size = comm.lsa_size if mode == CftTeamMode.HIER_LSA else cft_multimem_size(comm)
+    return Team(comm.nranks // size, comm.rank // size, size)
 
 
 @implements("flowdsl.cft.le_info")

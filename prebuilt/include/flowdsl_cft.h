@@ -12,8 +12,8 @@
 #define FLOWDSL_COOP_API(RET, NAME, PARAMS) typedef RET NAME##_fn PARAMS; FLOWDSL_API NAME##_fn NAME##__thread; FLOWDSL_API NAME##_fn NAME##__warp; FLOWDSL_API NAME##_fn NAME##__lanes; FLOWDSL_API NAME##_fn NAME##__warp_span; FLOWDSL_API NAME##_fn NAME##__cta
 
 #if NCCL_VERSION_CODE >= 23100
-// ncclTeamCft (flat). (NCCL >= 2.31.0)
-FLOWDSL_API void flowdsl_cft_team(const ncclDevComm* comm, int* out);
+// ncclTeamCft(comm, mode): mode is an ncclCftTeamMode_t. (NCCL >= 2.31.0)
+FLOWDSL_API void flowdsl_cft_team(const ncclDevComm* comm, int mode, int* out);
 
 // ncclGetCftLeInfo: out[0] = LE id, out[1] = LE offset. (NCCL >= 2.31.0)
 FLOWDSL_API void flowdsl_cft_le_info(const ncclDevComm* comm, ncclWindow_t win, size_t offset, int team_nranks, int team_rank, int team_stride, int peer, uint64_t* out);

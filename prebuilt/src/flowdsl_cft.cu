@@ -127,8 +127,8 @@ __device__ __forceinline__ void cft_barrier(Coop c, const ncclDevComm* comm, uin
 }  // namespace
 
 // ---- teams and logical endpoints -------------------------------------------------
-FLOWDSL_API void flowdsl_cft_team(const ncclDevComm* comm, int* out) {
-  store_team(ncclTeamCft(*comm), out);
+FLOWDSL_API void flowdsl_cft_team(const ncclDevComm* comm, int mode, int* out) {
+  store_team(ncclTeamCft(*comm, (ncclCftTeamMode_t)mode), out);
 }
 FLOWDSL_API void flowdsl_cft_le_info(const ncclDevComm* comm, ncclWindow_t win, size_t offset, int team_nranks,
                                      int team_rank, int team_stride, int peer, uint64_t* out) {

@@ -39,6 +39,9 @@ def cft_everything(comm, win, counted, out):
     t = cft.team(comm)
     peer = (t.rank + 1) % t.nranks
     le, off = cft.le_info(comm, counted, 256, t, peer)
+    nodes = cft.team(comm, cft.CftTeamMode.HIER_LSA)
+    le_n, off_n = cft.le_info(comm, counted, 256, nodes, (nodes.rank + 1) % nodes.nranks)
+    out[2] = le_n + off_n + cft.team(comm, mode=cft.CftTeamMode.HIER_MULTIMEM).stride
     le_w, off_w = cft.peer_le_info(comm, win, 0, comm.rank)
     s = cft.session(comm, coop.cta(), state)
     cft.put(s, le_w, off_w, buf, 256)
@@ -142,6 +145,24 @@ def test_cft_linked_by_cuda_below_13_3_is_refused_naming_cuda_needed_and_found()
     with pytest.raises(TypingError, match=r"flowdsl.cft.\w+ requires CUDA >= 13.3 \(nvJitLink\), but this "
                                           r"kernel is linked by nvJitLink 13.0 \(CUDA 13.0\)"):
         cft_everything.compile(_argtypes(), arch="sm_100", nccl=NCCL, cuda="13.0")
+
+
+def test_cft_team_mode_must_be_a_CftTeamMode_known_when_the_kernel_compiles():
+    @flowdsl.kernel
+    def mode_five(comm, win, counted, out):
+        out[0] = cft.team(comm, 5).nranks
+
+    with pytest.raises(TypingError, match=r"flowdsl.cft.team requires mode FLAT, HIER_MULTIMEM, HIER_LSA, got 5. "
+                                          r"Pass one of flowdsl.cft.CftTeamMode.FLAT, HIER_MULTIMEM, HIER_LSA"):
+        mode_five.compile(_argtypes(), arch="sm_100", nccl=NCCL, cuda="13.3")
+
+    @flowdsl.kernel
+    def mode_at_run_time(comm, win, counted, out):
+        out[0] = cft.team(comm, out[1]).nranks
+
+    with pytest.raises(TypingError, match=r"flowdsl.cft.team requires mode to be a compile-time constant such as "
+                                          r"flowdsl.cft.CftTeamMode.FLAT, got uint64"):
+        mode_at_run_time.compile(_argtypes(), arch="sm_100", nccl=NCCL, cuda="13.3")
 
 
 def test_cft_typing_errors_name_the_argument():

@@ -11,10 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import flowdsl
 from flowdsl import Protocol, RedOp
 from flowdsl.collectives import _library, cost
 from flowdsl.collectives._config import FlowConfig
 from flowdsl.lowering.gin import STRONG_SIGNAL_FEATURE
+from flowdsl.lowering.target import linker_cuda_version
 
 pytestmark = pytest.mark.compile
 
@@ -422,3 +424,35 @@ def test_hierarchical_programs_link_with_gin_across_nodes(nccl, arch, collective
     assert kernel is _library.kernel_for("hierarchical", collective, op, gin_peers=True)
     compiled = kernel.compile(_library._argtypes(dtype, nccl, "hierarchical"), arch=arch, nccl=nccl)
     assert STRONG_SIGNAL_FEATURE in compiled.features  # its connections to other nodes are GIN's
+
+
+needs_cuda_13_3 = pytest.mark.skipif(
+    linker_cuda_version() < (13, 3),
+    reason=f"linking CFT needs nvJitLink >= 13.3 (CUDA 13.3 LTO-IR); this one is "
+           f"{'.'.join(map(str, linker_cuda_version()))}")
+
+
+@needs_cuda_13_3
+@pytest.mark.parametrize("dtype", ["float32", "int8", "float64"])
+def test_hierarchical_cft_all_gather_compiles_and_links_for_sm_100_on_nccl_2_32_3(dtype):
+    """The far phase over CFT: the CFT build (CUDA 13.3 LTO-IR) linked in, and the CFT primitives (the HIER_LSA
+    team, counted puts and waits, the CFT barrier) inlined (no flowdsl_ call left)."""
+    from flowdsl.collectives.programs import hierarchical_cft_all_gather
+
+    argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", np.dtype(dtype)), np.zeros(4, dtype),
+                                               np.zeros(4, dtype), 4, nccl="2.32.3")
+    compiled = hierarchical_cft_all_gather(np.dtype(dtype)).compile(argtypes, arch="sm_100", nccl="2.32.3")
+    assert "cft" in compiled.features
+    assert not [s for s in compiled.function_symbols() if s.startswith("flowdsl_")]
+
+
+def test_hierarchical_cft_all_gather_is_refused_below_sm_100():
+    from numba.core.errors import TypingError
+
+    from flowdsl.collectives.programs import hierarchical_cft_all_gather
+
+    argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", np.float32), np.zeros(4, np.float32),
+                                               np.zeros(4, np.float32), 4, nccl="2.32.3")
+    with pytest.raises(TypingError, match=r"flowdsl.cft.\w+ requires sm_100 or newer, but this kernel is compiled "
+                                          r"for sm_90"):
+        hierarchical_cft_all_gather(np.dtype("float32")).compile(argtypes, arch="sm_90", nccl="2.32.3", cuda="13.3")

@@ -8,7 +8,7 @@ from numba import cuda, float32, uint64
 
 import flowdsl
 import flowdsl.sim as sim
-from flowdsl import MemoryOrder, cft, coop, lsa
+from flowdsl import MemoryOrder, cft, coop, lsa, team
 from flowdsl.examples import alltoall_cft
 from flowdsl.testing import assert_ranks_close, run_ranks
 
@@ -170,3 +170,63 @@ def test_get_lands_in_shared_memory_at_flush():
     for d in DELIVERIES:
         for r, o in enumerate(run_ranks(main, nranks=4, nodes=2, gin_delivery=d)):
             assert list(o) == list(np.arange(16, dtype=np.float32) + 100 * ((r + 1) % 4))
+
+
+@flowdsl.kernel
+def _team_numbers(comm, out):
+    """Each CFT team mode's (nranks, rank, stride), and the world rank of HIER_LSA peer 0."""
+    flat = cft.team(comm)
+    hier = cft.team(comm, cft.CftTeamMode.HIER_LSA)
+    multi = cft.team(comm, mode=cft.CftTeamMode.HIER_MULTIMEM)
+    for i, t in enumerate((flat, hier, multi)):
+        out[3 * i], out[3 * i + 1], out[3 * i + 2] = t.nranks, t.rank, t.stride
+    out[9] = team.rank_to_world(comm, hier, 0)
+
+
+def _teams(nranks, nodes, **options):
+    cft_caps = options.pop("cft_caps", 0)
+
+    def main(comm):
+        out = comm.alloc(10, np.int32)
+        out.set(np.full(10, -7, np.int32))
+        with comm.device_communicator(cft_caps=cft_caps) as dc:
+            _team_numbers[1, 1](dc, out)
+            comm.synchronize()
+        return out.get()
+    return run_ranks(main, nranks=nranks, nodes=nodes, **options)
+
+
+@pytest.mark.parametrize("nodes,per_node", [(2, 2), (2, 3), (3, 2)], ids=["2x2", "2x3", "3x2"])
+def test_cft_team_modes_give_ncclTeamCft_numbers_with_the_world_as_the_cft_domain(nodes, per_node):
+    # The simulator's CFT domain is the world (cftSize = nranks) while its LSA teams are the nodes:
+    # HIER_LSA is one rank per node (cftSize / lsaSize ranks, index cftRank / lsaSize, stride lsaSize).
+    n = nodes * per_node
+    for r, got in enumerate(_teams(n, nodes)):
+        assert list(got[0:3]) == [n, r, 1]                        # FLAT
+        assert list(got[3:6]) == [nodes, r // per_node, per_node]  # HIER_LSA
+        assert list(got[6:9]) == [n, r, 1]                         # no CFT multimem: teams of one rank
+        assert got[9] == r % per_node                              # HIER_LSA peer 0: this LSA rank on node 0
+
+
+def test_cft_hier_multimem_is_one_rank_per_node_with_nvlink_sharp_and_cft_multimem_asked():
+    for r, got in enumerate(_teams(6, 2, multimem=True, cft_caps=3)):
+        assert list(got[6:9]) == [2, r // 3, 3]
+    for r, got in enumerate(_teams(6, 2, multimem=True)):  # NVLink SHARP but no NCCL_CFT_MULTIMEM asked
+        assert list(got[6:9]) == [6, r, 1]
+
+
+@flowdsl.kernel
+def _team_of_mode(comm, out, mode):
+    out[0] = cft.team(comm, mode).nranks
+
+
+def test_cft_team_refuses_a_mode_that_is_no_CftTeamMode():
+    def main(comm):
+        out = comm.alloc(1, np.int32)
+        with comm.device_communicator() as dc:
+            _team_of_mode[1, 1](dc, out, 5)
+            comm.synchronize()
+    with pytest.raises(sim.UsageError) as ei:
+        run_ranks(main, nranks=2, nodes=2)
+    assert "flowdsl.cft.team requires mode FLAT, HIER_MULTIMEM, HIER_LSA, got 5. Pass one of " \
+           "flowdsl.cft.CftTeamMode.FLAT, HIER_MULTIMEM, HIER_LSA" in str(ei.value)

@@ -182,3 +182,43 @@ def test_auto_runs_it_across_nodes():
     for algorithm, got in spawn(main, nranks=4, nodes=2, seed=1, gin_delivery="reordered"):
         assert algorithm == "hierarchical"
         np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------- the far phase over CFT
+def _cft_all_gather(comm, dtype, count, channels, launches, seed):
+    """``launches`` calls of hierarchical_cft_all_gather on one counted window (its counters and slots carry
+    over from call to call); each call's output poisoned first, its inputs random; every output and the
+    NumPy reference of each."""
+    from flowdsl.collectives.programs import cft_all_gather_layout, hierarchical_cft_all_gather
+
+    kernel = hierarchical_cft_all_gather(np.dtype(dtype))
+    nbytes, _ = cft_all_gather_layout(channels, comm.nranks // comm.lsa_size)
+    itemsize = np.dtype(dtype).itemsize
+    buf = comm.alloc(nbytes // itemsize, dtype)
+    buf.set(np.zeros(nbytes // itemsize, dtype))  # the counters start at 0
+    src, dst = comm.alloc(count, dtype), comm.alloc(comm.nranks * count, dtype)
+    got, want = [], []
+    with comm.register(buf, cft_counted=True) as win, \
+            comm.device_communicator(cft_barrier_count=channels, lsa_barrier_count=channels) as dc:
+        for k in range(launches):
+            rng = np.random.default_rng([seed, k])
+            every = (rng.standard_normal((comm.nranks, count)) * 100).astype(dtype)
+            src.set(every[comm.rank])
+            dst.set(np.full(comm.nranks * count, 77, dtype))  # poisoned
+            kernel[channels, 64](dc, win, src, dst, count)
+            comm.synchronize()
+            got.append(dst.get())
+            want.append(every.reshape(-1))
+    return got, want
+
+
+@pytest.mark.parametrize("nranks,nodes", [(4, 2), (6, 2), (6, 3)], ids=["2x2", "2x3", "3x2"])
+@pytest.mark.parametrize("dtype,count,channels", [("float32", 1100, 2), ("int8", 4133, 1), ("float64", 300, 3)])
+def test_hierarchical_cft_all_gather_matches_numpy_with_a_cft_team_wider_than_the_lsa_team(nranks, nodes, dtype,
+                                                                                           count, channels):
+    # The CFT team is the world, the LSA teams the nodes: the far phase goes over cft.team(HIER_LSA). Counts
+    # cross several 2048-byte chunks and end off a 16-byte unit; two launches reuse the window's counters.
+    for rank in spawn(lambda c: _cft_all_gather(c, dtype, count, channels, 2, nranks), nranks=nranks, nodes=nodes,
+                      seed=nranks + nodes, gin_delivery="reordered"):
+        for got, want in zip(*rank):
+            np.testing.assert_array_equal(got, want)
