@@ -6,7 +6,10 @@ path and the simulator refuse what a release lacks in the same words (:func:`ncc
 
 from __future__ import annotations
 
-__all__ = ["parse_version", "format_version", "nccl_refusal"]
+__all__ = ["SUPPORTED_RELEASES", "parse_version", "format_version", "nccl_refusal"]
+
+#: NCCL releases flowdsl has support builds for: what PyTorch 2.11 pins, and the newest.
+SUPPORTED_RELEASES = ("2.28.9", "2.32.3", "2.32.6")
 
 
 def parse_version(text: str | tuple) -> tuple[int, int, int]:

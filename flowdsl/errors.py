@@ -197,6 +197,19 @@ def _make_kernel_typing_error() -> type:
     return KernelTypingError
 
 
+@functools.cache
+def kernel_feature_error() -> type:
+    """The class of a kernel refused because its target lacks what it uses: a :class:`KernelTypingError`
+    (how the compile path and the simulator refuse a kernel's call) that is a
+    :class:`FeatureUnavailableError` (why), on both paths."""
+    class KernelFeatureUnavailableError(_make_kernel_typing_error(), _make_feature_unavailable_error()):
+        """A kernel uses what its target (NCCL release, arch, linking CUDA) lacks."""
+
+    KernelFeatureUnavailableError.__module__ = __name__
+    KernelFeatureUnavailableError.__qualname__ = "KernelFeatureUnavailableError"
+    return KernelFeatureUnavailableError
+
+
 _LAZY = {"FeatureUnavailableError": _make_feature_unavailable_error, "KernelTypingError": _make_kernel_typing_error}
 
 

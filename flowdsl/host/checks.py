@@ -13,13 +13,15 @@ import operator
 
 import numpy as np
 
+from .._release import format_version
 from ..errors import LaunchTypeError, ResourceClosedError, UsageError
 
 __all__ = ["SUPPORTED_DTYPES", "numba_dtype", "DEVICE_REQUIREMENTS", "GIN_RESOURCES", "DEFAULTED_REQUIREMENTS",
            "device_requirements", "ALLOC_LIKE", "GRID_LIMITS", "BLOCK_LIMITS", "MAX_BLOCK_THREADS", "alloc_dtype",
            "alloc_shape", "alloc_like", "torch_module", "communicator_open", "resource_closed", "count_of",
            "contiguous", "register_layout", "host_array_error", "not_a_buffer_error", "NOT_FROM_ALLOC",
-           "launch_shape", "multimem_unavailable"]
+           "launch_shape", "multimem_unavailable", "REQUIREMENT_FIELDS", "REQUIREMENTS_LACKING",
+           "refuse_lacking", "requirement_unavailable"]
 
 #: Element types ``comm.alloc`` takes. uint16 and int16 too: bfloat16 travels as uint16 bits
 #: (CuPy and NumPy have no bfloat16).
@@ -275,6 +277,56 @@ DEVICE_REQUIREMENTS = ("lsa_barrier_count", "barrier_count", "rail_gin_barrier_c
                        "gin_custom_stride", "gin_exclusive_contexts", "gin_queue_depth", "gin_traffic_class",
                        "gin_strong_signals_required", "gin_va_signals_required", "gin_force_enable", "gin_type",
                        "cft_caps", "cft_barrier_count", "lsa_multimem")
+#: keyword of device_communicator() -> field of ncclDevCommRequirements (the GPU runtime writes these).
+REQUIREMENT_FIELDS = {
+    "lsa_barrier_count": "lsaBarrierCount",
+    "lsa_multimem": "lsaMultimem",
+    "barrier_count": "barrierCount",
+    "rail_gin_barrier_count": "railGinBarrierCount",
+    "gin_context_count": "ginContextCount",
+    "gin_signal_count": "ginSignalCount",
+    "gin_counter_count": "ginCounterCount",
+    "gin_force_enable": "ginForceEnable",
+    "cft_caps": "cftCaps",
+    "cft_barrier_count": "cftBarrierCount",
+    "world_gin_barrier_count": "worldGinBarrierCount",
+    "gin_connection_type": "ginConnectionType",
+    "gin_custom_stride": "ginCustomStride",
+    "gin_exclusive_contexts": "ginExclusiveContexts",
+    "gin_queue_depth": "ginQueueDepth",
+    "gin_traffic_class": "ginTrafficClass",
+    "gin_strong_signals_required": "ginStrongSignalsRequired",
+    "gin_va_signals_required": "ginVaSignalsRequired",
+    "gin_type": "ginType",
+}
+#: The requirements each release flowdsl builds for lacks (fields its ``ncclDevCommRequirements`` does not have,
+#: CFT's where the release has no CFT build): the GPU runtime decides from the release's probed layout, the
+#: simulator of a release (``spawn(nccl=...)``) from this table, which a test holds against those layouts.
+REQUIREMENTS_LACKING = {
+    "2.28.9": frozenset({"cft_caps", "cft_barrier_count", "world_gin_barrier_count", "gin_connection_type",
+                         "gin_custom_stride", "gin_exclusive_contexts", "gin_queue_depth", "gin_traffic_class",
+                         "gin_strong_signals_required", "gin_va_signals_required", "gin_type"}),
+    "2.32.3": frozenset(),
+    "2.32.6": frozenset({"cft_caps", "cft_barrier_count"}),
+}
+
+
+def refuse_lacking(requirements: dict, given, lacking, version) -> None:
+    """Refuse a device communicator whose ``requirements`` (checked; ``given``: the keys the user passed) name
+    one NCCL ``version`` lacks (``lacking``): asked for, or one without a default a release may leave out."""
+    for key in requirements:
+        if key in lacking and (key in given or key not in DEFAULTED_REQUIREMENTS):
+            raise requirement_unavailable(key, version)
+
+
+def requirement_unavailable(key: str, version) -> UsageError:
+    """How both paths refuse a device communicator asked for ``key`` where NCCL ``version`` lacks its field."""
+    return UsageError(f"Cannot create a device communicator with {key}: NCCL {format_version(version)} has no "
+                      f"{REQUIREMENT_FIELDS[key]} (NCCL 2.28 has neither CFT nor the GIN connection fields nor the "
+                      "world GIN barrier; CFT needs a release with a CFT build, 2.32.3). Install "
+                      "nvidia-nccl-cu13>=2.32.3.")
+
+
 #: The requirements that ask NCCL for GIN resources (NCCL >= 2.29 creates none without GIN enabled:
 #: ``ncclGinResourcesRequested`` in its ``src/dev_runtime.cc``).
 GIN_RESOURCES = ("gin_signal_count", "gin_counter_count", "barrier_count", "rail_gin_barrier_count",

@@ -149,7 +149,7 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
     from numba.cuda import compiler  # noqa: PLC0415
     from numba.cuda.cudadrv import nvvm  # noqa: PLC0415
 
-    from ..errors import KernelTypingError, numba_error_classes  # noqa: PLC0415
+    from ..errors import KernelTypingError, kernel_feature_error, numba_error_classes  # noqa: PLC0415
 
     TypingError = numba_error_classes("TypingError")  # numba-cuda raises its own class or numba's  # noqa: N806
 
@@ -171,8 +171,9 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
     except TypingError as exc:  # a flowdsl error, as the simulator's for the same mistake; numba's words
         if isinstance(exc, KernelTypingError):
             raise
-        raise KernelTypingError(f"{_primitive_arity(str(exc)) or _first_refusal(exc, pyfunc)}{exc}"
-                                f"{_in_kernel(pyfunc)}") from exc
+        head = _primitive_arity(str(exc)) or _first_refusal(exc, pyfunc)
+        cls = kernel_feature_error() if _is_unavailable(exc, head) else KernelTypingError
+        raise cls(f"{head}{exc}{_in_kernel(pyfunc)}") from exc
     except NotImplementedError as exc:  # numba-cuda typed it and has no code for it: the user's mistake
         from numba.cuda.vector_types import vector_types  # noqa: PLC0415
 
@@ -266,7 +267,7 @@ def _in_kernel(pyfunc) -> str:
 _VECTOR_WRITE = re.compile(r"No definition for lowering (\w+)\.(\w+) = ")
 #: numba's words for the function it could not type a call of, and the refusals inside them (with where raised).
 _CALLEE = re.compile(r"No implementation of function Function\(<(?:built-in )?function (\w+)")
-_REFUSAL = re.compile(r"(?:NumbaTypeError|TypingError): ([^\n]+)\n\s*raised from ([^\n]+)")
+_REFUSAL = re.compile(r"(NumbaTypeError|TypingError|FeatureUnavailableError): ([^\n]+)\n\s*raised from ([^\n]+)")
 
 
 _WINDOW_INDEXED = ("Cannot index a window in a kernel: a kernel reads and writes a window through a view "
@@ -282,7 +283,7 @@ def _first_refusal(exc, pyfunc) -> str:
     from ..errors import without_colours  # noqa: PLC0415
 
     text = without_colours(str(exc))
-    refusals = [m.strip() for m, where in _REFUSAL.findall(text) if f"{os.sep}flowdsl{os.sep}" in where]
+    refusals = [m.strip() for _, m, where in _REFUSAL.findall(text) if f"{os.sep}flowdsl{os.sep}" in where]
     specific = [r for r in refusals if "compile-time constant" not in r] or refusals
     callee = _CALLEE.search(text)
     if not specific and callee is None:
@@ -296,6 +297,15 @@ def _first_refusal(exc, pyfunc) -> str:
         _WINDOW_INDEXED if name in ("getitem", "setitem") and "(Window(" in text else \
         f"Cannot type the call of {name} with these arguments"
     return f"{head}{at}\n\nnumba's report:\n"
+
+
+def _is_unavailable(exc, head: str) -> bool:
+    """Whether the refusal ``head`` leads with is one of a feature the target lacks (the release, arch or
+    linking CUDA: :class:`flowdsl.FeatureUnavailableError`), raised in numba's typing of the call."""
+    from ..errors import without_colours  # noqa: PLC0415
+
+    return any(kind == "FeatureUnavailableError" and m.strip() and head.startswith(m.strip())
+               for kind, m, _ in _REFUSAL.findall(without_colours(str(exc))))
 
 
 def _failing_line(exc):

@@ -19,28 +19,9 @@ from .wait_record import GRACE, WaitRecord, aborted_error, resolve_timeout, wait
 
 __all__ = ["init", "Communicator", "REQUIREMENT_FIELDS", "requirement_fields"]
 
-#: keyword of device_communicator() -> field of ncclDevCommRequirements.
-REQUIREMENT_FIELDS = {
-    "lsa_barrier_count": "lsaBarrierCount",
-    "lsa_multimem": "lsaMultimem",
-    "barrier_count": "barrierCount",
-    "rail_gin_barrier_count": "railGinBarrierCount",
-    "gin_context_count": "ginContextCount",
-    "gin_signal_count": "ginSignalCount",
-    "gin_counter_count": "ginCounterCount",
-    "gin_force_enable": "ginForceEnable",
-    "cft_caps": "cftCaps",
-    "cft_barrier_count": "cftBarrierCount",
-    "world_gin_barrier_count": "worldGinBarrierCount",
-    "gin_connection_type": "ginConnectionType",
-    "gin_custom_stride": "ginCustomStride",
-    "gin_exclusive_contexts": "ginExclusiveContexts",
-    "gin_queue_depth": "ginQueueDepth",
-    "gin_traffic_class": "ginTrafficClass",
-    "gin_strong_signals_required": "ginStrongSignalsRequired",
-    "gin_va_signals_required": "ginVaSignalsRequired",
-    "gin_type": "ginType",
-}
+#: keyword of device_communicator() -> field of ncclDevCommRequirements (the table lives in flowdsl.host.checks).
+REQUIREMENT_FIELDS = checks.REQUIREMENT_FIELDS
+
 
 def requirement_fields(requirements: dict, given, layout: dict, version) -> dict:
     """``ncclDevCommRequirements``' fields to write for checked ``requirements`` (``given``: the keys the user
@@ -49,16 +30,11 @@ def requirement_fields(requirements: dict, given, layout: dict, version) -> dict
     requirements = dict(requirements)
     if requirements.get("cft_barrier_count"):
         requirements["cft_caps"] = int(requirements.get("cft_caps", 0)) | 1  # NCCL_CFT
-    fields = {}
-    for key, value in requirements.items():
-        field_name = REQUIREMENT_FIELDS[key]
-        if field_name in layout["requirements_fields"]:
-            fields[field_name] = int(value)
-        elif key in given or key not in checks.DEFAULTED_REQUIREMENTS:
-            raise UsageError(f"Cannot create a device communicator with {key}: NCCL {format_version(version)} has "
-                             f"no {field_name} (NCCL 2.28 has neither CFT nor the GIN connection fields nor the world "
-                             "GIN barrier). Install nvidia-nccl-cu13>=2.32.3.")
-    return fields
+    present = layout["requirements_fields"]
+    checks.refuse_lacking(requirements, given, {k for k in requirements if checks.REQUIREMENT_FIELDS[k] not in present},
+                          version)
+    return {checks.REQUIREMENT_FIELDS[k]: int(v) for k, v in requirements.items()
+            if checks.REQUIREMENT_FIELDS[k] in present}
 
 
 #: The environment variable that turns the collectives' cross-rank check on (``1``) for every communicator.

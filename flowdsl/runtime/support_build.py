@@ -34,6 +34,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from .._release import SUPPORTED_RELEASES
 from ..enums import GinBackend
 from ..errors import SupportLibraryError
 
@@ -45,8 +46,8 @@ __all__ = [
     "installed_gin_backends",
 ]
 
-#: NCCL releases with a checked-in build: what PyTorch 2.11 pins, and the newest.
-SUPPORTED_VERSIONS = ("2.28.9", "2.32.3", "2.32.6")
+#: NCCL releases with a checked-in build (one list: ``flowdsl._release``).
+SUPPORTED_VERSIONS = SUPPORTED_RELEASES
 #: Targets of every build.
 ARCHS = ("sm_80", "sm_90", "sm_100")
 #: NCCL releases with a checked-in CFT build (CFT needs NCCL >= 2.31), and its targets.

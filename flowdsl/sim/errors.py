@@ -117,12 +117,12 @@ KernelTypingError = _kernel_typing_error()  # the simulator runs numba.cuda kern
 
 
 def _feature_unavailable_error():
-    from ..errors import FeatureUnavailableError  # noqa: PLC0415 - numba's TypingError, made at first use
+    from ..errors import kernel_feature_error  # noqa: PLC0415 - numba's TypingError, made at first use
 
-    class FeatureUnavailableError(KernelTypingError, FeatureUnavailableError):
+    class FeatureUnavailableError(KernelTypingError, kernel_feature_error()):
         """A kernel used what the NCCL release it is simulated for lacks (``spawn(nccl=...)``): refused
         in the words compiling it for that release refuses it with, as a
-        :class:`flowdsl.FeatureUnavailableError`."""
+        :class:`flowdsl.FeatureUnavailableError` and a :class:`flowdsl.KernelTypingError`, as there."""
 
     FeatureUnavailableError.__module__ = __name__
     FeatureUnavailableError.__qualname__ = "FeatureUnavailableError"

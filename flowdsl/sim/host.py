@@ -15,8 +15,7 @@ from ..host.arrays import is_torch
 from ..host.timeouts import aborted_error, resolve_timeout
 from . import _state, timeouts
 from .cudashim import simulate_function
-from .._release import format_version, parse_version
-from .._spec import Gate
+from .._release import SUPPORTED_RELEASES, format_version, parse_version
 from ..enums import GinBackend
 from ..errors import ResourceClosedError
 from ..errors import UsageError as _UsageErrorBase
@@ -255,6 +254,9 @@ class SimComm(Closable):
         self._open("create a device communicator")
         reqs = _checked(checks.device_requirements, requirements, for_kernel, grid, self.world.gin_support,
                         frozenset({GinBackend.from_option(self.world.net.backend)}))
+        if self.world.nccl is not None:  # the simulated release's requirement fields, as its GPU build has them
+            _checked(checks.refuse_lacking, reqs, requirements,
+                     checks.REQUIREMENTS_LACKING[format_version(self.world.nccl)], self.world.nccl)
         if reqs.get("lsa_multimem") and not self.world.multimem:
             raise sim_error(UsageError, str(checks.multimem_unavailable(
                 "this simulated system has no NVLink SHARP (flowdsl.sim.spawn(..., multimem=False), the default, "
@@ -867,9 +869,9 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
     world = World(nranks, nodes, sched)
     world.multimem = bool(opts["multimem"])
     world.nccl = None if opts["nccl"] is None else parse_version(opts["nccl"])
-    if world.nccl is not None and world.nccl < Gate().nccl:
+    if world.nccl is not None and format_version(world.nccl) not in SUPPORTED_RELEASES:
         raise UsageError(f"Cannot spawn a simulation of NCCL {format_version(world.nccl)}: flowdsl builds for NCCL "
-                         f"{format_version(Gate().nccl)} and newer. Pass nccl='{format_version(Gate().nccl)}' or newer")
+                         f"{', '.join(SUPPORTED_RELEASES)}. Pass one of them")
     world.gin_support = _gin_connections(opts["gin_connections"])
     sched.world = world
     world.net = sched.net = Network(seed, opts["gin_delivery"], opts["gin_backend"], world)
