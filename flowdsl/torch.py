@@ -132,8 +132,11 @@ def check_tensor(operation: str, name: str, t, comm) -> None:
                          f"{tuple(t.stride())}). Pass {name}.contiguous()")
 
 
-def _resolved(operation: str, group: str, *tensors):
-    """The communicator of an operator's call, its tensors checked (the eager path: no fake ran)."""
+def _resolved(operation: str, group: str, *tensors, op: str | None = None):
+    """The communicator of an operator's call, ``op`` and its tensors (input, then output) checked: what a
+    fake implementation runs while ``torch.compile`` traces, and the eager path before it launches."""
+    if op is not None:
+        _check_op(operation, op)
     comm = communicator(group)
     for name, t in zip(("input", "output"), tensors):
         check_tensor(operation, name, t, comm)
@@ -202,9 +205,7 @@ def _all_reduce(input: torch.Tensor, op: str, group: str) -> torch.Tensor:
 
 @_all_reduce.register_fake
 def _(input, op, group):
-    comm = communicator(group)
-    _check_op("all_reduce", op)
-    check_tensor("all_reduce", "input", input, comm)
+    _resolved("all_reduce", group, input, op=op)
     return torch.empty_like(input)
 
 
@@ -218,8 +219,7 @@ def _all_reduce_(input: torch.Tensor, op: str, group: str) -> None:
 
 @_all_reduce_.register_fake
 def _(input, op, group):
-    _check_op("all_reduce", op)
-    check_tensor("all_reduce", "input", input, communicator(group))
+    _resolved("all_reduce", group, input, op=op)
 
 
 @torch.library.custom_op("flowdsl::all_to_all", mutates_args=())
@@ -235,9 +235,7 @@ def _all_to_all(input: torch.Tensor, group: str) -> torch.Tensor:
 
 @_all_to_all.register_fake
 def _(input, group):
-    comm = communicator(group)
-    check_tensor("all_to_all", "input", input, comm)
-    rows_per_rank("all_to_all", input, comm.nranks)
+    rows_per_rank("all_to_all", input, _resolved("all_to_all", group, input).nranks)
     return torch.empty_like(input)
 
 
@@ -253,9 +251,7 @@ def _all_gather(input: torch.Tensor, group: str) -> torch.Tensor:
 
 @_all_gather.register_fake
 def _(input, group):
-    comm = communicator(group)
-    check_tensor("all_gather", "input", input, comm)
-    return input.new_empty(_gathered(input, comm.nranks))
+    return input.new_empty(_gathered(input, _resolved("all_gather", group, input).nranks))
 
 
 @torch.library.custom_op("flowdsl::all_gather_into", mutates_args=("output",))
@@ -270,9 +266,7 @@ def _all_gather_into(output: torch.Tensor, input: torch.Tensor, group: str) -> N
 
 @_all_gather_into.register_fake
 def _(output, input, group):
-    comm = communicator(group)
-    check_tensor("all_gather", "input", input, comm)
-    check_tensor("all_gather", "output", output, comm)
+    comm = _resolved("all_gather", group, input, output)
     check_shape("all_gather", output, _gathered(input, comm.nranks),
                 f"the input's dimension 0 times {comm.nranks} ranks")
 
@@ -289,9 +283,7 @@ def _reduce_scatter(input: torch.Tensor, op: str, group: str) -> torch.Tensor:
 
 @_reduce_scatter.register_fake
 def _(input, op, group):
-    comm = communicator(group)
-    _check_op("reduce_scatter", op)
-    check_tensor("reduce_scatter", "input", input, comm)
+    comm = _resolved("reduce_scatter", group, input, op=op)
     return input.new_empty((rows_per_rank("reduce_scatter", input, comm.nranks), *input.shape[1:]))
 
 
@@ -307,10 +299,7 @@ def _reduce_scatter_into(output: torch.Tensor, input: torch.Tensor, op: str, gro
 
 @_reduce_scatter_into.register_fake
 def _(output, input, op, group):
-    comm = communicator(group)
-    _check_op("reduce_scatter", op)
-    check_tensor("reduce_scatter", "input", input, comm)
-    check_tensor("reduce_scatter", "output", output, comm)
+    comm = _resolved("reduce_scatter", group, input, output, op=op)
     check_shape("reduce_scatter", output, (rows_per_rank("reduce_scatter", input, comm.nranks), *input.shape[1:]),
                 f"the input's dimension 0 over {comm.nranks} ranks")
 
@@ -327,7 +316,7 @@ def _broadcast(input: torch.Tensor, root: int, group: str) -> torch.Tensor:
 
 @_broadcast.register_fake
 def _(input, root, group):
-    check_tensor("broadcast", "input", input, communicator(group))
+    _resolved("broadcast", group, input)
     return torch.empty_like(input)
 
 
@@ -341,7 +330,7 @@ def _broadcast_(input: torch.Tensor, root: int, group: str) -> None:
 
 @_broadcast_.register_fake
 def _(input, root, group):
-    check_tensor("broadcast", "input", input, communicator(group))
+    _resolved("broadcast", group, input)
 
 
 @torch.library.custom_op("flowdsl::reduce", mutates_args=())
@@ -356,8 +345,7 @@ def _reduce(input: torch.Tensor, op: str, root: int, group: str) -> torch.Tensor
 
 @_reduce.register_fake
 def _(input, op, root, group):
-    _check_op("reduce", op)
-    check_tensor("reduce", "input", input, communicator(group))
+    _resolved("reduce", group, input, op=op)
     return torch.empty_like(input)
 
 
@@ -371,8 +359,7 @@ def _reduce_(input: torch.Tensor, op: str, root: int, group: str) -> None:
 
 @_reduce_.register_fake
 def _(input, op, root, group):
-    _check_op("reduce", op)
-    check_tensor("reduce", "input", input, communicator(group))
+    _resolved("reduce", group, input, op=op)
 
 
 # Autograd, with torch.distributed.nn.functional's convention (the loss is the sum of the ranks' losses):
