@@ -147,22 +147,25 @@ def test_cft_linked_by_cuda_below_13_3_is_refused_naming_cuda_needed_and_found()
         cft_everything.compile(_argtypes(), arch="sm_100", nccl=NCCL, cuda="13.0")
 
 
-def test_cft_team_mode_must_be_a_CftTeamMode_known_when_the_kernel_compiles():
-    @flowdsl.kernel
-    def mode_five(comm, win, counted, out):
-        out[0] = cft.team(comm, 5).nranks
+@flowdsl.kernel
+def _team_mode_five(comm, win, counted, out):
+    out[0] = cft.team(comm, 5).nranks
 
-    with pytest.raises(TypingError, match=r"flowdsl.cft.team requires mode FLAT, HIER_MULTIMEM, HIER_LSA, got 5. "
-                                          r"Pass one of flowdsl.cft.CftTeamMode.FLAT, HIER_MULTIMEM, HIER_LSA"):
-        mode_five.compile(_argtypes(), arch="sm_100", nccl=NCCL, cuda="13.3")
 
-    @flowdsl.kernel
-    def mode_at_run_time(comm, win, counted, out):
-        out[0] = cft.team(comm, out[1]).nranks
+@flowdsl.kernel
+def _team_mode_at_run_time(comm, win, counted, out):
+    out[0] = cft.team(comm, out[1]).nranks
 
-    with pytest.raises(TypingError, match=r"flowdsl.cft.team requires mode to be a compile-time constant such as "
-                                          r"flowdsl.cft.CftTeamMode.FLAT, got uint64"):
-        mode_at_run_time.compile(_argtypes(), arch="sm_100", nccl=NCCL, cuda="13.3")
+
+@pytest.mark.parametrize("kernel, words", [
+    (_team_mode_five, r"flowdsl.cft.team requires mode FLAT, HIER_MULTIMEM, HIER_LSA, got 5. Pass one of "
+                      r"flowdsl.cft.CftTeamMode.FLAT, HIER_MULTIMEM, HIER_LSA"),
+    (_team_mode_at_run_time, r"flowdsl.cft.team requires mode to be a compile-time constant such as "
+                             r"flowdsl.cft.CftTeamMode.FLAT, got uint64"),
+], ids=["five", "at_run_time"])
+def test_cft_team_mode_must_be_a_CftTeamMode_known_when_the_kernel_compiles(kernel, words):
+    with pytest.raises(TypingError, match=words):
+        kernel.compile(_argtypes(), arch="sm_100", nccl=NCCL, cuda="13.3")
 
 
 def test_cft_typing_errors_name_the_argument():
