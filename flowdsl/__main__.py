@@ -197,23 +197,17 @@ def _support_lines(nccl) -> list[str]:
 
 
 def _cft_text(nccl, gpus, nvjitlink: str) -> str:
-    """Whether kernels using flowdsl.cft can run here, and what is missing."""
-    from flowdsl.runtime.support import manifest
+    """Whether kernels using flowdsl.cft can run here, and what is missing (what the communicators'
+    ``cft_missing`` says too: ``flowdsl.runtime.support.cft_missing``)."""
+    from flowdsl.runtime.support import cft_missing
 
-    builds = manifest().get("cft", {}).get("abis", {})
-    missing = []
-    if nccl is None or tuple(nccl) < (2, 31, 0):
-        missing.append("NCCL >= 2.31")
-    elif ".".join(map(str, nccl)) not in builds:
-        have = f"built for NCCL {', '.join(builds)} only" if builds else "none built"
-        missing.append(f"the CFT library for the loaded NCCL {'.'.join(map(str, nccl))} ({have})")
     try:
-        if tuple(int(x) for x in nvjitlink.split(".")[:2]) < (13, 3):
-            missing.append(f"nvJitLink >= 13.3 (have {nvjitlink})")
+        linker = tuple(int(x) for x in nvjitlink.split(".")[:2])
     except ValueError:
-        missing.append("nvJitLink >= 13.3")
-    if not any(_arch_key(arch) >= 100 for _, arch in gpus):
-        missing.append("an sm_100 or newer GPU")
+        linker = None
+    archs = [arch for _, arch in gpus]
+    best = max(archs, key=_arch_key) if archs else None
+    missing = cft_missing(nccl, best, linker)
     if not missing:
         return "available"
     return ("not runnable here: needs " + "; ".join(missing) +

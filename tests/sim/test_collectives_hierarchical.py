@@ -205,7 +205,7 @@ def _cft_all_gather(comm, dtype, count, channels, launches, seed):
             every = (rng.standard_normal((comm.nranks, count)) * 100).astype(dtype)
             src.set(every[comm.rank])
             dst.set(np.full(comm.nranks * count, 77, dtype))  # poisoned
-            kernel[channels, 64](dc, win, src, dst, count)
+            kernel[channels, 64](dc, win, src, dst, count, channels)
             comm.synchronize()
             got.append(dst.get())
             want.append(every.reshape(-1))
