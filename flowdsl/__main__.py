@@ -292,7 +292,7 @@ def precompile(args) -> int:
     ops = [OPS[name] for name in args.ops] if args.ops else None
     try:
         counts = build(arch=args.arch, nccl=args.nccl, dtypes=args.dtypes, ops=ops, gin_peers=args.gin,
-                       multimem=args.multimem, jobs=args.jobs)
+                       multimem=args.multimem, cft=args.cft, jobs=args.jobs)
     except KeyboardInterrupt:
         print("\nflowdsl precompile: interrupted; the kernels compiled so far stay in the cache", file=sys.stderr)
         return 130
@@ -340,6 +340,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="the kernels for communicators spanning several nodes (the hierarchical programs too)")
     p.add_argument("--multimem", action="store_true",
                    help="the multimem all-reduce too (GPUs behind an NVLink switch, NCCL's NVLS allowed)")
+    p.add_argument("--cft", action="store_true",
+                   help="with --gin, the all_gather whose far phase goes over CFT too (sm_100, NCCL >= 2.32)")
     p.add_argument("--jobs", type=at_least_one, help="worker processes (default: one per CPU)")
     return parser
 
