@@ -530,7 +530,8 @@ def _run_call(comm, call: Call, kept: _Arrays | None):
         bad = exact.mismatches(got, want, call.dtype, nan_ok=nan_ok, poison=check.poison(call.dtype))
         if bad.size:
             problems.append(_describe(call, arrays, i, bad, got, want, store))
-    ran = f" (ran {shape.algorithm}" + (f" {shape.protocol.name} grid={shape.grid})" if shape.grid else ")")
+    protocol = f" {shape.protocol.name}" if shape.protocol is not None else ""  # none: a program without Flow (CFT)
+    ran = f" (ran {shape.algorithm}" + (f"{protocol} grid={shape.grid})" if shape.grid else ")")
     failure = None
     if problems:
         failure = Failure(call.index, r, f"call {call.label}{ran} rank {r}: " + "; ".join(problems))
