@@ -197,23 +197,17 @@ def _support_lines(nccl) -> list[str]:
 
 
 def _cft_text(nccl, gpus, nvjitlink: str) -> str:
-    """Whether kernels using flowdsl.cft can run here, and what is missing."""
-    from flowdsl.runtime.support import manifest
+    """Whether kernels using flowdsl.cft can run here, and what is missing (what the communicators'
+    ``cft_missing`` says too: ``flowdsl.runtime.support.cft_missing``)."""
+    from flowdsl.runtime.support import cft_missing
 
-    builds = manifest().get("cft", {}).get("abis", {})
-    missing = []
-    if nccl is None or tuple(nccl) < (2, 31, 0):
-        missing.append("NCCL >= 2.31")
-    elif ".".join(map(str, nccl)) not in builds:
-        have = f"built for NCCL {', '.join(builds)} only" if builds else "none built"
-        missing.append(f"the CFT library for the loaded NCCL {'.'.join(map(str, nccl))} ({have})")
     try:
-        if tuple(int(x) for x in nvjitlink.split(".")[:2]) < (13, 3):
-            missing.append(f"nvJitLink >= 13.3 (have {nvjitlink})")
+        linker = tuple(int(x) for x in nvjitlink.split(".")[:2])
     except ValueError:
-        missing.append("nvJitLink >= 13.3")
-    if not any(_arch_key(arch) >= 100 for _, arch in gpus):
-        missing.append("an sm_100 or newer GPU")
+        linker = None
+    archs = [arch for _, arch in gpus]
+    best = max(archs, key=_arch_key) if archs else None
+    missing = cft_missing(nccl, best, linker)
     if not missing:
         return "available"
     return ("not runnable here: needs " + "; ".join(missing) +
@@ -298,7 +292,7 @@ def precompile(args) -> int:
     ops = [OPS[name] for name in args.ops] if args.ops else None
     try:
         counts = build(arch=args.arch, nccl=args.nccl, dtypes=args.dtypes, ops=ops, gin_peers=args.gin,
-                       multimem=args.multimem, jobs=args.jobs)
+                       multimem=args.multimem, cft=args.cft, jobs=args.jobs)
     except KeyboardInterrupt:
         print("\nflowdsl precompile: interrupted; the kernels compiled so far stay in the cache", file=sys.stderr)
         return 130
@@ -346,6 +340,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="the kernels for communicators spanning several nodes (the hierarchical programs too)")
     p.add_argument("--multimem", action="store_true",
                    help="the multimem all-reduce too (GPUs behind an NVLink switch, NCCL's NVLS allowed)")
+    p.add_argument("--cft", action="store_true",
+                   help="with --gin, the all_gather whose far phase goes over CFT too (sm_100, NCCL >= 2.32)")
     p.add_argument("--jobs", type=at_least_one, help="worker processes (default: one per CPU)")
     return parser
 

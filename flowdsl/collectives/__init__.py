@@ -5,7 +5,9 @@ Host entry points take CuPy arrays or PyTorch tensors (any object with
 on a flowdsl communicator: :func:`all_reduce`, :func:`all_gather`,
 :func:`reduce_scatter`, :func:`broadcast`, :func:`reduce`, :func:`all_to_all`. ``algorithm`` is
 ``"ring"``, ``"tree"`` (all_reduce only), ``"multimem"`` (all_reduce through the NVLink switch, where
-``comm.supports_multimem``), ``"pairwise"`` (all_to_all), ``"nccl"`` (NCCL's own host
+``comm.supports_multimem``), ``"pairwise"`` (all_to_all), ``"hierarchical"`` (all_gather, reduce_scatter and
+all_to_all across nodes, the far phase over GIN), ``"hierarchical_cft"`` (all_gather across nodes, the far phase
+over CFT, where ``comm.cft_missing`` is None; never chosen by ``"auto"``), ``"nccl"`` (NCCL's own host
 collective) or ``"auto"`` (the cost model in :mod:`flowdsl.collectives.cost`). ``op`` is one of
 :data:`OPS` by name, or :func:`premul_sum` ``(scalar)`` (NCCL's pre-multiplied sum).
 

@@ -38,7 +38,14 @@ _TORCH_DTYPES = {"torch.int8": "int8", "torch.uint8": "uint8", "torch.int32": "i
                  "torch.float8_e4m3fn": "float8_e4m3fn", "torch.float8_e5m2": "float8_e5m2"}
 
 
-class _FlowState:
+class _State:
+    """What the collectives make on a communicator and track with it (``comm.track``): ``closed`` once
+    :meth:`close` has released it (``comm.open_resources`` lists it until then)."""
+
+    closed = False
+
+
+class _FlowState(_State):
     """A communicator's staging window and device communicator for one :class:`FlowConfig`."""
 
     def __init__(self, comm, config: FlowConfig):
@@ -71,6 +78,9 @@ class _FlowState:
         return self._one_shot[1]
 
     def close(self):
+        if self.closed:
+            return
+        self.closed = True
         self.comm.__dict__.pop("_flowdsl_plans", None)  # their launches hold this device communicator
         buffers = [self.buffer]
         if self._one_shot is not None:
@@ -124,7 +134,7 @@ def _made_once(comm, key, make, operation: str, stream: int | None, why: str):
     return st
 
 
-class _MultimemState:
+class _MultimemState(_State):
     """What multimem all-reduces of one :class:`FlowConfig` use: a device communicator with ``lsa_multimem``
     and one LSA barrier per channel (a block syncs its own), and a window every rank registers, that the
     message goes through a chunk at a time (:func:`multimem_window_bytes`). No Flow staging."""
@@ -139,6 +149,9 @@ class _MultimemState:
         comm.synchronize()
 
     def close(self):
+        if self.closed:
+            return
+        self.closed = True
         self.comm.__dict__.pop("_flowdsl_plans", None)  # their launches hold this device communicator
         for res in (self.devcomm, self.window):
             res.close()
@@ -195,6 +208,63 @@ def _check_multimem(comm, dtype: str, kernel_dtype: str, redop) -> None:
         raise UsageError(f"Cannot all_reduce {dtype} with op={op.name.lower()} and algorithm='multimem': PTX's "
                          f"multimem.ld_reduce has no such form (it reduces {has}; avg is its sum, divided). "
                          f"{_NOT_MULTIMEM}")
+
+
+class _CftState(_State):
+    """What the all_gather with its far phase over CFT uses for one :class:`FlowConfig`: a counted window
+    (``comm.register(buf, cft_counted=True)``) laid out for ``config.channels`` by
+    :func:`~flowdsl.collectives.programs.cft_all_gather_layout` (a u64 counter per channel, then each channel's
+    far and share slots), zeroed once here (the counters only ever rise), and a device communicator with one CFT
+    barrier and one LSA barrier per channel. No Flow staging."""
+
+    def __init__(self, comm, config: FlowConfig):
+        from .programs import cft_all_gather_layout  # noqa: PLC0415
+
+        self.comm = comm
+        nodes = comm.nranks // lsa_team_size(comm)
+        self.devcomm = comm.device_communicator(cft_barrier_count=config.channels,
+                                                lsa_barrier_count=config.channels)
+        nbytes, _ = cft_all_gather_layout(config.channels, nodes)
+        self.buffer = comm.alloc(nbytes // 8, np.uint64)
+        _fill(self.buffer, 0)  # the counters start at 0 (comm.alloc does not zero)
+        self.window = comm.register(self.buffer, cft_counted=True)
+        comm.synchronize()  # zero on every rank before any peer adds to a counter
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        self.comm.__dict__.pop("_flowdsl_plans", None)  # their launches hold this device communicator
+        for res in (self.devcomm, self.window):
+            res.close()
+        self.comm.free(self.buffer)
+
+
+def _cft_state(comm, config: FlowConfig, operation: str, stream: int | None) -> _CftState:
+    """The communicator's :class:`_CftState` for ``config``, created at first use (:func:`_made_once`)."""
+    return _made_once(comm, (config, "hierarchical_cft"), lambda: _CftState(comm, config), operation, stream,
+                      "the first hierarchical_cft call on this communicator (and config) allocates and registers its "
+                      "counted window and creates a device communicator (not capturable)")
+
+
+#: The algorithms whose far phase goes over CFT (sm_100, NCCL >= 2.32).
+CFT_ALGORITHMS = ("hierarchical_cft",)
+
+
+def cft_refusal(collective: str, comm, algorithm: str = "hierarchical_cft") -> str | None:
+    """Why ``collective`` cannot run with its far phase over CFT on ``comm`` (None: it can): what
+    :func:`hierarchical_refusal` says of the layout (several nodes of several ranks, node by node), then what
+    the communicator lacks for CFT (``comm.cft_missing``: the NCCL release, the GPU, the CFT build; on the
+    simulator a release simulated before 2.32). One function for the GPU and the simulator."""
+    why = hierarchical_refusal(collective, comm, algorithm)
+    if why is not None:
+        return why
+    missing = getattr(comm, "cft_missing", "has no cft_missing property")
+    if missing is not None:
+        return (f"Cannot {collective} with algorithm={algorithm!r}: its far phase goes over CFT, and this "
+                f"communicator cannot run CFT kernels ({missing}). Use 'hierarchical' (the far phase over GIN) "
+                "or 'auto'")
+    return None
 
 
 # ---- argument checks ---------------------------------------------------------------------------
@@ -581,6 +651,11 @@ def _launch_shape(collective, comm, count, dtype, kernel_dtype, algorithm, confi
         why = hierarchical_refusal(collective, comm)
         if why is not None:
             raise UsageError(why)
+    if algorithm in CFT_ALGORITHMS:  # no Flow, no protocol: blocks by the message as a Flow program's channels
+        why = cft_refusal(collective, comm, algorithm)
+        if why is not None:
+            raise UsageError(why)
+        return LaunchShape(algorithm, None, cost.channels_for(nbytes, comm.nranks, config, Protocol.SIMPLE))
     if algorithm == "multimem":  # no Flow, no protocol: blocks by the message as a Flow program's channels
         _check_multimem(comm, dtype, kernel_dtype, redop)
         return LaunchShape("multimem", None, cost.channels_for(nbytes, comm.nranks, config, Protocol.SIMPLE))
@@ -616,6 +691,12 @@ def _plan(collective, comm, s, d, count, redop, root, algorithm, stream, config,
         dtype = s.dtype  # not s in the closure: a cached plan must not keep the call's arrays alive
         return _Planned(lambda src, dst: _run_nccl(collective, comm, src, src if dst is None else dst, redop, root,
                                                    stream, scalar, dtype), "nccl")
+    if algorithm in CFT_ALGORITHMS:  # its own kernel signature: (comm, win, src, dst, count, channels)
+        st = _cft_state(comm, config, collective, stream)
+        kernel = kernel_for(algorithm, collective, RedOp.SUM, dtype=kernel_dtype)
+        launch = kernel[grid, config.threads, stream].prepare(st.devcomm, st.window, s.kernel_array(),
+                                                              d.kernel_array(), count, config.channels)
+        return _Planned(lambda src, dst: launch(), algorithm)
     if algorithm == "multimem":
         st = _multimem_state(comm, config, collective, stream)
         gin, window = False, st.window
@@ -667,13 +748,14 @@ def _check_all_to_all_channels(comm, config, algorithm="pairwise") -> None:
                          f"FlowConfig(channels={needed}) or more")
 
 
-def hierarchical_refusal(collective: str, comm) -> str | None:
+def hierarchical_refusal(collective: str, comm, algorithm: str = "hierarchical") -> str | None:
     """Why ``collective`` cannot run hierarchically on ``comm`` (None: it can): it needs several nodes (LSA
     teams) of several ranks each, the same number on every node, laid out node by node (rank ``r`` is LSA rank
-    ``r % L`` of node ``r // L``: NCCL's LSA team is ``L`` consecutive ranks, its rail every ``L``-th)."""
+    ``r % L`` of node ``r // L``: NCCL's LSA team is ``L`` consecutive ranks, its rail every ``L``-th).
+    ``algorithm``: the name the refusal gives the call (``"hierarchical_cft"`` too, :func:`cft_refusal`)."""
     n, lsa_size = comm.nranks, lsa_team_size(comm)
     lsa_rank = getattr(comm, "lsa_rank", None)
-    head = f"Cannot {collective} with algorithm='hierarchical': "
+    head = f"Cannot {collective} with algorithm={algorithm!r}: "
     instead = "Use 'ring' or 'auto'" + (" ('pairwise' for all_to_all)" if collective == "all_to_all" else "")
     if lsa_size >= n:
         return (head + f"this communicator is one LSA team ({n} ranks on one node), so nothing crosses the network "

@@ -24,6 +24,9 @@ _NO_OP = ("all_gather", "broadcast", "all_to_all")
 _LSA_ONLY = ("one_shot", "multimem")
 # Programs that run across several LSA teams only (the host refuses one node): always the GIN build.
 _ACROSS_ONLY = ("hierarchical",)
+# Programs with the far phase over CFT (sm_100, NCCL >= 2.32): a kernel per element type (its shared-memory
+# stage is typed) taking (comm, win, src, dst, count, channels), built only for communicators with CFT.
+_CFT = ("hierarchical_cft",)
 # Programs whose kernel depends on the element type's multimem form (programs.multimem_form): PTX has one
 # form per type, and numba types every call in a kernel, so the other form's kernel is another kernel.
 _BY_FORM = ("multimem",)
@@ -48,6 +51,11 @@ def kernel_for(algorithm: str, collective: str, op: RedOp, gin_peers: bool = Fal
         gin_peers, ll128 = False, False
     if algorithm in _ACROSS_ONLY:  # no LSA-only variant: the host refuses these within one node
         gin_peers = True
+    if algorithm in _CFT:  # a copy, one kernel per storage type; no GIN, no Flow protocols
+        if dtype is None:
+            raise UsageError(f"Cannot make the {algorithm} {collective} kernel without its element type: its "
+                             "shared-memory stage is typed. Pass dtype=")
+        return PROGRAMS[(algorithm, collective)](np.dtype(storage(dtype)[0]))
     if algorithm in _BY_FORM:
         from .programs import multimem_form  # noqa: PLC0415
 
@@ -90,6 +98,8 @@ def _argtypes(dtype: str, nccl, algorithm: str = "ring"):
     from .._kernel import FlowKernel  # noqa: PLC0415
 
     sample = np.zeros(1, storage(dtype)[0])
+    if algorithm in _CFT:  # (comm, win, src, dst, count, channels): a counted window of u64 words
+        return FlowKernel.argtypes_for("devcomm", ("window", np.uint64), sample, sample, 0, 0, nccl=nccl)
     # Flow programs take a staging window (flow.staging); one-shot its own zeroed window. The last two:
     # PREMULSUM's scalar (its bits, an int; a device array of the element type, empty for a host immediate).
     stage = ("window" if algorithm in _LSA_ONLY else "staging", np.uint64)
@@ -156,15 +166,17 @@ def _build_run(run, target, gin_peers) -> None:
         _progress_queue.put((entry, _build(entry, target, gin_peers)))
 
 
-def precompiled(entries, gin_peers: bool, multimem: bool) -> list:
+def precompiled(entries, gin_peers: bool, multimem: bool, cft: bool = False) -> list:
     """The library entries a communicator of this kind can call: the hierarchical programs only with
     ``gin_peers`` (the host refuses them within one node), the multimem one only with ``multimem`` (an NVLink
-    switch that NCCL is let use)."""
-    return [e for e in entries if (gin_peers or e[0] not in _ACROSS_ONLY) and (multimem or e[0] not in _BY_FORM)]
+    switch that NCCL is let use), the CFT one only with ``gin_peers`` and ``cft`` (sm_100, NCCL >= 2.32, the
+    CFT build; several nodes)."""
+    return [e for e in entries if (gin_peers or e[0] not in _ACROSS_ONLY) and (multimem or e[0] not in _BY_FORM)
+            and ((gin_peers and cft) or e[0] not in _CFT)]
 
 
 def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin_peers: bool = False,
-               multimem: bool = False, jobs: int | None = None, progress: bool = True) -> dict:
+               multimem: bool = False, cft: bool = False, jobs: int | None = None, progress: bool = True) -> dict:
     """Compile the library's kernels for one kind of communicator into the disk cache (no GPU needed when
     ``arch`` is given); a kernel left out is compiled at its first call.
 
@@ -176,6 +188,8 @@ def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin
         gin_peers: Build the kernels for communicators spanning several nodes (GIN), the hierarchical
             programs among them.
         multimem: Build the multimem all-reduce too (GPUs behind an NVLink switch, NVLS allowed).
+        cft: With ``gin_peers``, build the all_gather with its far phase over CFT too (``arch`` sm_100 or
+            newer, NCCL >= 2.32, a CUDA 13.3 linker).
         jobs: Worker processes (default: the CPUs this process may use; each kernel
             compiles on one core).
         progress: Print a progress bar on stderr.
@@ -194,7 +208,7 @@ def precompile(*, arch: str | None = None, nccl=None, dtypes=None, ops=None, gin
 
         target = Target(parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version(),
                         checked_arch(arch, "precompile the collectives"))
-    entries = precompiled(library(dtypes, ops), gin_peers, multimem)
+    entries = precompiled(library(dtypes, ops), gin_peers, multimem, cft)
     start = time.perf_counter()
     counts = {"kernels": len(entries), "compiled": 0, "cached": 0}
     jobs = max(1, min(jobs or len(os.sched_getaffinity(0)), len(entries)))
@@ -274,6 +288,8 @@ def load(*, dtypes=None, ops=None, gin_peers: bool = False) -> dict:
     counts = {"kernels": 0, "disk": 0, "compiled": 0, "loaded": 0}
     with _collection_paused():
         for algorithm, collective, op, dtype in library(dtypes, ops):
+            if algorithm in _CFT:  # sm_100 and NCCL >= 2.32 only: compiled at its first call
+                continue
             kernel = kernel_for(algorithm, collective, op, gin_peers, storage(dtype)[1], dtype=dtype)
             source = kernel._load_for(_argtypes(dtype, target.nccl, algorithm), target)
             counts["kernels"] += 1

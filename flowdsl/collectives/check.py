@@ -292,7 +292,7 @@ class Case:
 
 def cases(nranks: int, *, counts, dtypes=DTYPES, algorithms=None, collectives=None, ops=tuple(OPS),
           inplace=(False, True), protocols=PROTOCOLS, config: FlowConfig | None = None, like: str | None = None,
-          start: int = 0, lsa_size: int | None = None, multimem: bool = False) -> list[Case]:
+          start: int = 0, lsa_size: int | None = None, multimem: bool = False, cft: bool = False) -> list[Case]:
     """The matrix: every program x dtype x placement (x op for the reducing collectives).
 
     Counts and protocols rotate over the calls (together they take every pairing within
@@ -319,6 +319,9 @@ def cases(nranks: int, *, counts, dtypes=DTYPES, algorithms=None, collectives=No
             (:func:`hierarchical_fits`); their all_to_all gets the channels it needs.
         multimem: The communicator has NVLink SHARP (``comm.supports_multimem``): the multimem all-reduce
             is listed, for the types and operators it has (one LSA team only); without, it is left out.
+        cft: The communicator can run CFT kernels (``comm.cft_missing is None``): the all_gather with its far
+            phase over CFT (``"hierarchical_cft"``) is listed where the hierarchical programs are; without, it
+            is left out.
     """
     from .programs import HIERARCHICAL_ROUNDS_PER_CHANNEL, PROGRAMS, multimem_form, one_shot_fits  # noqa: PLC0415
 
@@ -347,7 +350,10 @@ def cases(nranks: int, *, counts, dtypes=DTYPES, algorithms=None, collectives=No
                     if algorithm == "one_shot" and ((lsa_size or nranks) < nranks or not one_shot_fits(
                             count, storage_dtype(dtype).itemsize)):
                         continue
-                    if algorithm == "hierarchical" and not hierarchical_fits(nranks, lsa_size or nranks):
+                    if algorithm in ("hierarchical", "hierarchical_cft") and not hierarchical_fits(
+                            nranks, lsa_size or nranks):
+                        continue
+                    if algorithm == "hierarchical_cft" and not cft:
                         continue
                     if algorithm == "hierarchical" and collective in _APART and call_config is not None:
                         call_config = dataclasses.replace(call_config, channels=max(

@@ -17,7 +17,7 @@ import math
 
 from ..enums import Protocol
 
-__all__ = ["CONSTANTS", "HIERARCHICAL_AUTO", "estimate", "choose", "protocol_for", "channels_for", "one_shot_blocks"]
+__all__ = ["CONSTANTS", "HIERARCHICAL_AUTO", "NOT_MODELLED", "estimate", "choose", "protocol_for", "channels_for", "one_shot_blocks"]
 
 CONSTANTS = {
     # Time per call back to back at 8 bytes, microseconds: host launch and kernel (flowdsl's one-shot
@@ -90,6 +90,12 @@ def one_shot_blocks(count: int, nranks: int) -> int:
 def estimate(collective: str, algorithm: str, nranks: int, lsa_size: int, nbytes: int, config=None) -> float:
     """Estimated microseconds of one call (``config``: the FlowConfig whose channels it may use)."""
     c = CONSTANTS
+    if algorithm in NOT_MODELLED:
+        from ..errors import UsageError  # noqa: PLC0415
+
+        raise UsageError(f"Cannot estimate {collective} with algorithm={algorithm!r}: the cost model has no "
+                         "constants for CFT (no machine with a CFT fabric has run it), and 'auto' never picks it. "
+                         "Estimate 'hierarchical' (its far phase over GIN) instead")
     if nranks == 1:
         who = "nccl" if algorithm == "nccl" else "flowdsl"
         return c["launch_us"][who] + nbytes / (c["local_gbps"][who] * 1e3)
@@ -135,6 +141,10 @@ def _hierarchical_us(collective, nranks, lsa_size, nbytes, proto, channels) -> f
     return ((nodes - 1) * c["hop_us"]["gin"][proto] + nodes * (L - 1) * c["hop_us"]["lsa"][proto]
             + (nodes - 1) * nbytes / rate("gin") + nodes * (L - 1) * nbytes / rate("lsa"))
 
+
+#: Programs the model has no constants for, which ``"auto"`` never picks: the far phase over CFT (no CFT fabric
+#: has run it; chosen by name, ``algorithm="hierarchical_cft"``).
+NOT_MODELLED = ("hierarchical_cft",)
 
 #: Collectives whose hierarchical program ``"auto"`` may pick. Not all_to_all: it sends as many bytes over the
 #: network as the pairwise program (every block for another node crosses once either way); what it gains is

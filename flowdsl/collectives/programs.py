@@ -7,8 +7,8 @@ Ring: :func:`ring_all_gather`, :func:`ring_reduce_scatter`, :func:`ring_broadcas
 :func:`multimem_all_reduce` (NVLink SHARP, ``multimem`` loads and stores). AllToAll: :func:`pairwise_all_to_all`
 (pairwise rounds). Several nodes, over the network along rails only: :func:`hierarchical_all_gather`,
 :func:`hierarchical_reduce_scatter`, :func:`hierarchical_all_to_all`; with the far phase over a CFT team
-(sm_100, NCCL >= 2.32), :func:`hierarchical_cft_all_gather` (a kernel of its own, on a counted window; not
-chosen by ``flowdsl.collectives`` yet). Each other one is a kernel factory:
+(sm_100, NCCL >= 2.32), :func:`hierarchical_cft_all_gather` (a kernel of its own, on a counted window:
+``algorithm="hierarchical_cft"``). Each other one is a kernel factory:
 ``ring_all_reduce(RedOp.SUM)``
 returns the ``@flowdsl.kernel`` for that operator (the operator is a compile-time
 constant; the element type comes from the arrays). The Flow programs are device functions
@@ -862,23 +862,6 @@ def multimem_form(dtype: str, op: RedOp) -> bool | None:
     return None
 
 
-#: (algorithm, collective) → kernel factory.
-PROGRAMS = {
-    ("ring", "all_gather"): ring_all_gather,
-    ("ring", "reduce_scatter"): ring_reduce_scatter,
-    ("ring", "broadcast"): ring_broadcast,
-    ("ring", "reduce"): ring_reduce,
-    ("ring", "all_reduce"): ring_all_reduce,
-    ("tree", "all_reduce"): tree_all_reduce,
-    ("one_shot", "all_reduce"): one_shot_all_reduce,
-    ("pairwise", "all_to_all"): pairwise_all_to_all,
-    ("multimem", "all_reduce"): multimem_all_reduce,
-    ("hierarchical", "all_gather"): hierarchical_all_gather,
-    ("hierarchical", "reduce_scatter"): hierarchical_reduce_scatter,
-    ("hierarchical", "all_to_all"): hierarchical_all_to_all,
-}
-
-
 # ---- several nodes, the far phase over CFT: hierarchical all-gather --------------------------------------
 #
 # Where the communicator has CFT (sm_100, NCCL >= 2.32 for counted writes), the rail can be a CFT team:
@@ -906,10 +889,13 @@ def cft_all_gather_layout(channels: int, nodes: int) -> tuple[int, int]:
 @functools.cache
 def hierarchical_cft_all_gather(dtype):
     """Hierarchical AllGather with the far phase over CFT, for elements of ``dtype`` (a NumPy dtype; the
-    shared-memory stage is typed). The kernel takes ``(comm, win, src, dst, count)``: ``win`` is the counted
-    window (:func:`cft_all_gather_layout`, zeroed once when made), ``dst`` holds ``nranks`` blocks of
-    ``count``; block ``channel`` of the grid moves share ``channel`` of every block, a chunk at a time. The
-    device communicator needs ``cft_barrier_count`` and ``lsa_barrier_count`` of at least the grid.
+    shared-memory stage is typed). The kernel takes ``(comm, win, src, dst, count, channels)``: ``win`` is the
+    counted window, of any dtype (it is read in ``dst``'s), laid out for ``channels`` by
+    :func:`cft_all_gather_layout` and zeroed once when made; ``dst`` holds ``nranks`` blocks of ``count``
+    (in place, ``src`` is its block ``rank``). Block ``channel`` of the grid (at most ``channels`` blocks, so
+    a call may launch fewer than the window was laid out for) moves share ``channel`` of every block, a chunk
+    at a time. The device communicator needs ``cft_barrier_count`` and ``lsa_barrier_count`` of at least the
+    grid. ``flowdsl.collectives.all_gather(..., algorithm="hierarchical_cft")`` makes both and launches it.
 
     A chunk, beside :func:`hierarchical_all_gather`'s rail ring and node ring:
 
@@ -928,19 +914,19 @@ def hierarchical_cft_all_gather(dtype):
     counters = CFT_COUNTER_BYTES // size
 
     @flowdsl.kernel(max_registers=_MAX_REGISTERS)
-    def hierarchical_cft_all_gather(comm, win, src, dst, count):
+    def hierarchical_cft_all_gather(comm, win, src, dst, count, channels):
         state = cuda.shared.array(4, uint64, alignment=16)  # cft.SESSION_WORDS
         stage = cuda.shared.array(chunk, elem, alignment=16)
         nodes, L, a, l = hierarchical_layout(comm)
         cta = coop.cta()
         t, nt = cuda.threadIdx.x, cuda.blockDim.x
-        channel, channels = cuda.blockIdx.x, cuda.gridDim.x
+        channel, grid = cuda.blockIdx.x, cuda.gridDim.x
         rail = cft.team(comm, cft.CftTeamMode.HIER_LSA)  # node b's rank with this LSA rank is rail rank b
         ctr = channel * CFT_COUNTER_BYTES  # byte offset of this channel's counter
         far = channels * counters + channel * 2 * nodes * slot  # element offset of its far slots
         share = far + nodes * slot  # and of its share slots
-        mine = lsa.local_view(win)
-        lo, hi = all_to_all_share(count, channel, channels)
+        mine = lsa.local_view(win, 0, -1, dst.dtype)
+        lo, hi = all_to_all_share(count, channel, grid)
         s = cft.session(comm, cta, state)
         for base in range(lo, hi, chunk):
             m = min(chunk, hi - base)
@@ -976,7 +962,7 @@ def hierarchical_cft_all_gather(dtype):
             lsa.barrier(comm, cta, channel).sync(MemoryOrder.ACQ_REL)
             for p in range(L):
                 if p != l:
-                    peer = lsa.lsa_view(win, p)
+                    peer = lsa.lsa_view(win, p, 0, -1, dst.dtype)
                     for b in range(nodes):
                         j = block_of(b, p, L) * count + base
                         for i in range(t, m, nt):
@@ -985,3 +971,23 @@ def hierarchical_cft_all_gather(dtype):
         cft.close(s)
 
     return hierarchical_cft_all_gather
+
+
+#: (algorithm, collective) → kernel factory: ``factory(op, gin_peers, fp8, ll128)`` (the multimem one also its
+#: form), except the CFT all_gather's, ``factory(dtype)`` (its shared-memory stage is typed; its kernel takes
+#: ``(comm, win, src, dst, count, channels)``, see :func:`hierarchical_cft_all_gather`).
+PROGRAMS = {
+    ("ring", "all_gather"): ring_all_gather,
+    ("ring", "reduce_scatter"): ring_reduce_scatter,
+    ("ring", "broadcast"): ring_broadcast,
+    ("ring", "reduce"): ring_reduce,
+    ("ring", "all_reduce"): ring_all_reduce,
+    ("tree", "all_reduce"): tree_all_reduce,
+    ("one_shot", "all_reduce"): one_shot_all_reduce,
+    ("pairwise", "all_to_all"): pairwise_all_to_all,
+    ("multimem", "all_reduce"): multimem_all_reduce,
+    ("hierarchical", "all_gather"): hierarchical_all_gather,
+    ("hierarchical", "reduce_scatter"): hierarchical_reduce_scatter,
+    ("hierarchical", "all_to_all"): hierarchical_all_to_all,
+    ("hierarchical_cft", "all_gather"): hierarchical_cft_all_gather,
+}

@@ -124,13 +124,15 @@ class Call:
 
 # ---- the generator -------------------------------------------------------------------------------
 
-def _programs(nranks: int, lsa_size: int) -> list[tuple[str, str]]:
+def _programs(nranks: int, lsa_size: int, cft: bool = True) -> list[tuple[str, str]]:
     from .programs import PROGRAMS  # noqa: PLC0415 (compiling programs needs numba-cuda)
 
     collectives = list(dict.fromkeys(c for (_, c) in PROGRAMS))
+    across = 1 < lsa_size < nranks and nranks % lsa_size == 0  # several nodes of several ranks
     out = [key for key in PROGRAMS if not (key[0] == "one_shot" and lsa_size < nranks)  # one LSA team only
            and key[0] != "multimem"  # the simulated worlds here have no NVLink SHARP (exact models no switch)
-           and not (key[0] == "hierarchical" and not (1 < lsa_size < nranks))]  # several nodes of several ranks
+           and not (key[0] in ("hierarchical", "hierarchical_cft") and not across)
+           and not (key[0] == "hierarchical_cft" and not cft)]  # a communicator that can run CFT kernels
     return out + [("auto", c) for c in collectives]
 
 
@@ -176,9 +178,11 @@ def _prime_near(x: int) -> int:
 
 
 def generate(seed: int, ncalls: int = DEFAULT_CALLS, nranks: int = 2, lsa_size: int | None = None, *,
-             dtypes=None, ops=None, protocols=PROTOCOLS, large: int = LARGE) -> list[Call]:
+             dtypes=None, ops=None, protocols=PROTOCOLS, large: int = LARGE, cft: bool = True) -> list[Call]:
     """The calls of sequence ``seed`` for a communicator of ``nranks`` ranks (``lsa_size`` per LSA
     team: the one-shot program is left out across teams, and where a count exceeds its window).
+    ``cft``: the communicator can run CFT kernels (``comm.cft_missing is None``; the simulator's can), so
+    the all_gather with its far phase over CFT is drawn across nodes too; pass False on GPUs without it.
 
     Element types and operators default to :data:`flowdsl.collectives.DTYPES` and
     :data:`~flowdsl.collectives.OPS` as they are when called, so new ones are drawn as soon as
@@ -196,7 +200,7 @@ def generate(seed: int, ncalls: int = DEFAULT_CALLS, nranks: int = 2, lsa_size: 
     if not dtypes or not ops or not protocols:
         raise UsageError("Cannot generate a call sequence: give at least one dtype, op and protocol (None for the "
                          "cost model's choice)")
-    programs = _programs(nranks, lsa_size)
+    programs = _programs(nranks, lsa_size, cft)
     shapes = [_shape(rng) for _ in range(_SHAPES)]
     calls: list[Call] = []
     while len(calls) < ncalls:
@@ -526,7 +530,8 @@ def _run_call(comm, call: Call, kept: _Arrays | None):
         bad = exact.mismatches(got, want, call.dtype, nan_ok=nan_ok, poison=check.poison(call.dtype))
         if bad.size:
             problems.append(_describe(call, arrays, i, bad, got, want, store))
-    ran = f" (ran {shape.algorithm}" + (f" {shape.protocol.name} grid={shape.grid})" if shape.grid else ")")
+    protocol = f" {shape.protocol.name}" if shape.protocol is not None else ""  # none: a program without Flow (CFT)
+    ran = f" (ran {shape.algorithm}" + (f"{protocol} grid={shape.grid})" if shape.grid else ")")
     failure = None
     if problems:
         failure = Failure(call.index, r, f"call {call.label}{ran} rank {r}: " + "; ".join(problems))

@@ -51,6 +51,13 @@ class Communicator(Protocol):
         ``spawn(..., multimem=True)``)."""
         ...
 
+    @property
+    def cft_missing(self) -> str | None:
+        """What kernels using :mod:`flowdsl.cft` with counted writes lack here (``"needs ..."``: NCCL >= 2.32,
+        flowdsl's CFT build, nvJitLink >= 13.3, an sm_100 GPU; on the simulator, a release simulated before
+        2.32), or None where they can run; creates nothing. The collectives' CFT programs are refused by it."""
+        ...
+
     def alloc(self, shape, dtype=np.float32, *, like="cupy") -> Any: ...
 
     def free(self, buf) -> None: ...

@@ -377,6 +377,25 @@ class Communicator:
         communicator has the same property (``flowdsl.sim.spawn(..., multimem=True)``)."""
         return self._multimem_missing() is None
 
+    @property
+    def cft_missing(self) -> str | None:
+        """What kernels using :mod:`flowdsl.cft` (counted writes included: the CFT programs of
+        :mod:`flowdsl.collectives`) lack on this communicator, or None where they can run: NCCL >= 2.32,
+        flowdsl's CFT build for the loaded release, nvJitLink >= 13.3, an sm_100 or newer GPU
+        (:func:`flowdsl.runtime.support.cft_missing`; ``flowdsl info`` says the same of the machine). Creates
+        nothing. Whether NCCL's CFT domain spans every node (``cftSize``) is not known before a device
+        communicator exists. The simulator's communicator has the same property."""
+        from ..lowering.target import linker_cuda_version  # noqa: PLC0415
+        from .memory import device_arch  # noqa: PLC0415
+        from .support import cft_missing  # noqa: PLC0415
+
+        try:
+            linker = linker_cuda_version()
+        except Exception:  # noqa: BLE001 - no nvJitLink to ask
+            linker = None
+        missing = cft_missing(self.nccl_version, device_arch(self.device), linker)
+        return "needs " + "; ".join(missing) if missing else None
+
     # -- synchronisation, timeouts and teardown -------------------------------------------------
     @property
     def wait_timeout(self) -> float:

@@ -358,6 +358,23 @@ def multicast_supported(device: int) -> bool:
     return int(err) == 0 and bool(value)
 
 
+def device_arch(device: int) -> str | None:
+    """``"sm_XY"`` of GPU ``device`` (its compute capability, asked of the driver), or None where it cannot say."""
+    from cuda.bindings import driver  # noqa: PLC0415
+
+    err, dev = driver.cuDeviceGet(int(device))
+    if int(err) != 0:
+        return None
+    attr = driver.CUdevice_attribute
+    cc = []
+    for which in (attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR):
+        err, value = driver.cuDeviceGetAttribute(which, dev)
+        if int(err) != 0:
+            return None
+        cc.append(int(value))
+    return f"sm_{cc[0]}{cc[1]}"
+
+
 class HostArrayCopies:
     """Device copies of host NumPy arrays for one launch on stream handle ``stream`` (numba-cuda's device
     arrays, as numba-cuda's own launch makes them; :mod:`flowdsl.host.transfers` says when)."""

@@ -18,7 +18,7 @@ from .._targets import checked_arch
 from ..enums import GinBackend
 from ..errors import SupportLibraryError
 
-__all__ = ["manifest", "support_build_for", "gin_build_for", "gin_backends", "gin_digest", "cft_build_for",
+__all__ = ["manifest", "support_build_for", "gin_build_for", "gin_backends", "gin_digest", "cft_build_for", "cft_missing",
            "abi_layout", "cache_dir", "SupportBuild", "feature_libraries"]
 
 
@@ -171,6 +171,33 @@ def cft_build_for(nccl: tuple[int, int, int], arch: str) -> SupportBuild:
                                   f"{', '.join(sorted(entry['builds']))} only.")
     path = support_build.PREBUILT_DIR / entry["builds"][chosen]["file"]
     return SupportBuild(path, nccl, chosen, support_build_for(nccl, "sm_90").layout)
+
+
+#: CFT's counted writes (what flowdsl's CFT programs use) came with NCCL 2.32; CFT itself with 2.31.
+CFT_COUNTED_NCCL = (2, 32, 0)
+
+
+def cft_missing(nccl: tuple[int, ...] | None, arch: str | None, linker: tuple[int, int] | None) -> list[str]:
+    """What kernels using :mod:`flowdsl.cft` (counted writes included) lack to run with NCCL ``nccl`` on a GPU
+    of ``arch`` linked by nvJitLink ``linker`` (``[]``: nothing), each item naming what is needed: NCCL >=
+    2.32, flowdsl's CFT build for that release and arch, nvJitLink >= 13.3 (CUDA 13.3 LTO-IR), an sm_100 or
+    newer GPU. ``flowdsl info`` prints them; the communicator's ``cft_missing`` joins them."""
+    missing = []
+    builds = manifest().get("cft", {}).get("abis", {})
+    if nccl is None or tuple(nccl) < CFT_COUNTED_NCCL:
+        have = "" if nccl is None else f", loaded {format_version(tuple(nccl))}"
+        missing.append(f"NCCL >= 2.32 (counted writes{have}: install nvidia-nccl-cu13>=2.32.3)")
+    elif format_version(tuple(nccl)) not in builds:
+        have = f"built for NCCL {', '.join(builds)} only" if builds else "none built"
+        missing.append(f"the CFT library for the loaded NCCL {format_version(tuple(nccl))} ({have}: install "
+                       f"nvidia-nccl-cu13=={' or =='.join(builds) or '2.32.3'}, or build it with `python -m "
+                       "flowdsl.runtime.support_build --cft`)")
+    if linker is None or tuple(linker) < (13, 3):
+        have = "" if linker is None else f", have {'.'.join(map(str, linker))}"
+        missing.append(f"nvJitLink >= 13.3 (CUDA 13.3 LTO-IR{have}: install nvidia-nvjitlink-cu13>=13.3)")
+    if arch is None or int(arch.removeprefix("sm_").rstrip("af")) < 100:
+        missing.append("an sm_100 or newer GPU" + ("" if arch is None else f" (this one is {arch})"))
+    return missing
 
 
 def abi_layout(nccl: tuple[int, int, int]) -> dict:

@@ -367,6 +367,17 @@ class SimComm(Closable):
     def wait_timeout(self, seconds) -> None:
         self._wait_timeout = resolve_timeout(seconds)
 
+    @property
+    def cft_missing(self) -> str | None:
+        """What kernels using ``flowdsl.cft`` with counted writes lack here, as the GPU communicator's property
+        says it: the simulator models CFT (its CFT domain is the whole world) unless it simulates a release
+        before NCCL 2.32 (``spawn(nccl=...)``); None where they run."""
+        has = self.world.nccl
+        if has is not None and has < (2, 32, 0):
+            return (f"needs NCCL >= 2.32 (counted writes; this run simulates NCCL {format_version(has)}: "
+                    f"flowdsl.sim.spawn(nccl='{format_version(has)}'))")
+        return None
+
     def device_error(self):
         """None: on the simulator a stuck wait ends the run with WaitTimeoutError instead."""
         return None

@@ -24,8 +24,9 @@ pytestmark = pytest.mark.compile
 def test_precompile_builds_every_program_then_finds_them_cached(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FLOWDSL_CACHE_DIR", str(tmp_path))
     first = _library.precompile(arch="sm_90", nccl="2.28.9", dtypes=["float32"], ops=[RedOp.SUM], jobs=2)
-    # within one node: every program but the 3 hierarchical ones (across nodes only) and multimem's (a switch)
-    programs = len(_library.PROGRAMS) - 4
+    # within one node: every program but the 3 hierarchical ones and the CFT all_gather (across nodes only)
+    # and multimem's (a switch)
+    programs = len(_library.PROGRAMS) - 5
     assert first["kernels"] == programs and first["compiled"] == programs, first
     bar = capsys.readouterr().err.split("\r")  # two worker processes, each kernel reported as it is done
     assert [line.split()[2] for line in bar[1:]] == [f"{i}/{programs}" for i in range(1, programs + 1)], bar
@@ -42,8 +43,12 @@ def test_precompile_builds_what_the_communicator_kind_can_call():
     assert algorithms[(False, False)] == {"ring", "tree", "one_shot", "pairwise"}
     assert algorithms[(True, False)] == {"ring", "tree", "one_shot", "pairwise", "hierarchical"}
     assert algorithms[(False, True)] == {"ring", "tree", "one_shot", "pairwise", "multimem"}
-    assert _library.precompiled(entries, True, True) == entries
-    assert len(_library.precompiled(entries, False, False)) == 390  # of 510
+    assert _library.precompiled(entries, True, True, True) == entries
+    # The far phase over CFT: for communicators across nodes (gin_peers) with CFT (sm_100, NCCL >= 2.32) only.
+    assert {e[0] for e in _library.precompiled(entries, True, False, True)} == algorithms[(True, False)] | {
+        "hierarchical_cft"}
+    assert "hierarchical_cft" not in {e[0] for e in _library.precompiled(entries, False, True, True)}
+    assert len(_library.precompiled(entries, False, False)) == 390  # of 520
 
 
 def test_precompile_gives_each_worker_a_run_of_kernels_that_share_compiled_steps():
@@ -62,9 +67,11 @@ def test_precompile_gives_each_worker_a_run_of_kernels_that_share_compiled_steps
 def test_library_lists_every_collective_dtype_and_op():
     entries = _library.library()
     # all_gather, broadcast and all_to_all have no operator, and copy fp8 as uint8 and bfloat16 as uint16
-    # 5 copying programs x 10 storage types, 6 reducing programs x NCCL's 12 dtypes x 6 ops (premulsum too),
-    # and the multimem all-reduce for the forms PTX has: sum and avg of 8 types, min and max of 6
-    assert len(entries) == 5 * 10 + 6 * 12 * 6 + 2 * 8 + 2 * 6
+    # 6 copying programs (the CFT all_gather among them) x 10 storage types, 6 reducing programs x NCCL's 12
+    # dtypes x 6 ops (premulsum too), and the multimem all-reduce for the forms PTX has: sum and avg of 8 types,
+    # min and max of 6
+    assert len(entries) == 6 * 10 + 6 * 12 * 6 + 2 * 8 + 2 * 6
+    assert ("hierarchical_cft", "all_gather", RedOp.SUM, "uint16") in entries
     assert ("hierarchical", "reduce_scatter", RedOp.PREMULSUM, "float8_e4m3fn") in entries
     assert ("hierarchical", "all_to_all", RedOp.SUM, "uint16") in entries
     assert ("multimem", "all_reduce", RedOp.AVG, "bfloat16") in entries
@@ -439,9 +446,11 @@ def test_hierarchical_cft_all_gather_compiles_and_links_for_sm_100_on_nccl_2_32_
     team, counted puts and waits, the CFT barrier) inlined (no flowdsl_ call left)."""
     from flowdsl.collectives.programs import hierarchical_cft_all_gather
 
-    argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", np.dtype(dtype)), np.zeros(4, dtype),
-                                               np.zeros(4, dtype), 4, nccl="2.32.3")
-    compiled = hierarchical_cft_all_gather(np.dtype(dtype)).compile(argtypes, arch="sm_100", nccl="2.32.3")
+    argtypes = _library._argtypes(dtype, "2.32.3", "hierarchical_cft")  # the window the host makes: u64 words
+    compiled = _library.kernel_for("hierarchical_cft", "all_gather", RedOp.SUM, dtype=dtype).compile(
+        argtypes, arch="sm_100", nccl="2.32.3")
+    assert _library.kernel_for("hierarchical_cft", "all_gather", RedOp.SUM, dtype=dtype) is \
+        hierarchical_cft_all_gather(np.dtype(dtype))
     assert "cft" in compiled.features
     assert not [s for s in compiled.function_symbols() if s.startswith("flowdsl_")]
 
@@ -451,8 +460,7 @@ def test_hierarchical_cft_all_gather_is_refused_below_sm_100():
 
     from flowdsl.collectives.programs import hierarchical_cft_all_gather
 
-    argtypes = flowdsl.FlowKernel.argtypes_for("devcomm", ("window", np.float32), np.zeros(4, np.float32),
-                                               np.zeros(4, np.float32), 4, nccl="2.32.3")
+    argtypes = _library._argtypes("float32", "2.32.3", "hierarchical_cft")
     with pytest.raises(TypingError, match=r"flowdsl.cft.\w+ requires sm_100 or newer, but this kernel is compiled "
                                           r"for sm_90"):
         hierarchical_cft_all_gather(np.dtype("float32")).compile(argtypes, arch="sm_90", nccl="2.32.3", cuda="13.3")

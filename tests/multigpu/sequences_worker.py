@@ -65,7 +65,7 @@ def main(argv=None) -> int:
         status = 0
         for seed in seeds:
             calls = sequences.generate(seed, args.calls, comm.nranks, lsa_team_size(comm), protocols=protocols,
-                                       large=args.large)
+                                       large=args.large, cft=comm.cft_missing is None)
             failures = [str(f) for f in sequences.run_sequence(comm, calls)]
             wrong += len(failures)
             status |= record_calls(comm, report["seeds"], str(seed), f"sequence seed {seed}", len(calls), failures, 3)

@@ -59,11 +59,14 @@ def test_generator_is_seeded_and_covers_every_program_dtype_op_and_placement():
     programs = seen((c.algorithm, c.collective) for c in calls)
     # Every program but multimem (these worlds have no NVLink SHARP: tests/sim/test_collectives_multimem.py) and
     # the hierarchical ones, which need several nodes of several ranks (below).
-    assert {k for k in PROGRAMS if k[0] not in ("multimem", "hierarchical")} <= set(programs), \
+    assert {k for k in PROGRAMS if k[0] not in ("multimem", "hierarchical", "hierarchical_cft")} <= set(programs), \
         set(PROGRAMS) - set(programs)
-    assert not any(c.algorithm == "hierarchical" for c in calls)
+    assert not any(c.algorithm.startswith("hierarchical") for c in calls)
     across = {(c.algorithm, c.collective) for c in sequences.generate(5, 200, 4, 2)}
-    assert {k for k in PROGRAMS if k[0] == "hierarchical"} <= across, set(PROGRAMS) - across
+    # Across nodes the hierarchical programs, the far phase over CFT too (the simulator's communicators have CFT;
+    # a GPU communicator without passes cft=False)
+    assert {k for k in PROGRAMS if k[0].startswith("hierarchical")} <= across, set(PROGRAMS) - across
+    assert not any(c.algorithm == "hierarchical_cft" for c in sequences.generate(5, 200, 4, 2, cft=False))
     assert not any(c.algorithm == "multimem" for c in calls)
     assert {("auto", c) for (_, c) in PROGRAMS} <= set(programs)
     assert set(coll.DTYPES) <= {c.dtype for c in calls}

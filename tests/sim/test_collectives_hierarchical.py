@@ -205,7 +205,7 @@ def _cft_all_gather(comm, dtype, count, channels, launches, seed):
             every = (rng.standard_normal((comm.nranks, count)) * 100).astype(dtype)
             src.set(every[comm.rank])
             dst.set(np.full(comm.nranks * count, 77, dtype))  # poisoned
-            kernel[channels, 64](dc, win, src, dst, count)
+            kernel[channels, 64](dc, win, src, dst, count, channels)
             comm.synchronize()
             got.append(dst.get())
             want.append(every.reshape(-1))
@@ -222,3 +222,173 @@ def test_hierarchical_cft_all_gather_matches_numpy_with_a_cft_team_wider_than_th
                       seed=nranks + nodes, gin_delivery="reordered"):
         for got, want in zip(*rank):
             np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------- through the public call: algorithm="hierarchical_cft"
+def _run_cft(nranks, nodes, seed, **matrix):
+    def main(comm):
+        assert comm.cft_missing is None  # the simulator models CFT (its CFT domain is the world)
+        cases = check.cases(comm.nranks, protocols=(None,), config=TINY, start=seed, lsa_size=comm.lsa_size,
+                            algorithms=("hierarchical_cft",), cft=comm.cft_missing is None, **matrix)
+        assert cases and {c.algorithm for c in cases} == {"hierarchical_cft"}
+        assert {c.inplace for c in cases} == {False, True}
+        return check.run_matrix(comm, cases)
+
+    failures = [f for rank in spawn(main, nranks=nranks, nodes=nodes, seed=seed, gin_delivery="reordered")
+                for f in rank]
+    assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:20])
+
+
+def test_cft_all_gather_through_all_gather_every_dtype_on_two_nodes_of_two():
+    # Counts cross the 2048-byte CFT chunk (1100 float32 is 4400 bytes a rank) and end off its 16-byte unit.
+    _run_cft(4, 2, 11, counts=(0, 1, 37, 1100))
+
+
+@pytest.mark.parametrize("nranks,nodes", [(6, 2), (6, 3)], ids=["2x3", "3x2"])
+def test_cft_all_gather_through_all_gather_other_node_shapes(nranks, nodes):
+    _run_cft(nranks, nodes, 20 + nranks + nodes, counts=(1, 131, 1100), dtypes=FAMILIES)
+
+
+def test_cft_all_gather_is_listed_only_where_the_communicator_has_cft_and_several_nodes():
+    one = check.cases(4, counts=(8,), algorithms=("hierarchical_cft",), lsa_size=2)
+    assert one == []  # cft=False: the communicator cannot run CFT kernels
+    assert check.cases(4, counts=(8,), algorithms=("hierarchical_cft",), lsa_size=4, cft=True) == []  # one node
+    assert {c.collective for c in check.cases(4, counts=(8,), algorithms=("hierarchical_cft",), lsa_size=2,
+                                              cft=True)} == {"all_gather"}
+
+
+def test_cft_all_gather_repeated_calls_return_each_calls_data():
+    """One communicator, one counted window: calls on the same arrays (the planned fast path) and on new ones,
+    other dtypes and counts, and GIN hierarchical and ring all_gathers in between, each with new random inputs
+    and its output poisoned; every call must return its own inputs (never the last call's data left in the
+    window's slots), and the window and device communicator are made once for the config."""
+    count_a, count_b = 4500, 1100  # 18000 bytes a rank: two channels of TINY; 1100 bytes: one
+
+    def main(comm):
+        n, r = comm.nranks, comm.rank
+        out = []
+        x32, y32 = comm.alloc(count_a, np.float32), comm.alloc(n * count_a, np.float32)
+        x8, y8 = comm.alloc(count_b, np.int8), comm.alloc(n * count_b, np.int8)
+        plan = [("f", "hierarchical_cft"), ("f", "hierarchical_cft"), ("i", "hierarchical_cft"),
+                ("f", "hierarchical"), ("f", "hierarchical_cft"), ("i", "ring"), ("i", "hierarchical_cft"),
+                ("f", "hierarchical_cft")]
+        states = []
+        for k, (kind, algorithm) in enumerate(plan):
+            rng = np.random.default_rng([5, k])
+            if kind == "f":
+                every = (rng.standard_normal((n, count_a)) * 1000).astype(np.float32)
+                x, y = x32, y32
+            else:
+                every = rng.integers(-128, 128, (n, count_b), dtype=np.int8)
+                x, y = x8, y8
+            x[:] = every[r]
+            y[:] = check.poison("float32" if kind == "f" else "int8")
+            coll.all_gather(comm, x, y, algorithm=algorithm, config=TINY)
+            comm.synchronize()
+            out.append((np.array(y), every.reshape(-1)))
+            states.append(len(comm.__dict__["_flowdsl_collectives"]))
+        st = comm.__dict__["_flowdsl_collectives"][(TINY, "hierarchical_cft")]
+        grids = [launch_shape("all_gather", comm, c, t, "hierarchical_cft", TINY).grid
+                 for c, t in ((count_a, "float32"), (count_b, "int8"))]
+        return out, states, st.window.group.cft_counted, grids  # the simulator's window group records it
+
+    for out, states, counted, grids in spawn(main, nranks=4, nodes=2, seed=4, gin_delivery="reordered"):
+        assert grids == [2, 1]
+        for k, (got, want) in enumerate(out):
+            np.testing.assert_array_equal(got, want, err_msg=f"call #{k}")
+        assert states == [1, 1, 1, 2, 2, 3, 3, 3]  # the CFT state once, the GIN hierarchical's and the ring's
+        assert counted
+
+
+def test_cft_all_gather_resources_are_released_with_the_communicator():
+    """The counted window, its buffer and the device communicator are tracked and closed with the communicator
+    (nothing left registered); another config gets its own."""
+    other = dataclasses.replace(TINY, channels=1)
+
+    def main(comm):
+        x, y = comm.alloc(40, np.float32), comm.alloc(comm.nranks * 40, np.float32)
+        x[:] = comm.rank
+        coll.all_gather(comm, x, y, algorithm="hierarchical_cft", config=TINY)
+        coll.all_gather(comm, x, y, algorithm="hierarchical_cft", config=other)
+        comm.synchronize()
+        states = [comm.__dict__["_flowdsl_collectives"][(c, "hierarchical_cft")] for c in (TINY, other)]
+        before = [(st.window.closed, st.devcomm.closed, st in comm.open_resources,
+                   any(b is st.buffer for b in comm.open_resources)) for st in states]
+        sizes = [st.buffer.nbytes for st in states]
+        comm.close()
+        after = [(st.closed, st.window.closed, st.devcomm.closed) for st in states]
+        return before, after, sizes, np.array(y)
+
+    from flowdsl.collectives.programs import cft_all_gather_layout
+
+    for before, after, sizes, y in spawn(main, nranks=4, nodes=2):
+        assert before == [(False, False, True, True)] * 2
+        assert after == [(True, True, True)] * 2
+        assert sizes == [cft_all_gather_layout(2, 2)[0], cft_all_gather_layout(1, 2)[0]]
+        np.testing.assert_array_equal(y, np.repeat(np.arange(4, dtype=np.float32), 40))
+
+
+def test_cft_all_gather_refusals_name_the_fix():
+    def main(comm):
+        n = comm.nranks
+        x, y = comm.alloc(8, np.float32), comm.alloc(n * 8, np.float32)
+        out = []
+        for call in (lambda: coll.all_gather(comm, x, y, algorithm="hierarchical_cft"),
+                     lambda: coll.reduce_scatter(comm, y, x, algorithm="hierarchical_cft")):
+            try:
+                call()
+                out.append("no error")
+            except flowdsl.UsageError as exc:
+                out.append(str(exc))
+        return out, comm.open_resources
+
+    old, left = spawn(main, nranks=4, nodes=2, nccl="2.28.9")[0]
+    assert old[0] == ("Cannot all_gather with algorithm='hierarchical_cft': its far phase goes over CFT, and this "
+                      "communicator cannot run CFT kernels (needs NCCL >= 2.32 (counted writes; this run simulates "
+                      "NCCL 2.28.9: flowdsl.sim.spawn(nccl='2.28.9'))). Use 'hierarchical' (the far phase over GIN) "
+                      "or 'auto'")
+    assert not [r for r in left if not isinstance(r, np.ndarray)]  # refused before anything was made
+    assert old[1] == ("Cannot reduce_scatter with algorithm='hierarchical_cft': only all_gather has a "
+                      "hierarchical_cft program. Use 'ring' or 'auto'")
+    one_node = spawn(main, nranks=4)[0][0]
+    assert one_node[0] == ("Cannot all_gather with algorithm='hierarchical_cft': this communicator is one LSA team "
+                           "(4 ranks on one node), so nothing crosses the network and there is no rail to gather "
+                           "along. Use 'ring' or 'auto'")
+
+
+def test_cft_refusal_is_one_function_for_the_gpu_and_the_simulator():
+    """The GPU communicator's cft_missing (from flowdsl.runtime.support.cft_missing, read here without a GPU)
+    goes into the same refusal the simulator's does."""
+    from flowdsl.collectives._host import cft_refusal
+    from flowdsl.runtime.support import cft_missing
+
+    lacking = cft_missing((2, 28, 9), "sm_90", (13, 0))
+    assert lacking[0] == "NCCL >= 2.32 (counted writes, loaded 2.28.9: install nvidia-nccl-cu13>=2.32.3)"
+    assert lacking[1:] == ["nvJitLink >= 13.3 (CUDA 13.3 LTO-IR, have 13.0: install nvidia-nvjitlink-cu13>=13.3)",
+                           "an sm_100 or newer GPU (this one is sm_90)"]
+    assert cft_missing((2, 32, 3), "sm_100", (13, 3)) == []
+    assert cft_missing((2, 32, 3), "sm_103a", (13, 5)) == []
+    assert cft_missing((2, 33, 0), "sm_100", (13, 3))[0].startswith("the CFT library for the loaded NCCL 2.33.0 (")
+    gpu = types.SimpleNamespace(nranks=4, rank=1, lsa_size=2, lsa_rank=1,
+                                cft_missing="needs " + "; ".join(lacking[2:]))
+    assert cft_refusal("all_gather", gpu) == (
+        "Cannot all_gather with algorithm='hierarchical_cft': its far phase goes over CFT, and this communicator "
+        "cannot run CFT kernels (needs an sm_100 or newer GPU (this one is sm_90)). Use 'hierarchical' (the far "
+        "phase over GIN) or 'auto'")
+    assert cft_refusal("all_gather", types.SimpleNamespace(nranks=4, rank=1, lsa_size=2, lsa_rank=1,
+                                                           cft_missing=None)) is None
+
+
+def test_auto_never_picks_the_cft_far_phase():
+    """The cost model has no CFT constants: auto keeps the GIN far phase where CFT is there too, and estimating
+    the CFT program is refused, naming why."""
+    def main(comm):
+        return comm.cft_missing, launch_shape("all_gather", comm, 1 << 16, "float32", "auto", TINY).algorithm, \
+            launch_shape("all_gather", comm, 1000, "float32", "hierarchical_cft", TINY)
+
+    missing, auto, cft_shape = spawn(main, nranks=4, nodes=2)[0]
+    assert (missing, auto) == (None, "hierarchical")
+    assert cft_shape == ("hierarchical_cft", None, 1)
+    with pytest.raises(flowdsl.UsageError, match=r"^Cannot estimate all_gather with algorithm='hierarchical_cft': "
+                                                 r"the cost model has no constants for CFT"):
+        coll.cost.estimate("all_gather", "hierarchical_cft", 8, 4, 1 << 20, coll.FlowConfig())
