@@ -50,7 +50,11 @@ def hashes(arch: str, nccl: str, dtypes, ops) -> dict:
     target = Target(parse_version(nccl), arch)
     support = support_build_for(target.nccl, target.arch)
     out = {}
-    for entry in _library.library(dtypes, [RedOp[o.upper()] for o in ops] if ops else None):
+    entries = _library.library(dtypes, [RedOp[o.upper()] for o in ops] if ops else None)
+    # every kernel a GPU of this target can run (the CFT programs need sm_100 and a CFT build: hashed where
+    # the target is one)
+    cft = target.cc >= (10, 0) and target.nccl >= (2, 32, 0)
+    for entry in _library.precompiled(entries, gin_peers=True, multimem=True, cft=cft):
         algorithm, collective, op, dtype = entry
         kernel = _library._kernel_of(entry, False)
         code = KernelCode(kernel.py_func, _library._argtypes(dtype, target.nccl, algorithm), target, support.ltoir,

@@ -52,7 +52,7 @@ from flowdsl.enums import MemoryOrder, RedOp, ThreadScope
 __all__ = ["PROGRAMS", "flow_program", "premul_scale", "one_rank", "scale_for", "ring_chunks", "ring_connections", "ring_reduce_to_own_piece",
            "ring_gather_after_own_piece", "piece", "ring_all_gather", "ring_reduce_scatter", "ring_broadcast",
            "ring_reduce", "ring_all_reduce", "tree_all_reduce", "one_shot_all_reduce", "one_shot_words", "one_shot_fits",
-           "ONE_SHOT_BLOCKS", "ONE_SHOT_LINES", "kernel_factory", "all_to_all_program", "pairwise_all_to_all", "pairwise_exchange", "all_to_all_share",
+           "ONE_SHOT_BLOCKS", "ONE_SHOT_LINES", "kernel_factory", "pairwise_all_to_all", "pairwise_exchange", "all_to_all_share",
            "multimem_all_reduce", "multimem_piece", "multimem_share",
            "multimem_form", "own_block_copy", "hierarchical_layout", "hierarchical_connections", "block_of", "hierarchical_all_gather",
            "hierarchical_reduce_scatter", "node_reduce_scatter", "hierarchical_all_to_all", "hierarchical_round",
@@ -433,34 +433,8 @@ def pairwise_exchange(proc, number, s, src, dst, count, lo, hi):
         flow.recv(proc, inp, dst[frm * count:(frm + 1) * count], base, m)
 
 
-def all_to_all_program(channel_program):
-    """The kernel factory ``factory(op, gin_peers, fp8, ll128)`` of an all-to-all.
-
-    ``channel_program(proc, channel, channels, src, dst, count)`` moves what channel ``channel`` (of
-    ``channels``, the staging window's) carries, a device function; the kernel around it copies this
-    rank's own block, then runs channels ``blockIdx.x``, ``blockIdx.x + gridDim.x``, ... one after
-    another with a processor each, every rank in the same order. ``op`` and ``fp8`` are unused (a copy);
-    ``ll128`` is a constant of the kernel.
-    """
-    channel_program = flowdsl.device(channel_program)
-
-    def kernel_for(op, context, fp8, ll128):
-        def kernel(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol, vectors,
-                   scalar_bits, scalar_at):
-            own_block_copy(comm, src, dst, count, vectors)
-            if comm.nranks == 1:
-                return
-            for channel in range(cuda.blockIdx.x, channels, cuda.gridDim.x):
-                proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, channel,
-                                      ll128)
-                channel_program(proc, channel, channels, src, dst, count)
-        return kernel
-
-    return kernel_factory(channel_program, kernel_for)
-
-
-@all_to_all_program
-def pairwise_all_to_all(proc, channel, channels, src, dst, count):
+@functools.cache
+def pairwise_all_to_all(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     """AllToAll (NCCL's ``ncclAlltoAll``): block ``j`` of this rank's ``src`` lands as block ``r`` of rank
     ``j``'s ``dst`` (``count`` elements a block), in ``n - 1`` pairwise rounds: in round ``s`` every rank
     sends to rank + ``s`` and receives from rank - ``s``; its own block is a local copy.
@@ -473,17 +447,30 @@ def pairwise_all_to_all(proc, channel, channels, src, dst, count):
     (the other programs' inboxes join ring and tree neighbours). A block runs channels ``blockIdx.x``,
     ``blockIdx.x + gridDim.x``, ... one after another, every rank in the same order. ``op`` and ``fp8`` are
     unused (a copy)."""
-    n = proc.comm.nranks
-    if channels >= n - 1:
-        shares = channels // (n - 1)
-        if channel < shares * (n - 1):
-            lo, hi = all_to_all_share(count, channel // (n - 1), shares)
-            pairwise_exchange(proc, 0, channel % (n - 1) + 1, src, dst, count, lo, hi)
-    else:
-        for number in range(flow.MAX_CONNECTIONS):
-            s = 1 + channel + number * channels
-            if s < n:
-                pairwise_exchange(proc, number, s, src, dst, count, 0, count)
+    context = gin_context if gin_peers else no_gin_context
+    ll128 = int(ll128)
+
+    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    def pairwise_all_to_all(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol,
+                            vectors, scalar_bits, scalar_at):
+        n = comm.nranks
+        own_block_copy(comm, src, dst, count, vectors)
+        if n == 1:
+            return
+        for channel in range(cuda.blockIdx.x, channels, cuda.gridDim.x):
+            proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, channel, ll128)
+            if channels >= n - 1:
+                shares = channels // (n - 1)
+                if channel < shares * (n - 1):
+                    lo, hi = all_to_all_share(count, channel // (n - 1), shares)
+                    pairwise_exchange(proc, 0, channel % (n - 1) + 1, src, dst, count, lo, hi)
+            else:
+                for number in range(flow.MAX_CONNECTIONS):
+                    s = 1 + channel + number * channels
+                    if s < n:
+                        pairwise_exchange(proc, number, s, src, dst, count, 0, count)
+
+    return pairwise_all_to_all
 
 
 # ---- several nodes: hierarchical all-gather, reduce-scatter and all-to-all ------------------------------
@@ -630,8 +617,8 @@ def hierarchical_round(proc, number, k, src, dst, count, lo, hi):
 HIERARCHICAL_ROUNDS_PER_CHANNEL = 2
 
 
-@all_to_all_program
-def hierarchical_all_to_all(proc, channel, channels, src, dst, count):
+@functools.cache
+def hierarchical_all_to_all(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     """Hierarchical AllToAll: block ``j`` of this rank's ``src`` lands as block ``r`` of rank ``j``'s ``dst``
     (NCCL's ``ncclAlltoAll``), moving over the network only along rails. Its ``nranks - 1`` rounds
     (:func:`hierarchical_round`) go to the channels in turn: round ``k`` on channel ``(k-1) % channels``,
@@ -640,10 +627,24 @@ def hierarchical_all_to_all(proc, channel, channels, src, dst, count):
     rank in the same order. Each block for another node crosses the network once, from the sender's NIC to
     the receiving node's rank on the same rail. Its own block is a local copy. ``op`` and ``fp8`` are unused
     (a copy); its staging window is its own (the host's)."""
-    for p in range(HIERARCHICAL_ROUNDS_PER_CHANNEL):
-        k = 1 + channel + p * channels
-        if k < proc.comm.nranks:
-            hierarchical_round(proc, 2 * p, k, src, dst, count, 0, count)
+    context = gin_context if gin_peers else no_gin_context
+    ll128 = int(ll128)
+
+    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    def hierarchical_all_to_all(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words,
+                                protocol, vectors, scalar_bits, scalar_at):
+        n = comm.nranks
+        own_block_copy(comm, src, dst, count, vectors)
+        if n == 1:
+            return
+        for channel in range(cuda.blockIdx.x, channels, cuda.gridDim.x):
+            proc = flow.processor(comm, stage, context(comm), channels, nslots, slot_words, protocol, channel, ll128)
+            for p in range(HIERARCHICAL_ROUNDS_PER_CHANNEL):
+                k = 1 + channel + p * channels
+                if k < n:
+                    hierarchical_round(proc, 2 * p, k, src, dst, count, 0, count)
+
+    return hierarchical_all_to_all
 
 
 # ---- one LSA team: one-shot all-reduce ------------------------------------------------------------
