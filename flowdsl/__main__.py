@@ -148,14 +148,13 @@ def _gpus() -> list[tuple[str, str]]:
         return []
     from cuda.bindings import driver
 
+    from flowdsl.runtime.memory import device_arch
+
     found = []
     for ordinal in range(driver.cuDeviceGetCount()[1]):
         dev = driver.cuDeviceGet(ordinal)[1]
         name = driver.cuDeviceGetName(128, dev)[1].split(b"\0", 1)[0].decode()
-        attr = driver.CUdevice_attribute
-        major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)[1]
-        minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)[1]
-        found.append((name, f"sm_{major}{minor}"))
+        found.append((name, device_arch(ordinal)))
     return found
 
 
