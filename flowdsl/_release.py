@@ -1,12 +1,13 @@
 """NCCL release numbers: ``(2, 28, 9)`` and ``"2.28.9"``.
 
 Host code (the runtime, the kernel cache) names releases without importing numba; the GPU's compile
-path and the simulator refuse what a release lacks in the same words (:func:`nccl_refusal`).
+path and the simulator refuse what a release or an arch lacks in the same words (:func:`nccl_refusal`,
+:func:`arch_refusal`).
 """
 
 from __future__ import annotations
 
-__all__ = ["SUPPORTED_RELEASES", "parse_version", "format_version", "nccl_refusal"]
+__all__ = ["SUPPORTED_RELEASES", "parse_version", "format_version", "nccl_refusal", "arch_refusal"]
 
 #: NCCL releases flowdsl has support builds for: what PyTorch 2.11 pins, and the newest.
 SUPPORTED_RELEASES = ("2.28.9", "2.32.3", "2.32.6")
@@ -38,3 +39,10 @@ def nccl_refusal(feature: str, needs: tuple[int, ...], has: tuple[int, ...], sim
             if simulated else f"compiled for NCCL {format_version(has)}")
     return f"{feature} requires NCCL >= {format_version(needs)}, but this kernel is {made}. " \
            f"Install nvidia-nccl-cu13>={format_version(needs)}."
+
+
+def arch_refusal(feature: str, min_cc: tuple[int, int], arch: str, simulated: bool = False) -> str:
+    """The refusal of ``feature``, which needs compute capability ``min_cc``, in a kernel made for ``arch``:
+    compiled for it on the GPU path, simulated as it (``flowdsl.sim.spawn(arch=...)``) on the simulator."""
+    made = f"simulated for {arch} (flowdsl.sim.spawn(arch='{arch}'))" if simulated else f"compiled for {arch}"
+    return f"{feature} requires sm_{min_cc[0]}{min_cc[1]} or newer, but this kernel is {made}. Run it on a newer GPU."

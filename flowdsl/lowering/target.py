@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 
 
-from .._release import format_version, nccl_refusal, parse_version
+from .._release import arch_refusal, format_version, nccl_refusal, parse_version
 from ..errors import FeatureUnavailableError
 
 __all__ = ["Target", "compiling_for", "current", "require", "FeatureUnavailableError",
@@ -94,10 +94,7 @@ def require(feature: str, *, nccl: tuple[int, int, int] | None = None, min_cc: t
     if nccl is not None and target.nccl < nccl:
         raise FeatureUnavailableError(nccl_refusal(feature, nccl, target.nccl))
     if min_cc is not None and target.cc < min_cc:
-        raise FeatureUnavailableError(
-            f"{feature} requires sm_{min_cc[0]}{min_cc[1]} or newer, but this kernel is compiled "
-            f"for {target.arch}. Run it on a newer GPU."
-        )
+        raise FeatureUnavailableError(arch_refusal(feature, min_cc, target.arch))
     if cuda is not None and target.cuda is not None and target.cuda < cuda:
         found = format_version(target.cuda)
         raise FeatureUnavailableError(

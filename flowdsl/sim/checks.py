@@ -18,13 +18,13 @@ import inspect
 
 import numpy as np
 
-from .._release import nccl_refusal
+from .._release import arch_refusal, nccl_refusal
 from .._spec import Gate, KindRegistry, spec_of
 from . import _state
 from .errors import BarrierIndexError, FeatureUnavailableError, KernelTypingError, sim_error
 from .memory import Window, WindowView
 
-__all__ = ["check_call", "KIND_CHECKS", "check_index", "barrier_index", "require_release"]
+__all__ = ["check_call", "KIND_CHECKS", "check_index", "barrier_index", "require_release", "require_arch", "arch_cc"]
 
 
 def _is_int(v) -> bool:
@@ -80,6 +80,20 @@ def require_release(feature: str, needs: tuple[int, int, int]) -> None:
         raise sim_error(FeatureUnavailableError, nccl_refusal(feature, needs, has, simulated=True))
 
 
+def require_arch(feature: str, min_cc: tuple[int, int]) -> None:
+    """Refuse ``feature``, which needs compute capability ``min_cc``, where the simulation is of an older GPU
+    (``spawn(arch=...)``), in the words compiling for that arch refuses it with."""
+    arch = _state.sched.world.arch
+    if arch is not None and arch_cc(arch) < min_cc:
+        raise sim_error(FeatureUnavailableError, arch_refusal(feature, min_cc, arch, simulated=True))
+
+
+def arch_cc(arch: str) -> tuple[int, int]:
+    """``(9, 0)`` of ``"sm_90"`` (``"sm_90a"``, ``"sm_100"``)."""
+    digits = arch[3:].rstrip("a")
+    return int(digits[:-1]), int(digits[-1])
+
+
 def _plan(name: str) -> tuple:
     spec = spec_of(name)
     signature = inspect.Signature(spec.params)  # the stub's (no stub takes *args or **kwargs)
@@ -87,21 +101,23 @@ def _plan(name: str) -> tuple:
     checked = tuple((i, p.name, KIND_CHECKS[spec.args[p.name].kind], p.default is not inspect.Parameter.empty,
                      spec.args[p.name], _dtypes(spec.args[p.name].dtypes))
                     for i, p in enumerate(spec.params) if p.name in spec.args)
-    gated = spec.gate.nccl if spec.gate.nccl > Gate().nccl else None  # the release gate alone: no arch here
+    gated = (spec.gate.nccl if spec.gate.nccl > Gate().nccl else None, spec.gate.min_cc)
     plan = _PLANS[name] = (required, len(spec.params), signature, checked, gated)
     return plan
 
 
 def check_call(name: str, args: tuple, kwargs: dict) -> None:
-    """Refuse a call of primitive ``name`` that the NCCL release simulated lacks (its spec's gate), or whose
+    """Refuse a call of primitive ``name`` that the NCCL release or the arch simulated lacks (its spec's gate), or whose
     arguments its stub does not take (one missing, one too many: numba's typing finds no signature) or
     are not of the kinds its spec names."""
     plan = _PLANS.get(name)
     if plan is None:
         plan = _plan(name)
     required, total, signature, checked, gated = plan
-    if gated is not None:  # first, as the GPU's typing checks the gate before the arguments
-        require_release(name, gated)
+    if gated[0] is not None:  # first, as the GPU's typing checks the gate before the arguments
+        require_release(name, gated[0])
+    if gated[1] is not None:
+        require_arch(name, gated[1])
     given = len(args) + len(kwargs)
     if not required <= given <= total or (kwargs and not set(kwargs) <= set(signature.parameters)):
         try:

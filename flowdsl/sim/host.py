@@ -14,8 +14,10 @@ from ..host import checks
 from ..host.arrays import is_torch
 from ..host.timeouts import aborted_error, resolve_timeout
 from . import _state, timeouts
+from .checks import arch_cc
 from .cudashim import simulate_function
 from .._release import SUPPORTED_RELEASES, format_version, parse_version
+from .._targets import checked_arch
 from ..enums import GinBackend
 from ..errors import ResourceClosedError
 from ..errors import UsageError as _UsageErrorBase
@@ -33,7 +35,7 @@ __all__ = ["spawn", "World", "SimComm", "DevComm", "DevCommGroup", "launch", "Si
 _EMPTY = np.empty(16, np.uint8)
 _OPTIONS = {"livelock_rounds": 100, "max_steps": None, "gin_delivery": "ordered", "gin_backend": "proxy",
             "races": None, "host_threads": False, "stall_seconds": 30.0, "multimem": False,
-            "gin_connections": "full", "nccl": None}
+            "gin_connections": "full", "nccl": None, "arch": None}
 
 
 class _Collective:
@@ -371,12 +373,15 @@ class SimComm(Closable):
     def cft_missing(self) -> str | None:
         """What kernels using ``flowdsl.cft`` with counted writes lack here, as the GPU communicator's property
         says it: the simulator models CFT (its CFT domain is the whole world) unless it simulates a release
-        before NCCL 2.32 (``spawn(nccl=...)``); None where they run."""
-        has = self.world.nccl
+        before NCCL 2.32 (``spawn(nccl=...)``) or a GPU before sm_100 (``spawn(arch=...)``); None where they run.""" 
+        has, arch = self.world.nccl, self.world.arch
+        missing = []
         if has is not None and has < (2, 32, 0):
-            return (f"needs NCCL >= 2.32 (counted writes; this run simulates NCCL {format_version(has)}: "
-                    f"flowdsl.sim.spawn(nccl='{format_version(has)}'))")
-        return None
+            missing.append(f"NCCL >= 2.32 (counted writes; this run simulates NCCL {format_version(has)}: "
+                           f"flowdsl.sim.spawn(nccl='{format_version(has)}'))")
+        if arch is not None and arch_cc(arch) < (10, 0):
+            missing.append(f"an sm_100 or newer GPU (this run simulates {arch}: flowdsl.sim.spawn(arch='{arch}'))")
+        return "needs " + "; ".join(missing) if missing else None
 
     def device_error(self):
         """None: on the simulator a stuck wait ends the run with WaitTimeoutError instead."""
@@ -426,6 +431,7 @@ class World:
         self.returned = set()  # ranks whose host program returned
         self.multimem = False  # NVLink SHARP in each node (spawn(multimem=True))
         self.nccl = None  # the NCCL release kernels are simulated for (spawn(nccl=...)); None: the newest
+        self.arch = None  # the GPU arch kernels are simulated for (spawn(arch=...)); None: any
 
     # ---- memory names (for reports) ----------------------------------------
     def add_region(self, arr, name):
@@ -856,7 +862,9 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
             refuses when the kernel compiles — ``gin.get``, strong and VA signals, the world GIN barrier, a
             GIN barrier's fence levels PUT and GET on 2.28, CFT before 2.31 — is refused when it runs, in the
             same words, as a :class:`flowdsl.FeatureUnavailableError`; default ``None``, the newest release
-            flowdsl builds for, which refuses nothing).
+            flowdsl builds for, which refuses nothing), ``arch`` (the GPU kernels are simulated for,
+            ``"sm_90"``: what a build for it refuses — CFT below sm_100, multimem below sm_90 — is refused the
+            same way; default ``None``, any GPU).
 
     Returns:
         ``[main(comm_0), main(comm_1), ...]``.
@@ -880,6 +888,7 @@ def spawn(main, nranks=1, seed=0, nodes=1, **options):
     world = World(nranks, nodes, sched)
     world.multimem = bool(opts["multimem"])
     world.nccl = None if opts["nccl"] is None else parse_version(opts["nccl"])
+    world.arch = None if opts["arch"] is None else checked_arch(opts["arch"], "spawn a simulation")
     if world.nccl is not None and format_version(world.nccl) not in SUPPORTED_RELEASES:
         raise UsageError(f"Cannot spawn a simulation of NCCL {format_version(world.nccl)}: flowdsl builds for NCCL "
                          f"{', '.join(SUPPORTED_RELEASES)}. Pass one of them")

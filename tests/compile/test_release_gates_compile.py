@@ -30,3 +30,16 @@ def test_the_requirements_a_release_lacks_are_those_its_layout_lacks(release):
     present = abi_layout(parse_version(release))["requirements_fields"]
     assert checks.REQUIREMENTS_LACKING[release] == {k for k, field in checks.REQUIREMENT_FIELDS.items()
                                                     if field not in present}
+
+
+def test_compiling_cft_for_sm_90_refuses_it_in_the_simulators_words():
+    from flowdsl import cft
+    from flowdsl._release import arch_refusal
+
+    @flowdsl.kernel
+    def cft_team_size(comm, win, out):
+        out[0] = cft.team(comm).nranks
+
+    with pytest.raises(flowdsl.FeatureUnavailableError) as caught:
+        cft_team_size.compile(flowdsl.FlowKernel.argtypes_for(*ARGS, nccl="2.32.3"), arch="sm_90", nccl="2.32.3")
+    assert str(caught.value).startswith(arch_refusal("flowdsl.cft.team", (10, 0), "sm_90")), str(caught.value)

@@ -90,3 +90,40 @@ def test_a_release_flowdsl_does_not_build_for_is_refused_naming_those_it_does():
     with pytest.raises(flowdsl.UsageError, match=r"Cannot spawn a simulation of NCCL 2.30.0: flowdsl builds for "
                                                  r"NCCL 2.28.9, 2.32.3, 2.32.6. Pass one of them"):
         sim.spawn(lambda comm: None, nranks=1, nccl="2.30.0")
+
+
+@flowdsl.kernel
+def _cft_team_size(comm, out):
+    out[0] = cft.team(comm).nranks
+
+
+def _team_size(**spawn):
+    def main(comm):
+        out = comm.alloc(1, np.int64)
+        with comm.device_communicator() as dc:
+            _cft_team_size[1, 1](dc, out)
+            comm.synchronize()
+        return int(out.get()[0]), comm.cft_missing
+    return sim.spawn(main, nranks=2, **spawn)
+
+
+def test_cft_is_refused_on_an_arch_before_sm_100_in_the_compile_paths_words():
+    from flowdsl._release import arch_refusal
+    with pytest.raises(flowdsl.FeatureUnavailableError) as caught:
+        _team_size(arch="sm_90")
+    assert str(caught.value).startswith(arch_refusal("flowdsl.cft.team", (10, 0), "sm_90", simulated=True))
+    assert _team_size(arch="sm_100") == [(2, None), (2, None)]
+
+
+def test_the_communicator_says_what_cft_lacks_on_the_release_and_arch_simulated():
+    def main(comm):
+        return comm.cft_missing
+    assert sim.spawn(main, nranks=1) == [None]
+    missing = sim.spawn(main, nranks=1, nccl="2.28.9", arch="sm_90")[0]
+    assert missing.startswith("needs NCCL >= 2.32") and "an sm_100 or newer GPU (this run simulates sm_90" in missing
+
+
+def test_an_arch_named_as_nvcc_does_not_is_refused():
+    with pytest.raises(flowdsl.UsageError, match=r"Cannot spawn a simulation for arch 'sm90': name the GPU "
+                                                 r"architecture as sm_"):
+        sim.spawn(lambda comm: None, nranks=1, arch="sm90")
