@@ -134,19 +134,17 @@ def _made_once(comm, key, make, operation: str, stream: int | None, why: str):
     return st
 
 
-class _MultimemState(_State):
-    """What multimem all-reduces of one :class:`FlowConfig` use: a device communicator with ``lsa_multimem``
-    and one LSA barrier per channel (a block syncs its own), and a window every rank registers, that the
-    message goes through a chunk at a time (:func:`multimem_window_bytes`). No Flow staging."""
+class _WindowState(_State):
+    """A device communicator made with ``devcomm`` and a window of ``words`` u64 that every rank registers
+    (with ``register``), zeroed on every rank before any uses it; closed, and the buffer freed, together."""
 
-    def __init__(self, comm, config: FlowConfig):
+    def __init__(self, comm, words: int, devcomm: dict, register: dict):
         self.comm = comm
-        self.devcomm = comm.device_communicator(lsa_multimem=True, lsa_barrier_count=config.channels)
-        words = multimem_window_bytes(config, lsa_team_size(comm)) // 8
+        self.devcomm = comm.device_communicator(**devcomm)
         self.buffer = comm.alloc(words, np.uint64)
-        _fill(self.buffer, 0)  # the padding a call reads before it writes: zeros, not what the allocation held
-        self.window = comm.register(self.buffer)
-        comm.synchronize()
+        _fill(self.buffer, 0)  # comm.alloc does not zero
+        self.window = comm.register(self.buffer, **register)
+        comm.synchronize()  # zero on every rank before any peer reads or adds to it
 
     def close(self):
         if self.closed:
@@ -156,6 +154,17 @@ class _MultimemState(_State):
         for res in (self.devcomm, self.window):
             res.close()
         self.comm.free(self.buffer)
+
+
+class _MultimemState(_WindowState):
+    """What multimem all-reduces of one :class:`FlowConfig` use: a device communicator with ``lsa_multimem``
+    and one LSA barrier per channel (a block syncs its own), and a window every rank registers, that the
+    message goes through a chunk at a time (:func:`multimem_window_bytes`; zeroed: the padding a call reads
+    before it writes). No Flow staging."""
+
+    def __init__(self, comm, config: FlowConfig):
+        super().__init__(comm, multimem_window_bytes(config, lsa_team_size(comm)) // 8,
+                         {"lsa_multimem": True, "lsa_barrier_count": config.channels}, {})
 
 
 def multimem_window_bytes(config: FlowConfig, lsa_size: int) -> int:
@@ -210,34 +219,19 @@ def _check_multimem(comm, dtype: str, kernel_dtype: str, redop) -> None:
                          f"{_NOT_MULTIMEM}")
 
 
-class _CftState(_State):
+class _CftState(_WindowState):
     """What the all_gather with its far phase over CFT uses for one :class:`FlowConfig`: a counted window
     (``comm.register(buf, cft_counted=True)``) laid out for ``config.channels`` by
     :func:`~flowdsl.collectives.programs.cft_all_gather_layout` (a u64 counter per channel, then each channel's
-    far and share slots), zeroed once here (the counters only ever rise), and a device communicator with one CFT
+    far and share slots), zeroed once (the counters only ever rise), and a device communicator with one CFT
     barrier and one LSA barrier per channel. No Flow staging."""
 
     def __init__(self, comm, config: FlowConfig):
         from .programs import cft_all_gather_layout  # noqa: PLC0415
 
-        self.comm = comm
-        nodes = comm.nranks // lsa_team_size(comm)
-        self.devcomm = comm.device_communicator(cft_barrier_count=config.channels,
-                                                lsa_barrier_count=config.channels)
-        nbytes, _ = cft_all_gather_layout(config.channels, nodes)
-        self.buffer = comm.alloc(nbytes // 8, np.uint64)
-        _fill(self.buffer, 0)  # the counters start at 0 (comm.alloc does not zero)
-        self.window = comm.register(self.buffer, cft_counted=True)
-        comm.synchronize()  # zero on every rank before any peer adds to a counter
-
-    def close(self):
-        if self.closed:
-            return
-        self.closed = True
-        self.comm.__dict__.pop("_flowdsl_plans", None)  # their launches hold this device communicator
-        for res in (self.devcomm, self.window):
-            res.close()
-        self.comm.free(self.buffer)
+        nbytes, _ = cft_all_gather_layout(config.channels, comm.nranks // lsa_team_size(comm))
+        super().__init__(comm, nbytes // 8, {"cft_barrier_count": config.channels,
+                                             "lsa_barrier_count": config.channels}, {"cft_counted": True})
 
 
 def _cft_state(comm, config: FlowConfig, operation: str, stream: int | None) -> _CftState:

@@ -29,11 +29,14 @@ TINY = coll.FlowConfig(channels=2, nslots=2, slot_bytes=128, threads=64)
 FAMILIES = ("int8", "uint32", "int64", "float16", "float32", "float64", "bfloat16", "float8_e5m2")
 
 
-def _run(nranks, nodes, seed, **matrix):
+def _run(nranks, nodes, seed, algorithm="hierarchical", protocols=PROTOCOLS, **matrix):
+    """The check matrix of ``algorithm`` on ``nodes`` simulated nodes, reordered GIN delivery: no mismatch."""
     def main(comm):
-        cases = check.cases(comm.nranks, protocols=PROTOCOLS, config=TINY, start=seed, lsa_size=comm.lsa_size,
-                            algorithms=("hierarchical",), **matrix)
-        assert cases, "no hierarchical case listed"
+        cft = comm.cft_missing is None  # the simulator models CFT (its CFT domain is the world)
+        cases = check.cases(comm.nranks, protocols=protocols, config=TINY, start=seed, lsa_size=comm.lsa_size,
+                            algorithms=(algorithm,), cft=cft, **matrix)
+        assert cases and {c.algorithm for c in cases} == {algorithm}, f"no {algorithm} case listed"
+        assert {c.inplace for c in cases} == {False, True}
         return check.run_matrix(comm, cases)
 
     failures = [f for rank in spawn(main, nranks=nranks, nodes=nodes, seed=seed, gin_delivery="reordered")
@@ -225,28 +228,14 @@ def test_hierarchical_cft_all_gather_matches_numpy_with_a_cft_team_wider_than_th
 
 
 # ---------------------------------------------------------------- through the public call: algorithm="hierarchical_cft"
-def _run_cft(nranks, nodes, seed, **matrix):
-    def main(comm):
-        assert comm.cft_missing is None  # the simulator models CFT (its CFT domain is the world)
-        cases = check.cases(comm.nranks, protocols=(None,), config=TINY, start=seed, lsa_size=comm.lsa_size,
-                            algorithms=("hierarchical_cft",), cft=comm.cft_missing is None, **matrix)
-        assert cases and {c.algorithm for c in cases} == {"hierarchical_cft"}
-        assert {c.inplace for c in cases} == {False, True}
-        return check.run_matrix(comm, cases)
-
-    failures = [f for rank in spawn(main, nranks=nranks, nodes=nodes, seed=seed, gin_delivery="reordered")
-                for f in rank]
-    assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:20])
-
-
 def test_cft_all_gather_through_all_gather_every_dtype_on_two_nodes_of_two():
     # Counts cross the 2048-byte CFT chunk (1100 float32 is 4400 bytes a rank) and end off its 16-byte unit.
-    _run_cft(4, 2, 11, counts=(0, 1, 37, 1100))
+    _run(4, 2, 11, "hierarchical_cft", (None,), counts=(0, 1, 37, 1100))
 
 
 @pytest.mark.parametrize("nranks,nodes", [(6, 2), (6, 3)], ids=["2x3", "3x2"])
 def test_cft_all_gather_through_all_gather_other_node_shapes(nranks, nodes):
-    _run_cft(nranks, nodes, 20 + nranks + nodes, counts=(1, 131, 1100), dtypes=FAMILIES)
+    _run(nranks, nodes, 20 + nranks + nodes, "hierarchical_cft", (None,), counts=(1, 131, 1100), dtypes=FAMILIES)
 
 
 def test_cft_all_gather_is_listed_only_where_the_communicator_has_cft_and_several_nodes():
