@@ -382,7 +382,7 @@ class Communicator:
         """What kernels using :mod:`flowdsl.cft` (counted writes included: the CFT programs of
         :mod:`flowdsl.collectives`) lack on this communicator, or None where they can run: NCCL >= 2.32,
         flowdsl's CFT build for the loaded release, nvJitLink >= 13.3, an sm_100 or newer GPU
-        (:func:`flowdsl.runtime.support.cft_missing`; ``flowdsl info`` says the same of the machine). Creates
+        (``flowdsl.runtime.support.cft_missing``; ``flowdsl info`` says the same of the machine). Creates
         nothing. Whether NCCL's CFT domain spans every node (``cftSize``) is not known before a device
         communicator exists. The simulator's communicator has the same property."""
         from ..lowering.target import linker_cuda_version  # noqa: PLC0415
