@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from ._release import arch_cc
 from .errors import FlowDSLError, UsageError
 
 _DESCRIPTION = "flowdsl: NCCL Device API kernels in Python, on GPUs or on a CPU simulator."
@@ -158,10 +159,6 @@ def _gpus() -> list[tuple[str, str]]:
     return found
 
 
-def _arch_key(arch: str) -> int:
-    return int(arch.removeprefix("sm_").rstrip("a"))
-
-
 def _support_lines(nccl) -> list[str]:
     """The checked-in support builds (and the CFT build), and builds made at first use."""
     from flowdsl.runtime import support_build
@@ -173,9 +170,9 @@ def _support_lines(nccl) -> list[str]:
         lines.append("  none found: reinstall flowdsl (the wheel carries them in flowdsl/_prebuilt)")
     cft = info.get("cft", {}).get("abis", {})
     for version, entry in info["abis"].items():
-        text = f"  NCCL {version}: {', '.join(sorted(entry['builds'], key=_arch_key))}"
+        text = f"  NCCL {version}: {', '.join(sorted(entry['builds'], key=arch_cc))}"
         if version in cft:
-            text += f"; CFT: {', '.join(sorted(cft[version]['builds'], key=_arch_key))}"
+            text += f"; CFT: {', '.join(sorted(cft[version]['builds'], key=arch_cc))}"
         lines.append(text + ("  <- the loaded NCCL" if nccl and version == ".".join(map(str, nccl)) else ""))
     first_use = sorted((cache_dir() / "support").glob("nccl-*/*.ltoir"))
     for path in first_use:
@@ -205,7 +202,7 @@ def _cft_text(nccl, gpus, nvjitlink: str) -> str:
     except ValueError:
         linker = None
     archs = [arch for _, arch in gpus]
-    best = max(archs, key=_arch_key) if archs else None
+    best = max(archs, key=arch_cc) if archs else None
     missing = cft_missing(nccl, best, linker)
     if not missing:
         return "available"

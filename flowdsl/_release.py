@@ -1,13 +1,13 @@
 """NCCL release numbers: ``(2, 28, 9)`` and ``"2.28.9"``.
 
-Host code (the runtime, the kernel cache) names releases without importing numba; the GPU's compile
+Host code (the runtime, the kernel cache) names releases and archs without importing numba; the GPU's compile
 path and the simulator refuse what a release or an arch lacks in the same words (:func:`nccl_refusal`,
 :func:`arch_refusal`).
 """
 
 from __future__ import annotations
 
-__all__ = ["SUPPORTED_RELEASES", "parse_version", "format_version", "nccl_refusal", "arch_refusal"]
+__all__ = ["SUPPORTED_RELEASES", "parse_version", "format_version", "nccl_refusal", "arch_refusal", "arch_cc"]
 
 #: NCCL releases flowdsl has support builds for: what PyTorch 2.11 pins, and the newest.
 SUPPORTED_RELEASES = ("2.28.9", "2.32.3", "2.32.6")
@@ -46,3 +46,10 @@ def arch_refusal(feature: str, min_cc: tuple[int, int], arch: str, simulated: bo
     compiled for it on the GPU path, simulated as it (``flowdsl.sim.spawn(arch=...)``) on the simulator."""
     made = f"simulated for {arch} (flowdsl.sim.spawn(arch='{arch}'))" if simulated else f"compiled for {arch}"
     return f"{feature} requires sm_{min_cc[0]}{min_cc[1]} or newer, but this kernel is {made}. Run it on a newer GPU."
+
+
+
+def arch_cc(arch: str) -> tuple[int, int]:
+    """The compute capability ``(9, 0)`` of ``"sm_90"`` (``"sm_90a"``, ``"sm_100"``, ``"sm_100f"``)."""
+    digits = arch.removeprefix("sm_").rstrip("af")
+    return int(digits[:-1]), int(digits[-1])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._release import arch_cc
 from .errors import UsageError
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ def checked_arch(arch, operation: str) -> str:
     if not isinstance(arch, str) or re.fullmatch(r"sm_[1-9][0-9]{1,2}a?", arch) is None:
         raise UsageError(f"Cannot {operation} for arch {arch!r}: name the GPU architecture as sm_ and its compute "
                          "capability's digits, e.g. sm_80, sm_90, sm_100 (sm_90a for its arch-specific features)")
-    if int(arch[3:].rstrip("a")) < 80:  # every release's support build, prebuilt or built at first use, alike
+    if arch_cc(arch) < (8, 0):  # every release's support build, prebuilt or built at first use, alike
         raise UsageError(f"Cannot {operation} for {arch}: flowdsl's kernels need sm_80 or newer. Compile for sm_80 "
                          "or newer (arch='sm_90', flowdsl precompile --arch sm_90); older GPUs cannot run them")
     return arch

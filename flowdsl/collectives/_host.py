@@ -19,6 +19,7 @@ import numpy as np
 
 from .._flow_staging import lsa_team_size
 from ..enums import Protocol, RedOp
+from .._release import arch_cc
 from ..errors import UsageError
 from ..host import checks
 from ..host.arrays import is_torch
@@ -253,7 +254,7 @@ def cft_refusal(collective: str, comm, algorithm: str = "hierarchical_cft") -> s
     why = hierarchical_refusal(collective, comm, algorithm)
     if why is not None:
         return why
-    missing = getattr(comm, "cft_missing", "has no cft_missing property")
+    missing = comm.cft_missing  # the host contract's (flowdsl.host.contract.Communicator)
     if missing is not None:
         return (f"Cannot {collective} with algorithm={algorithm!r}: its far phase goes over CFT, and this "
                 f"communicator cannot run CFT kernels ({missing}). Use 'hierarchical' (the far phase over GIN) "
@@ -425,7 +426,7 @@ def _refuse_fp8_below_sm90(operation, dtype, comm) -> None:
         from .._targets import device_target  # noqa: PLC0415
 
         arch = comm.__dict__["_flowdsl_arch"] = device_target().arch
-    if int(arch.removeprefix("sm_").rstrip("a")) < FP8_REDUCTIONS_FROM_SM:
+    if arch_cc(arch) < divmod(FP8_REDUCTIONS_FROM_SM, 10):
         raise UsageError(f"Cannot {operation} {dtype} on this {arch} GPU: NCCL reduces fp8 only on sm_90 and newer "
                          "(\"FP8 reduction support begins with sm90\"), and the collectives refuse what NCCL "
                          "refuses. Reduce in bfloat16 or float16, or all_gather / broadcast the fp8 values (copies "

@@ -171,8 +171,10 @@ def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, linei
     except TypingError as exc:  # a flowdsl error, as the simulator's for the same mistake; numba's words
         if isinstance(exc, KernelTypingError):
             raise
-        head = _primitive_arity(str(exc)) or _first_refusal(exc, pyfunc)
-        cls = kernel_feature_error() if _is_unavailable(exc, head) else KernelTypingError
+        head, unavailable = _primitive_arity(str(exc)), False
+        if not head:
+            head, unavailable = _first_refusal(exc, pyfunc)
+        cls = kernel_feature_error() if unavailable else KernelTypingError
         raise cls(f"{head}{exc}{_in_kernel(pyfunc)}") from exc
     except NotImplementedError as exc:  # numba-cuda typed it and has no code for it: the user's mistake
         from numba.cuda.vector_types import vector_types  # noqa: PLC0415
@@ -275,37 +277,30 @@ _WINDOW_INDEXED = ("Cannot index a window in a kernel: a kernel reads and writes
                    "order of the launch's arguments against the kernel's parameters")
 
 
-def _first_refusal(exc, pyfunc) -> str:
+def _first_refusal(exc, pyfunc) -> tuple[str, bool]:
     """What a user needs first of numba's report of a call it could not type, or "": the refusal of flowdsl's
     own checks (numba tries each call with and without its literal arguments and reports both, the one without
     them, "requires ... a compile-time constant", first), and the user's line of the failing call (numba-cuda's
-    report names none; its type inference has it, in the traceback of the error)."""
+    report names none; its type inference has it, in the traceback of the error). With it, whether that
+    refusal is of a feature the target lacks (a :class:`flowdsl.FeatureUnavailableError`)."""
     from ..errors import without_colours  # noqa: PLC0415
 
     text = without_colours(str(exc))
-    refusals = [m.strip() for _, m, where in _REFUSAL.findall(text) if f"{os.sep}flowdsl{os.sep}" in where]
-    specific = [r for r in refusals if "compile-time constant" not in r] or refusals
+    refusals = [(m.strip(), kind == "FeatureUnavailableError") for kind, m, where in _REFUSAL.findall(text)
+                if f"{os.sep}flowdsl{os.sep}" in where]
+    specific = [r for r in refusals if "compile-time constant" not in r[0]] or refusals
     callee = _CALLEE.search(text)
     if not specific and callee is None:
-        return ""
+        return "", False
     loc = _failing_line(exc)
     at = f"\n  at {os.path.basename(loc[0])}:{loc[1]} in kernel {pyfunc.__qualname__}" if loc else ""
     from .._spec import NUMPY_ALLOCATING, numpy_allocation_refusal  # noqa: PLC0415
 
     name = callee.group(1) if callee else ""
-    head = specific[-1] if specific else numpy_allocation_refusal(name) if name in NUMPY_ALLOCATING else \
+    head = specific[-1][0] if specific else numpy_allocation_refusal(name) if name in NUMPY_ALLOCATING else \
         _WINDOW_INDEXED if name in ("getitem", "setitem") and "(Window(" in text else \
         f"Cannot type the call of {name} with these arguments"
-    return f"{head}{at}\n\nnumba's report:\n"
-
-
-def _is_unavailable(exc, head: str) -> bool:
-    """Whether the refusal ``head`` leads with is one of a feature the target lacks (the release, arch or
-    linking CUDA: :class:`flowdsl.FeatureUnavailableError`), raised in numba's typing of the call."""
-    from ..errors import without_colours  # noqa: PLC0415
-
-    return any(kind == "FeatureUnavailableError" and m.strip() and head.startswith(m.strip())
-               for kind, m, _ in _REFUSAL.findall(without_colours(str(exc))))
+    return f"{head}{at}\n\nnumba's report:\n", bool(specific) and specific[-1][1]
 
 
 def _failing_line(exc):

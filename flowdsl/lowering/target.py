@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 
 
-from .._release import arch_refusal, format_version, nccl_refusal, parse_version
+from .._release import arch_cc, arch_refusal, format_version, nccl_refusal, parse_version
 from ..errors import FeatureUnavailableError
 
 __all__ = ["Target", "compiling_for", "current", "require", "FeatureUnavailableError",
@@ -40,8 +40,7 @@ class Target:
 
     @property
     def cc(self) -> tuple[int, int]:
-        digits = self.arch.removeprefix("sm_").rstrip("a")
-        return int(digits[:-1]), int(digits[-1])
+        return arch_cc(self.arch)
 
 
 _local = threading.local()

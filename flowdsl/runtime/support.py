@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from .._release import format_version
+from .._release import arch_cc
 from .._targets import checked_arch
 from ..enums import GinBackend
 from ..errors import SupportLibraryError
@@ -56,14 +57,10 @@ class SupportBuild:
         return f"SupportBuild(nccl={format_version(self.nccl)}, arch={self.arch}, path={self.path})"
 
 
-def _arch_number(arch: str) -> int:
-    return int(arch.removeprefix("sm_").rstrip("a"))
-
-
 def _pick_arch(target_arch: str, available) -> str | None:
     """The newest built arch not newer than the target (LTO-IR is forward-compatible)."""
-    fits = [a for a in available if _arch_number(a) <= _arch_number(target_arch)]
-    return max(fits, key=_arch_number) if fits else None
+    fits = [a for a in available if arch_cc(a) <= arch_cc(target_arch)]
+    return max(fits, key=arch_cc) if fits else None
 
 
 @functools.cache
@@ -173,18 +170,16 @@ def cft_build_for(nccl: tuple[int, int, int], arch: str) -> SupportBuild:
     return SupportBuild(path, nccl, chosen, support_build_for(nccl, "sm_90").layout)
 
 
-#: CFT's counted writes (what flowdsl's CFT programs use) came with NCCL 2.32; CFT itself with 2.31.
-CFT_COUNTED_NCCL = (2, 32, 0)
-
-
 def cft_missing(nccl: tuple[int, ...] | None, arch: str | None, linker: tuple[int, int] | None) -> list[str]:
     """What kernels using :mod:`flowdsl.cft` (counted writes included) lack to run with NCCL ``nccl`` on a GPU
     of ``arch`` linked by nvJitLink ``linker`` (``[]``: nothing), each item naming what is needed: NCCL >=
     2.32, flowdsl's CFT build for that release and arch, nvJitLink >= 13.3 (CUDA 13.3 LTO-IR), an sm_100 or
     newer GPU. ``flowdsl info`` prints them; the communicator's ``cft_missing`` joins them."""
+    from ..cft import COUNTED_GATE  # noqa: PLC0415 - counted writes: NCCL 2.32, sm_100, CUDA 13.3
+
     missing = []
     builds = manifest().get("cft", {}).get("abis", {})
-    if nccl is None or tuple(nccl) < CFT_COUNTED_NCCL:
+    if nccl is None or tuple(nccl) < COUNTED_GATE.nccl:
         have = "" if nccl is None else f", loaded {format_version(tuple(nccl))}"
         missing.append(f"NCCL >= 2.32 (counted writes{have}: install nvidia-nccl-cu13>=2.32.3)")
     elif format_version(tuple(nccl)) not in builds:
@@ -192,10 +187,10 @@ def cft_missing(nccl: tuple[int, ...] | None, arch: str | None, linker: tuple[in
         missing.append(f"the CFT library for the loaded NCCL {format_version(tuple(nccl))} ({have}: install "
                        f"nvidia-nccl-cu13=={' or =='.join(builds) or '2.32.3'}, or build it with `python -m "
                        "flowdsl.runtime.support_build --cft`)")
-    if linker is None or tuple(linker) < (13, 3):
+    if linker is None or tuple(linker) < COUNTED_GATE.cuda:
         have = "" if linker is None else f", have {'.'.join(map(str, linker))}"
         missing.append(f"nvJitLink >= 13.3 (CUDA 13.3 LTO-IR{have}: install nvidia-nvjitlink-cu13>=13.3)")
-    if arch is None or int(arch.removeprefix("sm_").rstrip("af")) < 100:
+    if arch is None or arch_cc(arch) < COUNTED_GATE.min_cc:
         missing.append("an sm_100 or newer GPU" + ("" if arch is None else f" (this one is {arch})"))
     return missing
 

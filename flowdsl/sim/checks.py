@@ -19,12 +19,13 @@ import inspect
 import numpy as np
 
 from .._release import arch_refusal, nccl_refusal
+from .._release import arch_cc
 from .._spec import Gate, KindRegistry, spec_of
 from . import _state
 from .errors import BarrierIndexError, FeatureUnavailableError, KernelTypingError, sim_error
 from .memory import Window, WindowView
 
-__all__ = ["check_call", "KIND_CHECKS", "check_index", "barrier_index", "require_release", "require_arch", "arch_cc"]
+__all__ = ["check_call", "KIND_CHECKS", "check_index", "barrier_index", "require_release", "require_arch"]
 
 
 def _is_int(v) -> bool:
@@ -87,11 +88,6 @@ def require_arch(feature: str, min_cc: tuple[int, int]) -> None:
     if arch is not None and arch_cc(arch) < min_cc:
         raise sim_error(FeatureUnavailableError, arch_refusal(feature, min_cc, arch, simulated=True))
 
-
-def arch_cc(arch: str) -> tuple[int, int]:
-    """``(9, 0)`` of ``"sm_90"`` (``"sm_90a"``, ``"sm_100"``)."""
-    digits = arch[3:].rstrip("a")
-    return int(digits[:-1]), int(digits[-1])
 
 
 def _plan(name: str) -> tuple:

@@ -14,9 +14,8 @@ from ..host import checks
 from ..host.arrays import is_torch
 from ..host.timeouts import aborted_error, resolve_timeout
 from . import _state, timeouts
-from .checks import arch_cc
 from .cudashim import simulate_function
-from .._release import SUPPORTED_RELEASES, format_version, parse_version
+from .._release import SUPPORTED_RELEASES, arch_cc, format_version, parse_version
 from .._targets import checked_arch
 from ..enums import GinBackend
 from ..errors import ResourceClosedError
@@ -374,12 +373,14 @@ class SimComm(Closable):
         """What kernels using ``flowdsl.cft`` with counted writes lack here, as the GPU communicator's property
         says it: the simulator models CFT (its CFT domain is the whole world) unless it simulates a release
         before NCCL 2.32 (``spawn(nccl=...)``) or a GPU before sm_100 (``spawn(arch=...)``); None where they run.""" 
+        from ..cft import COUNTED_GATE  # noqa: PLC0415 - counted writes: NCCL 2.32, sm_100
+
         has, arch = self.world.nccl, self.world.arch
         missing = []
-        if has is not None and has < (2, 32, 0):
+        if has is not None and has < COUNTED_GATE.nccl:
             missing.append(f"NCCL >= 2.32 (counted writes; this run simulates NCCL {format_version(has)}: "
                            f"flowdsl.sim.spawn(nccl='{format_version(has)}'))")
-        if arch is not None and arch_cc(arch) < (10, 0):
+        if arch is not None and arch_cc(arch) < COUNTED_GATE.min_cc:
             missing.append(f"an sm_100 or newer GPU (this run simulates {arch}: flowdsl.sim.spawn(arch='{arch}'))")
         return "needs " + "; ".join(missing) if missing else None
 
