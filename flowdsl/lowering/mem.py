@@ -14,6 +14,7 @@ and a literal that is not allowed is a compile-time error.
 from __future__ import annotations
 
 import functools
+import itertools
 
 from llvmlite import ir
 from numba.core import cgutils, types
@@ -65,22 +66,23 @@ def _as_i64(context, builder, value, ty):
     return context.cast(builder, value, ty, types.int64)
 
 
-def _select(context, builder, selectors, table, result_type=None):
-    """Emit ``table[key]`` for the key equal to the run-time ``selectors``; trap if none is.
+def _select(context, builder, selectors, emit, result_type=None):
+    """Emit ``emit(builder, *key)`` for the key equal to the run-time ``selectors``; trap if none is.
 
-    ``selectors`` are ``(llvm value, numba type)``; ``table`` maps a tuple of ints to a
-    function ``emit(builder) -> value or None``.
+    ``selectors`` are ``(llvm value, numba type, choices)``: an order or scope that is only known once the
+    enum member is typed, and the dict of the values it may take (``_SCOPES``, ``_FENCES``, ...), whose
+    product is every key; ``emit`` returns the value, or None where ``result_type`` is None.
     """
-    values = [_as_i64(context, builder, v, t) for v, t in selectors]
+    values = [_as_i64(context, builder, v, t) for v, t, _ in selectors]
     slot = cgutils.alloca_once(builder, result_type) if result_type is not None else None
     matched = cgutils.false_bit
-    for key, emit in table.items():
+    for key in itertools.product(*(choices for _, _, choices in selectors)):
         cond = cgutils.true_bit
         for value, want in zip(values, key):
             cond = builder.and_(cond, builder.icmp_signed("==", value, ir.Constant(ir.IntType(64), int(want))))
         matched = builder.or_(matched, cond)
         with builder.if_then(cond):
-            out = emit(builder)
+            out = emit(builder, *key)
             if slot is not None:
                 builder.store(out, slot)
     with builder.if_then(builder.not_(matched), likely=False):
@@ -97,10 +99,9 @@ def _load(sem):
         def codegen(context, builder, sig, args):
             ptr = _item_pointer(context, builder, array, args[0], index, args[1])
             lane = context.get_value_type(elem)
-            table = {(int(s),): (lambda b, s=s: _asm(b, lane, [ptr], f"ld.{sem}.{_SCOPES[s]}.{ptx} $0, [$1];",
-                                                         f"={reg},l,~{{memory}}"))
-                     for s in _SCOPES}
-            return _select(context, builder, [(args[2], scope)], table, lane)
+            return _select(context, builder, [(args[2], scope, _SCOPES)],
+                           lambda b, s: _asm(b, lane, [ptr], f"ld.{sem}.{_SCOPES[s]}.{ptx} $0, [$1];",
+                                             f"={reg},l,~{{memory}}"), lane)
 
         return elem(array, index, scope), codegen
 
@@ -116,11 +117,9 @@ def _store(sem):
         def codegen(context, builder, sig, args):
             ptr = _item_pointer(context, builder, array, args[0], index, args[1])
             val = context.cast(builder, args[2], value, elem)
-            table = {(int(s),): (lambda b, s=s: _asm(b, ir.VoidType(), [ptr, val],
-                                                         f"st.{sem}.{_SCOPES[s]}.{ptx} [$0], $1;",
-                                                         f"l,{reg},~{{memory}}"))
-                     for s in _SCOPES}
-            _select(context, builder, [(args[3], scope)], table)
+            _select(context, builder, [(args[3], scope, _SCOPES)],
+                    lambda b, s: _asm(b, ir.VoidType(), [ptr, val], f"st.{sem}.{_SCOPES[s]}.{ptx} [$0], $1;",
+                                      f"l,{reg},~{{memory}}"))
             return context.get_dummy_value()
 
         return types.void(array, index, value, scope), codegen
@@ -132,10 +131,8 @@ def _store(sem):
 def _fence(typingctx, order, scope):
 
     def codegen(context, builder, sig, args):
-        table = {(int(o), int(s)): (lambda b, o=o, s=s: _asm(b, ir.VoidType(), [],
-                                                             f"fence.{_FENCES[o]}.{_SCOPES[s]};", "~{memory}"))
-                 for o in _FENCES for s in _SCOPES}
-        _select(context, builder, [(args[0], order), (args[1], scope)], table)
+        _select(context, builder, [(args[0], order, _FENCES), (args[1], scope, _SCOPES)],
+                lambda b, o, s: _asm(b, ir.VoidType(), [], f"fence.{_FENCES[o]}.{_SCOPES[s]};", "~{memory}"))
         return context.get_dummy_value()
 
     return types.void(order, scope), codegen
@@ -164,8 +161,7 @@ def _atomic(ptx_op, returns=True):
                     return _asm(b, lane, [ptr, val], f"{head} $0, [$1], $2;", f"={reg},l,{reg},~{{memory}}")
                 return _asm(b, ir.VoidType(), [ptr, val], f"{head} [$0], $1;", f"l,{reg},~{{memory}}")
 
-            table = {(int(o), int(s)): (lambda b, o=o, s=s: emit(b, o, s)) for o in _ATOM_ORDERS for s in _SCOPES}
-            out = _select(context, builder, [(args[3], order), (args[4], scope)], table,
+            out = _select(context, builder, [(args[3], order, _ATOM_ORDERS), (args[4], scope, _SCOPES)], emit,
                           lane if returns else None)
             return out if returns else context.get_dummy_value()
 
@@ -184,10 +180,10 @@ def _atomic_cas(typingctx, array, index, expected, desired, order, scope):
         exp = context.cast(builder, args[2], expected, elem)
         des = context.cast(builder, args[3], desired, elem)
         lane = context.get_value_type(elem)
-        table = {(int(o), int(s)): (lambda b, o=o, s=s: _asm(
-            b, lane, [ptr, exp, des], f"atom.{_ATOM_ORDERS[o]}.{_SCOPES[s]}.cas.b{ptx[1:]} $0, [$1], $2, $3;",
-            f"={reg},l,{reg},{reg},~{{memory}}")) for o in _ATOM_ORDERS for s in _SCOPES}
-        return _select(context, builder, [(args[4], order), (args[5], scope)], table, lane)
+        return _select(context, builder, [(args[4], order, _ATOM_ORDERS), (args[5], scope, _SCOPES)],
+                       lambda b, o, s: _asm(b, lane, [ptr, exp, des],
+                                            f"atom.{_ATOM_ORDERS[o]}.{_SCOPES[s]}.cas.b{ptx[1:]} $0, [$1], $2, $3;",
+                                            f"={reg},l,{reg},{reg},~{{memory}}"), lane)
 
     return elem(array, index, expected, desired, order, scope), codegen
 
@@ -276,9 +272,9 @@ def _load_vec_relaxed(typingctx, array, index, scope):
 
     def codegen(context, builder, sig, args):
         ptr = _item_pointer(context, builder, array, args[0], index, args[1])
-        table = {(int(s),): (lambda b, s=s: _emit_load_vec(context, b, array, ptr, f"ld.relaxed.{_SCOPES[s]}"))
-                 for s in _SCOPES}
-        return _select(context, builder, [(args[2], scope)], table, context.get_value_type(result))
+        return _select(context, builder, [(args[2], scope, _SCOPES)],
+                       lambda b, s: _emit_load_vec(context, b, array, ptr, f"ld.relaxed.{_SCOPES[s]}"),
+                       context.get_value_type(result))
 
     return result(array, index, scope), codegen
 
@@ -301,9 +297,8 @@ def _store_vec_relaxed(typingctx, array, index, values, scope):
 
     def codegen(context, builder, sig, args):
         ptr = _item_pointer(context, builder, array, args[0], index, args[1])
-        table = {(int(s),): (lambda b, s=s: _emit_store_vec(context, b, array, ptr, args[2], values,
-                                                            f"st.relaxed.{_SCOPES[s]}")) for s in _SCOPES}
-        _select(context, builder, [(args[3], scope)], table)
+        _select(context, builder, [(args[3], scope, _SCOPES)],
+                lambda b, s: _emit_store_vec(context, b, array, ptr, args[2], values, f"st.relaxed.{_SCOPES[s]}"))
         return context.get_dummy_value()
 
     return types.void(array, index, values, scope), codegen
@@ -703,19 +698,19 @@ def _multimem_ld_reduce_vec(red):
     return multimem_ld_reduce_vec
 
 
-def _emit_multimem_store_vec(context, builder, view, index, args, values, head):
-    """``{head}.global.v4.f32`` of the 16-byte tuple ``values`` at ``view[index]``'s multicast address: 16 bytes of
-    any type as four f32 lanes, as multimem.st has vectors of float types only."""
+def _emit_multimem_vec(context, builder, view, index, args, values, instruction):
+    """``instruction`` (``multimem.st...global.v4.f32``, ``multimem.red...``) of the 16-byte tuple ``values`` at
+    ``view[index]``'s multicast address, in four 32-bit registers. multimem.st has vectors of float types only,
+    so it stores 16 bytes of any type as four f32 lanes."""
     ptr = _multimem_address(context, builder, view, args[0], index, args[1])
     regs = _multimem_registers(context, builder, view.dtype, args[2], values)
-    _asm(builder, ir.VoidType(), [ptr] + regs, f"{head}.global.v4.f32 [$0], {{$1, $2, $3, $4}};",
-         "l,r,r,r,r,~{memory}")
+    _asm(builder, ir.VoidType(), [ptr] + regs, f"{instruction} [$0], {{$1, $2, $3, $4}};", "l,r,r,r,r,~{memory}")
 
 
 @intrinsic
 def _multimem_store_vec(typingctx, view, index, values):
     def codegen(context, builder, sig, args):
-        _emit_multimem_store_vec(context, builder, view, index, args, values, "multimem.st")
+        _emit_multimem_vec(context, builder, view, index, args, values, "multimem.st.global.v4.f32")
         return context.get_dummy_value()
 
     return types.void(view, index, values), codegen
@@ -724,10 +719,9 @@ def _multimem_store_vec(typingctx, view, index, values):
 @intrinsic
 def _multimem_store_vec_relaxed(typingctx, view, index, values, scope):
     def codegen(context, builder, sig, args):
-        table = {(int(s),): (lambda b, s=s: _emit_multimem_store_vec(context, b, view, index, args, values,
-                                                                     f"multimem.st.relaxed.{_SCOPES[s]}"))
-                 for s in _SCOPES}
-        _select(context, builder, [(args[3], scope)], table)
+        _select(context, builder, [(args[3], scope, _SCOPES)],
+                lambda b, s: _emit_multimem_vec(context, b, view, index, args, values,
+                                                f"multimem.st.relaxed.{_SCOPES[s]}.global.v4.f32"))
         return context.get_dummy_value()
 
     return types.void(view, index, values, scope), codegen
@@ -741,11 +735,8 @@ def _multimem_red_vec(red):
         elem = view.dtype
 
         def codegen(context, builder, sig, args):
-            ptr = _multimem_address(context, builder, view, args[0], index, args[1])
-            regs = _multimem_registers(context, builder, elem, args[2], values)
-            _asm(builder, ir.VoidType(), [ptr] + regs,
-                 f"multimem.red.relaxed.sys.global.{_pair_op(elem, red, False)} [$0], {{$1, $2, $3, $4}};",
-                 "l,r,r,r,r,~{memory}")
+            _emit_multimem_vec(context, builder, view, index, args, values,
+                               f"multimem.red.relaxed.sys.global.{_pair_op(elem, red, False)}")
             return context.get_dummy_value()
 
         return types.void(view, index, values, op), codegen
