@@ -66,7 +66,7 @@ def _compile_alone(fn, args: tuple, return_type=None):
     """numba's compile result of ``fn`` alone for ``args`` (this GPU's arch, sm_90 without one)."""
     from .lowering import compiler  # noqa: PLC0415 - binds numba-cuda
 
-    return compiler.backend.compile_device(fn, args, _device_cc(), return_type, fastmath=fn.__flowdsl_fastmath__)
+    return compiler.backend.compile_device(fn, args, _device_cc(), return_type, **fn.__flowdsl_jit_options__)
 
 
 def _device_cc() -> tuple[int, int]:

@@ -13,9 +13,13 @@ above are installed here once, so that this module imports neither of them:
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import threading
+import warnings
 
-__all__ = ["device", "install_binder", "install_dispatcher_api", "code_names", "bare_copy", "OUT_OF_LINE"]
+__all__ = ["device", "install_binder", "install_dispatcher_api", "code_names", "bare_copy", "OUT_OF_LINE",
+           "debug_options"]
 
 #: ``module.qualname`` of every device function made with ``inline=False`` (the compiler keeps them out of line).
 OUT_OF_LINE: set[str] = set()
@@ -26,7 +30,34 @@ _dispatcher_api = None
 _devices_lock = threading.Lock()
 
 
-def device(fn=None, *, signature=None, inline: bool = True, fastmath: bool = False):
+def debug_options(debug: bool | None, opt: bool | None, lineinfo: bool | None) -> tuple[bool, bool]:
+    """``(debug, opt)`` as numba-cuda's ``cuda.jit`` resolves them when it decorates, with its warnings: None takes
+    numba's configuration (``NUMBA_CUDA_DEBUGINFO``, ``NUMBA_OPT``; its live ``config`` once numba-cuda is
+    imported, as a kernel module's ``from numba import cuda`` does, else the environment); debug with optimisation,
+    or with lineinfo, warns in numba-cuda's words and class."""
+    if debug is None or opt is None:
+        config = sys.modules.get("numba.cuda.core.config")
+        if config is not None:
+            default_debug, default_opt = bool(config.CUDA_DEBUGINFO_DEFAULT), config.OPT != 0
+        else:
+            default_debug = os.environ.get("NUMBA_CUDA_DEBUGINFO", "0") not in ("", "0")
+            default_opt = os.environ.get("NUMBA_OPT", "3") != "0"
+        debug = default_debug if debug is None else debug
+        opt = default_opt if opt is None else opt
+    for wrong, message in ((debug and opt, "debug=True with opt=True is not supported by CUDA. This may result in a "
+                                           "crash - set debug=False or opt=False."),
+                           (debug and lineinfo, "debug and lineinfo are mutually exclusive. Use debug to get full "
+                                                "debug info (this disables some optimizations), or lineinfo for line "
+                                                "info only with code generation unaffected.")):
+        if wrong:
+            from numba.cuda.core.errors import NumbaInvalidConfigWarning  # noqa: PLC0415 - numba-cuda's own
+
+            warnings.warn(NumbaInvalidConfigWarning(message), stacklevel=3)
+    return bool(debug), bool(opt)
+
+
+def device(fn=None, *, signature=None, inline: bool = True, fastmath: bool = False, debug: bool | None = None,
+           opt: bool | None = None, lineinfo: bool | None = None):
     """A helper device function callable from flowdsl kernels (compiled per target).
 
     Device functions may not return arrays (numba-cuda restriction without NRT):
@@ -34,7 +65,9 @@ def device(fn=None, *, signature=None, inline: bool = True, fastmath: bool = Fal
     large function that many call sites share (NVVM inlines every call otherwise,
     which multiplies code size and link time). ``fastmath=True`` compiles its own
     code with fast math (numba-cuda's ``cuda.jit(device=True, fastmath=True)``),
-    whatever its callers use. numba-cuda learns of the function when the
+    whatever its callers use; ``debug``, ``opt`` and ``lineinfo`` are numba-cuda's device-function options too
+    (its own debug information and optimisation, as ``cuda.jit(device=True, debug=True, opt=False)``; left None,
+    numba-cuda's defaults, with its warnings at decoration). numba-cuda learns of the function when the
     first flowdsl kernel compiles; a plain ``numba.cuda.jit`` kernel that calls it before
     then needs ``import flowdsl.lowering.bindings`` first.
 
@@ -46,15 +79,25 @@ def device(fn=None, *, signature=None, inline: bool = True, fastmath: bool = Fal
     (``cuda.vectorize`` reads their return types there). Calls of other types
     still compile, inside their callers.
     """
-    if fn is None:
-        return functools.partial(device, signature=signature, inline=inline, fastmath=fastmath)
+    if debug is not None or opt is not None:  # else numba-cuda's defaults, left to its own compile of the function
+        debug, opt = debug_options(debug, opt, lineinfo)
+    make = functools.partial(_device, signature=signature, inline=inline, fastmath=fastmath, debug=debug, opt=opt,
+                             lineinfo=lineinfo)
+    return make if fn is None else make(fn)
+
+
+def _device(fn, *, signature, inline, fastmath, debug, opt, lineinfo):
     # A new function each time, as numba-cuda's decorator makes a new dispatcher: the same Python function
     # made a device function twice (with and without fast math, say) gives two.
     fn = functools.update_wrapper(bare_copy(fn), fn)
     if not inline:
         OUT_OF_LINE.add(f"{fn.__module__}.{fn.__qualname__}")
     fn.__flowdsl_inline__ = inline  # part of the cache key of every kernel that calls it
-    fn.__flowdsl_fastmath__ = bool(fastmath)  # so is this
+    # numba-cuda's options of its own compile (fast math, debug, ...: the overload's jit options; part of every
+    # caller's cache key, as inline is)
+    own = {"debug": debug, "opt": opt, "lineinfo": lineinfo}
+    fn.__flowdsl_jit_options__ = ({"fastmath": True} if fastmath else {}) | {
+        k: bool(v) for k, v in own.items() if v is not None}
     fn.py_func = fn
     if _dispatcher_api is not None:
         _dispatcher_api(fn, signature)

@@ -13,15 +13,15 @@ process loads it instead of compiling. The key is :mod:`flowdsl._cache`'s, argum
 from __future__ import annotations
 
 import inspect
+import sys
 import time
-import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import _argtypes, _cache, _launch, _stubs, _targets
-from ._devices import device
+from ._devices import debug_options, device
 from ._launch import _config_key, _Launch, _Loaded, check_features
 from ._release import format_version, parse_version
 from .errors import AlreadySpecializedError, UsageError
@@ -37,7 +37,7 @@ __all__ = ["kernel", "device", "FlowKernel", "check_features"]
 
 def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
            max_registers: int | None = None, link=(), extensions=(), launch_bounds=None,
-           shared_memory_carveout=None, debug: bool = False, opt: bool = True):
+           shared_memory_carveout=None, debug: bool | None = None, opt: bool | None = None):
     """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
 
     ``@flowdsl.kernel("void(int32[:], int32)")`` (or ``signature=``), as numba-cuda's ``cuda.jit`` takes
@@ -73,8 +73,10 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
     ``opt=False``, as numba-cuda warns otherwise) and a kernel that reports an exception it raises: on a GPU
     the launch waits for the kernel and raises it on the host, as numba-cuda's does, with the thread and
     block before the message (``tid=[..] ctaid=[..]: ``); without ``debug`` the GPU reports nothing and the
-    thread that raised returns. Such a kernel is compiled in each process, not kept in the disk cache.
+    thread that raised returns. Such a kernel is compiled in each process, not kept in the disk cache. Left None,
+    both are numba-cuda's defaults (``NUMBA_CUDA_DEBUGINFO``, ``NUMBA_OPT``), with its warnings when this is called.
     """
+    debug, opt = debug_options(debug, opt, lineinfo)
     if fn is not None and not callable(fn):  # kernel("void(int32[:], int32)"), numba's first argument
         signature, fn = fn, None
     if fn is None:
@@ -85,6 +87,18 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
     return FlowKernel(fn, signature=signature, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers,
                       link=link, extensions=extensions, launch_bounds=launch_bounds,
                       shared_memory_carveout=shared_memory_carveout, debug=debug, opt=opt)
+
+
+#: numba's configuration flags that print what its compile makes (``NUMBA_DUMP_*``, ``NUMBA_DEBUG_*``).
+_NUMBA_DUMPS = ("DUMP_BYTECODE", "DUMP_CFG", "DUMP_IR", "DUMP_SSA", "DUMP_LLVM", "DUMP_FUNC_OPT", "DUMP_OPTIMIZED",
+                "DUMP_ASSEMBLY", "DEBUG_TYPEINFER", "DUMP_ANNOTATION", "ANNOTATE")
+
+
+def _numba_dumps_asked() -> bool:
+    """Whether numba-cuda's configuration asks its compile to print what it makes: such a compile runs here,
+    not from the disk cache (numba-cuda's dispatcher compiles in each process too)."""
+    config = sys.modules.get("numba.cuda.core.config")  # a compile has imported it; a disk hit need not
+    return config is not None and any(getattr(config, flag, 0) for flag in _NUMBA_DUMPS)
 
 
 def _launches_on_a_gpu() -> bool:
@@ -168,13 +182,7 @@ class FlowKernel:
                  max_registers: int | None = None, link=(), extensions=(), launch_bounds=None,
                  shared_memory_carveout=None, debug: bool = False, opt: bool = True):
         self.py_func = py_func
-        self.debug, self.opt = bool(debug), bool(opt)
-        if self.debug and self.opt:
-            from numba.core.errors import NumbaInvalidConfigWarning  # noqa: PLC0415 - numba-cuda's own warning
-
-            warnings.warn(NumbaInvalidConfigWarning("debug=True with opt=True is not supported by CUDA. This may "
-                                                    "result in a crash - set debug=False or opt=False."),
-                          stacklevel=3)
+        self.debug, self.opt = bool(debug), bool(opt)  # resolved and warned about by kernel()
         self.launch_bounds = checks.launch_bounds(launch_bounds, py_func.__name__)
         #: Set on the function when it is loaded (not part of its code).
         self.shared_memory_carveout = checks.shared_memory_carveout(shared_memory_carveout, py_func.__name__)
@@ -555,8 +563,10 @@ class FlowKernel:
 
         support = support_build_for(target.nccl, target.arch)
         try:
-            # debug=True: compiled in each process (its exception table is Python objects), said in kernel()'s docs
-            key, uncacheable = (None, None) if self.debug else (_cache.kernel_key(self, argtypes, target, support), None)
+            # debug=True: compiled in each process (its exception table is Python objects), said in kernel()'s docs;
+            # so is a kernel compiled while numba is asked for its dumps (NUMBA_DUMP_IR, ...), to print them
+            in_process = self.debug or _numba_dumps_asked()
+            key, uncacheable = (None, None) if in_process else (_cache.kernel_key(self, argtypes, target, support), None)
         except _cache.Uncacheable as exc:
             key, uncacheable = None, exc
         root = _cache.kernel_root()

@@ -56,15 +56,19 @@ def _flowdsl_jit(target):
     def jit(func_or_sig=None, device=False, **options):
         known = {k: options[k] for k in ("fastmath", "lineinfo", "max_registers", "link", "launch_bounds", "debug", "opt",
                                          "shared_memory_carveout") if options.get(k) is not None}
+        fn = func_or_sig if callable(func_or_sig) and not isinstance(func_or_sig, str) else None
+        signature = None if fn is not None else func_or_sig
+        # The decorator is made here, as cuda.jit makes its own: its warnings (debug with opt, ...) come now.
+        if device:
+            decorate = flowdsl.device(signature=signature, fastmath=bool(known.get("fastmath")),
+                                      debug=known.get("debug"), opt=known.get("opt"), lineinfo=known.get("lineinfo"))
+        else:
+            make_kernel = flowdsl.kernel(signature=signature, **known)
 
-        def make(fn, signature=None):
-            if device:
-                return flowdsl.device(fn, signature=signature, fastmath=bool(known.get("fastmath")))
-            k = flowdsl.kernel(fn, signature=signature, **known)
-            return _SyncLaunches(k) if target == "sim" else k
-        if callable(func_or_sig) and not isinstance(func_or_sig, str):
-            return make(func_or_sig)
-        return lambda fn: make(fn, func_or_sig)
+            def decorate(f):
+                k = make_kernel(f)
+                return _SyncLaunches(k) if target == "sim" else k
+        return decorate(fn) if fn is not None else decorate
     return jit
 
 

@@ -219,15 +219,27 @@ def ptx_of(lowered: Lowered, cc: tuple[int, int]) -> str:
     return ptx.decode().strip("\x00").strip()
 
 
-def compile_device(pyfunc, argtypes, cc: tuple[int, int], return_type=None, *, fastmath: bool = False):
+def dump_assembly(lowered: Lowered, cc: tuple[int, int], name: str) -> None:
+    """numba's ``NUMBA_DUMP_ASSEMBLY``: the kernel's PTX printed as numba-cuda's code library prints it (flowdsl
+    links the kernel itself, so numba's own print never runs)."""
+    from numba.cuda.core import config  # noqa: PLC0415
+
+    if config.DUMP_ASSEMBLY:
+        print(f"ASSEMBLY {name}".center(80, "-"))
+        print(ptx_of(lowered, cc))
+        print("=" * 80)
+
+
+def compile_device(pyfunc, argtypes, cc: tuple[int, int], return_type=None, *, fastmath: bool = False,
+                   debug: bool = False, opt: bool = True, lineinfo: bool = False):
     """numba's compile result of device function ``pyfunc`` alone for ``argtypes`` on ``cc`` (numba-cuda's
     device dispatcher's ``compile_device``: its ``library`` gives the PTX and LLVM IR, ``signature`` the
-    return type, inferred unless ``return_type`` is given)."""
+    return type, inferred unless ``return_type`` is given), with the function's own options."""
     from numba.cuda.compiler import compile_cuda  # noqa: PLC0415
 
     with explicit_target(cc):
-        return compile_cuda(pyfunc, return_type, tuple(argtypes), fastmath=fastmath, cc=cc,
-                            nvvm_options={"opt": 3, "fastmath": fastmath})
+        return compile_cuda(pyfunc, return_type, tuple(argtypes), debug=debug, lineinfo=lineinfo, fastmath=fastmath,
+                            cc=cc, nvvm_options={"opt": 3 if opt else 0, "fastmath": fastmath})
 
 
 def disassemble(cubin: bytes) -> str:

@@ -83,6 +83,7 @@ def compile_kernel(pyfunc, argtypes, target: Target, support_ltoir: bytes, *, fa
                                                    lineinfo=lineinfo, link=link, link_for_features=link_for_features,
                                                    clock=clock, launch_bounds=launch_bounds, debug=debug,
                                                    opt=opt)
+    backend.dump_assembly(lowered, target.cc, pyfunc.__qualname__)
     linker = Linker(*objects, options=LinkerOptions(arch=target.arch, link_time_optimization=True,
                                                     lineinfo=lineinfo or None, max_register_count=max_registers))
     try:

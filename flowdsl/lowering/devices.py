@@ -26,13 +26,12 @@ def bind_device_functions() -> None:
 def register_device(fn) -> None:
     """``fn`` as an overload numba-cuda's typing finds: a device function, or a kernel called from a kernel."""
     if fn.py_func is fn:
-        # An overload of fn itself (fn stays the plain Python function), compiled with its own fast-math flag,
+        # An overload of fn itself (fn stays the plain Python function), compiled with its own options (fast math, debug, opt),
         # as register_jitable does, but from a copy without fn's attributes: numba's dispatcher takes over its
         # function's __dict__, and fn.overloads (the declared signatures) would stand in for the dispatcher's own.
         impl = bare_copy(fn)
 
-        @overload(fn, jit_options={"fastmath": True} if fn.__flowdsl_fastmath__ else {}, inline="never",
-                  strict=False)
+        @overload(fn, jit_options=dict(fn.__flowdsl_jit_options__), inline="never", strict=False)
         def _as_jitable(*args, **kwargs):
             return impl
         return

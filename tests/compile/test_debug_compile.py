@@ -4,10 +4,13 @@ compile and link make (the GPU's launch is tested in tests/gpu/test_numba_featur
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from numba import cuda
-from numba.core.errors import NumbaInvalidConfigWarning
+from numba.cuda.core import config
+from numba.cuda.core.errors import NumbaInvalidConfigWarning
 
 import flowdsl
 from flowdsl import MemoryOrder, coop, lsa
@@ -75,8 +78,34 @@ def test_a_debug_kernel_that_calls_the_support_library_links():
 
 
 def test_debug_with_opt_warns_as_numba_cuda_does():
+    """numba-cuda's cuda.jit rules, in its warning class, when the decorator is made (numba-cuda's test_warning and
+    test_lineinfo): debug with opt (given, or numba's default opt), debug with lineinfo; neither for debug without
+    opt; a device function likewise."""
     with pytest.warns(NumbaInvalidConfigWarning, match="debug=True with opt=True is not supported by CUDA"):
         flowdsl.kernel(_raising, debug=True)
+    with pytest.warns(NumbaInvalidConfigWarning, match="debug=True with opt=True is not supported by CUDA"):
+        flowdsl.kernel(debug=True, opt=True)  # the decorator alone, as cuda.jit(debug=True, opt=True)
+    with pytest.warns(NumbaInvalidConfigWarning, match="debug and lineinfo are mutually exclusive"):
+        flowdsl.kernel(debug=True, opt=False, lineinfo=True)
+    with pytest.warns(NumbaInvalidConfigWarning, match="not supported by CUDA"):
+        flowdsl.device(debug=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flowdsl.kernel(_raising, debug=True, opt=False)
+        flowdsl.kernel(_raising)
+
+
+def test_debug_and_opt_default_to_numbas_configuration(monkeypatch):
+    """None takes numba's NUMBA_CUDA_DEBUGINFO and NUMBA_OPT as numba-cuda's cuda.jit does."""
+    monkeypatch.setattr(config, "CUDA_DEBUGINFO_DEFAULT", 1)
+    monkeypatch.setattr(config, "OPT", config._OptLevel(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        k = flowdsl.kernel(_raising)
+    assert (k.debug, k.opt) == (True, False)
+    monkeypatch.setattr(config, "OPT", config._OptLevel(3))
+    with pytest.warns(NumbaInvalidConfigWarning, match="not supported by CUDA"):
+        assert flowdsl.kernel(_raising).debug
 
 
 def test_a_debug_kernel_is_compiled_in_each_process_not_kept_on_disk(tmp_path, monkeypatch):
@@ -86,3 +115,27 @@ def test_a_debug_kernel_is_compiled_in_each_process_not_kept_on_disk(tmp_path, m
     assert k.build(_args(), target) == "compiled"
     assert not k.cached(_args(), target)
     assert not list(tmp_path.rglob("*.cubin"))
+
+
+def _plus_one_and_a_half(a, b):
+    i = cuda.grid(1)
+    b[i] = a[i] + 1.5
+
+
+@pytest.mark.parametrize(("flag", "printed"), [("DUMP_IR", "--IR DUMP: _plus_one_and_a_half--"),
+                                               ("DUMP_LLVM", '!"kernel", i32 1'),
+                                               ("DUMP_ASSEMBLY", "--ASSEMBLY _plus_one_and_a_half")])
+def test_numbas_dumps_print_for_each_compile(flag, printed, capsys, monkeypatch, tmp_path):
+    """numba-cuda's NUMBA_DUMP_* flags print what a kernel's compile makes (numba-cuda's test_debug), every time
+    it is asked: the kernel is compiled in the process then, never taken from the disk cache, where a compile
+    without the flag stored it (the assembly is flowdsl's print of the PTX, as flowdsl links the kernel itself)."""
+    from numba import float64
+
+    monkeypatch.setenv("FLOWDSL_CACHE_DIR", str(tmp_path))
+    args = (float64[::1], float64[::1])
+    flowdsl.kernel(args)(_plus_one_and_a_half).compile(args, arch="sm_90", nccl=NCCL)  # now on disk
+    capsys.readouterr()
+    monkeypatch.setattr(config, flag, 1)
+    flowdsl.kernel(args)(_plus_one_and_a_half).compile(args, arch="sm_90", nccl=NCCL)
+    out = capsys.readouterr().out
+    assert printed in out

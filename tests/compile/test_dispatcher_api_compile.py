@@ -169,3 +169,23 @@ def test_a_global_numba_cannot_type_is_a_typing_error_on_the_gpu_path():
 
     with pytest.raises(flowdsl.errors.KernelTypingError, match=r"Untyped global name '_LAYOUT'"):
         _reads_a_config.compile((int64[::1],), arch="sm_90", nccl="2.28.9")
+
+
+def _increment(x):
+    return x + 1
+
+
+def test_a_device_function_has_its_own_debug_and_opt():
+    """numba-cuda's ``cuda.jit(device=True, debug=True, opt=False)``: the device function's own LLVM IR carries
+    debug information (a DISubprogram for it) and is not optimised, whatever its caller's options; without them
+    it has none. A kernel compiled without debug calls either (numba-cuda's test_chained_device_function)."""
+    debugged = flowdsl.device(_increment, debug=True, opt=False)
+    plain = flowdsl.device(_increment)
+    assert "!DISubprogram" in debugged.inspect_llvm((int32,))
+    assert "!DISubprogram" not in plain.inspect_llvm((int32,))
+
+    @flowdsl.kernel((int32[::1],), opt=False)
+    def calls_both(r):
+        r[0] = debugged(r[1]) + plain(r[2])
+
+    assert "calls_both" in calls_both.inspect_asm((int32[::1],))
