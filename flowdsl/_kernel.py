@@ -12,6 +12,7 @@ process loads it instead of compiling. The key is :mod:`flowdsl._cache`'s, argum
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 import time
@@ -37,7 +38,8 @@ __all__ = ["kernel", "device", "FlowKernel", "check_features"]
 
 def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
            max_registers: int | None = None, link=(), extensions=(), launch_bounds=None,
-           shared_memory_carveout=None, debug: bool | None = None, opt: bool | None = None):
+           shared_memory_carveout=None, debug: bool | None = None, opt: bool | None = None, inline="never",
+           forceinline: bool = False):
     """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
 
     ``@flowdsl.kernel("void(int32[:], int32)")`` (or ``signature=``), as numba-cuda's ``cuda.jit`` takes
@@ -75,18 +77,20 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
     block before the message (``tid=[..] ctaid=[..]: ``); without ``debug`` the GPU reports nothing and the
     thread that raised returns. Such a kernel is compiled in each process, not kept in the disk cache. Left None,
     both are numba-cuda's defaults (``NUMBA_CUDA_DEBUGINFO``, ``NUMBA_OPT``), with its warnings when this is called.
+    ``inline`` and ``forceinline``: numba-cuda's, for where the kernel is called from another kernel (as a device
+    function): ``inline`` ``"always"`` (or True) inlines the call in numba's IR, ``"never"`` (or False) does not, a
+    cost-model function decides per call; ``forceinline=True`` marks its LLVM function ``alwaysinline``.
     """
     debug, opt = debug_options(debug, opt, lineinfo)
+    if isinstance(inline, bool):  # numba-cuda's older spelling
+        inline = "always" if inline else "never"
     if fn is not None and not callable(fn):  # kernel("void(int32[:], int32)"), numba's first argument
         signature, fn = fn, None
-    if fn is None:
-        return lambda f: kernel(f, signature=signature, fastmath=fastmath, lineinfo=lineinfo,
-                                max_registers=max_registers, link=link, extensions=extensions,
-                                launch_bounds=launch_bounds, shared_memory_carveout=shared_memory_carveout,
-                                debug=debug, opt=opt)
-    return FlowKernel(fn, signature=signature, fastmath=fastmath, lineinfo=lineinfo, max_registers=max_registers,
-                      link=link, extensions=extensions, launch_bounds=launch_bounds,
-                      shared_memory_carveout=shared_memory_carveout, debug=debug, opt=opt)
+    make = functools.partial(FlowKernel, signature=signature, fastmath=fastmath, lineinfo=lineinfo,
+                             max_registers=max_registers, link=link, extensions=extensions, launch_bounds=launch_bounds,
+                             shared_memory_carveout=shared_memory_carveout, debug=debug, opt=opt, inline=inline,
+                             forceinline=forceinline)
+    return make if fn is None else make(fn)
 
 
 #: numba's configuration flags that print what its compile makes (``NUMBA_DUMP_*``, ``NUMBA_DEBUG_*``).
@@ -180,9 +184,15 @@ class FlowKernel:
 
     def __init__(self, py_func, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
                  max_registers: int | None = None, link=(), extensions=(), launch_bounds=None,
-                 shared_memory_carveout=None, debug: bool = False, opt: bool = True):
+                 shared_memory_carveout=None, debug: bool = False, opt: bool = True, inline="never",
+                 forceinline: bool = False):
         self.py_func = py_func
         self.debug, self.opt = bool(debug), bool(opt)  # resolved and warned about by kernel()
+        #: How a kernel that calls this one (as a device function) compiles the call: numba's inline option and
+        #: its own jit options there (numba-cuda's dispatcher's ``targetoptions``; part of the caller's cache key).
+        self.inline = inline
+        self.targetoptions = {"fastmath": bool(fastmath), "lineinfo": bool(lineinfo), "debug": self.debug,
+                              "opt": self.opt, "forceinline": bool(forceinline), "inline": inline}
         self.launch_bounds = checks.launch_bounds(launch_bounds, py_func.__name__)
         #: Set on the function when it is loaded (not part of its code).
         self.shared_memory_carveout = checks.shared_memory_carveout(shared_memory_carveout, py_func.__name__)
@@ -241,6 +251,11 @@ class FlowKernel:
         return {"fastmath": self.fastmath, "lineinfo": self.lineinfo, "max_registers": self.max_registers,
                 "link": self.link, "launch_bounds": self.launch_bounds, "debug": self.debug, "opt": self.opt}
 
+    @property
+    def _as_callee(self) -> dict:
+        """What ``specialize`` keeps besides the code: how a calling kernel compiles this one."""
+        return {"inline": self.inline, "forceinline": self.targetoptions["forceinline"]}
+
     def __call__(self, *args, **kwargs):
         raise UsageError(f"Cannot call kernel {self.__name__} directly: the launch configuration was not specified. "
                          f"Launch it with {self.__name__}[grid, block](...)")
@@ -259,7 +274,7 @@ class FlowKernel:
         if made is None:
             made = self.specializations[types_] = FlowKernel(
                 self.py_func, signature=types_, extensions=self.extensions,
-                shared_memory_carveout=self.shared_memory_carveout, **self._codegen)
+                shared_memory_carveout=self.shared_memory_carveout, **self._codegen, **self._as_callee)
         return made
 
     def forall(self, ntasks: int, tpb: int = 0, stream=None, sharedmem: int = 0):

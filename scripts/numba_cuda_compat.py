@@ -55,7 +55,8 @@ def _flowdsl_jit(target):
 
     def jit(func_or_sig=None, device=False, **options):
         known = {k: options[k] for k in ("fastmath", "lineinfo", "max_registers", "link", "launch_bounds", "debug", "opt",
-                                         "shared_memory_carveout") if options.get(k) is not None}
+                                         "shared_memory_carveout", "inline", "forceinline")
+                 if options.get(k) is not None}
         fn = func_or_sig if callable(func_or_sig) and not isinstance(func_or_sig, str) else None
         signature = None if fn is not None else func_or_sig
         # The decorator is made here, as cuda.jit makes its own: its warnings (debug with opt, ...) come now.
@@ -63,7 +64,7 @@ def _flowdsl_jit(target):
             decorate = flowdsl.device(signature=signature, fastmath=bool(known.get("fastmath")),
                                       debug=known.get("debug"), opt=known.get("opt"), lineinfo=known.get("lineinfo"))
         else:
-            make_kernel = flowdsl.kernel(signature=signature, **known)
+            make_kernel = flowdsl.kernel(signature=signature, **known)  # inline, forceinline: as a callee
 
             def decorate(f):
                 k = make_kernel(f)

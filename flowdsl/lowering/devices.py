@@ -36,8 +36,11 @@ def register_device(fn) -> None:
             return impl
         return
     impl = fn.py_func  # a kernel object: an overload of the object, implemented by its function
+    options = {k: v for k, v in fn.targetoptions.items() if k != "inline" and v}  # numba's, as cuda.jit takes them
+    if not fn.opt:
+        options["opt"] = False
 
-    @overload(fn, inline="never", strict=False)
+    @overload(fn, inline=fn.inline, jit_options=options, strict=False)
     def _as_device_function(*args):
         return impl
 

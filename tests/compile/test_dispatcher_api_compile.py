@@ -189,3 +189,28 @@ def test_a_device_function_has_its_own_debug_and_opt():
         r[0] = debugged(r[1]) + plain(r[2])
 
     assert "calls_both" in calls_both.inspect_asm((int32[::1],))
+
+
+def _set_zero(a):
+    a[0] = 0
+
+
+@pytest.mark.parametrize(("options", "inlined", "forced"), [({"inline": "always"}, True, False),
+                                                            ({"inline": True}, True, False),
+                                                            ({}, False, False),
+                                                            ({"forceinline": True}, False, True)])
+def test_a_kernel_called_from_a_kernel_takes_numbas_inline_options(options, inlined, forced):
+    """numba-cuda's ``cuda.jit(inline=...)`` and ``forceinline=`` on a kernel that another kernel calls
+    (numba-cuda's test_inline): inlined in numba's IR, or a call to a function marked ``alwaysinline``."""
+    import re
+
+    callee = flowdsl.kernel(**options)(_set_zero)
+
+    @flowdsl.kernel((int32[::1],))
+    def caller(a):
+        callee(a)
+
+    llvm = caller.inspect_llvm((int32[::1],))
+    assert (re.search(r"call [a-zA-Z0-9]* @", llvm) is None) == inlined
+    definition = re.search(r"define.*[^_]_set_zero.*", llvm)
+    assert (definition is not None and "alwaysinline" in definition.group()) == forced
