@@ -45,6 +45,11 @@ class DeclaredOverloads(Mapping):
                 self.compile(tuple(args), returns)
         return self._entries
 
+    @property
+    def declared(self):
+        """The signature (or list) declared at decoration, as given, or None."""
+        return self._declared
+
     def compile(self, args: tuple, return_type=None):
         """numba's compile result for ``args`` (``compile_device``), compiled once."""
         entries = self._load()

@@ -76,8 +76,9 @@ def device(fn=None, *, signature=None, inline: bool = True, fastmath: bool = Fal
     its PTX and LLVM IR; ``inspect_sass`` is refused, as numba-cuda refuses it for a device function.
     ``signature`` (numba's: ``"float32(float32, float32)"``, a list of them) declares the types it is
     called with, as ``cuda.jit(signature, device=True)`` does: ``fn.overloads`` lists them
-    (``cuda.vectorize`` reads their return types there). Calls of other types
-    still compile, inside their callers.
+    (``cuda.vectorize`` reads their return types there). As numba-cuda compiles only a declared signature, a
+    call of other types takes the declared one its arguments convert to by numba's rules (numbers are cast);
+    where none does, it is numba's typing error.
     """
     if debug is not None or opt is not None:  # else numba-cuda's defaults, left to its own compile of the function
         debug, opt = debug_options(debug, opt, lineinfo)

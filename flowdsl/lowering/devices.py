@@ -33,7 +33,18 @@ def register_device(fn) -> None:
 
         @overload(fn, jit_options=dict(fn.__flowdsl_jit_options__), inline="never", strict=False)
         def _as_jitable(*args, **kwargs):
-            return impl
+            declared = _declared_signatures(fn)
+            if not declared:
+                return impl
+            # Declared signatures, as numba-cuda's device dispatcher compiles only those: a call takes the one its
+            # arguments convert to by numba's rules (an int32 function called with floats casts them; a tie takes
+            # the first, as numba-cuda's does for device functions); none is numba's typing error.
+            from numba.cuda.descriptor import cuda_target  # noqa: PLC0415
+
+            chosen = cuda_target.typing_context.resolve_overload(fn, declared, args, kwargs, allow_ambiguous=True)
+            if chosen is None or tuple(chosen.args) == tuple(args):
+                return None if chosen is None else impl
+            return _casting_call(fn, chosen.args, args)
         return
     impl = fn.py_func  # a kernel object: an overload of the object, implemented by its function
     options = {k: v for k, v in fn.targetoptions.items() if k != "inline" and v}  # numba's, as cuda.jit takes them
@@ -43,6 +54,32 @@ def register_device(fn) -> None:
     @overload(fn, inline=fn.inline, jit_options=options, strict=False)
     def _as_device_function(*args):
         return impl
+
+
+def _casting_call(fn, declared: tuple, given: tuple):
+    """A function that calls ``fn`` with its arguments cast to the declared numeric types (numba's conversion of a
+    call to a declared signature), or None where an argument that differs is not a number."""
+    from numba.core import types  # noqa: PLC0415
+
+    if any(d != g and not isinstance(d, (types.Number, types.Boolean)) for d, g in zip(declared, given)):
+        return None
+    names = [f"a{i}" for i in range(len(declared))]
+    casts = [f"T{i}({n})" if d != g else n for i, (n, d, g) in enumerate(zip(names, declared, given))]
+    namespace = {"fn": fn, **{f"T{i}": d for i, d in enumerate(declared)}}
+    exec(f"def call({', '.join(names)}):\n    return fn({', '.join(casts)})", namespace)  # noqa: S102 - our text
+    return namespace["call"]
+
+
+def _declared_signatures(fn) -> list:
+    """numba signatures of the types ``fn`` was declared with (``@flowdsl.device(signature=...)``), or []."""
+    from numba.core import sigutils, typing  # noqa: PLC0415
+
+    declared = fn.overloads.declared
+    out = []
+    for one in (declared if isinstance(declared, list) else [] if declared is None else [declared]):
+        args, returns = sigutils.normalize_signature(one)
+        out.append(typing.signature(returns, *args))
+    return out
 
 
 def register_called_kernels(fn) -> None:

@@ -118,7 +118,9 @@ def _declared_sum(x, y):
 def test_a_device_functions_declared_signatures_are_its_overloads():
     """numba-cuda's ``cuda.jit(signature, device=True)``: ``overloads`` lists the declared argument types with the
     declared return type, or the one NVVM infers (``cuda.vectorize`` reads it there); ``inspect_asm()`` the
-    PTX of each; a kernel calls it with other types too."""
+    PTX of each; a kernel that calls it with other types converts them to a declared signature by numba's rules
+    (float64 to float32 here, as numba-cuda's device dispatcher compiles only what was declared), and a call
+    that converts to none is numba's typing error."""
     assert sorted(map(str, _declared_sum.overloads)) == ["(float32, float32)", "(int32, int32)"]
     assert _declared_sum.overloads[(float32, float32)].signature.return_type == float32
     assert _declared_sum.overloads[(int32, int32)].signature.return_type == numba.int64  # numba's int32 + int32
@@ -131,8 +133,15 @@ def test_a_device_functions_declared_signatures_are_its_overloads():
     def other_types(r):
         r[0] = _declared_sum(r[1], r[2])
 
-    assert "add.f64" in other_types.inspect_asm((float64[::1],)) or "add.rn.f64" in other_types.inspect_asm(
-        (float64[::1],))
+    ptx = other_types.inspect_asm((float64[::1],))
+    assert "cvt.rn.f32.f64" in ptx and "add.f64" not in ptx and "add.rn.f64" not in ptx
+
+    @flowdsl.kernel((numba.complex128[::1],))
+    def no_conversion(r):
+        r[0] = _declared_sum(r[1], r[2])
+
+    with pytest.raises(flowdsl.errors.KernelTypingError):
+        no_conversion.inspect_asm((numba.complex128[::1],))
 
 
 def test_a_device_function_compiles_alone_as_numba_cudas_device_dispatcher():
