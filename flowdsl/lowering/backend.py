@@ -207,16 +207,30 @@ def type_annotation(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, li
     return cres.type_annotation
 
 
-def ptx_of(lowered: Lowered, cc: tuple[int, int]) -> str:
-    """The kernel's own PTX from NVVM (``inspect_asm``), before anything is linked: the library's NVVM
-    options without ``gen-lto`` (with it NVVM writes LTO-IR)."""
+def ptx_modules(lowered: Lowered, cc: tuple[int, int]) -> list[str]:
+    """The kernel's own PTX from NVVM, before anything is linked: the library's NVVM options without ``gen-lto``
+    (with it NVVM writes LTO-IR). One PTX for the library, or one per module for a kernel compiled with
+    debug information (``-g``: NVVM does not link such modules; numba-cuda compiles them apart too)."""
     from numba.cuda.cudadrv import nvrtc, nvvm  # noqa: PLC0415
 
     library = lowered._library
     options = {k: v for k, v in library._nvvm_options.items() if k != "gen-lto"}
     options["arch"] = nvrtc.get_arch_option(*cc)
-    ptx = nvvm.compile_ir(library.llvm_strs, **options)
-    return ptx.decode().strip("\x00").strip()
+    irs = library.llvm_strs
+    groups = [[ir] for ir in irs] if "g" in options else [irs]
+    return [nvvm.compile_ir(group, **options).decode().strip("\x00").strip() for group in groups]
+
+
+def ptx_of(lowered: Lowered, cc: tuple[int, int]) -> str:
+    """The kernel's own PTX (``inspect_asm``): :func:`ptx_modules`, joined as numba-cuda joins them."""
+    return "\n".join(ptx_modules(lowered, cc))
+
+
+def has_debug_info(lowered: Lowered) -> bool:
+    """Whether the kernel's code carries debug information (its own ``debug=True``, or a device function's):
+    such code is compiled to PTX module by module, as NVVM neither links it nor writes LTO-IR nvJitLink links
+    beside the support build (their 'Debug Info Version' flags conflict)."""
+    return "!llvm.dbg.cu" in lowered.ir_text
 
 
 def dump_assembly(lowered: Lowered, cc: tuple[int, int], name: str) -> None:

@@ -113,13 +113,14 @@ def _lowered_for_link(pyfunc, argtypes, target: Target, support_ltoir: bytes, *,
             features |= {COOPERATIVE}
     if clock is not None:
         clock.lap("numba")
-    if debug:  # NVVM's LTO-IR with debug information is refused by nvJitLink's reader: linked as PTX
-        kernel_code = ObjectCode.from_ptx(backend.ptx_of(lowered, target.cc).encode(), name=pyfunc.__name__)
+    if backend.has_debug_info(lowered):  # debug information (the kernel's or a device function's): as PTX
+        kernel_code = [ObjectCode.from_ptx(ptx.encode(), name=f"{pyfunc.__name__}_{i}")
+                       for i, ptx in enumerate(backend.ptx_modules(lowered, target.cc))]
     else:
-        kernel_code = ObjectCode.from_ltoir(lowered.ltoir(target.cc), name=pyfunc.__name__)
+        kernel_code = [ObjectCode.from_ltoir(lowered.ltoir(target.cc), name=pyfunc.__name__)]
     if clock is not None:
         clock.lap("nvvm")
-    objects = [kernel_code,
+    objects = [*kernel_code,
                ObjectCode.from_ltoir(support_ltoir, name="flowdsl_support"),
                *lowered.linked_code(target.cc, link)]
     if link_for_features is not None:

@@ -139,3 +139,31 @@ def test_numbas_dumps_print_for_each_compile(flag, printed, capsys, monkeypatch,
     flowdsl.kernel(args)(_plus_one_and_a_half).compile(args, arch="sm_90", nccl=NCCL)
     out = capsys.readouterr().out
     assert printed in out
+
+
+def _plus_one(x):
+    return x + 1
+
+
+@pytest.mark.parametrize(("kernel_debug", "f1_debug", "f2_debug"),
+                         [(k, a, b) for k in (True, False) for a in (True, False) for b in (True, False)])
+def test_debug_kernels_and_debug_device_functions_link_in_any_mix(kernel_debug, f1_debug, f2_debug):
+    """numba-cuda's test_chained_device_function: a kernel and the device functions it calls, each with or without
+    debug information, compile and link beside the support build (code with debug information goes as PTX,
+    module by module under the kernel's -g, as NVVM links no such modules and nvJitLink no such LTO-IR)."""
+    from numba import int32
+
+    f2 = flowdsl.device(_plus_one, debug=f2_debug, opt=False)
+
+    def f1(x, y):
+        return x - f2(y)
+
+    f1 = flowdsl.device(f1, debug=f1_debug, opt=False)
+
+    def chained(x, y):
+        f1(x, y)
+        f2(x)
+
+    k = flowdsl.kernel((int32, int32), debug=kernel_debug, opt=False)(chained)
+    compiled = k.compile((int32, int32), arch="sm_90", nccl=NCCL)
+    assert compiled.cubin
