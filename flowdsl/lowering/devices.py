@@ -26,16 +26,20 @@ def bind_device_functions() -> None:
 def register_device(fn) -> None:
     """``fn`` as an overload numba-cuda's typing finds: a device function, or a kernel called from a kernel."""
     if fn.py_func is fn:
-        # An overload of fn itself (fn stays the plain Python function), compiled with its own options (fast math, debug, opt),
-        # as register_jitable does, but from a copy without fn's attributes: numba's dispatcher takes over its
-        # function's __dict__, and fn.overloads (the declared signatures) would stand in for the dispatcher's own.
+        # An overload of fn itself (fn stays the plain Python function), compiled with its own options (fast
+        # math, debug, opt), as register_jitable does, but from a copy without fn's attributes: numba's dispatcher
+        # takes over its function's __dict__, and fn.overloads (the declared signatures) would stand in for the
+        # dispatcher's own. A function that calls itself is numba's dispatcher instead (_recursive_call).
         impl = bare_copy(fn)
+        made = []
 
         @overload(fn, jit_options=dict(fn.__flowdsl_jit_options__), inline="never", strict=False)
         def _as_jitable(*args, **kwargs):
+            if not made:
+                made.append(_recursive_call(fn) if _calls_itself(fn) else impl)
             declared = _declared_signatures(fn)
             if not declared:
-                return impl
+                return made[0]
             # Declared signatures, as numba-cuda's device dispatcher compiles only those: a call takes the one its
             # arguments convert to by numba's rules (an int32 function called with floats casts them; a tie takes
             # the first, as numba-cuda's does for device functions); none is numba's typing error.
@@ -43,7 +47,7 @@ def register_device(fn) -> None:
 
             chosen = cuda_target.typing_context.resolve_overload(fn, declared, args, kwargs, allow_ambiguous=True)
             if chosen is None or tuple(chosen.args) == tuple(args):
-                return None if chosen is None else impl
+                return None if chosen is None else made[0]
             return _casting_call(fn, chosen.args, args)
         return
     impl = fn.py_func  # a kernel object: an overload of the object, implemented by its function
@@ -54,6 +58,40 @@ def register_device(fn) -> None:
     @overload(fn, inline=fn.inline, jit_options=options, strict=False)
     def _as_device_function(*args):
         return impl
+
+
+def _calls_itself(fn) -> bool:
+    """Whether ``fn``'s code names ``fn`` itself (a global or a closure value of its own name)."""
+    if fn.__name__ not in code_names(fn.__code__) and fn.__name__ not in fn.__code__.co_freevars:
+        return False
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+    named = cells[fn.__name__].cell_contents if fn.__name__ in cells and _filled(cells[fn.__name__]) else \
+        fn.__globals__.get(fn.__name__)
+    return named is fn
+
+
+def _recursive_call(fn):
+    """A function that calls numba-cuda's device dispatcher of ``fn``'s code, in which ``fn``'s own name is that
+    dispatcher: numba types a dispatcher that calls itself (and reports runaway recursion in its words), where
+    an overload entered again for the same types is refused as re-entrant. The globals are a copy taken now, at
+    the first compile of a call to ``fn``, as numba freezes them then."""
+    import types as pytypes  # noqa: PLC0415
+
+    from numba import cuda  # noqa: PLC0415
+
+    name = fn.__name__
+    namespace = dict(fn.__globals__)
+    closure = tuple(pytypes.CellType(c.cell_contents) if _filled(c) else c for c in fn.__closure__ or ())
+    code = pytypes.FunctionType(fn.__code__, namespace, name, fn.__defaults__, closure)
+    dispatcher = cuda.jit(device=True, **fn.__flowdsl_jit_options__)(code)
+    if name in fn.__code__.co_freevars:
+        closure[fn.__code__.co_freevars.index(name)].cell_contents = dispatcher
+    else:
+        namespace[name] = dispatcher
+    params = [f"a{i}" for i in range(fn.__code__.co_argcount)]
+    calls = {"dispatcher": dispatcher}
+    exec(f"def call({', '.join(params)}):\n    return dispatcher({', '.join(params)})", calls)  # noqa: S102
+    return calls["call"]
 
 
 def _casting_call(fn, declared: tuple, given: tuple):

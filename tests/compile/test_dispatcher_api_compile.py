@@ -10,7 +10,7 @@ import math
 
 import numba
 import pytest
-from numba import cuda, float32, float64, int32
+from numba import cuda, float32, float64, int32, int64
 
 import flowdsl
 
@@ -223,3 +223,51 @@ def test_a_kernel_called_from_a_kernel_takes_numbas_inline_options(options, inli
     assert (re.search(r"call [a-zA-Z0-9]* @", llvm) is None) == inlined
     definition = re.search(r"define.*[^_]_set_zero.*", llvm)
     assert (definition is not None and "alwaysinline" in definition.group()) == forced
+
+
+def _fib(n):
+    if n < 2:
+        return n
+    return _fib(n - 1) + _fib(n - 2)
+
+
+def _make_inner_fib():
+    def inner_fib(n):
+        if n < 2:
+            return n
+        return inner_fib(n - 1) + inner_fib(n - 2)
+
+    inner_fib = flowdsl.device(inner_fib, signature="i8(i8)")
+    return inner_fib
+
+
+def _runaway(x):
+    return _runaway(x)
+
+
+def _calling(fib):
+    @flowdsl.kernel((int64[::1], int64[::1]))
+    def calls(r, x):
+        r[0] = fib(x[0])
+
+    return calls
+
+
+def test_a_device_function_that_calls_itself_compiles_as_numba_cudas_does():
+    """numba-cuda's test_recursion: self-recursion through a global or a closure name, with or without a declared
+    signature, compiles (numba types its dispatcher's recursion); recursion that never ends is numba's typing
+    error in its words."""
+    global _fib, _runaway
+    _fib = flowdsl.device(_fib)
+    inner = _make_inner_fib()
+    for fib in (_fib, inner):
+        assert ".func" in _calling(fib).inspect_asm((int64[::1], int64[::1]))  # the recursion, out of line
+
+    _runaway = flowdsl.device(_runaway)
+
+    @flowdsl.kernel(())
+    def never_ends():
+        _runaway(1)
+
+    with pytest.raises(flowdsl.errors.KernelTypingError, match="cannot type infer runaway recursion"):
+        never_ends.inspect_asm(())
