@@ -22,7 +22,7 @@ from ._launch_params import _packer, _ParameterBuffer
 from ._launch_replay import _driver_launcher, _replay_key, _Replays
 from .errors import LaunchTypeError, UsageError
 from .host.checks import dynamic_shared, launch_shape, within_launch_bounds
-from .host.streams import stream_handle
+from .host.streams import stream_handle, wait_for_producers
 from .host.transfers import host_transfers, simulated_copy_in, simulated_copy_out, simulated_empty_like
 
 __all__ = ["check_features"]
@@ -167,6 +167,7 @@ class _Launch:
             args = _as_signature(self.kernel, args, scalar_types(self.kernel._matching(args)))
         # One resolution for the GPU and the simulator: both accept and refuse the same streams.
         stream = stream_handle(self.stream, args, self.kernel._launch_operation)
+        wait_for_producers(args, stream)
         if self.kernel.extensions:  # numba-cuda's argument hooks: they may wrap or replace arguments
             return self._through_extensions(args, stream)
         transfers = host_transfers(self.kernel.__name__, args)  # host NumPy arrays: copied as numba-cuda does
@@ -241,6 +242,7 @@ class _Launch:
         stream at this call.
         """
         stream = stream_handle(self.stream, args, self.kernel._launch_operation)
+        wait_for_producers(args, stream)  # once, here: the calls of the result take the arguments as they are
         transfers = host_transfers(self.kernel.__name__, args)
         if transfers is not None:
             transfers.refuse_prepare()

@@ -21,7 +21,7 @@ import sys
 from ..errors import UsageError
 
 __all__ = ["LEGACY_DEFAULT_STREAM", "ACCEPTED_STREAMS", "stream_handle", "current_streams", "is_capturing",
-           "refuse_during_capture", "WARM_UP"]
+           "refuse_during_capture", "WARM_UP", "wait_for_producers"]
 
 #: The legacy default stream (what a launch without a stream used before streams were resolved).
 LEGACY_DEFAULT_STREAM = 0
@@ -137,6 +137,43 @@ def stream_handle(stream, arrays=(), operation: str = "launch") -> int:
             return handle
     raise UsageError(f"Cannot {operation}: stream= got {_describe(stream)}; pass {ACCEPTED_STREAMS}, or None "
                      "for the current stream of the arrays' framework")
+
+
+#: array type -> a function giving the stream an array names in its CUDA Array Interface (v3's ``stream``), or
+#: None for types that never name one.
+_PRODUCER_OF: dict = {}
+
+
+def _producer_reader(array):
+    module = type(array).__module__ or ""
+    if module.startswith(("torch", "cupy")) or not hasattr(array, "__cuda_array_interface__"):
+        # PyTorch's interface names no stream; CuPy's names its current stream (where a launch without a stream
+        # goes), not the one that made the array: neither has a producer to wait for
+        return None
+    if module.startswith("numba"):  # a device array of numba-cuda: its stream, when it was bound to one
+        return lambda a: a.__cuda_array_interface__.get("stream") if a.stream else None
+    return lambda a: a.__cuda_array_interface__.get("stream")
+
+
+def wait_for_producers(arrays, stream: int) -> None:
+    """The CUDA Array Interface's rule on a stream an array names (v3: the stream its data is made on), kept as
+    numba-cuda keeps it for a launch: that stream is synchronised before a kernel on another stream reads the
+    array, so the kernel never reads data still being written; ``NUMBA_CUDA_ARRAY_INTERFACE_SYNC=0`` turns it
+    off, as in numba-cuda. The legacy default stream is 0 or 1 (the interface's name for it)."""
+    for array in arrays:
+        read = _PRODUCER_OF.get(type(array), _producer_reader)
+        if read is _producer_reader:
+            read = _PRODUCER_OF[type(array)] = _producer_reader(array)
+        if read is None:
+            continue
+        producer = read(array)
+        if not producer or producer == stream or (producer == 1 and stream == LEGACY_DEFAULT_STREAM):
+            continue
+        from numba import cuda  # noqa: PLC0415 - an array that names a stream: a GPU launch, numba-cuda loaded
+        from numba.cuda.core import config  # noqa: PLC0415
+
+        if config.CUDA_ARRAY_INTERFACE_SYNC:
+            cuda.external_stream(producer).synchronize()
 
 
 def _describe(stream) -> str:

@@ -179,3 +179,35 @@ def test_a_launch_refused_by_capture_says_why():
     assert "pass the capturing stream as stream=" in _capture_hint("CUDA_ERROR_STREAM_CAPTURE_IMPLICIT")
     assert "warm up outside capture" in _capture_hint("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED")
     assert _capture_hint("CUDA_ERROR_INVALID_VALUE") == ""
+
+
+class _ForeignArray:
+    """An array of another library that names the stream its data is made on (CUDA Array Interface v3)."""
+
+    def __init__(self, stream):
+        self.__cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (0x10000, False), "version": 3,
+                                         "strides": None, "stream": stream}
+
+
+def test_a_launch_waits_for_the_stream_an_array_names(monkeypatch):
+    """numba-cuda's rule (its test_cuda_array_interface's test_launch_sync): the stream an array's interface
+    names is synchronised once before a kernel on another stream reads it; not when the launch is on that
+    stream (1 names the legacy default stream, 0), nor for no stream, nor under NUMBA_CUDA_ARRAY_INTERFACE_SYNC=0;
+    PyTorch's and CuPy's arrays name no producer."""
+    from numba import cuda
+    from numba.cuda.core import config
+
+    synced = []
+    monkeypatch.setattr(cuda, "external_stream", lambda ptr: SimpleNamespace(synchronize=lambda: synced.append(ptr)))
+    streams.wait_for_producers((_ForeignArray(0x5000), 3, np.zeros(2)), 0)
+    assert synced == [0x5000]
+    streams.wait_for_producers((_ForeignArray(0x5000), _ForeignArray(None), _ForeignArray(1)), 0x5000)
+    assert synced == [0x5000, 1]  # only the legacy default stream's array: another stream than the launch's
+    streams.wait_for_producers((_ForeignArray(1),), 0)
+    monkeypatch.setattr(config, "CUDA_ARRAY_INTERFACE_SYNC", False)
+    streams.wait_for_producers((_ForeignArray(0x6000),), 0)
+    assert synced == [0x5000, 1]
+    torch_like = type("Tensor", (), {"__module__": "torch", "__cuda_array_interface__": {"stream": 0x7000}})
+    monkeypatch.setattr(config, "CUDA_ARRAY_INTERFACE_SYNC", True)
+    streams.wait_for_producers((torch_like(),), 0)
+    assert synced == [0x5000, 1]
