@@ -227,6 +227,14 @@ class FlowKernel:
         if (self._declared is not None or self._candidates) and _launches_on_a_gpu():
             self._compile_declared()
 
+    def __reduce__(self):
+        """numba-cuda's pickling of a dispatcher (:mod:`flowdsl._pickling`): the function and options, no code."""
+        from . import _pickling  # noqa: PLC0415
+
+        options = {"signature": self.signature, "extensions": self.extensions,
+                   "shared_memory_carveout": self.shared_memory_carveout, **self._codegen, **self._as_callee}
+        return _pickling.rebuild_kernel, (_pickling.dumps((self.py_func, options)),)
+
     def _compile_declared(self) -> None:
         """Compile (or load) the declared signature for this GPU now, as numba-cuda's ``cuda.jit(signature)``
         compiles at decoration: a typing error is raised here, naming the kernel's line. Anything else that

@@ -11,6 +11,7 @@ see :class:`_Replays`.
 from __future__ import annotations
 
 import functools
+import pickle
 
 import numpy as np
 
@@ -159,6 +160,27 @@ class _Launch:
         within_launch_bounds(self.dims[1], kernel.launch_bounds, name)
         self.shared = dynamic_shared(shared, name)
         self.replays = _Replays()
+        #: numba-cuda's: ``callback(kernel, launch)`` before each launch of this configuration (the loaded numba
+        #: kernel; on the simulator the kernel object); a launch with callbacks is never replayed from a graph.
+        self.pre_launch_callbacks: list = []
+
+    @property
+    def griddim(self) -> tuple[int, int, int]:
+        """numba-cuda's name: the grid as a 3-tuple."""
+        return self.dims[0]
+
+    @property
+    def blockdim(self) -> tuple[int, int, int]:
+        """numba-cuda's name: the block as a 3-tuple."""
+        return self.dims[1]
+
+    def __reduce__(self):
+        if self.pre_launch_callbacks:
+            raise pickle.PicklingError("Cannot pickle configured launches with pre-launch callbacks: they are "
+                                       "Python callables of this process. Pickle the kernel and configure it again")
+        from . import _pickling  # noqa: PLC0415
+
+        return _pickling.rebuild_launch, (self.kernel, self.grid, self.block, self.stream, self.shared)
 
     def __call__(self, *args):
         if self.kernel.scalar_types is not None:  # numba's signature: the scalars take its types
@@ -173,7 +195,7 @@ class _Launch:
         transfers = host_transfers(self.kernel.__name__, args)  # host NumPy arrays: copied as numba-cuda does
         if transfers is not None:
             return self._with_host_arrays(transfers, args, stream)
-        if self._on_simulator(args):
+        if self._on_simulator(args) or self.pre_launch_callbacks:
             return self._once(args, stream)
         key = _replay_key(stream, args)
         replay = self.replays.find(key, args)
@@ -226,9 +248,13 @@ class _Launch:
         ``debug=True`` kernel's launch waits on both, and raises what a thread of it raised."""
         if self._on_simulator(args):
             wait = wait or getattr(self.kernel, "debug", False)
+            for callback in self.pre_launch_callbacks:  # the simulator has no loaded kernel: the kernel object
+                callback(self.kernel, self)
             _stubs._simulator_launch(self.kernel, self.grid, self.block, stream, self.shared, args, wait=wait)
             return None
         loaded, grid, block = self._checked(args, stream)
+        for callback in self.pre_launch_callbacks:
+            callback(loaded.numba_kernel, self)
         loaded.launch(args, grid, block, stream, int(self.shared))
         return None
 
