@@ -93,6 +93,14 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
     return make if fn is None else make(fn)
 
 
+def _rebuilt_kernel(payload: bytes) -> FlowKernel:
+    """A kernel unpickled (:meth:`FlowKernel.__reduce__`): made again from its function and options."""
+    import pickle  # noqa: PLC0415
+
+    py_func, options = pickle.loads(payload)
+    return FlowKernel(py_func, **options)
+
+
 #: numba's configuration flags that print what its compile makes (``NUMBA_DUMP_*``, ``NUMBA_DEBUG_*``).
 _NUMBA_DUMPS = ("DUMP_BYTECODE", "DUMP_CFG", "DUMP_IR", "DUMP_SSA", "DUMP_LLVM", "DUMP_FUNC_OPT", "DUMP_OPTIMIZED",
                 "DUMP_ASSEMBLY", "DEBUG_TYPEINFER", "DUMP_ANNOTATION", "ANNOTATE")
@@ -233,7 +241,7 @@ class FlowKernel:
 
         options = {"signature": self.signature, "extensions": self.extensions,
                    "shared_memory_carveout": self.shared_memory_carveout, **self._codegen, **self._as_callee}
-        return _pickling.rebuild_kernel, (_pickling.dumps((self.py_func, options)),)
+        return _rebuilt_kernel, (_pickling.dumps((self.py_func, options)),)
 
     def _compile_declared(self) -> None:
         """Compile (or load) the declared signature for this GPU now, as numba-cuda's ``cuda.jit(signature)``

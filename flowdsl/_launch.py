@@ -149,6 +149,11 @@ def _as_scalar(name: str, index: int, value, scalar_type):
     return scalar_type(value)
 
 
+def _configured(kernel, grid, block, stream, shared):
+    """A configured launch unpickled: ``kernel[grid, block, stream, shared]``."""
+    return kernel[grid, block, stream, shared]
+
+
 class _Launch:
     def __init__(self, kernel, grid, block, stream, shared):
         self.kernel = kernel
@@ -178,9 +183,7 @@ class _Launch:
         if self.pre_launch_callbacks:
             raise pickle.PicklingError("Cannot pickle configured launches with pre-launch callbacks: they are "
                                        "Python callables of this process. Pickle the kernel and configure it again")
-        from . import _pickling  # noqa: PLC0415
-
-        return _pickling.rebuild_launch, (self.kernel, self.grid, self.block, self.stream, self.shared)
+        return _configured, (self.kernel, self.grid, self.block, self.stream, self.shared)
 
     def __call__(self, *args):
         if self.kernel.scalar_types is not None:  # numba's signature: the scalars take its types

@@ -13,7 +13,7 @@ import types
 
 from ._devices import bare_copy, device
 
-__all__ = ["dumps", "rebuild_kernel", "rebuild_launch"]
+__all__ = ["dumps"]
 
 
 def _pickler(buffer):
@@ -38,16 +38,3 @@ def dumps(value) -> bytes:
 
 def _device_again(fn, signature, inline, options):
     return device(fn, signature=signature, inline=inline, **options)
-
-
-def rebuild_kernel(payload: bytes):
-    """A kernel from :func:`dumps` of ``(py_func, options)``."""
-    from ._kernel import FlowKernel  # noqa: PLC0415
-
-    py_func, options = pickle.loads(payload)
-    return FlowKernel(py_func, **options)
-
-
-def rebuild_launch(kernel, grid, block, stream, shared):
-    """A configured launch ``kernel[grid, block, stream, shared]``."""
-    return kernel[grid, block, stream, shared]
