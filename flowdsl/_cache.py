@@ -530,7 +530,8 @@ def kernel_key(kernel, argtypes, target: Target, support) -> str:
         "module": fn.__module__, "args": [str(t) for t in argtypes],
         "nccl": format_version(target.nccl), "arch": target.arch,
         "support": _digest_of(support.ltoir), "cft": _cft_digest(target), "gin": _gin_digest(target),
-        "options": [kernel.fastmath, kernel.lineinfo, kernel.max_registers, getattr(kernel, "launch_bounds", None)],
+        "options": [kernel.fastmath, kernel.lineinfo, kernel.max_registers, getattr(kernel, "launch_bounds", None),
+                    getattr(kernel, "opt", True)],
         "link": [_link_digest(item) for item in getattr(kernel, "link", ())],
     }, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]

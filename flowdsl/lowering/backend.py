@@ -111,12 +111,26 @@ class Lowered:
         """NVVM's LTO-IR of the IR, for compute capability ``cc``."""
         return self._library.get_ltoir(cc=cc)
 
+    def calls_nrt(self) -> bool:
+        """Whether the kernel calls numba's runtime (``NUMBA_CUDA_ENABLE_NRT``: arrays made or reduced in the
+        kernel), whose functions numba-cuda links from its own source, as its dispatcher does when its code
+        declares them."""
+        from numba.cuda.memory_management.nrt import NRT_LIBRARY  # noqa: PLC0415
+
+        if "NRT_" not in self.ir_text or NRT_LIBRARY in self._library._linking_files:  # none, or linked already
+            return False
+        return re.search(r'^declare [^\n]*@"?NRT_\w+"?\(', self.ir_text, re.MULTILINE) is not None
+
     def linked_code(self, cc: tuple[int, int], extra=()) -> list:
         """What numba-cuda links beside the kernel, as cuda.core ``ObjectCode``: its C++ shims (float16 and
         bfloat16 arithmetic, ``cuda.fp16``), ``cuda.declare_device(..., link=)`` files, cudadevrt for
         cooperative launches, then ``extra`` (a kernel's ``link=``: paths or numba ``LinkableCode``). A kernel
         that needs none of it gets an empty list (nothing more to compile)."""
         files = list(self._library._linking_files) + list(extra)
+        if self.calls_nrt():  # numba's runtime (arrays made in the kernel): numba-cuda links its source then
+            from numba.cuda.memory_management.nrt import NRT_LIBRARY  # noqa: PLC0415
+
+            files.append(NRT_LIBRARY)
         if getattr(self._library, "needs_cudadevrt", False) or self.cooperative:  # a grid sync calls into it
             from numba.cuda.cudadrv.libs import get_cudalib  # noqa: PLC0415
 

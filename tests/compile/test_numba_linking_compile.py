@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from numba import cuda, types
 from numba.cuda import bf16
+from numba.cuda.misc.special import literal_unroll
 
 import flowdsl
 
@@ -113,3 +114,24 @@ def test_a_device_function_returning_a_new_array_is_refused_by_numba_cudas_typin
     sample = np.zeros(4)
     with pytest.raises(flowdsl.errors.KernelTypingError, match="Only accept returning of array passed into the function as argument"):
         first.compile(FlowKernel.argtypes_for(sample, sample, nccl="2.28.9"), arch="sm_90", nccl="2.28.9")
+
+
+_CASES = (np.float64([1.0, 0.0, np.inf, np.nan]), np.float64([[1.0, 1.5], [1.5, 1.0]]))
+
+
+def _reductions(out):
+    i = 0
+    for case in literal_unroll(_CASES):
+        out[i] = np.all(case)
+        i += 1
+
+
+def test_numbas_runtime_links_where_the_kernel_calls_it(monkeypatch):
+    """NUMBA_CUDA_ENABLE_NRT (numba-cuda's test_array_reductions): a kernel that calls numba's runtime links
+    numba-cuda's NRT source beside it, as numba-cuda's dispatcher does; without the runtime nothing more."""
+    from numba.cuda.core import config
+
+    args = (types.boolean[::1],)
+    monkeypatch.setattr(config, "CUDA_ENABLE_NRT", True)
+    compiled = flowdsl.kernel(args)(_reductions).compile(args, arch="sm_90", nccl="2.28.9")
+    assert compiled.cubin
