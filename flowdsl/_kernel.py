@@ -236,7 +236,7 @@ class FlowKernel:
             self._compile_declared()
 
     def __reduce__(self):
-        """numba-cuda's pickling of a dispatcher (:mod:`flowdsl._pickling`): the function and options, no code."""
+        """numba-cuda's pickling of a dispatcher (``flowdsl._pickling``): the function and options, no code."""
         from . import _pickling  # noqa: PLC0415
 
         options = {"signature": self.signature, "extensions": self.extensions,
