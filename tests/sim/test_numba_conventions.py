@@ -474,3 +474,24 @@ def test_a_device_function_returning_a_new_array_is_refused_as_numba_cuda_refuse
                        match=r"Cannot return an array from device function _tail_of: .*passed into the function as "
                              r"argument.*Pass the array and an offset instead"):
         flowdsl.sim.spawn(main, nranks=1)
+
+
+def _rgba(r, g, b, a):
+    return ((r & 0xFF) << 16) | ((g & 0xFF) << 8) | (b & 0xFF) | ((a & 0xFF) << 24)
+
+
+_rgba_int32 = flowdsl.device(_rgba, signature="int32(int32, int32, int32, int32)")
+
+
+@flowdsl.kernel
+def _packs(out, channels):
+    out[0] = _rgba_int32(channels[0], channels[1], channels[2], channels[3])
+
+
+def test_a_device_functions_declared_signature_converts_its_arguments():
+    """As the GPU (tests/compile/test_dispatcher_api_compile.py, numba-cuda's test_device_casting): float32
+    channels passed to an int32 device function are converted to int32 (truncated), where Python would refuse
+    ``&`` on a float; a call no declared signature takes is numba's typing error."""
+    assert _launch(_packs, np.asarray([1.9, 2.0, 3.5, 4.0], np.float32))[0] == 0x04010203
+    with pytest.raises(flowdsl.errors.KernelTypingError, match="declared for"):
+        _launch(_packs, np.asarray([1j, 2j, 3j, 4j], np.complex64))
