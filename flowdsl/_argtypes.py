@@ -107,10 +107,22 @@ def argtypes_for(*args, nccl: str | tuple | None = None) -> tuple:
 
 def scalar_types(argtypes):
     """Per argument, the NumPy type a scalar argument takes under declared ``argtypes`` (None: not a scalar;
-    None for no ``argtypes``)."""
+    None for no ``argtypes``); a C pointer's place takes an int as :class:`DevicePointer`."""
     if argtypes is None:
         return None
     from numba.core import types  # noqa: PLC0415
     from numba.np.numpy_support import as_dtype  # noqa: PLC0415
 
-    return tuple(as_dtype(t).type if isinstance(t, (types.Number, types.Boolean)) else None for t in argtypes)
+    return tuple(as_dtype(t).type if isinstance(t, (types.Number, types.Boolean))
+                 else functools.partial(DevicePointer, numba_type=t) if isinstance(t, types.CPointer) else None
+                 for t in argtypes)
+
+
+class DevicePointer:
+    """An int passed where a kernel's signature declares a C pointer (``types.CPointer(float32)``): the device
+    address, typed as that pointer, as numba-cuda passes an int for it."""
+
+    __slots__ = ("value", "_numba_type_")
+
+    def __init__(self, value, numba_type):
+        self.value, self._numba_type_ = int(value), numba_type

@@ -16,7 +16,7 @@ import pickle
 import numpy as np
 
 from . import _stubs
-from ._argtypes import scalar_types
+from ._argtypes import DevicePointer, scalar_types
 from ._features import COOPERATIVE
 from ._launch_checks import _check_resources, check_features
 from ._launch_params import _packer, _ParameterBuffer
@@ -131,7 +131,7 @@ def _as_signature(kernel, args, types):
     if len(args) != len(types):
         raise UsageError(f"Cannot launch {kernel.__name__} with {len(args)} arguments: its signature "
                          f"{kernel.signature!r} has {len(types)}")
-    return tuple(_as_scalar(kernel.__name__, i, a, t)
+    return tuple((t(a) if isinstance(t, functools.partial) else _as_scalar(kernel.__name__, i, a, t))
                  if t is not None and isinstance(a, (int, float, complex, bool, np.generic)) else a
                  for i, (a, t) in enumerate(zip(args, types)))
 
@@ -250,6 +250,10 @@ class _Launch:
         """One launch, no replay: on the simulator (``wait``: until it has run), or checked and launched. A
         ``debug=True`` kernel's launch waits on both, and raises what a thread of it raised."""
         if self._on_simulator(args):
+            if any(isinstance(a, DevicePointer) for a in args):
+                raise UsageError(f"Cannot launch {self.kernel.__name__} on the simulator with a C pointer argument "
+                                 "(its signature's CPointer): an address of GPU memory means nothing there. Pass "
+                                 "the array itself (a typed array parameter), or run it on a GPU")
             wait = wait or getattr(self.kernel, "debug", False)
             for callback in self.pre_launch_callbacks:  # the simulator has no loaded kernel: the kernel object
                 callback(self.kernel, self)

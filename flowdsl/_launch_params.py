@@ -86,6 +86,8 @@ def _value_packer(ty):
                 read = readers[kind] = _array_fields(kind, itemsize)
             values.extend(read(arg))
         return "q" * (5 + 2 * ty.ndim), pack_array
+    if isinstance(ty, types.CPointer):  # a DevicePointer: the address
+        return "Q", lambda arg, values: values.append(arg.value)
     if isinstance(ty, types.Integer):
         code = {8: "b", 16: "h", 32: "i", 64: "q"}[ty.bitwidth]
         return (code if ty.signed else code.upper()), lambda arg, values: values.append(arg)
@@ -132,6 +134,8 @@ def _packer(ty):
             return None
 
         return lambda arg, flat: flat.extend(_interface_fields(arg, itemsize))
+    if isinstance(ty, types.CPointer):  # a DevicePointer: the address
+        return lambda arg, flat: flat.append(ctypes.c_uint64(arg.value))
     if isinstance(ty, types.Integer):
         ctype = getattr(ctypes, f"c_{ty}")
         return lambda arg, flat: flat.append(ctype(arg))

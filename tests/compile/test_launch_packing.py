@@ -10,6 +10,7 @@ import pytest
 from numba.core import types
 
 from flowdsl import _launch_params as _launch
+from flowdsl._argtypes import argument_type, scalar_types
 from flowdsl.errors import UsageError
 
 pytestmark = pytest.mark.compile
@@ -42,10 +43,12 @@ def test_the_one_buffer_holds_what_the_per_parameter_packers_make(seed):
     ptr = int(rng.integers(1 << 20, 1 << 47)) & ~0xFF
     contiguous = DeviceArray(ptr, shape, "<f4")
     strided = DeviceArray(ptr + 256, shape, "<f8", strides=(8, 8 * shape[0]))
+    pointer = types.CPointer(types.float32)  # numba-cuda's C pointer argument: an int address, as a DevicePointer
     argtypes = (types.Array(types.float32, 2, "C"), types.Array(types.float64, 2, "A"), types.int32,
-                types.uint64, types.float32, types.float64, types.int8)
+                types.uint64, types.float32, types.float64, types.int8, pointer)
     args = (contiguous, strided, int(rng.integers(-2**31, 2**31)), int(rng.integers(0, 2**63)) * 2 + 1,
-            float(rng.standard_normal()), float(rng.standard_normal()), -3)
+            float(rng.standard_normal()), float(rng.standard_normal()), -3,
+            scalar_types((pointer,))[0](ptr + 512))
     params = _launch._ParameterBuffer(argtypes)
     values: list = []
     for pack, arg in zip(params.packers, args):
@@ -54,6 +57,7 @@ def test_the_one_buffer_holds_what_the_per_parameter_packers_make(seed):
     expected = _slots(argtypes, args)
     assert params.buffer.raw[:len(expected)] == expected
     assert len(params.pointers) * 8 == len(expected)
+    assert expected[-8:] == (ptr + 512).to_bytes(8, "little") and argument_type("k", 7, args[-1]) == pointer
 
 
 def test_a_value_out_of_its_parameters_range_is_refused_with_the_fix():

@@ -495,3 +495,14 @@ def test_a_device_functions_declared_signature_converts_its_arguments():
     assert _launch(_packs, np.asarray([1.9, 2.0, 3.5, 4.0], np.float32))[0] == 0x04010203
     with pytest.raises(flowdsl.errors.KernelTypingError, match="declared for"):
         _launch(_packs, np.asarray([1j, 2j, 3j, 4j], np.complex64))
+
+
+def test_a_c_pointer_argument_is_refused_on_the_simulator_naming_it():
+    """numba-cuda's ``CPointer`` parameter takes an int address on the GPU (tests/compile/test_launch_packing.py);
+    the simulator has no GPU memory: refused before the launch, naming the fix."""
+    pointer_kernel = flowdsl.kernel(types.void(types.CPointer(types.float32)))(lambda p: None)
+
+    def main(comm):
+        pointer_kernel[1, 1](0x1000)
+    with pytest.raises(flowdsl.UsageError, match="C pointer argument.*Pass the array itself"):
+        run_ranks(main, nranks=1)
