@@ -97,9 +97,15 @@ def _value_packer(ty):
 
 def _array_fields(kind, itemsize: int):
     """How numba-cuda flattens an array of type ``kind``: meminfo, parent, size, itemsize,
-    data, shape, strides (bytes); attribute reads for CuPy, the interface otherwise."""
-    if (kind.__module__ or "").startswith("cupy") and hasattr(kind, "data"):
+    data, shape, strides (bytes); attribute reads for CuPy and numba-cuda's device arrays, the interface
+    otherwise. numba-cuda's own arrays are read as its launcher reads them: their interface reports no strides
+    (C-contiguous) for a broadcast array (strides of 0, as its ufuncs make for a scalar operand), whose
+    kernel is typed with any layout; the interface's C strides would read past its one element."""
+    module = kind.__module__ or ""
+    if module.startswith("cupy") and hasattr(kind, "data"):
         return lambda a: (0, 0, a.size, itemsize, a.data.ptr, *a.shape, *a.strides)
+    if module.startswith("numba") and hasattr(kind, "device_ctypes_pointer"):
+        return lambda a: (0, 0, a.size, itemsize, a.device_ctypes_pointer.value or 0, *a.shape, *a.strides)
 
     return lambda a: _interface_fields(a, itemsize)
 
@@ -133,7 +139,14 @@ def _packer(ty):
         if itemsize is None:
             return None
 
-        return lambda arg, flat: flat.extend(_interface_fields(arg, itemsize))
+        readers: dict = {}
+
+        def pack(arg, flat):
+            read = readers.get(type(arg))
+            if read is None:
+                read = readers[type(arg)] = _array_fields(type(arg), itemsize)
+            flat.extend(read(arg))
+        return pack
     if isinstance(ty, types.CPointer):  # a DevicePointer: the address
         return lambda arg, flat: flat.append(ctypes.c_uint64(arg.value))
     if isinstance(ty, types.Integer):

@@ -81,3 +81,26 @@ def test_a_checked_launch_configuration_is_reused_but_never_for_a_wrong_one():
     for bad in ((1.0, 32), ((2.0, 2), 32)):  # not integers: a TypeError too, as numba-cuda raises it
         with pytest.raises(TypeError, match="must be a sequence of integers, got .*positive int or a tuple"):
             noop[bad]
+
+
+def test_a_broadcast_numba_device_array_packs_its_zero_strides():
+    """numba-cuda's ufuncs broadcast a scalar operand as a device array of strides 0, whose interface reports no
+    strides (numba-cuda's is_contiguous skips broadcast axes): packed from the array's own strides, as numba-cuda's
+    launcher packs it, never the C strides the interface implies (which read past its one element: a wrong
+    result, numba-cuda's test_vectorize_scalar_arg on a GPU); typed with any layout."""
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    class Memory:  # stands in for the allocation (no GPU here)
+        device_ctypes_pointer = ctypes.c_void_p(0x10000)
+
+    broadcast = DeviceNDArray(shape=(10,), strides=(0,), dtype=np.float64, gpu_data=Memory())
+    assert broadcast.__cuda_array_interface__["strides"] is None  # what the interface says
+    ty = argument_type("k", 0, broadcast)
+    assert ty.layout == "A"
+    want = (0, 0, 10, 8, 0x10000, 10, 0)
+    values: list = []
+    _launch._ParameterBuffer((ty,)).packers[0](broadcast, values)
+    assert tuple(values) == want
+    flat: list = []
+    _launch._packer(ty)(broadcast, flat)
+    assert tuple(flat) == want
