@@ -64,6 +64,9 @@ _ALIGN = 16
 # Registers per thread: uncapped, the protocol code takes ~170 and one 256-thread block fits
 # an SM, too few loads in flight for HBM (0.76 of a device copy at one rank); 128 gives 0.90.
 _MAX_REGISTERS = 128
+#: How every collective is compiled: optimised, without debug information, whatever numba's NUMBA_OPT and
+#: NUMBA_CUDA_DEBUGINFO say (those default a user's kernels, as numba-cuda's; the library keeps its speed).
+_COMPILE = {"max_registers": _MAX_REGISTERS, "debug": False, "opt": True}
 _SYS = ThreadScope.SYSTEM
 
 
@@ -145,13 +148,13 @@ def local_copy(src, dst, count, inplace, vectors):
 def kernel_factory(program, kernel_for):
     """``factory(op, gin_peers, fp8, ll128)``, cached: the kernel ``kernel_for(op, context, fp8, ll128)``
     makes around ``program`` (``context``: how it gets its GIN context, ``ll128`` an int), compiled with
-    the library's register cap and named after ``program``, whose name, docstring and itself the factory
-    carries."""
+    the library's options (``_COMPILE``) and named after ``program``, whose name, docstring and itself the
+    factory carries."""
     @functools.cache
     def factory(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
         kernel = kernel_for(op, gin_context if gin_peers else no_gin_context, fp8, int(ll128))
         kernel.__name__ = kernel.__qualname__ = program.__name__  # the kernel's symbol names its program
-        return flowdsl.kernel(max_registers=_MAX_REGISTERS)(kernel)
+        return flowdsl.kernel(**_COMPILE)(kernel)
 
     factory.__name__ = factory.__qualname__ = program.__name__
     factory.__doc__ = program.__doc__
@@ -450,7 +453,7 @@ def pairwise_all_to_all(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     context = gin_context if gin_peers else no_gin_context
     ll128 = int(ll128)
 
-    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    @flowdsl.kernel(**_COMPILE)
     def pairwise_all_to_all(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol,
                             vectors, scalar_bits, scalar_at):
         n = comm.nranks
@@ -630,7 +633,7 @@ def hierarchical_all_to_all(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     context = gin_context if gin_peers else no_gin_context
     ll128 = int(ll128)
 
-    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    @flowdsl.kernel(**_COMPILE)
     def hierarchical_all_to_all(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words,
                                 protocol, vectors, scalar_bits, scalar_at):
         n = comm.nranks
@@ -711,7 +714,7 @@ def one_shot_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False):
     """
     scale_of, alone = scale_for(op), one_rank(op)
 
-    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    @flowdsl.kernel(**_COMPILE)
     def one_shot_all_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol,
                             vectors, scalar_bits, scalar_at):
         n, me = comm.lsa_size, comm.lsa_rank
@@ -815,7 +818,7 @@ def multimem_all_reduce(op=RedOp.SUM, gin_peers=False, fp8=0, ll128=False, vecto
     mm_op = RedOp.SUM if op == RedOp.AVG else op
     share = multimem_share(mm_op, vector)
 
-    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    @flowdsl.kernel(**_COMPILE)
     def multimem_all_reduce(comm, stage, src, dst, count, root, inplace, channels, nslots, slot_words, protocol,
                             vectors, scalar_bits, scalar_at):
         n, me = comm.lsa_size, comm.lsa_rank
@@ -914,7 +917,7 @@ def hierarchical_cft_all_gather(dtype):
     slot = CFT_CHUNK_BYTES // size  # a slot, in elements
     counters = CFT_COUNTER_BYTES // size
 
-    @flowdsl.kernel(max_registers=_MAX_REGISTERS)
+    @flowdsl.kernel(**_COMPILE)
     def hierarchical_cft_all_gather(comm, win, src, dst, count, channels):
         state = cuda.shared.array(4, uint64, alignment=16)  # cft.SESSION_WORDS
         stage = cuda.shared.array(chunk, elem, alignment=16)

@@ -167,3 +167,19 @@ def test_debug_kernels_and_debug_device_functions_link_in_any_mix(kernel_debug, 
     k = flowdsl.kernel((int32, int32), debug=kernel_debug, opt=False)(chained)
     compiled = k.compile((int32, int32), arch="sm_90", nccl=NCCL)
     assert compiled.cubin
+
+
+def test_the_collectives_are_compiled_optimised_whatever_numbas_configuration(monkeypatch):
+    """NUMBA_OPT=0 and NUMBA_CUDA_DEBUGINFO=1 default a user's kernels, as numba-cuda's; the library's kernels
+    keep optimisation and no debug information."""
+    from flowdsl.collectives import programs
+
+    monkeypatch.setattr(config, "CUDA_DEBUGINFO_DEFAULT", 1)
+    monkeypatch.setattr(config, "OPT", config._OptLevel(0))
+    factory = programs.PROGRAMS[("ring", "all_gather")]
+    factory.cache_clear()
+    try:
+        kernel = factory()
+        assert (kernel.debug, kernel.opt) == (False, True)
+    finally:
+        factory.cache_clear()  # none made under the patched configuration outlives the test
