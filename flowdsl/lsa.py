@@ -355,45 +355,36 @@ def multimem_reduce_sum_program(coop, view, dst, count, lanes, one):
             i += nthreads
 
 
-def multimem_copy_program(coop, src, view, count, lanes, one):
-    """:func:`multimem_copy`."""
+def multimem_store_program(coop, local, src, src_view, view, count, lanes, one):
+    """:func:`multimem_copy` (``local`` True: from ``src``, a local array) and :func:`multimem_reduce_sum_copy`
+    (``local`` None: the switch's sum of every rank's copy through ``src_view``), stored to every LSA rank's copy
+    through ``view``; the other source is None, and the branches on ``local`` are dropped as those of ``lanes``
+    and ``one`` are (numba decides a test against None of an argument that is None or a constant)."""
     rank = _coop.thread_rank(coop)
     nthreads = _coop.size(coop)
     done = 0
     if lanes is not None:
-        offset = _misalignment(_mem.multimem_address(view, 0), _mem.address(src, 0))
+        if local is not None:
+            offset = _misalignment(_mem.multimem_address(view, 0), _mem.address(src, 0))
+        else:
+            offset = _misalignment(_mem.multimem_address(src_view, 0), _mem.multimem_address(view, 0))
         nvec = _multimem_vectors(count, lanes, offset, one)
         v = rank
         while v < nvec:
             i = v * lanes
-            _mem.multimem_store_vec(view, i, _mem.load_vec(src, i))
+            if local is not None:
+                _mem.multimem_store_vec(view, i, _mem.load_vec(src, i))
+            else:
+                _mem.multimem_store_vec(view, i, _mem.multimem_ld_reduce_vec(src_view, i, RedOp.SUM))
             v += nthreads
         done = nvec * lanes
     if one is not None:
         i = done + rank
         while i < count:
-            _mem.multimem_store(view, i, src[i])
-            i += nthreads
-
-
-def multimem_reduce_sum_copy_program(coop, src_view, dst_view, count, lanes, one):
-    """:func:`multimem_reduce_sum_copy`."""
-    rank = _coop.thread_rank(coop)
-    nthreads = _coop.size(coop)
-    done = 0
-    if lanes is not None:
-        offset = _misalignment(_mem.multimem_address(src_view, 0), _mem.multimem_address(dst_view, 0))
-        nvec = _multimem_vectors(count, lanes, offset, one)
-        v = rank
-        while v < nvec:
-            i = v * lanes
-            _mem.multimem_store_vec(dst_view, i, _mem.multimem_ld_reduce_vec(src_view, i, RedOp.SUM))
-            v += nthreads
-        done = nvec * lanes
-    if one is not None:
-        i = done + rank
-        while i < count:
-            _mem.multimem_store(dst_view, i, _mem.multimem_ld_reduce(src_view, i, RedOp.SUM))
+            if local is not None:
+                _mem.multimem_store(view, i, src[i])
+            else:
+                _mem.multimem_store(view, i, _mem.multimem_ld_reduce(src_view, i, RedOp.SUM))
             i += nthreads
 
 

@@ -318,8 +318,7 @@ def lsa_reduce_sum_copy(coop, comm, src_win, src_start, dst_win, dst_start, coun
 register_jitable(lsa._multimem_vectors)
 register_jitable(lsa._misalignment)
 _multimem_reduce_sum = register_jitable(lsa.multimem_reduce_sum_program)
-_multimem_copy = register_jitable(lsa.multimem_copy_program)
-_multimem_reduce_sum_copy = register_jitable(lsa.multimem_reduce_sum_copy_program)
+_multimem_store = register_jitable(lsa.multimem_store_program)
 
 
 def _multimem_forms(stub, view, other, store_only=False):
@@ -343,15 +342,15 @@ def lsa_multimem_reduce_sum(coop, view, dst, count):
 def lsa_multimem_copy(coop, src, view, count):
     check(lsa.multimem_copy, coop, src, view, count)
     lanes, one = _multimem_forms(lsa.multimem_copy, view, src, store_only=True)
-    return lambda coop, src, view, count: _multimem_copy(coop, src, view, count, lanes, one)
+    return lambda coop, src, view, count: _multimem_store(coop, True, src, None, view, count, lanes, one)
 
 
 @overload(lsa.multimem_reduce_sum_copy)
 def lsa_multimem_reduce_sum_copy(coop, src_view, dst_view, count):
     check(lsa.multimem_reduce_sum_copy, coop, src_view, dst_view, count)
     lanes, one = _multimem_forms(lsa.multimem_reduce_sum_copy, src_view, dst_view)
-    return lambda coop, src_view, dst_view, count: _multimem_reduce_sum_copy(coop, src_view, dst_view, count,
-                                                                             lanes, one)
+    return lambda coop, src_view, dst_view, count: _multimem_store(coop, None, None, src_view, dst_view, count,
+                                                                   lanes, one)
 
 
 @overload(lsa.multimem_partial_vectors)

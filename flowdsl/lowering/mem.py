@@ -459,23 +459,16 @@ def _globaltimer(typingctx):
     return types.uint64(), codegen
 
 
-_load_acquire = _load("acquire")
-_load_relaxed = _load("relaxed")
-_store_release = _store("release")
-_store_relaxed = _store("relaxed")
-_atomic_add = _atomic("add")
-_atomic_exch = _atomic("exch")
-_red_add = _atomic("add", returns=False)
-
 
 # numba offers an overload the non-literal types first, then literals: the non-literal attempt is refused
 # by the spec's constant check, so the literal one decides (and its error is the one reported).
 
 #: Primitives whose lowering is their intrinsic, called with the stub's arguments after the spec's checks.
-for _stub, _intrinsic in ((mem.load_acquire, _load_acquire), (mem.load_relaxed, _load_relaxed),
-                          (mem.store_release, _store_release), (mem.store_relaxed, _store_relaxed),
-                          (mem.fence, _fence), (mem.atomic_add, _atomic_add), (mem.atomic_exch, _atomic_exch),
-                          (mem.red_add, _red_add), (mem.atomic_cas, _atomic_cas), (mem.load_vec, _load_vec),
+for _stub, _intrinsic in ((mem.load_acquire, _load("acquire")), (mem.load_relaxed, _load("relaxed")),
+                          (mem.store_release, _store("release")), (mem.store_relaxed, _store("relaxed")),
+                          (mem.fence, _fence), (mem.atomic_add, _atomic("add")), (mem.atomic_exch, _atomic("exch")),
+                          (mem.red_add, _atomic("add", returns=False)), (mem.atomic_cas, _atomic_cas),
+                          (mem.load_vec, _load_vec),
                           (mem.store_vec, _store_vec), (mem.load_vec_relaxed, _load_vec_relaxed),
                           (mem.store_vec_relaxed, _store_vec_relaxed),
                           # One st.relaxed.v* a lane: a converged warp issues them as one instruction (its meaning).

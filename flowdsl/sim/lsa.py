@@ -301,13 +301,13 @@ def _lsa_multimem_reduce_sum(coop, view, dst, count):
 @implements("flowdsl.lsa.multimem_copy")
 def _lsa_multimem_copy(coop, src, view, count):
     lanes, one = _forms("multimem_copy", view, src, store_only=True)
-    lsa.multimem_copy_program(coop, src, view, int(count), lanes, one)
+    lsa.multimem_store_program(coop, True, src, None, view, int(count), lanes, one)
 
 
 @implements("flowdsl.lsa.multimem_reduce_sum_copy")
 def _lsa_multimem_reduce_sum_copy(coop, src_view, dst_view, count):
     lanes, one = _forms("multimem_reduce_sum_copy", src_view, dst_view)
-    lsa.multimem_reduce_sum_copy_program(coop, src_view, dst_view, int(count), lanes, one)
+    lsa.multimem_store_program(coop, None, None, src_view, dst_view, int(count), lanes, one)
 
 
 @implements("flowdsl.lsa.multimem_partial_vectors")
