@@ -150,7 +150,8 @@ def _producer_reader(array):
         # PyTorch's interface names no stream; CuPy's names its current stream (where a launch without a stream
         # goes), not the one that made the array: neither has a producer to wait for
         return None
-    if module.startswith("numba"):  # a device array of numba-cuda: its stream, when it was bound to one
+    if module.startswith("numba") and hasattr(type(array), "device_ctypes_pointer") and hasattr(array, "stream"):
+        # a device array of numba-cuda: its interface names a stream only when it was bound to one
         return lambda a: a.__cuda_array_interface__.get("stream") if a.stream else None
     return lambda a: a.__cuda_array_interface__.get("stream")
 

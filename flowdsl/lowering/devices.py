@@ -46,8 +46,10 @@ def register_device(fn) -> None:
             from numba.cuda.descriptor import cuda_target  # noqa: PLC0415
 
             chosen = cuda_target.typing_context.resolve_overload(fn, declared, args, kwargs, allow_ambiguous=True)
-            if chosen is None or tuple(chosen.args) == tuple(args):
-                return None if chosen is None else made[0]
+            if chosen is None:
+                return None
+            if not _numbers_differ(chosen.args, args):  # arrays of another layout compile for their own type
+                return made[0]
             return _casting_call(fn, chosen.args, args)
         return
     impl = fn.py_func  # a kernel object: an overload of the object, implemented by its function
@@ -94,15 +96,22 @@ def _recursive_call(fn):
     return calls["call"]
 
 
-def _casting_call(fn, declared: tuple, given: tuple):
-    """A function that calls ``fn`` with its arguments cast to the declared numeric types (numba's conversion of a
-    call to a declared signature), or None where an argument that differs is not a number."""
+def _numbers_differ(declared: tuple, given: tuple) -> bool:
+    """Whether a number of ``given`` is not of its ``declared`` type (what a call converts)."""
     from numba.core import types  # noqa: PLC0415
 
-    if any(d != g and not isinstance(d, (types.Number, types.Boolean)) for d, g in zip(declared, given)):
-        return None
+    return any(d != g and isinstance(d, (types.Number, types.Boolean)) for d, g in zip(declared, given))
+
+
+def _casting_call(fn, declared: tuple, given: tuple):
+    """A function that calls ``fn`` with its numbers cast to their declared types (numba's conversion of a call
+    to a declared signature); the other arguments as they are (an array of another layout, which numba's typing
+    converts)."""
+    from numba.core import types  # noqa: PLC0415
+
     names = [f"a{i}" for i in range(len(declared))]
-    casts = [f"T{i}({n})" if d != g else n for i, (n, d, g) in enumerate(zip(names, declared, given))]
+    casts = [f"T{i}({n})" if d != g and isinstance(d, (types.Number, types.Boolean)) else n
+             for i, (n, d, g) in enumerate(zip(names, declared, given))]
     namespace = {"fn": fn, **{f"T{i}": d for i, d in enumerate(declared)}}
     exec(f"def call({', '.join(names)}):\n    return fn({', '.join(casts)})", namespace)  # noqa: S102 - our text
     return namespace["call"]

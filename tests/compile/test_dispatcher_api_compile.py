@@ -271,3 +271,21 @@ def test_a_device_function_that_calls_itself_compiles_as_numba_cudas_does():
 
     with pytest.raises(flowdsl.errors.KernelTypingError, match="cannot type infer runaway recursion"):
         never_ends.inspect_asm(())
+
+
+def _saxpy(a, x, y, out):
+    for i in range(out.shape[0]):
+        out[i] = a * x[i] + y[i]
+
+
+def test_a_declared_signatures_arrays_take_rows_of_another_layout():
+    """numba-cuda's gufuncs (test_gufunc_scalar): a device function declared for any-layout arrays is called with
+    C-contiguous rows; only numbers are converted, the rows compile as they are."""
+    saxpy = flowdsl.device(_saxpy, signature="void(float32, float32[:], float32[:], float32[:])")
+    args = (float32[::1], float32[:, ::1], float32[:, ::1], float32[:, ::1])
+
+    @flowdsl.kernel(args)
+    def rows(a, x, y, out):
+        saxpy(a[0], x[0], y[0], out[0])
+
+    assert "fma.rn.f32" in rows.inspect_asm(args)

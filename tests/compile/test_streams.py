@@ -207,6 +207,13 @@ def test_a_launch_waits_for_the_stream_an_array_names(monkeypatch):
     monkeypatch.setattr(config, "CUDA_ARRAY_INTERFACE_SYNC", False)
     streams.wait_for_producers((_ForeignArray(0x6000),), 0)
     assert synced == [0x5000, 1]
+    foreign_in_numba = type("ForeignArray", (), {"__module__": "numba.cuda.tests.cudapy.test_cuda_array_interface"})
+    monkeypatch.setattr(config, "CUDA_ARRAY_INTERFACE_SYNC", True)
+    made_in_a_numba_module = foreign_in_numba()  # not numba-cuda's device array: its interface is read
+    made_in_a_numba_module.__cuda_array_interface__ = {"stream": 0x8000}
+    streams.wait_for_producers((made_in_a_numba_module,), 0)
+    assert synced == [0x5000, 1, 0x8000]
+    synced.pop()
     torch_like = type("Tensor", (), {"__module__": "torch", "__cuda_array_interface__": {"stream": 0x7000}})
     monkeypatch.setattr(config, "CUDA_ARRAY_INTERFACE_SYNC", True)
     streams.wait_for_producers((torch_like(),), 0)
