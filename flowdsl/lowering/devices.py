@@ -79,13 +79,15 @@ def _recursive_call(fn):
     the first compile of a call to ``fn``, as numba freezes them then."""
     import types as pytypes  # noqa: PLC0415
 
-    from numba import cuda  # noqa: PLC0415
+    # numba-cuda's own decorator, as its overloads take it: not numba.cuda.jit, which a program may have replaced
+    # (numba-cuda's test suite run through flowdsl makes it flowdsl's, which would come back here)
+    from numba.cuda.decorators import jit  # noqa: PLC0415
 
     name = fn.__name__
     namespace = dict(fn.__globals__)
     closure = tuple(pytypes.CellType(c.cell_contents) if _filled(c) else c for c in fn.__closure__ or ())
     code = pytypes.FunctionType(fn.__code__, namespace, name, fn.__defaults__, closure)
-    dispatcher = cuda.jit(device=True, **fn.__flowdsl_jit_options__)(code)
+    dispatcher = jit(device=True, **fn.__flowdsl_jit_options__)(code)
     if name in fn.__code__.co_freevars:
         closure[fn.__code__.co_freevars.index(name)].cell_contents = dispatcher
     else:
