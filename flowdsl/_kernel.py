@@ -469,13 +469,17 @@ class FlowKernel:
         return reqs
 
     # -- compilation ---------------------------------------------------------------------------
-    def compile(self, argtypes, *, arch: str = "sm_90", nccl: str | tuple | None = None,
-                cuda: str | tuple | None = None, gin_backend=None) -> CompiledKernel:
+    def compile(self, argtypes, *, arch: str | None = None, nccl: str | tuple | None = None,
+                cuda: str | tuple | None = None, gin_backend=None):
         """Compile and link for explicit argument types and target; needs no GPU.
 
+        With argument types alone on a machine with a GPU it is numba-cuda's ``dispatcher.compile(signature)``:
+        the kernel is compiled (or loaded from disk) for this GPU and joins :attr:`signatures` and
+        :attr:`overloads`, and its loaded kernel is returned. Otherwise the compile for the target named here.
+
         Args:
-            argtypes: numba types of the parameters (see :meth:`argtypes_for`).
-            arch: ``sm_80``, ``sm_90``, ``sm_100``, ...
+            argtypes: numba types of the parameters (see :meth:`argtypes_for`), or a numba signature.
+            arch: ``sm_80``, ``sm_90``, ``sm_100``, ... (default ``sm_90``).
             nccl: NCCL release of the device ABI (default: the loaded libnccl).
             cuda: CUDA release of the linker, ``"13.3"`` (default: the installed nvJitLink's);
                 gates features that need a newer one (CFT needs 13.3).
@@ -488,6 +492,11 @@ class FlowKernel:
         from .runtime import nccl as nccl_runtime  # noqa: PLC0415
         from .runtime.support import feature_libraries, support_build_for  # noqa: PLC0415
 
+        argtypes = tuple(getattr(argtypes, "args", argtypes))
+        if arch is None and nccl is None and cuda is None and gin_backend is None and _launches_on_a_gpu():
+            self.load(argtypes)
+            return self.overloads[argtypes]
+        arch = arch or "sm_90"
         version = parse_version(nccl) if nccl is not None else nccl_runtime.loaded_version()
         _refuse_another_abi(self.__name__, argtypes, version)
         _targets.checked_arch(arch, f"compile {self.__name__}")

@@ -294,3 +294,22 @@ def test_a_declared_signatures_arrays_take_rows_of_another_layout():
         saxpy(a[0], x[0], y[0], out[0])
 
     assert "fma.rn.f32" in rows.inspect_asm(args)
+
+
+def test_compile_with_argument_types_alone_is_numbas_on_a_gpu(monkeypatch):
+    """numba-cuda's ``dispatcher.compile(signature)`` (test_lineinfo, test_debuginfo): on a machine with a GPU,
+    argument types alone compile for this GPU, join the kernel's signatures and return its loaded kernel; a
+    target named (or no GPU) compiles for that target."""
+    from flowdsl import _kernel
+
+    @flowdsl.kernel
+    def one(x):
+        x[0] = 1
+
+    loaded = []
+    monkeypatch.setattr(_kernel, "_launches_on_a_gpu", lambda: True)
+    monkeypatch.setattr(_kernel.FlowKernel, "load", lambda self, argtypes: loaded.append(argtypes) or "compiled")
+    monkeypatch.setattr(_kernel.FlowKernel, "overloads", property(lambda self: {t: f"loaded {t}" for t in loaded}))
+    assert one.compile(numba.void(int32[::1])) == f"loaded {(int32[::1],)}" and loaded == [(int32[::1],)]
+    assert one.compile((int32[::1],), arch="sm_90", nccl="2.28.9").cubin  # a target named: its compile
+    assert loaded == [(int32[::1],)]
