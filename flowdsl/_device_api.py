@@ -7,7 +7,7 @@ is given it here rather than importing the compiler.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from . import _devices
 
@@ -16,6 +16,7 @@ __all__ = ["DeclaredOverloads"]
 
 def _attach(fn, signature) -> None:
     fn.overloads = DeclaredOverloads(fn, signature)
+    fn.signatures = _Signatures(fn.overloads)
     fn.compile_device = lambda args, return_type=None: fn.overloads.compile(tuple(args), return_type)
     fn.inspect_asm = functools.partial(_inspect_asm, fn)
     fn.inspect_llvm = functools.partial(_inspect_llvm, fn)
@@ -23,6 +24,19 @@ def _attach(fn, signature) -> None:
 
 
 _devices.install_dispatcher_api(_attach)
+
+
+class _Signatures(Sequence):
+    """numba-cuda's ``signatures`` of a device function: the argument types of its ``overloads``, in order."""
+
+    def __init__(self, overloads):
+        self._overloads = overloads
+
+    def __getitem__(self, i):
+        return list(self._overloads)[i]
+
+    def __len__(self) -> int:
+        return len(self._overloads)
 
 
 class DeclaredOverloads(Mapping):

@@ -122,6 +122,7 @@ def test_a_device_functions_declared_signatures_are_its_overloads():
     (float64 to float32 here, as numba-cuda's device dispatcher compiles only what was declared), and a call
     that converts to none is numba's typing error."""
     assert sorted(map(str, _declared_sum.overloads)) == ["(float32, float32)", "(int32, int32)"]
+    assert list(_declared_sum.signatures) == list(_declared_sum.overloads)  # numba-cuda's signatures
     assert _declared_sum.overloads[(float32, float32)].signature.return_type == float32
     assert _declared_sum.overloads[(int32, int32)].signature.return_type == numba.int64  # numba's int32 + int32
     assert set(_declared_sum.inspect_asm()) == {(float32, float32), (int32, int32)}
