@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import sys
 from dataclasses import dataclass, field, replace
 
 from .enums import MemoryOrder, RedOp, ThreadScope
@@ -40,7 +41,7 @@ __all__ = ["Arg", "Gate", "Spec", "CFunction", "C_COMM", "C_WIN", "C_TEAM", "SPE
            "COMM", "COOP", "WINDOW", "TEAM", "TEAMS", "INT", "ORDER", "ARRAY", "SHARED_ARRAY",
            "LSA_SESSION", "GIN_CONTEXT", "REMOTE", "LOCAL", "CFT_SESSION", "CFT_BARRIER_SESSION", "ENUM", "NAMED_KINDS",
            "SCOPE", "CONSTANT_ORDER", "FENCE_ORDER", "RED_OP", "MULTIMEM_VIEW", "MULTIMEM_OP", "MULTIMEM_GATE", "RESULTS", "MEM_ARRAY", "INTEGER_ELEMENTS", "ARITHMETIC_ELEMENTS", "VECTOR_ELEMENTS",
-           "NUMPY_ALLOCATING", "numpy_allocation_refusal"]
+           "NUMPY_ALLOCATING", "numpy_allocation_refusal", "numpy_allocation_allowed"]
 
 #: Targets the support library is built for, oldest first.
 ALL_ARCHS = ("sm_80", "sm_90", "sm_100")
@@ -391,5 +392,14 @@ def vector_write_refusal(name: str, attr: str) -> str:
 def numpy_allocation_refusal(name: str) -> str:
     """How both paths refuse ``numpy.<name>`` (one of :data:`NUMPY_ALLOCATING`) in kernel code."""
     return (f"Cannot type the call of {name} in a kernel: numpy.{name} makes a new array, which a GPU kernel "
-            "cannot allocate (numba's runtime, NRT, is not linked). Use cuda.local.array(shape, dtype) (per "
-            "thread) or cuda.shared.array(shape, dtype) (per block), or pass the array in")
+            "cannot allocate without numba's runtime (NRT, off: NUMBA_CUDA_ENABLE_NRT=1 links it). Use "
+            "cuda.local.array(shape, dtype) (per thread) or cuda.shared.array(shape, dtype) (per block), or pass "
+            "the array in")
+
+
+def numpy_allocation_allowed() -> bool:
+    """Whether kernel code may make new NumPy arrays: numba's runtime is on (``NUMBA_CUDA_ENABLE_NRT``), so
+    numba-cuda types the call and flowdsl links the runtime beside the kernel. Read from numba-cuda's live
+    configuration where it is loaded (a kernel module's ``from numba import cuda`` loads it), else off."""
+    config = sys.modules.get("numba.cuda.core.config")
+    return bool(config is not None and getattr(config, "CUDA_ENABLE_NRT", False))

@@ -35,7 +35,7 @@ from numba.core.typing.typeof import typeof as _typeof
 from numba.cuda.stubs import Stub as _Stub  # the simulator shims numba.cuda, whose stubs user code names
 
 from .._devices import code_names
-from .._spec import NUMPY_ALLOCATING, numpy_allocation_refusal
+from .._spec import NUMPY_ALLOCATING, numpy_allocation_allowed, numpy_allocation_refusal
 from . import _state, division, intrinsics, vectors
 from .bf16 import SimBf16
 from .errors import KernelTypingError, UnsupportedFeatureError, UsageError, sim_error
@@ -521,10 +521,11 @@ def simulate_function(fn, cache, debug: bool = False):
 
 class _KernelNumpy:
     """``numpy`` inside simulated kernel code: NumPy itself, but for the functions that make a new array, which
-    a GPU kernel cannot call: refused as compiling for a GPU refuses them, in the same words."""
+    a GPU kernel cannot call without numba's runtime: refused as compiling for a GPU refuses them, in the same
+    words, unless the runtime is on (then the GPU links it, and they run here too)."""
 
     def __getattr__(self, name):
-        if name in NUMPY_ALLOCATING:
+        if name in NUMPY_ALLOCATING and not numpy_allocation_allowed():
             def refused(*args, **kwargs):
                 raise sim_error(KernelTypingError, numpy_allocation_refusal(name))
             return refused

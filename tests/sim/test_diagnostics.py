@@ -302,3 +302,20 @@ def test_a_barrier_index_per_block_beyond_the_count_is_told_the_launchs_block_co
     launch_refused(_a_barrier_per_block, 32, 10, sim.BarrierIndexError,
                    r"Create it with comm.device_communicator\(lsa_barrier_count=32\) or more \(this launch has 32 "
                    r"blocks: one barrier each needs 32\)", lsa_barrier_count=4)
+
+
+def test_with_numbas_runtime_on_a_kernel_that_allocates_runs_as_on_the_gpu(monkeypatch):
+    """NUMBA_CUDA_ENABLE_NRT=1: the GPU links numba's runtime for such a kernel (tests/compile/
+    test_numba_linking_compile.py), so the simulator runs it too instead of refusing it."""
+    from numba.cuda.core import config
+
+    monkeypatch.setattr(config, "CUDA_ENABLE_NRT", True)
+
+    def main(comm):
+        out = comm.alloc(4, np.float32)
+        out.fill(np.nan)
+        _allocates_with_numpy[1, 1](out)
+        comm.synchronize()
+        return out.get()[0]
+
+    assert sim.spawn(main, nranks=1) == [2.0]
