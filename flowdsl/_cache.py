@@ -200,8 +200,9 @@ class _Walker:
         code = fn.__code__
         h = hashlib.sha256(_code_digest(code, self.lineinfo))
         h.update(f"inline={getattr(fn, '__flowdsl_inline__', None)}".encode())
-        for option, value in sorted(getattr(fn, "__flowdsl_jit_options__", {}).items()):  # its own (fast math,
-            h.update(b"fastmath" if option == "fastmath" else f"{option}={value}".encode())  # ...): others' keys unchanged
+        # Its own options (fast math, debug, ...); fast math keeps the word it always had, so other keys stay
+        for option, value in sorted(getattr(fn, "__flowdsl_jit_options__", {}).items()):
+            h.update(b"fastmath" if option == "fastmath" else f"{option}={value}".encode())
         h.update(self.value(fn.__defaults__, f"{where}'s defaults"))
         h.update(self.value(fn.__kwdefaults__, f"{where}'s defaults"))
         h.update(self._closure(fn, where))

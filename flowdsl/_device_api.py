@@ -50,19 +50,40 @@ class DeclaredOverloads(Mapping):
 
     def _load(self) -> dict:
         if self._entries is None:
-            from numba.core import sigutils  # noqa: PLC0415 - numba's own parser of its signatures
-
-            declared = self._declared
             self._entries = {}
-            for one in (declared if isinstance(declared, list) else [] if declared is None else [declared]):
-                args, returns = sigutils.normalize_signature(one)
-                self.compile(tuple(args), returns)
+            for signature in self.declared_signatures():
+                self.compile(tuple(signature.args), signature.return_type)
         return self._entries
 
     @property
     def declared(self):
         """The signature (or list) declared at decoration, as given, or None."""
         return self._declared
+
+    def declared_signatures(self) -> list:
+        """numba signatures of the types declared at decoration (numba's parser of its signatures), or []."""
+        declared = self._declared
+        if declared is None:
+            return []
+        from numba.core import sigutils, typing  # noqa: PLC0415
+
+        return [typing.signature(returns, *args) for args, returns in
+                (sigutils.normalize_signature(one) for one in (declared if isinstance(declared, list) else [declared]))]
+
+    def conversions(self, given: tuple, context, kwargs=None):
+        """How a call with argument types ``given`` takes a declared signature, as numba-cuda's device dispatcher
+        takes only those: per argument the numba type its number is converted to (None: taken as it is, arrays of
+        another layout included), for the declared signature numba's rules (``context``'s) choose, a tie taking
+        the first; None where no declared signature takes them (numba's typing error). The GPU's lowering and the
+        simulator both ask this."""
+        from numba.core import types  # noqa: PLC0415
+
+        chosen = context.resolve_overload(self._fn, self.declared_signatures(), given, kwargs or {},
+                                          allow_ambiguous=True)
+        if chosen is None:
+            return None
+        return tuple(d if d != g and isinstance(d, (types.Number, types.Boolean)) else None
+                     for d, g in zip(chosen.args, given))
 
     def compile(self, args: tuple, return_type=None):
         """numba's compile result for ``args`` (``compile_device``), compiled once."""

@@ -76,16 +76,7 @@ def _value_packer(ty):
     if isinstance(ty, WindowType):
         return "QQ", lambda arg, values: values.extend((arg.handle, arg.nbytes))
     if isinstance(ty, types.Array):
-        itemsize = ty.dtype.bitwidth // 8
-        readers: dict = {}
-
-        def pack_array(arg, values):
-            kind = type(arg)
-            read = readers.get(kind)
-            if read is None:
-                read = readers[kind] = _array_fields(kind, itemsize)
-            values.extend(read(arg))
-        return "q" * (5 + 2 * ty.ndim), pack_array
+        return "q" * (5 + 2 * ty.ndim), _array_packer(ty.dtype.bitwidth // 8)
     if isinstance(ty, types.CPointer):  # a DevicePointer: the address
         return "Q", lambda arg, values: values.append(arg.value)
     if isinstance(ty, types.Integer):
@@ -94,6 +85,19 @@ def _value_packer(ty):
     if ty in (types.float32, types.float64):
         return ("f" if ty == types.float32 else "d"), lambda arg, values: values.append(arg)
     raise AssertionError(f"no packer for {ty}")  # _packer refused it first: the launch is not fast
+
+def _array_packer(itemsize: int):
+    """``pack(arg, out)``: an array's flattened fields appended to ``out``, read the way its type is read
+    (:func:`_array_fields`, found once per type)."""
+    readers: dict = {}
+
+    def pack(arg, out):
+        read = readers.get(type(arg))
+        if read is None:
+            read = readers[type(arg)] = _array_fields(type(arg), itemsize)
+        out.extend(read(arg))
+    return pack
+
 
 def _array_fields(kind, itemsize: int):
     """How numba-cuda flattens an array of type ``kind``: meminfo, parent, size, itemsize,
@@ -139,14 +143,7 @@ def _packer(ty):
         if itemsize is None:
             return None
 
-        readers: dict = {}
-
-        def pack(arg, flat):
-            read = readers.get(type(arg))
-            if read is None:
-                read = readers[type(arg)] = _array_fields(type(arg), itemsize)
-            flat.extend(read(arg))
-        return pack
+        return _array_packer(itemsize)
     if isinstance(ty, types.CPointer):  # a DevicePointer: the address
         return lambda arg, flat: flat.append(ctypes.c_uint64(arg.value))
     if isinstance(ty, types.Integer):

@@ -112,14 +112,10 @@ class Lowered:
         return self._library.get_ltoir(cc=cc)
 
     def calls_nrt(self) -> bool:
-        """Whether the kernel calls numba's runtime (``NUMBA_CUDA_ENABLE_NRT``: arrays made or reduced in the
-        kernel), whose functions numba-cuda links from its own source, as its dispatcher does when its code
-        declares them."""
-        from numba.cuda.memory_management.nrt import NRT_LIBRARY  # noqa: PLC0415
-
-        if "NRT_" not in self.ir_text or NRT_LIBRARY in self._library._linking_files:  # none, or linked already
-            return False
-        return re.search(r'^declare [^\n]*@"?NRT_\w+"?\(', self.ir_text, re.MULTILINE) is not None
+        """Whether the kernel's code declares functions of numba's runtime (``NUMBA_CUDA_ENABLE_NRT``: arrays made
+        or reduced in the kernel), which numba-cuda's dispatcher links from its own source then."""
+        return "NRT_" in self.ir_text and re.search(r'^declare [^\n]*@"?NRT_\w+"?\(', self.ir_text,
+                                                    re.MULTILINE) is not None
 
     def linked_code(self, cc: tuple[int, int], extra=()) -> list:
         """What numba-cuda links beside the kernel, as cuda.core ``ObjectCode``: its C++ shims (float16 and
@@ -127,10 +123,10 @@ class Lowered:
         cooperative launches, then ``extra`` (a kernel's ``link=``: paths or numba ``LinkableCode``). A kernel
         that needs none of it gets an empty list (nothing more to compile)."""
         files = list(self._library._linking_files) + list(extra)
-        if self.calls_nrt():  # numba's runtime (arrays made in the kernel): numba-cuda links its source then
+        if self.calls_nrt():  # numba's runtime, linked from numba-cuda's source unless its library listed it
             from numba.cuda.memory_management.nrt import NRT_LIBRARY  # noqa: PLC0415
 
-            files.append(NRT_LIBRARY)
+            files += [NRT_LIBRARY] if NRT_LIBRARY not in files else []
         if getattr(self._library, "needs_cudadevrt", False) or self.cooperative:  # a grid sync calls into it
             from numba.cuda.cudadrv.libs import get_cudalib  # noqa: PLC0415
 

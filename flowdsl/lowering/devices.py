@@ -37,20 +37,17 @@ def register_device(fn) -> None:
         def _as_jitable(*args, **kwargs):
             if not made:
                 made.append(_recursive_call(fn) if _calls_itself(fn) else impl)
-            declared = _declared_signatures(fn)
-            if not declared:
+            if fn.overloads.declared is None:
                 return made[0]
-            # Declared signatures, as numba-cuda's device dispatcher compiles only those: a call takes the one its
-            # arguments convert to by numba's rules (an int32 function called with floats casts them; a tie takes
-            # the first, as numba-cuda's does for device functions); none is numba's typing error.
+            # Declared signatures, as numba-cuda's device dispatcher compiles only those: the numbers of a call are
+            # converted to the one numba's rules choose (an int32 function called with floats casts them); none
+            # is numba's typing error.
             from numba.cuda.descriptor import cuda_target  # noqa: PLC0415
 
-            chosen = cuda_target.typing_context.resolve_overload(fn, declared, args, kwargs, allow_ambiguous=True)
-            if chosen is None:
+            casts = fn.overloads.conversions(args, cuda_target.typing_context, kwargs)
+            if casts is None:
                 return None
-            if not _numbers_differ(chosen.args, args):  # arrays of another layout compile for their own type
-                return made[0]
-            return _casting_call(fn, chosen.args, args)
+            return _casting_call(fn, casts) if any(casts) else made[0]
         return
     impl = fn.py_func  # a kernel object: an overload of the object, implemented by its function
     options = {k: v for k, v in fn.targetoptions.items() if k != "inline" and v}  # numba's, as cuda.jit takes them
@@ -98,37 +95,13 @@ def _recursive_call(fn):
     return calls["call"]
 
 
-def _numbers_differ(declared: tuple, given: tuple) -> bool:
-    """Whether a number of ``given`` is not of its ``declared`` type (what a call converts)."""
-    from numba.core import types  # noqa: PLC0415
-
-    return any(d != g and isinstance(d, (types.Number, types.Boolean)) for d, g in zip(declared, given))
-
-
-def _casting_call(fn, declared: tuple, given: tuple):
-    """A function that calls ``fn`` with its numbers cast to their declared types (numba's conversion of a call
-    to a declared signature); the other arguments as they are (an array of another layout, which numba's typing
-    converts)."""
-    from numba.core import types  # noqa: PLC0415
-
-    names = [f"a{i}" for i in range(len(declared))]
-    casts = [f"T{i}({n})" if d != g and isinstance(d, (types.Number, types.Boolean)) else n
-             for i, (n, d, g) in enumerate(zip(names, declared, given))]
-    namespace = {"fn": fn, **{f"T{i}": d for i, d in enumerate(declared)}}
-    exec(f"def call({', '.join(names)}):\n    return fn({', '.join(casts)})", namespace)  # noqa: S102 - our text
+def _casting_call(fn, casts: tuple):
+    """A function that calls ``fn`` with each argument converted to its type in ``casts`` (None: as it is)."""
+    names = [f"a{i}" for i in range(len(casts))]
+    namespace = {"fn": fn, **{f"T{i}": t for i, t in enumerate(casts) if t is not None}}
+    converted = [f"T{i}({n})" if t is not None else n for i, (n, t) in enumerate(zip(names, casts))]
+    exec(f"def call({', '.join(names)}):\n    return fn({', '.join(converted)})", namespace)  # noqa: S102 - our text
     return namespace["call"]
-
-
-def _declared_signatures(fn) -> list:
-    """numba signatures of the types ``fn`` was declared with (``@flowdsl.device(signature=...)``), or []."""
-    from numba.core import sigutils, typing  # noqa: PLC0415
-
-    declared = fn.overloads.declared
-    out = []
-    for one in (declared if isinstance(declared, list) else [] if declared is None else [declared]):
-        args, returns = sigutils.normalize_signature(one)
-        out.append(typing.signature(returns, *args))
-    return out
 
 
 def register_called_kernels(fn) -> None:

@@ -566,34 +566,28 @@ def _sim_value(v, cache):
 
 def _to_declared(v, fn):
     """``fn``, the simulated device function ``v``, taking only ``v``'s declared signatures as the GPU's lowering
-    does (flowdsl.lowering.devices): a call converts its numbers to the declared signature numba's rules choose
-    (numba's typing context, as on the GPU; a float for an int32 is truncated, as numba casts it), and a call that
-    converts to none is numba's typing error. Without declared signatures, ``fn`` itself."""
-    declared = getattr(getattr(v, "overloads", None), "declared", None)
-    if declared is None:
+    does (``v.overloads.conversions``, with numba's typing context: a float for an int32 is truncated, as numba
+    casts it), and a call that converts to none is numba's typing error. Without declared signatures, ``fn``."""
+    overloads = getattr(v, "overloads", None)
+    if getattr(overloads, "declared", None) is None:
         return fn
-    from numba.core import sigutils, typing  # noqa: PLC0415
     from numba.core.registry import cpu_target  # noqa: PLC0415 - numba's conversion rules, as flowdsl's launches
 
-    signatures = [typing.signature(r, *a) for a, r in
-                  (sigutils.normalize_signature(one) for one in (declared if isinstance(declared, list) else [declared]))]
-    chosen_for: dict = {}
+    casts_for: dict = {}
 
     @functools.wraps(fn)
     def call(*args):
         given = tuple(_typeof(a, _Purpose.argument) for a in args)
-        chosen = chosen_for.get(given, chosen_for)
-        if chosen is chosen_for:
-            chosen = chosen_for[given] = cpu_target.typing_context.resolve_overload(
-                v, signatures, given, {}, allow_ambiguous=True)
-        if chosen is None:
+        casts = casts_for.get(given, casts_for)
+        if casts is casts_for:
+            casts = casts_for[given] = overloads.conversions(given, cpu_target.typing_context)
+        if casts is None:
             raise sim_error(KernelTypingError, (
                 f"No implementation of function {v.__name__} found for signature: {v.__name__}"
-                f"({', '.join(map(str, given))}): it is declared for {', '.join(str(s) for s in signatures)} and "
-                "these arguments convert to none of them. Pass arguments of a declared signature's types"))
-        return fn(*(np.dtype(str(want)).type(a) if want != got and isinstance(want, (_nb_types.Number,
-                                                                                     _nb_types.Boolean)) else a
-                    for a, want, got in zip(args, chosen.args, given)))
+                f"({', '.join(map(str, given))}): it is declared for "
+                f"{', '.join(map(str, overloads.declared_signatures()))} and these arguments convert to none of "
+                "them. Pass arguments of a declared signature's types"))
+        return fn(*(a if t is None else np.dtype(str(t)).type(a) for a, t in zip(args, casts)))
     return call
 
 
