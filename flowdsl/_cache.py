@@ -70,7 +70,12 @@ _VERSIONED = frozenset(("builtins", "numpy", "numba", "numba_cuda", "llvmlite", 
 
 
 class Uncacheable(FlowDSLError):
-    """A kernel depends on a value whose content cannot be hashed reliably; it is not cached on disk."""
+    """A kernel depends on a value whose content cannot be hashed reliably; it is not cached on disk.
+    ``device_array``: that value is GPU memory (its address would be frozen into the code)."""
+
+    def __init__(self, message: str, device_array: bool = False):
+        super().__init__(message)
+        self.device_array = device_array
 
 
 @functools.cache
@@ -346,7 +351,8 @@ class _Walker:
         if type(value).__name__ == "ExternFunction":  # cuda.declare_device: the linked files' contents count
             links = [_link_token(link, where) for link in getattr(value, "link", ())]
             return f"extern:{value.name}:{value.sig!r}:".encode() + b",".join(links)
-        raise Uncacheable(f"{where}, a {_type_name(type(value))}")
+        raise Uncacheable(f"{where}, a {_type_name(type(value))}",
+                          device_array=hasattr(value, "__cuda_array_interface__"))
 
     # -- modules -------------------------------------------------------------------------------
     def module_sources(self) -> bytes:

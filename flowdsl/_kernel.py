@@ -12,6 +12,7 @@ process loads it instead of compiling. The key is :mod:`flowdsl._cache`'s, argum
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
 import sys
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _argtypes, _cache, _launch, _stubs, _targets
-from ._devices import debug_options, device
+from ._devices import code_names, debug_options, device
 from ._launch import _config_key, _Launch, _Loaded, check_features
 from ._release import format_version, parse_version
 from .errors import AlreadySpecializedError, UsageError
@@ -39,7 +40,7 @@ __all__ = ["kernel", "device", "FlowKernel", "check_features"]
 def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
            max_registers: int | None = None, link=(), extensions=(), launch_bounds=None,
            shared_memory_carveout=None, debug: bool | None = None, opt: bool | None = None, inline="never",
-           forceinline: bool = False):
+           forceinline: bool = False, cache: bool = False):
     """Make ``fn`` a flowdsl kernel; launch it as ``k[grid, block](*args)``.
 
     ``@flowdsl.kernel("void(int32[:], int32)")`` (or ``signature=``), as numba-cuda's ``cuda.jit`` takes
@@ -80,6 +81,10 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
     ``inline`` and ``forceinline``: numba-cuda's, for where the kernel is called from another kernel (as a device
     function): ``inline`` ``"always"`` (or True) inlines the call in numba's IR, ``"never"`` (or False) does not, a
     cost-model function decides per call; ``forceinline=True`` marks its LLVM function ``alwaysinline``.
+    ``cache=True``: numba-cuda's on-disk cache as well (``__pycache__`` beside the source, numba-cuda's files and
+    keys: each loads the other's entries), with ``stats`` and ``recompile()``; flowdsl's own disk cache keeps every
+    kernel whatever ``cache`` says. Refused, as numba-cuda refuses it, with ``link=`` files or for a kernel that
+    reaches a device array.
     """
     debug, opt = debug_options(debug, opt, lineinfo)
     if isinstance(inline, bool):  # numba-cuda's older spelling
@@ -89,7 +94,7 @@ def kernel(fn=None, *, signature=None, fastmath: bool = False, lineinfo: bool = 
     make = functools.partial(FlowKernel, signature=signature, fastmath=fastmath, lineinfo=lineinfo,
                              max_registers=max_registers, link=link, extensions=extensions, launch_bounds=launch_bounds,
                              shared_memory_carveout=shared_memory_carveout, debug=debug, opt=opt, inline=inline,
-                             forceinline=forceinline)
+                             forceinline=forceinline, cache=cache)
     return make if fn is None else make(fn)
 
 
@@ -193,7 +198,7 @@ class FlowKernel:
     def __init__(self, py_func, *, signature=None, fastmath: bool = False, lineinfo: bool = False,
                  max_registers: int | None = None, link=(), extensions=(), launch_bounds=None,
                  shared_memory_carveout=None, debug: bool = False, opt: bool = True, inline="never",
-                 forceinline: bool = False):
+                 forceinline: bool = False, cache: bool = False):
         self.py_func = py_func
         self.debug, self.opt = bool(debug), bool(opt)  # resolved and warned about by kernel()
         #: How a kernel that calls this one (as a device function) compiles the call: numba's inline option and
@@ -232,6 +237,14 @@ class FlowKernel:
         #: Last compile/load: {"source": "compiled"|"disk", "seconds": float, "key": str,
         #: "phases": CPU seconds per compile step (numba, nvvm, link; empty from disk)}
         self.last_build: dict = {}
+        #: numba-cuda's disk cache (``cache=True``), and its counters by argument types (numba-cuda's ``stats``)
+        self._numba_cache = None
+        if cache:
+            from . import _numba_cache  # noqa: PLC0415
+
+            _numba_cache.refuse_linked_files(self.__name__, self.link)
+            self._numba_cache = _numba_cache.NumbaDiskCache(py_func)
+        self._cache_hits, self._cache_misses = collections.Counter(), collections.Counter()
         if (self._declared is not None or self._candidates) and _launches_on_a_gpu():
             self._compile_declared()
 
@@ -240,7 +253,8 @@ class FlowKernel:
         from . import _pickling  # noqa: PLC0415
 
         options = {"signature": self.signature, "extensions": self.extensions,
-                   "shared_memory_carveout": self.shared_memory_carveout, **self._codegen, **self._as_callee}
+                   "shared_memory_carveout": self.shared_memory_carveout, "cache": self._numba_cache is not None,
+                   **self._codegen, **self._as_callee}
         return _rebuilt_kernel, (_pickling.dumps((self.py_func, options)),)
 
     def _compile_declared(self) -> None:
@@ -320,7 +334,23 @@ class FlowKernel:
                 if len(self._launches) >= 64:
                     self._launches.clear()
                 self._launches[key] = launch
+        if _low_occupancy_warnings() and not self._communicates:
+            _warn_low_occupancy(launch.dims[0])
         return launch
+
+    @functools.cached_property
+    def _communicates(self) -> bool:
+        """Whether the kernel names flowdsl's communication API (a module of flowdsl, or a function of one):
+        such a kernel runs on few blocks by design, and numba-cuda's low-occupancy advice is not for it."""
+        code = self.py_func.__code__
+        values = [self.py_func.__globals__.get(name) for name in code_names(code)]
+        for cell in self.py_func.__closure__ or ():
+            try:
+                values.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                pass
+        return any(getattr(v, "__name__", "").startswith("flowdsl") if inspect.ismodule(v) else
+                   getattr(v, "__module__", "").startswith(_COMMUNICATION_MODULES) for v in values)
 
     # -- numba-cuda's dispatcher API: the code of each signature ---------------------------------
     @property
@@ -344,6 +374,7 @@ class FlowKernel:
         for argtypes, kernel in kernels.items():
             if getattr(kernel, "_type_annotation", None) is None:  # a kernel loaded from its cubin: no typing kept
                 kernel._type_annotation = self._kernel_code(argtypes).type_annotation()
+                _answer_inspection(kernel, functools.partial(self._kernel_code, argtypes))
         return kernels
 
     def _loaded_kernels(self) -> dict:
@@ -638,22 +669,99 @@ class FlowKernel:
 
     def _load_or_compile(self, argtypes, target: Target):
         start = time.perf_counter()
+        stored = self._numba_cache.load(argtypes, target) if self._numba_cache is not None else None
+        if stored is not None:  # numba-cuda's disk cache (cache=True): its entry, flowdsl's or numba-cuda's own
+            self._cache_hits[argtypes] += 1
+            stored.flowdsl_debug = self.debug and getattr(stored, "call_helper", None) is not None
+            return self._bound(stored, _numba_cache_features(stored), start, {"source": "disk", "key": None})
+        self._cache_misses[argtypes] += 1  # numba-cuda counts every compile of a kernel without its cache a miss
         key, cubin, meta, source = self._cached_or_compiled(argtypes, target)
         features = frozenset(meta.get("features", ()))
+        linked_for = None
+        if self._numba_cache is not None:
+            from . import _numba_cache  # noqa: PLC0415
+
+            linked_for = _numba_cache.stamp(target)
         loaded = _launch.numba_kernel(meta["entry_name"], cubin, argtypes, features, debug=self.debug,
-                                      exceptions=meta.get("exceptions"))
-        loaded.shared_memory_carveout = self.shared_memory_carveout  # numba-cuda's bind() sets it on the function
-        loaded.bind()  # load the module now, so that the time below includes it
-        loaded.flowdsl_features = features
-        self.last_build = {"source": source, "seconds": time.perf_counter() - start, "key": key,
-                           "phases": meta.get("phases", {})}
+                                      exceptions=meta.get("exceptions"), linked_for=linked_for)
+        loaded = self._bound(loaded, features, start, {"source": source, "key": key, "phases": meta.get("phases", {})})
+        if self._numba_cache is not None and target.gin_backend is None:  # numba-cuda's key knows no GIN backend
+            self._numba_cache.save(argtypes, loaded)
         return loaded
+
+    def _bound(self, loaded, features, start: float, build: dict):
+        """``loaded`` with its module loaded on this GPU now (so that :attr:`last_build`'s time includes it)."""
+        loaded.shared_memory_carveout = self.shared_memory_carveout  # numba-cuda's bind() sets it on the function
+        loaded.bind()
+        loaded.flowdsl_features = features
+        self.last_build = {"phases": {}, **build, "seconds": time.perf_counter() - start}
+        return loaded
+
+    # -- numba-cuda's disk cache (cache=True) ----------------------------------------------------
+    @property
+    def stats(self):
+        """numba-cuda's ``stats``: ``cache_path`` (numba-cuda's cache directory with ``cache=True``, else None),
+        ``cache_hits`` and ``cache_misses`` of its disk cache by argument types (without ``cache=True``, every
+        compile or load in this process is a miss)."""
+        from numba.cuda.dispatcher import _CompileStats  # noqa: PLC0415
+
+        path = self._numba_cache.cache_path if self._numba_cache is not None else None
+        return _CompileStats(cache_path=path, cache_hits=self._cache_hits, cache_misses=self._cache_misses)
+
+    def recompile(self) -> None:
+        """numba-cuda's ``recompile()``: every signature loaded in this process compiled again, with the globals'
+        values now, and numba-cuda's disk cache (``cache=True``) emptied and filled again."""
+        signatures = list(self._loaded)
+        for held in (self._loaded, self._loaded_by_ids, self._loaded_for_backends, self._launches):
+            held.clear()
+        if self._numba_cache is not None:
+            self._numba_cache.flush()
+        for argtypes in signatures:
+            self.load(argtypes)
 
 
 #: numba-cuda's name of a kernel's resource -> cuda.core's ``Kernel.attributes`` name.
 _CORE_ATTRIBUTES = {"regs_per_thread": "num_regs", "shared_mem_per_block": "shared_size_bytes",
                     "local_mem_per_thread": "local_size_bytes", "max_threads_per_block": "max_threads_per_block",
                     "const_mem_size": "const_size_bytes"}
+
+
+#: flowdsl's modules of device-side communication (a kernel calling one of their functions communicates).
+_COMMUNICATION_MODULES = tuple(f"flowdsl.{m}" for m in ("lsa", "gin", "cft", "flow", "team", "mem", "wait", "coop",
+                                                         "collectives"))
+
+
+def _low_occupancy_warnings() -> bool:
+    """numba-cuda's ``CUDA_LOW_OCCUPANCY_WARNINGS`` (on unless performance warnings are off), read at each
+    configuration as numba-cuda reads it (``override_config`` changes it)."""
+    config = sys.modules.get("numba.cuda.core.config")
+    return config is not None and bool(config.CUDA_LOW_OCCUPANCY_WARNINGS) and not config.DISABLE_PERFORMANCE_WARNINGS
+
+
+def _warn_low_occupancy(grid) -> None:
+    """numba-cuda's warning for a grid of fewer than 128 blocks, in its words and class."""
+    blocks = grid[0] * grid[1] * grid[2]
+    if blocks < 128:
+        import warnings  # noqa: PLC0415
+
+        from numba.cuda.core.errors import NumbaPerformanceWarning  # noqa: PLC0415
+
+        warnings.warn(NumbaPerformanceWarning(f"Grid size {blocks} will likely result in GPU under-utilization due "
+                                              "to low occupancy."), stacklevel=3)
+
+
+def _numba_cache_features(kernel) -> frozenset:
+    from ._numba_cache import entry_features  # noqa: PLC0415
+
+    return entry_features(kernel)
+
+
+def _answer_inspection(kernel, code) -> None:
+    """A loaded kernel (its cubin alone: numba's code library holds no IR) answers numba-cuda's ``inspect_llvm``,
+    ``inspect_asm(cc)`` and ``inspect_types`` from the kernel's code (``code()``, compiled again when asked)."""
+    kernel.inspect_llvm = lambda: code().llvm()
+    kernel.inspect_asm = lambda cc=None: code().asm()
+    kernel.inspect_types = lambda file=None: print(code().types(), file=file or sys.stdout)
 
 
 def _inspector(what: str, doc: str):

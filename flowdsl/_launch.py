@@ -93,14 +93,14 @@ class _Loaded:
                 raise raised
 
 def numba_kernel(entry_name: str, cubin: bytes, argtypes, features=frozenset(), debug: bool = False,
-                 exceptions=None):
+                 exceptions=None, linked_for=None):
     """A numba-cuda launchable kernel around an already linked cubin (``debug``: compiled with ``debug=True``,
-    ``exceptions`` its exception table)."""
+    ``exceptions`` its exception table; ``linked_for``: kept for numba-cuda's disk cache, flowdsl/_numba_cache.py)."""
     from .lowering.backend import load_kernel  # noqa: PLC0415
     from .lowering.types import ArgumentMarshaller  # noqa: PLC0415
 
-    return load_kernel(entry_name, cubin, argtypes, [ArgumentMarshaller()], cooperative=COOPERATIVE in features,
-                       debug=debug, exceptions=exceptions)
+    return load_kernel(entry_name, cubin, argtypes, [ArgumentMarshaller(features, linked_for)],
+                       cooperative=COOPERATIVE in features, debug=debug, exceptions=exceptions)
 
 def _exception_record(numba_kernel):
     from .lowering.backend import ExceptionRecord  # noqa: PLC0415

@@ -7,11 +7,13 @@ its meaning (numba reports :class:`FeatureUnavailableError` as a typing error), 
 from __future__ import annotations
 
 import functools
+import pickle
 import re
 
 __all__ = ["FlowDSLError", "UsageError", "AlreadySpecializedError", "NoDeviceError", "ResourceClosedError",
            "CollectiveMismatchError", "DeviceTimeoutError", "FeatureUnavailableError", "KernelTypingError", "DeviceOnlyError",
-           "SupportLibraryError", "DriverError", "CacheWarning", "LaunchTypeError", "NotInspectableError"]
+           "SupportLibraryError", "DriverError", "CacheWarning", "LaunchTypeError", "NotInspectableError",
+           "CacheRefusedError"]
 
 
 #: A terminal colour code (numba writes its messages with them).
@@ -43,6 +45,11 @@ class AlreadySpecializedError(UsageError, RuntimeError):
 class NotInspectableError(UsageError, RuntimeError):
     """Code that has no such form to show (the SASS of a device function: it is linked into kernels only);
     a RuntimeError, as numba-cuda raises it."""
+
+
+class CacheRefusedError(UsageError, RuntimeError, pickle.PicklingError):
+    """``cache=True`` for a kernel numba-cuda's disk cache cannot hold (files linked beside it, device arrays it
+    reaches, no source file): a RuntimeError and a PicklingError, as numba-cuda raises them."""
 
 
 class LaunchTypeError(UsageError, TypeError):

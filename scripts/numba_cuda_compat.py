@@ -50,12 +50,18 @@ SIM_MODULES = (
 # ---- the child: one module, one side ------------------------------------------------------------------------
 
 def _flowdsl_jit(target):
-    """``numba.cuda.jit`` as flowdsl: kernels through ``@flowdsl.kernel``, device functions ``@flowdsl.device``."""
+    """``numba.cuda.jit`` as flowdsl: kernels through ``@flowdsl.kernel``, device functions ``@flowdsl.device``.
+    numba-cuda's own calls of ``cuda.jit`` (its compiler's passes, which make a closure inside a kernel a device
+    dispatcher) stay numba-cuda's, as they are in a program that uses flowdsl: only the tests' decorators change."""
     import flowdsl
 
+    numba_jit = sys.modules["numba.cuda"].jit
+
     def jit(func_or_sig=None, device=False, **options):
-        known = {k: options[k] for k in ("fastmath", "lineinfo", "max_registers", "link", "launch_bounds", "debug", "opt",
-                                         "shared_memory_carveout", "inline", "forceinline")
+        if sys._getframe(1).f_globals.get("__name__", "").startswith("numba.cuda.core."):
+            return numba_jit(func_or_sig, device=device, **options)
+        known = {k: options[k] for k in ("fastmath", "lineinfo", "max_registers", "link", "launch_bounds", "debug",
+                                         "opt", "cache", "shared_memory_carveout", "inline", "forceinline")
                  if options.get(k) is not None}
         fn = func_or_sig if callable(func_or_sig) and not isinstance(func_or_sig, str) else None
         signature = None if fn is not None else func_or_sig

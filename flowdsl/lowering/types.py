@@ -184,6 +184,12 @@ class ArgumentMarshaller:
     models above, so the kernel receives exactly the struct it was typed with.
     """
 
+    def __init__(self, features=frozenset(), linked_for=None):
+        #: What a kernel stored in numba-cuda's disk cache (``cache=True``) needs beside its cubin, pickled with
+        #: it: its flowdsl features and what it was linked for (flowdsl/_numba_cache.py).
+        self.features = frozenset(features)
+        self.linked_for = linked_for
+
     def prepare_args(self, ty, val, stream=None, retr=None):
         if isinstance(ty, DevCommType):
             # ints: numba-cuda's launcher packs a tuple's members itself (the words as ctypes values are the

@@ -314,3 +314,31 @@ def test_compile_with_argument_types_alone_is_numbas_on_a_gpu(monkeypatch):
     assert one.compile(numba.void(int32[::1])) == f"loaded {(int32[::1],)}" and loaded == [(int32[::1],)]
     assert one.compile((int32[::1],), arch="sm_90", nccl="2.28.9").cubin  # a target named: its compile
     assert loaded == [(int32[::1],)]
+
+
+def test_numba_cudas_low_occupancy_warning_at_configuration():
+    """numba-cuda's NumbaPerformanceWarning for a grid under 128 blocks, at ``k[grid, block]`` (its config switch
+    read there); not for a kernel that communicates (few blocks by design)."""
+    import warnings
+
+    from numba.cuda.core.errors import NumbaPerformanceWarning
+    from numba.cuda.tests.support import override_config
+
+    from flowdsl import lsa
+
+    def communicates(devcomm):
+        lsa.barrier(devcomm, 0).sync()
+
+    comm_kernel = flowdsl.kernel(communicates)
+    with override_config("CUDA_LOW_OCCUPANCY_WARNINGS", 1), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        store_scaled[1, 1]
+        store_scaled[2, (64, 2)]
+        store_scaled[(8, 4, 4), 32]  # 128 blocks
+        comm_kernel[1, 32]
+    assert [type(w.message) for w in seen] == [NumbaPerformanceWarning] * 2
+    assert "Grid size 1 will likely result in GPU under-utilization due to low occupancy" in str(seen[0].message)
+    assert "Grid size 2 " in str(seen[1].message) and seen[0].filename == __file__
+    with override_config("CUDA_LOW_OCCUPANCY_WARNINGS", 0), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        store_scaled[1, 1]

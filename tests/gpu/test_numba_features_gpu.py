@@ -140,6 +140,10 @@ def test_the_dispatcher_api_on_a_loaded_kernel(comm):
     # numba-cuda's tests read a kernel's typing there (test_sm_creation, test_localmem)
     typemap = store_scaled.overloads[SIG]._type_annotation.typemap
     assert str(typemap["x"]) == "array(float32, 1d, C)" and str(typemap["y"]) == "int32"
+    # and its code there (test_array_alignment reads a local array's alignment in the loaded kernel's LLVM IR)
+    loaded = store_scaled.overloads[SIG]
+    assert loaded.inspect_llvm() == store_scaled.inspect_llvm(SIG) and "store_scaled" in loaded.inspect_llvm()
+    assert ".entry" in loaded.inspect_asm(None)
 
 
 def test_element_conversions_on_the_gpu_bit_for_bit(comm):
@@ -294,3 +298,76 @@ def test_coop_tiles_on_the_gpu_as_on_the_simulator(comm):
     coop_tiles[1, 64](out)
     comm.synchronize()
     check_coop_tiles(out.get())
+
+
+_CACHED_MODULE = '''
+import os
+
+import numpy as np
+from numba import cuda
+
+import flowdsl
+
+Z = 1
+jit = cuda.jit if os.environ.get("PLAIN_NUMBA_CUDA") else flowdsl.kernel
+
+
+@jit(cache=True)
+def add(r, x, y):
+    r[0] = x[0] + y[0] + Z
+
+
+def run():
+    r = np.zeros(1, np.float64)
+    add[1, 1](r, np.array([2.0]), np.array([3.0]))
+    return r[0]
+'''
+
+
+def test_cache_true_is_numba_cudas_disk_cache(comm, tmp_path, monkeypatch):
+    """numba-cuda's files beside the source, its hits and misses, recompile(), and numba-cuda's own dispatcher
+    loading flowdsl's entry in another process (test_caching's rules)."""
+    import importlib
+    import os
+    import subprocess
+    import sys
+    import warnings
+
+    (tmp_path / "flowdsl_cache_true_fodder.py").write_text(_CACHED_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("PLAIN_NUMBA_CUDA", raising=False)
+    pycache = tmp_path / "__pycache__"
+
+    def entries():
+        return sorted(p.name for p in pycache.glob("*") if p.suffix in (".nbi", ".nbc")) if pycache.exists() else []
+
+    def fresh():
+        sys.modules.pop("flowdsl_cache_true_fodder", None)
+        return importlib.import_module("flowdsl_cache_true_fodder")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numba's performance warning for host arrays
+        mod = fresh()
+        assert entries() == [] and mod.run() == 6.0
+        assert [n[-4:] for n in entries()] == [".nbc", ".nbi"], entries()
+        assert sum(mod.add.stats.cache_misses.values()) == 1 and not sum(mod.add.stats.cache_hits.values())
+        mtimes = {p: os.path.getmtime(pycache / p) for p in entries()}
+
+        mod = fresh()  # a new kernel object: loaded from numba-cuda's entry
+        assert mod.run() == 6.0 and sum(mod.add.stats.cache_hits.values()) == 1
+        assert not sum(mod.add.stats.cache_misses.values())
+
+        code = ("import sys; sys.path.insert(0, sys.argv[1]); import flowdsl_cache_true_fodder as m; "
+                "print(m.run(), sum(m.add.stats.cache_hits.values()), type(m.add).__module__)")
+        done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                              env={**os.environ, "PLAIN_NUMBA_CUDA": "1"}, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        value, hits, module = done.stdout.split()[-3:]
+        assert (float(value), int(hits)) == (6.0, 1) and module.startswith("numba"), done.stdout
+        assert {p: os.path.getmtime(pycache / p) for p in entries()} == mtimes  # read, not written again
+
+        mod.Z = 10  # numba froze Z at the compile; recompile() takes its value now, on disk too
+        assert mod.run() == 6.0
+        mod.add.recompile()
+        assert mod.run() == 15.0
+        assert fresh().run() == 15.0
