@@ -63,16 +63,17 @@ _unknown = object()
 
 def _typer(kind):
     if (kind.__module__ or "").startswith("cupy") and hasattr(kind, "flags") and hasattr(kind, "data"):
-        return lambda a: array_type(a.dtype.str, a.ndim, a.flags.c_contiguous)
+        return lambda a: array_type(a.dtype, a.ndim, a.flags.c_contiguous)  # the dtype: bfloat16's typestr is |V2
     return None
 
 
 @functools.cache
-def array_type(typestr: str, ndim: int, c_contiguous: bool):
+def array_type(dtype, ndim: int, c_contiguous: bool):
+    """numba's array type of elements ``dtype`` (a NumPy dtype, or the typestr of an array interface)."""
     import numpy as np  # noqa: PLC0415
     from .lowering.backend import numpy_to_type  # noqa: PLC0415
 
-    return types.Array(numpy_to_type(np.dtype(typestr)), ndim, "C" if c_contiguous else "A")
+    return types.Array(numpy_to_type(np.dtype(dtype)), ndim, "C" if c_contiguous else "A")
 
 
 def argtypes_for(*args, nccl: str | tuple | None = None) -> tuple:
@@ -94,7 +95,7 @@ def argtypes_for(*args, nccl: str | tuple | None = None) -> tuple:
         elif isinstance(arg, types.Type):
             out.append(arg)
         elif isinstance(arg, np.ndarray):  # stands for a device array of the same dtype and shape
-            out.append(array_type(arg.__array_interface__["typestr"], arg.ndim, arg.flags.c_contiguous))
+            out.append(array_type(arg.dtype, arg.ndim, arg.flags.c_contiguous))
         else:
             try:
                 out.append(argument_type(arg))

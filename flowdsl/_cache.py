@@ -31,6 +31,7 @@ import dis
 import enum
 import functools
 import hashlib
+import importlib
 import inspect
 import json
 import os
@@ -492,15 +493,17 @@ def _cubin_problem(cubin: bytes, meta: dict) -> str | None:
     return None
 
 
-def write_entry(root: Path, key: str, cubin: bytes, entry_name: str, features) -> bool:
+def write_entry(root: Path, key: str, cubin: bytes, entry_name: str, features, compile_warnings=()) -> bool:
     """Store an entry: the cubin, then the record naming it; False when ``root`` cannot be written.
+    ``compile_warnings``: what the compile warned (:func:`recorded_warnings`), said again at each load.
 
     Each file appears whole (written aside, then renamed). The first failure for a
     directory warns once; the kernel then runs from memory.
     """
     name = _cubin_name(key, cubin)
     meta = {"format": ENTRY_FORMAT, "key": key, "entry_name": entry_name, "features": sorted(features),
-            "cubin": name, "cubin_bytes": len(cubin), "cubin_crc32": zlib.crc32(cubin)}
+            "cubin": name, "cubin_bytes": len(cubin), "cubin_crc32": zlib.crc32(cubin),
+            "warnings": list(compile_warnings)}
     try:
         root.mkdir(parents=True, exist_ok=True)
         for path, data in ((root / name, cubin), (root / f"{key}.json", json.dumps(meta).encode())):
@@ -518,6 +521,29 @@ def write_entry(root: Path, key: str, cubin: bytes, entry_name: str, features) -
                  "memory for this process; set FLOWDSL_CACHE_DIR to a writable directory to keep them.")
         return False
     return True
+
+
+def recorded_warnings(caught) -> list[dict]:
+    """What a compile warned (``warnings.catch_warnings(record=True)``'s list), as an entry keeps it: numba's
+    diagnostics (an uninitialised variable, ...) would otherwise be said by the first compile only."""
+    return [{"category": f"{w.category.__module__}:{w.category.__qualname__}",
+             "message": str(w.message), "filename": w.filename, "lineno": w.lineno} for w in caught]
+
+
+def warn_again(recorded) -> None:
+    """Say the warnings of an entry's compile (:func:`recorded_warnings`) again, where they were said first, in
+    their words and class (a UserWarning when the class no longer imports)."""
+    for w in recorded:
+        module, _, qualname = str(w.get("category", "")).partition(":")
+        try:
+            category = functools.reduce(getattr, qualname.split("."), importlib.import_module(module))
+        except (ImportError, AttributeError, ValueError):
+            category = UserWarning
+        if not (isinstance(category, type) and issubclass(category, Warning)):
+            category = UserWarning
+        message = category.__new__(category)  # the text as said, not through the class's constructor (numba's
+        Warning.__init__(message, str(w.get("message", "")))  # colours its text there)
+        warnings.warn_explicit(message, category, str(w.get("filename", "")), int(w.get("lineno") or 0))
 
 
 # -- the key of a flowdsl kernel --------------------------------------------------------------------

@@ -17,6 +17,7 @@ import functools
 import inspect
 import sys
 import time
+import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -199,6 +200,9 @@ class FlowKernel:
                  max_registers: int | None = None, link=(), extensions=(), launch_bounds=None,
                  shared_memory_carveout=None, debug: bool = False, opt: bool = True, inline="never",
                  forceinline: bool = False, cache: bool = False):
+        # A kernel (flowdsl's or numba-cuda's dispatcher) made a kernel again is its function's, as numba-cuda's
+        # cuda.jit takes a dispatcher
+        py_func = getattr(py_func, "py_func", py_func)
         self.py_func = py_func
         self.debug, self.opt = bool(debug), bool(opt)  # resolved and warned about by kernel()
         #: How a kernel that calls this one (as a device function) compiles the call: numba's inline option and
@@ -647,11 +651,16 @@ class FlowKernel:
         for k in (backend_key, key):
             hit = _cache.read_entry(root, k) if k is not None else None
             if hit is not None:
+                _cache.warn_again(hit[1].get("warnings", ()))  # what numba's compile of it warned
                 return k, hit[0], hit[1], "disk"
         from .lowering.compiler import compile_kernel  # noqa: PLC0415 - binds numba-cuda: not for a disk hit
 
-        compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, support_arch=support.arch,
-                                  link_for_features=feature_libraries(target), **self._codegen)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, support_arch=support.arch,
+                                      link_for_features=feature_libraries(target), **self._codegen)
+        for w in caught:  # said now, under the caller's filters, and kept with the entry
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features), "phases": compiled.phases,
                 "exceptions": compiled.exceptions}
         from .lowering.gin import linked_backend  # noqa: PLC0415
@@ -659,7 +668,8 @@ class FlowKernel:
         if key is not None and linked_backend(compiled.features) is not None:
             key = backend_key
         if key is not None:
-            _cache.write_entry(root, key, compiled.cubin, compiled.entry_name, compiled.features)
+            _cache.write_entry(root, key, compiled.cubin, compiled.entry_name, compiled.features,
+                               _cache.recorded_warnings(caught))
         elif uncacheable is not None and not self.__dict__.get("_warned_uncacheable"):
             self._warned_uncacheable = True
             _cache.warn(f"Cannot cache kernel {self.py_func.__qualname__} on disk: {uncacheable}, whose value "
@@ -742,8 +752,6 @@ def _warn_low_occupancy(grid) -> None:
     """numba-cuda's warning for a grid of fewer than 128 blocks, in its words and class."""
     blocks = grid[0] * grid[1] * grid[2]
     if blocks < 128:
-        import warnings  # noqa: PLC0415
-
         from numba.cuda.core.errors import NumbaPerformanceWarning  # noqa: PLC0415
 
         warnings.warn(NumbaPerformanceWarning(f"Grid size {blocks} will likely result in GPU under-utilization due "

@@ -122,7 +122,7 @@ class Lowered:
         bfloat16 arithmetic, ``cuda.fp16``), ``cuda.declare_device(..., link=)`` files, cudadevrt for
         cooperative launches, then ``extra`` (a kernel's ``link=``: paths or numba ``LinkableCode``). A kernel
         that needs none of it gets an empty list (nothing more to compile)."""
-        files = list(self._library._linking_files) + list(extra)
+        files = list(self._library._linking_files) + list(extra) + _numba_helpers_called(self.ir_text)
         if self.calls_nrt():  # numba's runtime, linked from numba-cuda's source unless its library listed it
             from numba.cuda.memory_management.nrt import NRT_LIBRARY  # noqa: PLC0415
 
@@ -141,6 +141,16 @@ class Lowered:
         for item in sorted(files, key=str):  # one order, so that equal kernels link equal cubins
             linker.add_file_guess_ext(item)
         return list(linker._object_codes)
+
+
+def _numba_helpers_called(ir_text: str) -> list:
+    """numba-cuda's C helpers that its lowering calls (``reshape_funcs.cu``: an array's ``reshape``), as its
+    dispatcher links them: the file, when the code names one of its functions."""
+    from numba.cuda import dispatcher  # noqa: PLC0415
+
+    if not any(name in ir_text for name in dispatcher.reshape_funcs):
+        return []
+    return [os.path.join(os.path.dirname(os.path.abspath(dispatcher.__file__)), "reshape_funcs.cu")]
 
 
 def lower_kernel(pyfunc, argtypes, cc: tuple[int, int], *, fastmath: bool, lineinfo: bool,
@@ -512,8 +522,8 @@ def argument_type(value):
 
 
 def numpy_to_type(dtype):
-    """The numba scalar type of NumPy ``dtype``."""
-    from numba.np.numpy_support import from_dtype  # noqa: PLC0415
+    """The numba scalar type of NumPy ``dtype`` (numba-cuda's mapping: ml_dtypes' bfloat16 is its bfloat16)."""
+    from numba.cuda.np.numpy_support import from_dtype  # noqa: PLC0415
 
     return from_dtype(dtype)
 
@@ -579,10 +589,12 @@ def versions() -> dict:
 
 
 def codegen_settings() -> list:
-    """numba-cuda settings that change generated code (from ``NUMBA_*`` variables)."""
+    """numba-cuda settings that change generated code or what its compile warns (from ``NUMBA_*`` variables)."""
     from numba.cuda.core import config  # noqa: PLC0415
 
-    return [str(config.OPT), bool(config.CUDA_DEBUGINFO_DEFAULT), bool(getattr(config, "CUDA_ENABLE_NRT", False))]
+    return [str(config.OPT), bool(config.CUDA_DEBUGINFO_DEFAULT), bool(getattr(config, "CUDA_ENABLE_NRT", False)),
+            # and what numba's compile warns (its warnings are kept with the entry and said again at each load)
+            bool(config.ALWAYS_WARN_UNINIT_VAR), bool(config.DISABLE_PERFORMANCE_WARNINGS)]
 
 
 # -- names imported at first use ---------------------------------------------------------------------

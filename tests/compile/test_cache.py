@@ -373,3 +373,39 @@ def test_a_failed_write_leaves_no_entry_and_no_temporary_file(cache, monkeypatch
         warnings.simplefilter("error")  # a cubin without its record is no entry, and no damage
         assert small.build(_argtypes(), TARGET) == "compiled"
     assert small.build(_argtypes(), TARGET) == "cached"
+
+
+def _reads_maybe_unset(result, n):
+    if n:
+        if n > 0:
+            c = 0
+        result[0] = c
+    else:
+        c += 1  # noqa: F821 - numba's SSA pass warns of it (test_ssa's check_undefined_var)
+        result[0] = c
+
+
+def test_what_a_compile_warned_is_said_again_at_each_load_from_disk(cache):
+    """numba's compile-time diagnostics are kept with the entry: a kernel loaded from disk warns as its compile
+    did, and the switch that makes numba warn is part of the key."""
+    from numba.core.errors import NumbaWarning as CoreNumbaWarning
+    from numba.cuda.core.errors import NumbaWarning
+    from numba.cuda.tests.support import override_config
+
+    argtypes = FlowKernel.argtypes_for(np.zeros(1, np.int64), 1, nccl="2.28.9")
+
+    def built(warn: int):
+        with override_config("ALWAYS_WARN_UNINIT_VAR", warn), warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            source = flowdsl.kernel(_reads_maybe_unset).build(argtypes, TARGET)
+        said = [w for w in seen if issubclass(w.category, (NumbaWarning, CoreNumbaWarning))]
+        return source, said
+
+    source, said = built(1)
+    assert source == "compiled" and said and "Detected uninitialized variable c" in str(said[0].message)
+    again, said_again = built(1)  # a new kernel object: from disk, the same warnings at the same lines
+    assert again == "cached"
+    assert [(str(w.message), w.filename, w.lineno) for w in said_again] == [
+        (str(w.message), w.filename, w.lineno) for w in said]
+    assert built(0) == ("compiled", [])  # another key: numba does not warn of it then
+    assert built(0) == ("cached", [])

@@ -342,3 +342,10 @@ def test_numba_cudas_low_occupancy_warning_at_configuration():
     with override_config("CUDA_LOW_OCCUPANCY_WARNINGS", 0), warnings.catch_warnings():
         warnings.simplefilter("error")
         store_scaled[1, 1]
+
+
+def test_a_kernel_made_a_kernel_again_is_its_functions():
+    """numba-cuda's ``cuda.jit(dispatcher)`` takes the dispatcher's function (test_analysis runs ``jit(kernel)``)."""
+    again = flowdsl.kernel(store_scaled)
+    assert again.py_func is store_scaled.py_func
+    assert flowdsl.kernel(cuda.jit(store_scaled.py_func)).py_func is store_scaled.py_func

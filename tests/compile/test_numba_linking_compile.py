@@ -135,3 +135,36 @@ def test_numbas_runtime_links_where_the_kernel_calls_it(monkeypatch):
     monkeypatch.setattr(config, "CUDA_ENABLE_NRT", True)
     compiled = flowdsl.kernel(args)(_reductions).compile(args, arch="sm_90", nccl="2.28.9")
     assert compiled.cubin
+
+
+def reshaped_copy(result, arr):
+    for _ in range(1):
+        arr = arr.reshape(3 * 2)  # numba-cuda's lowering calls its C helper numba_attempt_nocopy_reshape
+        arr = arr.reshape(3, 2)
+    for i in range(arr.shape[0]):
+        for j in range(arr.shape[1]):
+            result[i, j] = arr[i, j]
+
+
+def test_an_arrays_reshape_links_numba_cudas_reshape_helpers():
+    """numba-cuda's dispatcher links reshape_funcs.cu where the code calls it (test_ssa's test_issue3931)."""
+    matrix = types.Array(types.float64, 2, "C")
+    compiled = flowdsl.kernel(reshaped_copy).compile((matrix, matrix), arch="sm_90", nccl="2.28.9")
+    assert compiled.cubin.startswith(b"\x7fELF")
+
+
+def test_an_array_of_ml_dtypes_bfloat16_is_numba_cudas_bfloat16():
+    """CuPy and NumPy arrays of ml_dtypes' bfloat16 (typestr ``|V2``) type as numba-cuda types them, by their dtype
+    (test_cupy_bfloat16_interop's kernel)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from numba.cuda import types as cuda_types
+
+    def bf16_sum(arr_in, arr_in2, arr_out):
+        tid = cuda.grid(1)
+        if tid < arr_in.size:
+            arr_out[tid] = 2 * arr_in[tid] + 4 * arr_in2[tid] + ml_dtypes.bfloat16(3.0)
+
+    b = np.zeros(5, ml_dtypes.bfloat16)
+    argtypes = flowdsl.FlowKernel.argtypes_for(b, np.arange(5), b, nccl="2.28.9")
+    assert argtypes[0].dtype == cuda_types.bfloat16 and argtypes[2] == argtypes[0]
+    assert _compile(flowdsl.kernel(bf16_sum), b, np.arange(5), b).cubin.startswith(b"\x7fELF")
