@@ -195,6 +195,7 @@ class _Walker:
         self.h = hashlib.sha256()
         self.functions: dict[int, bytes] = {}
         self.modules: set[str] = set()
+        self.overload_index: dict | None = None  # id(function) -> numba-cuda's overload templates of it
 
     # -- functions -----------------------------------------------------------------------------
     def function(self, fn, where: str) -> bytes:
@@ -209,6 +210,9 @@ class _Walker:
         # Its own options (fast math, debug, ...); fast math keeps the word it always had, so other keys stay
         for option, value in sorted(getattr(fn, "__flowdsl_jit_options__", {}).items()):
             h.update(b"fastmath" if option == "fastmath" else f"{option}={value}".encode())
+        declared = getattr(getattr(fn, "overloads", None), "declared", None)  # a call converts to those types
+        if declared is not None and hasattr(fn, "__flowdsl_jit_options__"):
+            h.update(f"declared={declared!r}".encode())
         h.update(self.value(fn.__defaults__, f"{where}'s defaults"))
         h.update(self.value(fn.__kwdefaults__, f"{where}'s defaults"))
         h.update(self._closure(fn, where))
@@ -220,11 +224,31 @@ class _Walker:
             h.update(memo)
         else:
             h.update(self._globals(fn, where))
+            if not hasattr(fn, "__flowdsl_jit_options__"):  # a device function's overload is flowdsl's own
+                h.update(self._overloads(fn, where))
             if fn.__module__ in sys.modules:
                 self.modules.add(fn.__module__)
         digest = h.digest()
         self.functions[id(fn)] = digest
         return digest
+
+    def _overloads(self, fn, where: str) -> bytes:
+        """numba-cuda's ``@overload`` (and ``register_jitable``) implementations registered for ``fn``, with their
+        options: a call of ``fn`` compiles those, not ``fn``'s own body."""
+        if self.overload_index is None:
+            self.overload_index = _overload_templates()
+        h = hashlib.sha256()
+        for template in self.overload_index.get(id(fn), ()):
+            impl = template._overload_func
+            inline = getattr(template._inline, "_inline", template._inline)  # "never", "always" or a cost model
+            options = [sorted((template._jit_options or {}).items()), template._strict,
+                       inline if isinstance(inline, str) else None, getattr(template, "prefer_literal", None)]
+            h.update(f"overload:{options!r}:".encode())
+            if isinstance(inline, pytypes.FunctionType):
+                h.update(self.function(inline, f"{where}'s overload's inline cost model"))
+            if isinstance(impl, pytypes.FunctionType) and not _owned_file(impl.__code__.co_filename):
+                h.update(self.function(impl, f"{where}'s overload {impl.__qualname__}"))
+        return h.digest()
 
     def _closure(self, fn, where: str) -> bytes:
         """The closure cells' values, and what the code reads through the cells that hold modules or classes."""
@@ -339,7 +363,11 @@ class _Walker:
         py_func = getattr(value, "py_func", None)  # numba-cuda dispatchers and flowdsl kernels
         if isinstance(py_func, pytypes.FunctionType):
             options = getattr(value, "targetoptions", None)
-            return (f"dispatcher:{_type_name(type(value))}:{sorted((options or {}).items())!r}:".encode()
+            # A dispatcher whose compilation is disabled (declared signatures) types calls by those alone: a call
+            # numba then refuses must not find the entry of the same function made without them
+            fixed = sorted(map(str, getattr(value, "signatures", ()))) if getattr(value, "_can_compile", True) is False \
+                else None
+            return (f"dispatcher:{_type_name(type(value))}:{sorted((options or {}).items())!r}:{fixed!r}:".encode()
                     + self.function(py_func, where))
         defn = getattr(value, "_defn", None)  # numba @intrinsic
         if isinstance(defn, pytypes.FunctionType):
@@ -399,6 +427,20 @@ def _numpy_token(value):
     if isinstance(value, np.dtype):
         return f"dtype:{value.str}:{value.descr!r}".encode()
     return None
+
+
+def _overload_templates() -> dict:
+    """``{id(function): [numba-cuda overload template, ...]}`` of the functions overloaded so far (none before
+    numba-cuda's typing is imported: nothing can be overloaded then)."""
+    registry = sys.modules.get("numba.cuda.typing.templates")
+    index: dict = {}
+    if registry is None:
+        return index
+    for value, typ in list(registry.builtin_registry.globals):
+        for template in getattr(typ, "templates", ()):
+            if hasattr(template, "_overload_func"):
+                index.setdefault(id(value), []).append(template)
+    return index
 
 
 def dependency_digest(fn, *, lineinfo: bool = False) -> str:

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import flowdsl
+from numba import cuda
 from flowdsl import CacheWarning, RedOp
 from flowdsl._kernel import FlowKernel
 from flowdsl.lowering.target import Target
@@ -409,3 +410,62 @@ def test_what_a_compile_warned_is_said_again_at_each_load_from_disk(cache):
         (str(w.message), w.filename, w.lineno) for w in said]
     assert built(0) == ("compiled", [])  # another key: numba does not warn of it then
     assert built(0) == ("cached", [])
+
+
+def test_declared_signatures_of_what_a_kernel_calls_are_part_of_the_key(cache):
+    """A numba dispatcher whose compilation is disabled (declared signatures: numba refuses a call it does not
+    match) and a flowdsl device function's declared signatures (a call converts to them) type the caller: the same
+    code without them is another entry (test_device_func's cpu dispatcher tests ran the valid one's cubin)."""
+    from numba import jit
+
+    from flowdsl.errors import KernelTypingError
+
+    def add_kernel_of(add):
+        def add_kernel(ary):
+            i = cuda.grid(1)
+            ary[i] = add(ary[i], 1)
+        return flowdsl.kernel(add_kernel)
+
+    argtypes = FlowKernel.argtypes_for(np.zeros(1, np.int64), nccl="2.28.9")
+
+    def add(a, b):
+        return a + b
+
+    assert add_kernel_of(jit(add)).build(argtypes, TARGET) == "compiled"
+    with pytest.raises(KernelTypingError, match="using cpu function on device but its compilation is disabled"):
+        add_kernel_of(jit("(i4, i4)")(add)).build(argtypes, TARGET)
+    assert add_kernel_of(flowdsl.device(add)).build(argtypes, TARGET) == "compiled"
+    assert add_kernel_of(flowdsl.device(signature="int32(int32, int32)")(add)).build(argtypes, TARGET) == "compiled"
+
+
+def test_an_overloaded_functions_implementation_is_part_of_the_key(cache):
+    """A kernel calling a function numba-cuda's ``@overload`` implements compiles the overload, not the function's
+    body: its implementation and options are in the key (test_extending's strictness test ran the lax one)."""
+    from numba.cuda.extending import overload
+
+    argtypes = FlowKernel.argtypes_for(np.zeros(1, np.int64), nccl="2.28.9")
+
+    def kernel_calling(impl_of, strict=True):
+        def myoverload(a, kw=None):
+            pass
+
+        overload(myoverload, strict=strict)(impl_of)
+
+        def foo(out):
+            out[0] = myoverload(out[0], kw=11)
+        return flowdsl.kernel(foo)
+
+    def plus_one(a, kw=None):
+        def impl(a, kw=None):
+            return a + 1
+        return impl
+
+    def plus_two(a, kw=None):
+        def impl(a, kw=None):
+            return a + 2
+        return impl
+
+    assert kernel_calling(plus_one).build(argtypes, TARGET) == "compiled"
+    assert kernel_calling(plus_one).build(argtypes, TARGET) == "cached"
+    assert kernel_calling(plus_two).build(argtypes, TARGET) == "compiled"
+    assert kernel_calling(plus_two, strict=False).build(argtypes, TARGET) == "compiled"

@@ -50,7 +50,8 @@ def host_arrays_main(comm):
         scale_and_mark[(n + 127) // 128, 128](cuda.In(host_src), cuda.Out(dst), np.float32(3))
     seen["Out: copied back"] = np.array_equal(dst, expect)
     seen["In: not copied back"] = np.array_equal(host_src, src)
-    seen["hints: no warning"] = not any(issubclass(w.category, NumbaPerformanceWarning) for w in caught)
+    seen["hints: no warning"] = not any(  # of copies (a grid this small has numba-cuda's low-occupancy one)
+        issubclass(w.category, NumbaPerformanceWarning) and "copy overhead" in str(w.message) for w in caught)
 
     host_src = src.copy()
     device_dst = comm.alloc(n, np.float32)
