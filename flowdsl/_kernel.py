@@ -338,8 +338,9 @@ class FlowKernel:
                 if len(self._launches) >= 64:
                     self._launches.clear()
                 self._launches[key] = launch
-        if _low_occupancy_warnings() and not self._communicates:
-            _warn_low_occupancy(launch.dims[0])
+            # numba-cuda's advice, once per configuration (not per launch of a loop: launches stay cheap)
+            if _low_occupancy_warnings() and not self._communicates:
+                _warn_low_occupancy(launch.dims[0])
         return launch
 
     @functools.cached_property

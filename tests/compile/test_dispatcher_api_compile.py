@@ -318,7 +318,7 @@ def test_compile_with_argument_types_alone_is_numbas_on_a_gpu(monkeypatch):
 
 def test_numba_cudas_low_occupancy_warning_at_configuration():
     """numba-cuda's NumbaPerformanceWarning for a grid under 128 blocks, at ``k[grid, block]`` (its config switch
-    read there); not for a kernel that communicates (few blocks by design)."""
+    read there), once per configuration; not for a kernel that communicates (few blocks by design)."""
     import warnings
 
     from numba.cuda.core.errors import NumbaPerformanceWarning
@@ -334,6 +334,7 @@ def test_numba_cudas_low_occupancy_warning_at_configuration():
         warnings.simplefilter("always")
         store_scaled[1, 1]
         store_scaled[2, (64, 2)]
+        store_scaled[2, (64, 2)]  # the same configuration: said once
         store_scaled[(8, 4, 4), 32]  # 128 blocks
         comm_kernel[1, 32]
     assert [type(w.message) for w in seen] == [NumbaPerformanceWarning] * 2
@@ -341,7 +342,7 @@ def test_numba_cudas_low_occupancy_warning_at_configuration():
     assert "Grid size 2 " in str(seen[1].message) and seen[0].filename == __file__
     with override_config("CUDA_LOW_OCCUPANCY_WARNINGS", 0), warnings.catch_warnings():
         warnings.simplefilter("error")
-        store_scaled[1, 1]
+        store_scaled[3, 1]
 
 
 def test_a_kernel_made_a_kernel_again_is_its_functions():
