@@ -172,8 +172,9 @@ def test_cache_key_names_exist():
     assert set(versions) == {"numba_cuda", "numba", "llvmlite"}
     assert versions["numba_cuda"] != "?", "numba_cuda.__version__ is gone (part of the kernel cache key)"
     settings = backend.codegen_settings()
-    assert len(settings) == 3 and isinstance(settings[1], bool) and isinstance(settings[2], bool), \
-        "numba.cuda.core.config lost OPT / CUDA_DEBUGINFO_DEFAULT (part of the kernel cache key)"
+    assert len(settings) == 5 and all(isinstance(flag, bool) for flag in settings[1:]), \
+        "numba.cuda.core.config lost OPT / CUDA_DEBUGINFO_DEFAULT / CUDA_ENABLE_NRT / ALWAYS_WARN_UNINIT_VAR / " \
+        "DISABLE_PERFORMANCE_WARNINGS (part of the kernel cache key)"
 
 
 def test_device_only_functions_are_stubs():
