@@ -656,12 +656,16 @@ class FlowKernel:
                 return k, hit[0], hit[1], "disk"
         from .lowering.compiler import compile_kernel  # noqa: PLC0415 - binds numba-cuda: not for a disk hit
 
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, support_arch=support.arch,
-                                      link_for_features=feature_libraries(target), **self._codegen)
-        for w in caught:  # said now, under the caller's filters, and kept with the entry
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+        caught: list = []
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                compiled = compile_kernel(self.py_func, argtypes, target, support.ltoir, support_arch=support.arch,
+                                          link_for_features=feature_libraries(target), **self._codegen)
+        finally:  # said now (a compile that fails too), under the caller's filters; kept with the entry below
+            caught = list({(str(w.message), w.category, w.filename, w.lineno): w for w in caught}.values())
+            for w in caught:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         meta = {"entry_name": compiled.entry_name, "features": sorted(compiled.features), "phases": compiled.phases,
                 "exceptions": compiled.exceptions}
         from .lowering.gin import linked_backend  # noqa: PLC0415
@@ -680,19 +684,19 @@ class FlowKernel:
 
     def _load_or_compile(self, argtypes, target: Target):
         start = time.perf_counter()
-        stored = self._numba_cache.load(argtypes, target) if self._numba_cache is not None else None
-        if stored is not None:  # numba-cuda's disk cache (cache=True): its entry, flowdsl's or numba-cuda's own
-            self._cache_hits[argtypes] += 1
-            stored.flowdsl_debug = self.debug and getattr(stored, "call_helper", None) is not None
-            return self._bound(stored, _numba_cache_features(stored), start, {"source": "disk", "key": None})
+        linked_for = None
+        if self._numba_cache is not None:  # numba-cuda's disk cache (cache=True) first: flowdsl's entry or its own
+            from ._numba_cache import entry_features, stamp  # noqa: PLC0415
+
+            stored = self._numba_cache.load(argtypes, target)
+            if stored is not None:
+                self._cache_hits[argtypes] += 1
+                stored.flowdsl_debug = self.debug and getattr(stored, "call_helper", None) is not None
+                return self._bound(stored, entry_features(stored), start, {"source": "disk", "key": None})
+            linked_for = stamp(target)
         self._cache_misses[argtypes] += 1  # numba-cuda counts every compile of a kernel without its cache a miss
         key, cubin, meta, source = self._cached_or_compiled(argtypes, target)
         features = frozenset(meta.get("features", ()))
-        linked_for = None
-        if self._numba_cache is not None:
-            from . import _numba_cache  # noqa: PLC0415
-
-            linked_for = _numba_cache.stamp(target)
         loaded = _launch.numba_kernel(meta["entry_name"], cubin, argtypes, features, debug=self.debug,
                                       exceptions=meta.get("exceptions"), linked_for=linked_for)
         loaded = self._bound(loaded, features, start, {"source": source, "key": key, "phases": meta.get("phases", {})})
@@ -757,12 +761,6 @@ def _warn_low_occupancy(grid) -> None:
 
         warnings.warn(NumbaPerformanceWarning(f"Grid size {blocks} will likely result in GPU under-utilization due "
                                               "to low occupancy."), stacklevel=3)
-
-
-def _numba_cache_features(kernel) -> frozenset:
-    from ._numba_cache import entry_features  # noqa: PLC0415
-
-    return entry_features(kernel)
 
 
 def _answer_inspection(kernel, code) -> None:

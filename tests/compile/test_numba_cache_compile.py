@@ -10,6 +10,7 @@ import pytest
 from numba import cuda
 
 import flowdsl
+from flowdsl import _numba_cache
 from flowdsl.errors import CacheRefusedError
 from flowdsl.errors import FlowDSLError
 
@@ -66,3 +67,70 @@ def test_stats_before_any_load():
     assert plain.stats.cache_path is None and not plain.stats.cache_hits and not plain.stats.cache_misses
     assert cached.stats.cache_path.endswith("__pycache__")
     assert pickle.loads(pickle.dumps(cached))._numba_cache is not None  # numba-cuda's pickling keeps the option
+
+
+class _LoadedStub:
+    """Stands in for numba-cuda's loaded kernel (loading one needs a GPU): records what it was made with."""
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs, self.bound = args, kwargs, False
+
+    def bind(self):
+        self.bound = True
+
+
+def test_the_load_path_with_and_without_numba_cudas_cache(monkeypatch, tmp_path):
+    """What a first launch runs, up to the GPU's load: without ``cache=True`` flowdsl's disk cache alone (a miss in
+    numba-cuda's counting); with it numba-cuda's entry first (its features from the marshaller), else a compile stored
+    there with what it was linked for."""
+    from numba import types
+
+    from flowdsl import _launch
+    from flowdsl.lowering.target import Target
+    from flowdsl.lowering.types import ArgumentMarshaller
+
+    monkeypatch.setenv("FLOWDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_launch, "numba_kernel", _LoadedStub)
+    target, argtypes = Target((2, 28, 9), "sm_90"), (types.int64[::1],)
+
+    def sets_one(x):
+        x[0] = 1
+
+    plain = flowdsl.kernel(sets_one)
+    loaded = plain._load_or_compile(argtypes, target)
+    assert loaded.bound and loaded.kwargs["linked_for"] is None and plain.last_build["source"] == "compiled"
+    assert dict(plain.stats.cache_misses) == {argtypes: 1} and not plain.stats.cache_hits
+
+    cached = flowdsl.kernel(cache=True)(sets_one)
+    saved = []
+    monkeypatch.setattr(cached._numba_cache, "load", lambda a, t: None)
+    monkeypatch.setattr(cached._numba_cache, "save", lambda a, kernel: saved.append((a, kernel)))
+    loaded = cached._load_or_compile(argtypes, target)
+    assert saved == [(argtypes, loaded)] and loaded.kwargs["linked_for"] == _numba_cache.stamp(target)
+    assert cached.last_build["source"] == "disk"  # flowdsl's own disk cache had it from the kernel above
+
+    entry = _LoadedStub()
+    entry.extensions = [ArgumentMarshaller({"cooperative"}, _numba_cache.stamp(target))]
+    monkeypatch.setattr(cached._numba_cache, "load", lambda a, t: entry)
+    assert cached._load_or_compile(argtypes, target) is entry and entry.bound
+    assert entry.flowdsl_features == {"cooperative"} and dict(cached.stats.cache_hits) == {argtypes: 1}
+
+
+def test_an_entry_linked_for_another_nccl_or_flowdsl_is_a_miss(monkeypatch):
+    from flowdsl.lowering.target import Target
+    from flowdsl.lowering.types import ArgumentMarshaller
+
+    def sets_two(x):
+        x[0] = 2
+
+    cache = flowdsl.kernel(cache=True)(sets_two)._numba_cache
+    target = Target((2, 28, 9), "sm_90")
+    entry = _LoadedStub()
+    monkeypatch.setattr(cache._cache, "load_overload", lambda sig, context: entry)
+    another_nccl = _numba_cache.stamp(Target((2, 32, 3), "sm_90"))
+    for linked_for, found in ((_numba_cache.stamp(target), True), (another_nccl, False),
+                              (("another flowdsl", (2, 28, 9)), False)):
+        entry.extensions = [ArgumentMarshaller(frozenset(), linked_for)]
+        assert (cache.load(("argtypes",), target) is entry) is found, linked_for
+    entry.extensions = []  # numba-cuda's own entry: taken as it is
+    assert cache.load(("argtypes",), target) is entry
