@@ -16,6 +16,7 @@ it; numba-cuda's key knows neither.
 from __future__ import annotations
 
 from ._cache import Uncacheable, dependency_digest, package_digest
+from ._version import __version__
 from .errors import CacheRefusedError
 
 __all__ = ["NumbaDiskCache", "refuse_linked_files", "stamp", "entry_stamp", "entry_features"]
@@ -32,8 +33,9 @@ def refuse_linked_files(name: str, link) -> None:
 
 
 def stamp(target) -> tuple:
-    """What a flowdsl entry was linked for beyond numba-cuda's key: flowdsl's device sources and the NCCL release."""
-    return (package_digest(), tuple(target.nccl))
+    """What a flowdsl entry was linked for beyond numba-cuda's key: flowdsl's release (its support builds) and
+    device sources, and the NCCL release."""
+    return (f"{__version__}:{package_digest()}", tuple(target.nccl))
 
 
 class NumbaDiskCache:
@@ -81,9 +83,10 @@ class NumbaDiskCache:
             dependency_digest(self._py_func)
         except Uncacheable as exc:
             if exc.device_array:
-                raise CacheRefusedError(f"Cannot cache kernel {self._py_func.__qualname__} with cache=True: it reaches {exc} "
-                               "(Cannot serialize kernels or device functions referencing global device arrays). "
-                               "Pass the array(s) as arguments to the kernel instead") from None
+                raise CacheRefusedError(
+                    f"Cannot cache kernel {self._py_func.__qualname__} with cache=True: it reaches {exc} (Cannot "
+                    "serialize kernels or device functions referencing global device arrays). Pass the array(s) as "
+                    "arguments to the kernel instead") from None
 
 
 def entry_stamp(kernel):
