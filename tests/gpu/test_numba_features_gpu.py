@@ -371,3 +371,60 @@ def test_cache_true_is_numba_cudas_disk_cache(comm, tmp_path, monkeypatch):
         mod.add.recompile()
         assert mod.run() == 15.0
         assert fresh().run() == 15.0
+
+
+def test_reshape_closures_and_ml_dtypes_bfloat16_on_the_gpu(comm):
+    """This session's compile fixes, run: an array's reshape (numba-cuda's reshape helpers linked), a closure made in
+    a kernel passed to a kernel called as a device function, and CuPy arrays of ml_dtypes' bfloat16."""
+    import cupy
+    import pytest
+
+    import flowdsl
+    from tests.compile.test_numba_linking_compile import reshaped_copy
+
+    src = np.random.default_rng(7).standard_normal((3, 2))
+    out = cupy.full((3, 2), np.nan)
+    flowdsl.kernel(reshaped_copy)[1, 1](out, cupy.asarray(src))
+    comm.synchronize()
+    np.testing.assert_array_equal(out.get(), src)
+
+    from numba import cuda
+
+    @flowdsl.kernel
+    def consumer(func, x):
+        return func(x)
+
+    def applies_a_closure(x):
+        def inner(v):
+            return v * 3 + 1
+        return consumer(inner, x)
+
+    applied = flowdsl.kernel(applies_a_closure)
+
+    @flowdsl.kernel
+    def run(out, x):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = applied(x[i])
+
+    x = cupy.arange(64, dtype=np.int64)
+    got = cupy.zeros(64, np.int64)
+    run[1, 64](got, x)
+    comm.synchronize()
+    np.testing.assert_array_equal(got.get(), np.arange(64) * 3 + 1)
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if int(cupy.__version__.split(".")[0]) < 14:
+        pytest.skip(f"CuPy {cupy.__version__} has no bfloat16 interop (CuPy >= 14 has)")
+    values = np.asarray([1, 2, 3, 4, 5], dtype=ml_dtypes.bfloat16)
+    arr, arr2, res = cupy.asarray(values), cupy.arange(5), cupy.empty(5, dtype=ml_dtypes.bfloat16)
+
+    @flowdsl.kernel
+    def bf16_sum(arr_in, arr_in2, arr_out):
+        tid = cuda.grid(1)
+        if tid < arr_in.size:
+            arr_out[tid] = 2 * arr_in[tid] + 4 * arr_in2[tid] + ml_dtypes.bfloat16(3.0)
+
+    bf16_sum[1, 32](arr, arr2, res)
+    comm.synchronize()
+    np.testing.assert_array_equal(res.get().astype(np.float32), (2 * values.astype(np.float32) + 4 * np.arange(5) + 3))
