@@ -1,7 +1,7 @@
 """How much of the collectives library's linked PTX is the same function body in several kernels: the share of
 ptxas's work that compiling Flow's engine once (issue "Compiles at notebook speed") could save. No GPU.
 
-Each library kernel of ``--dtypes`` x ``--ops`` is linked as ``scripts/ptx_hashes.py`` links it (the PTX ptxas
+Each library kernel of ``--dtypes`` x ``--ops`` is linked as ``scripts/ptx_hashes.py`` links it (its ``linked_ptx``) (the PTX ptxas
 compiles), split into its functions; a body is compared without what differs between modules for the same code
 (numba's unique ids, the function's own name, comments such as ``// callseq N``, the module's block-label
 numbering). Prints each kernel's PTX lines and functions, then the library's lines, those in bodies that recur in
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-from ptx_hashes import normalised  # noqa: E402
+from ptx_hashes import linked_ptx, normalised  # noqa: E402
 
 #: A function's or kernel's definition (or declaration) in PTX, and its name.
 _FUNCTION = re.compile(r"^(?:\.visible |\.weak |\.extern )?\.(?:func|entry)\s+(?:\([^)]*\)\s*)?([\w$]+)", re.M)
@@ -41,29 +41,15 @@ def functions(ptx: str) -> dict:
 
 
 def main() -> int:
-    from flowdsl import RedOp
-    from flowdsl.collectives import _library
-    from flowdsl.lowering.compiler import KernelCode
-    from flowdsl.lowering.target import Target, parse_version
-    from flowdsl.runtime.support import feature_libraries, support_build_for
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--nccl", default="2.28.9")
     ap.add_argument("--dtypes", nargs="+", default=["float32"])
     ap.add_argument("--ops", nargs="+", default=["sum"])
     args = ap.parse_args()
-    target = Target(parse_version(args.nccl), args.arch)
-    support = support_build_for(target.nccl, target.arch)
-    entries = _library.library(args.dtypes, [RedOp[o.upper()] for o in args.ops])
     kernels = {}
-    for entry in _library.precompiled(entries, gin_peers=True, multimem=True, cft=False):
-        algorithm, collective, op, dtype = entry
-        kernel = _library._kernel_of(entry, False)
-        code = KernelCode(kernel.py_func, _library._argtypes(dtype, target.nccl, algorithm), target, support.ltoir,
-                          link_for_features=feature_libraries(target), **kernel._codegen)
-        name = f"{algorithm} {collective} {op.name.lower()} {dtype}"
-        kernels[name] = functions(code.lto_ptx())
+    for name, ptx in linked_ptx(args.arch, args.nccl, args.dtypes, args.ops):
+        kernels[name] = functions(ptx)
         print(f"{name:45s} {sum(n for _, n in kernels[name].values()):7d} PTX lines, "
               f"{len(kernels[name])} functions", flush=True)
     seen = collections.Counter(digest for funcs in kernels.values() for digest, _ in funcs.values())

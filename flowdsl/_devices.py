@@ -18,8 +18,8 @@ import sys
 import threading
 import warnings
 
-__all__ = ["device", "install_binder", "install_dispatcher_api", "code_names", "bare_copy", "OUT_OF_LINE",
-           "debug_options"]
+__all__ = ["device", "install_binder", "install_dispatcher_api", "code_names", "referenced_values", "bare_copy",
+           "OUT_OF_LINE", "debug_options"]
 
 #: ``module.qualname`` of every device function made with ``inline=False`` (the compiler keeps them out of line).
 OUT_OF_LINE: set[str] = set()
@@ -137,6 +137,18 @@ def code_names(code) -> set:
         if hasattr(const, "co_names"):
             names |= code_names(const)
     return names
+
+
+def referenced_values(fn) -> list:
+    """The values ``fn``'s code can reach by name: the globals it (and the code nested in it) names, and its
+    filled closure cells' contents."""
+    values = [fn.__globals__.get(name) for name in code_names(fn.__code__)]
+    for cell in fn.__closure__ or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    return values
 
 
 def bare_copy(fn):

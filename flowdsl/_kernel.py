@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _argtypes, _cache, _launch, _stubs, _targets
-from ._devices import code_names, debug_options, device
+from ._devices import debug_options, device, referenced_values
 from ._launch import _config_key, _Launch, _Loaded, check_features
 from ._release import format_version, parse_version
 from .errors import AlreadySpecializedError, UsageError
@@ -347,15 +347,9 @@ class FlowKernel:
     def _communicates(self) -> bool:
         """Whether the kernel names flowdsl's communication API (a module of flowdsl, or a function of one):
         such a kernel runs on few blocks by design, and numba-cuda's low-occupancy advice is not for it."""
-        code = self.py_func.__code__
-        values = [self.py_func.__globals__.get(name) for name in code_names(code)]
-        for cell in self.py_func.__closure__ or ():
-            try:
-                values.append(cell.cell_contents)
-            except ValueError:  # an empty cell
-                pass
         return any(getattr(v, "__name__", "").startswith("flowdsl") if inspect.ismodule(v) else
-                   getattr(v, "__module__", "").startswith(_COMMUNICATION_MODULES) for v in values)
+                   getattr(v, "__module__", "").startswith(_COMMUNICATION_MODULES)
+                   for v in referenced_values(self.py_func))
 
     # -- numba-cuda's dispatcher API: the code of each signature ---------------------------------
     @property

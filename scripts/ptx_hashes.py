@@ -39,8 +39,9 @@ def normalised(ptx: str) -> str:
     return _LINK_SUFFIX.sub(r"\1", _UNIQUE_ID.sub("Bv", ptx))
 
 
-def hashes(arch: str, nccl: str, dtypes, ops) -> dict:
-    """``{"algorithm collective op dtype": sha256}`` of every library kernel of ``dtypes`` x ``ops``."""
+def linked_ptx(arch: str, nccl: str, dtypes, ops):
+    """``(name, PTX)`` of every library kernel of ``dtypes`` x ``ops`` a GPU of ``arch`` runs, linked as ptxas gets
+    it; ``name`` is ``"algorithm collective op dtype"``."""
     from flowdsl import RedOp
     from flowdsl.collectives import _library
     from flowdsl.lowering.compiler import KernelCode
@@ -49,7 +50,6 @@ def hashes(arch: str, nccl: str, dtypes, ops) -> dict:
 
     target = Target(parse_version(nccl), arch)
     support = support_build_for(target.nccl, target.arch)
-    out = {}
     entries = _library.library(dtypes, [RedOp[o.upper()] for o in ops] if ops else None)
     # every kernel a GPU of this target can run (the CFT programs need sm_100 and a CFT build: hashed where
     # the target is one)
@@ -59,8 +59,14 @@ def hashes(arch: str, nccl: str, dtypes, ops) -> dict:
         kernel = _library._kernel_of(entry, False)
         code = KernelCode(kernel.py_func, _library._argtypes(dtype, target.nccl, algorithm), target, support.ltoir,
                           link_for_features=feature_libraries(target), **kernel._codegen)
-        name = f"{algorithm} {collective} {op.name.lower()} {dtype}"
-        out[name] = hashlib.sha256(normalised(code.lto_ptx()).encode()).hexdigest()
+        yield f"{algorithm} {collective} {op.name.lower()} {dtype}", code.lto_ptx()
+
+
+def hashes(arch: str, nccl: str, dtypes, ops) -> dict:
+    """``{"algorithm collective op dtype": sha256}`` of every library kernel of ``dtypes`` x ``ops``."""
+    out = {}
+    for name, ptx in linked_ptx(arch, nccl, dtypes, ops):
+        out[name] = hashlib.sha256(normalised(ptx).encode()).hexdigest()
         print(f"{name:50s} {out[name][:16]}", file=sys.stderr, flush=True)
     return out
 

@@ -9,7 +9,7 @@ import threading
 
 from numba.cuda.extending import overload
 
-from .._devices import bare_copy, code_names, install_binder
+from .._devices import bare_copy, code_names, install_binder, referenced_values
 
 __all__ = ["bind_device_functions", "register_called_kernels", "register_device"]
 
@@ -116,9 +116,7 @@ def register_called_kernels(fn) -> None:
         if code is None or id(f) in seen:
             continue
         seen.add(id(f))
-        values = [f.__globals__.get(name) for name in code_names(code)]
-        values += [cell.cell_contents for cell in (f.__closure__ or ()) if _filled(cell)]
-        for value in values:
+        for value in referenced_values(f):
             if getattr(type(value), "__flowdsl_kernel__", False):  # a FlowKernel (its module imports this one)
                 with _lock:
                     if value not in _CALLABLE:
